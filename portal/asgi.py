@@ -1,0 +1,25 @@
+"""ASGI entry point: Django for HTTP, Channels for the agents' and browsers' WebSockets."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from portal.cluster.consumers import AgentConsumer  # noqa: E402
+from portal.dashboard.consumers import LiveConsumer  # noqa: E402
+
+application = ProtocolTypeRouter({
+    "http": django_asgi_app,
+    "websocket": URLRouter([
+        # Agents authenticate with their node token and send no Origin header.
+        path("ws/agent/", AgentConsumer.as_asgi()),
+        path("ws/live/", AllowedHostsOriginValidator(AuthMiddlewareStack(LiveConsumer.as_asgi()))),
+    ]),
+})

@@ -1,0 +1,137 @@
+"""The server end of the node agent protocol: one consumer per connected agent."""
+
+import json
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.utils import timezone
+
+from portal.cluster.agents import desired_state
+from portal.cluster.models import Gpu, Node
+from portal.core.live import node_group
+from portal.core.redis import aclient
+from portal.tenancy.models import hash_token
+from portal.workloads import lifecycle
+from scheduler.agent import protocol
+
+log = logging.getLogger(__name__)
+
+from portal.cluster.summary import LAST_SEEN, TELEMETRY
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    """Authenticates a node by its token, records what it reports, and keeps it converged."""
+
+    node: Node | None = None
+
+    async def connect(self):
+        headers = dict(self.scope["headers"])
+        scheme, _, token = headers.get(b"authorization", b"").decode().partition(" ")
+        if scheme.lower() == "bearer" and token:
+            self.node = await _node_for_token(token.strip())
+        if self.node is None:
+            log.warning("agent rejected: missing or unknown token from %s", self.scope["client"])
+            await self.close(code=4401)
+            return
+        # Workloads this connection already reported, so heartbeats cost no SQL.
+        self.started, self.exited = set(), set()
+        await self.channel_layer.group_add(node_group(self.node.id), self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        if self.node is not None:
+            await self.channel_layer.group_discard(node_group(self.node.id), self.channel_name)
+            await _set_connected(self.node.id, False)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = protocol.parse(text_data if text_data is not None else bytes_data, "agent")
+        except protocol.ProtocolError as error:
+            log.warning("node %s: rejected message: %s", self.node.name, error)
+            await self.send(protocol.encode("error", reason=error.reason, field=error.field))
+            return
+        await getattr(self, f"on_{message['type']}")(message)
+
+    async def on_hello(self, message):
+        await _record_hello(self.node.id, message)
+        await self.on_workloads(message["workloads"])
+        await self.agent_sync({})
+
+    async def on_heartbeat(self, message):
+        now = time.time()
+        redis = aclient()
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.hset(TELEMETRY, self.node.id, json.dumps({"ts": now, "gpus": message["gpus"]}))
+            pipe.zadd(LAST_SEEN, {self.node.id: now})
+            await pipe.execute()
+        await self.on_workloads(message["workloads"])
+        if message["generation"] != self.node.reported_generation:
+            self.node.reported_generation = message["generation"]
+            await database_sync_to_async(Node.objects.filter(pk=self.node.id).update)(
+                reported_generation=message["generation"]
+            )
+
+    async def on_workloads(self, workloads):
+        """Level-triggered: a heartbeat's list of workloads is as good as the events."""
+        for item in workloads:
+            if item["state"] == "running" and item["workload_id"] not in self.started:
+                await self.on_started(item["workload_id"])
+            elif item["state"] == "exited" and item["workload_id"] not in self.exited:
+                await self.on_exited(item["workload_id"], item["exit_code"])
+
+    async def on_started(self, workload_id):
+        self.started.add(workload_id)
+        await database_sync_to_async(lifecycle.mark_started)(workload_id, self.node.id)
+
+    async def on_event(self, message):
+        workload_id = message["workload_id"]
+        if message["kind"] == "workload_started" and workload_id is not None:
+            await self.on_started(workload_id)
+        elif message["kind"] == "workload_exited" and workload_id is not None:
+            await self.on_exited(workload_id, message["exit_code"])
+        else:
+            log.info("node %s: event %s %s", self.node.name, message["kind"], message["detail"])
+
+    async def on_exited(self, workload_id, exit_code):
+        self.exited.add(workload_id)
+        code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
+        await database_sync_to_async(lifecycle.finish)(workload_id, code)
+
+    async def on_ack(self, message):
+        log.info("node %s: ack %s ok=%s", self.node.name, message["command_id"], message["ok"])
+
+    async def agent_sync(self, event):
+        """Channel layer message: send this node its whole desired state."""
+        state = await database_sync_to_async(_desired_state)(self.node.id)
+        await self.send(protocol.encode("desired_state", **state))
+
+
+@database_sync_to_async
+def _node_for_token(token: str) -> Node | None:
+    return Node.objects.filter(token_hash=hash_token(token)).first()
+
+
+@database_sync_to_async
+def _set_connected(node_id: int, connected: bool) -> None:
+    Node.objects.filter(pk=node_id).update(connected=connected, last_seen_at=timezone.now())
+
+
+def _desired_state(node_id: int) -> dict:
+    return desired_state(Node.objects.get(pk=node_id))
+
+
+@database_sync_to_async
+def _record_hello(node_id: int, message: dict) -> None:
+    """Inventory from the agent: GPUs (uuid, memory) and the agent's version."""
+    inventory = message["node"]
+    Node.objects.filter(pk=node_id).update(
+        connected=True, last_seen_at=timezone.now(), agent_version=message["agent_version"],
+        reported_generation=message["generation"],
+    )
+    for gpu in inventory["gpus"]:
+        Gpu.objects.update_or_create(
+            node_id=node_id, index=gpu["index"],
+            defaults={"uuid": gpu["uuid"], "memory_mb": gpu["memory_mb"]},
+        )

@@ -1,0 +1,64 @@
+"""What every API endpoint shares: tenancy, permissions and the shape of errors."""
+
+from rest_framework import permissions, viewsets
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.tenancy.choices import Role
+
+
+def exception_handler(exc, context):
+    """Errors as `{"errors": [{"field": ..., "reason": ...}]}`; `field` is null when the error
+    is about the whole request."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    response.data = {"errors": list(_flatten(response.data))}
+    return response
+
+
+def _flatten(data, prefix=None):
+    if isinstance(data, dict):
+        if set(data) == {"detail"}:
+            yield {"field": prefix, "reason": str(data["detail"])}
+            return
+        for key, value in data.items():
+            field = None if key == "non_field_errors" else key
+            yield from _flatten(value, f"{prefix}.{field}" if prefix and field else field or prefix)
+    elif isinstance(data, list):
+        for item in data:
+            yield from _flatten(item, prefix)
+    else:
+        yield {"field": prefix, "reason": str(data)}
+
+
+class TenantPermission(permissions.BasePermission):
+    """Members read their tenant's objects; viewers never write; some writes need an admin."""
+
+    def has_permission(self, request, view):
+        membership = getattr(request.user, "membership", None)
+        if membership is None:
+            raise PermissionDenied("You are not a member of any tenant.")
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        if membership.role not in view.write_roles:
+            raise PermissionDenied(f"Your role ({membership.get_role_display()}) cannot do this.")
+        return True
+
+
+class TenantViewSet(viewsets.GenericViewSet):
+    """Base of every tenant endpoint: the queryset is always cut to the caller's tenant, so
+    another tenant's object is a 404, never a 403 that admits it exists."""
+
+    permission_classes = [permissions.IsAuthenticated, TenantPermission]
+    write_roles = (Role.ADMIN, Role.MEMBER)
+    tenant_field = "tenant"
+
+    @property
+    def tenant(self):
+        return self.request.user.membership.tenant
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no caller
+            return super().get_queryset().none()
+        return super().get_queryset().filter(**{self.tenant_field: self.tenant})

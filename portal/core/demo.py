@@ -1,0 +1,107 @@
+"""The demo installation standalone mode starts with: a two-data-center cluster, two tenants
+with queues in one cohort, a few jobs and a pending quota request."""
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from portal.cluster.models import DataCenter, GpuModel, Leaf, Node, Pod, Region
+from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
+from portal.tenancy.choices import Role
+from portal.tenancy.models import Membership, Tenant
+from portal.workloads.models import Workload
+
+PASSWORD = "wanka-demo"
+NODES_PER_LEAF = 8
+
+# data center -> pods -> (GPU model, leaves)
+LAYOUT = {
+    "sh-a": {"p1": ("H800", 2), "p2": ("H800", 2)},
+    "sh-b": {"p1": ("H800", 2), "p2": ("H20", 2)},
+}
+
+USERS = [
+    # username, tenant, role
+    ("operator", None, None),
+    ("alice", "Acme", Role.ADMIN),
+    ("bob", "Acme", Role.MEMBER),
+    ("victor", "Acme", Role.VIEWER),
+    ("charlie", "Globex", Role.ADMIN),
+]
+
+QUEUES = [
+    # tenant, queue, cohort, priority, {model: (guarantee, nominal, borrowing limit)}
+    ("Acme", "llm", "research", 10, {"H800": (64, 192, 64)}),
+    ("Acme", "sft", None, 0, {"H20": (0, 64, None)}),
+    ("Globex", "train", "research", 10, {"H800": (32, 128, 64)}),
+    ("Globex", "infer", None, 20, {"H20": (32, 64, None)}),
+]
+
+JOBS = [
+    # tenant, queue, name, kind, model, GPUs, simulated seconds
+    ("Acme", "llm", "llama-8b-pretrain", "training", "H800", 64, 3600),
+    ("Acme", "llm", "moe-ablation-3", "training", "H800", 16, 900),
+    ("Acme", "sft", "qwen-sft-support", "sft", "H20", 8, 1200),
+    ("Globex", "train", "recsys-ranker", "training", "H800", 32, 2400),
+    ("Globex", "infer", "chat-serving", "inference", "H20", 16, 7200),
+]
+
+
+@transaction.atomic
+def seed() -> bool:
+    """Create the demo installation; returns False (and changes nothing) if it exists."""
+    if Tenant.objects.exists():
+        return False
+    _cluster()
+    tenants = {name: Tenant.objects.create(name=name, slug=name.lower())
+               for name in {t for _, t, _ in USERS if t}}
+    users = {}
+    for username, tenant, role in USERS:
+        users[username] = User.objects.create_user(
+            username, password=PASSWORD, is_staff=tenant is None, is_superuser=tenant is None)
+        if tenant:
+            Membership.objects.create(user=users[username], tenant=tenants[tenant], role=role)
+    queues = _queues(tenants)
+    for tenant, queue, name, kind, model, gpus, seconds in JOBS:
+        Workload.objects.create(
+            tenant=tenants[tenant], queue=queues[tenant, queue], name=name, kind=kind,
+            gpu_model=GpuModel.objects.get(name=model), gpus=gpus, simulated_duration_s=seconds,
+            submitted_by=users["bob" if tenant == "Acme" else "charlie"],
+            command="torchrun --nnodes=$NNODES train.py", topology="pod",
+        )
+    QuotaRequest.objects.create(
+        tenant=tenants["Acme"], queue=queues["Acme", "llm"], requested_by=users["alice"],
+        gpu_model=GpuModel.objects.get(name="H800"), region=Region.objects.get(), count=32,
+        reason="Llama 8B continued pre-training needs 32 more H800 for four weeks.",
+    )
+    return True
+
+
+def _cluster() -> None:
+    region = Region.objects.create(name="cn-east")
+    models = {"H800": GpuModel.objects.create(name="H800", memory_gb=80),
+              "H20": GpuModel.objects.create(name="H20", memory_gb=96)}
+    nodes = []
+    for dc_name, pods in LAYOUT.items():
+        dc = DataCenter.objects.create(region=region, name=dc_name)
+        for pod_name, (model, leaves) in pods.items():
+            pod = Pod.objects.create(datacenter=dc, name=pod_name)
+            for leaf_no in range(1, leaves + 1):
+                leaf = Leaf.objects.create(pod=pod, name=f"l{leaf_no}")
+                nodes += [Node(name=f"{dc_name}-{pod_name}-{leaf.name}-n{i:02d}", leaf=leaf,
+                               gpu_model=models[model]) for i in range(1, NODES_PER_LEAF + 1)]
+    Node.objects.bulk_create(nodes)
+
+
+def _queues(tenants) -> dict:
+    region = Region.objects.get()
+    queues = {}
+    for tenant, name, cohort, priority, quotas in QUEUES:
+        queue = queues[tenant, name] = Queue.objects.create(
+            tenant=tenants[tenant], name=name, region=region, priority=priority,
+            cohort=Cohort.objects.get_or_create(name=cohort)[0] if cohort else None,
+        )
+        for model, (guarantee, nominal, borrowing) in quotas.items():
+            QueueQuota.objects.create(queue=queue, gpu_model=GpuModel.objects.get(name=model),
+                                      guarantee=guarantee, nominal=nominal,
+                                      borrowing_limit=borrowing)
+    return queues

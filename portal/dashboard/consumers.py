@@ -1,0 +1,32 @@
+"""Live updates for browsers: cluster utilization for everyone signed in, workload and quota
+events for the members of their tenant."""
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.db import database_sync_to_async
+
+from portal.core.live import CLUSTER_GROUP, tenant_group
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope["user"]
+        if not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        tenant_id = await database_sync_to_async(_tenant_id)(user)
+        self.groups_joined = [CLUSTER_GROUP] + ([tenant_group(tenant_id)] if tenant_id else [])
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def live_event(self, message):
+        await self.send_json({"event": message["event"], "payload": message["payload"]})
+
+
+def _tenant_id(user):
+    membership = getattr(user, "membership", None)
+    return membership.tenant_id if membership else None

@@ -1,0 +1,15 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from portal.dashboard import views
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/new/", views.workload_new, name="workload-new"),
+    path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
+    path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
+    path("quota/", views.quota, name="quota"),
+]

@@ -1,0 +1,138 @@
+"""Server-rendered pages. Forms validate through the API's serializers, so the browser and the
+REST API accept and refuse exactly the same things."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Sum
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.cluster.models import GpuModel, Region
+from portal.cluster.summary import cluster_summary, history
+from portal.core.models import audit
+from portal.quotas.api.serializers import QuotaRequestSerializer
+from portal.workloads import lifecycle
+from portal.workloads.api.serializers import WorkloadSerializer
+from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
+from portal.workloads.filtersets import WorkloadFilterSet
+from portal.workloads.models import Workload
+
+
+def _membership(request, write=False, admin=False):
+    membership = getattr(request.user, "membership", None)
+    if membership is None or (write and not membership.can_write) or (
+        admin and not membership.is_admin
+    ):
+        raise PermissionDenied("Your role does not allow this.")
+    return membership
+
+
+def _tenant_workloads(request):
+    return Workload.objects.filter(tenant=_membership(request).tenant).select_related(
+        "queue", "gpu_model"
+    )
+
+
+@login_required
+def dashboard(request):
+    membership = getattr(request.user, "membership", None)
+    context = {"summary": cluster_summary(), "history": history()}
+    if membership:
+        workloads = _tenant_workloads(request)
+        context["workloads"] = workloads[:15]
+        context["active_gpus"] = (
+            workloads.filter(state__in=HOLDING).aggregate(n=Sum("gpus"))["n"] or 0
+        )
+        context["gpu_hours"] = (
+            membership.tenant.usage.aggregate(n=Sum("gpu_hours"))["n"] or 0
+        )
+    return render(request, "dashboard/index.html", context)
+
+
+@login_required
+def workload_list(request):
+    filterset = WorkloadFilterSet(request.GET, queryset=_tenant_workloads(request))
+    return render(request, "dashboard/workload_list.html",
+                  {"filter": filterset, "workloads": filterset.qs[:200]})
+
+
+@login_required
+def workload_detail(request, pk):
+    workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    return render(request, "dashboard/workload_detail.html", {
+        "workload": workload, "events": workload.events.all(),
+        "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
+        "gpu_hours": workload.usage.aggregate(n=Sum("gpu_hours"))["n"] or 0,
+    })
+
+
+@login_required
+@require_POST
+def workload_cancel(request, pk):
+    _membership(request, write=True)
+    workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    if workload.is_finished:
+        messages.error(request, f"{workload} has already {workload.state}.")
+    else:
+        lifecycle.cancel(workload, actor=request.user)
+        messages.success(request, f"{workload} cancelled.")
+    return redirect("workload-detail", pk=pk)
+
+
+def _form_context(membership, data, serializer=None):
+    return {
+        "data": data, "errors": serializer.errors if serializer else {},
+        "queues": membership.tenant.queues.select_related("region").prefetch_related(
+            "quotas__gpu_model"),
+        "gpu_models": GpuModel.objects.all(), "regions": Region.objects.all(),
+    }
+
+
+@login_required
+def workload_new(request):
+    membership = _membership(request, write=True)
+    data = request.POST if request.method == "POST" else {
+        "gpus": 16, "kind": Kind.TRAINING, "priority": PriorityClass.NORMAL,
+        "topology": Topology.POD, "checkpoint_policy": CheckpointPolicy.ASYNC,
+    }
+    serializer = None
+    if request.method == "POST":
+        serializer = WorkloadSerializer(data=_blank_to_none(request.POST),
+                                        context={"request": request})
+        if serializer.is_valid():
+            workload = serializer.save(tenant=membership.tenant, submitted_by=request.user)
+            lifecycle.trigger_cycle()
+            messages.success(request, f"{workload} submitted.")
+            return redirect("workload-detail", pk=workload.pk)
+    context = _form_context(membership, data, serializer)
+    context.update(kinds=Kind.choices, priorities=PriorityClass.choices,
+                   topologies=Topology.choices, policies=CheckpointPolicy.choices)
+    return render(request, "dashboard/workload_new.html", context)
+
+
+@login_required
+def quota(request):
+    membership = _membership(request)
+    serializer = None
+    data = request.POST if request.method == "POST" else {}
+    if request.method == "POST":
+        _membership(request, admin=True)
+        serializer = QuotaRequestSerializer(data=request.POST, context={"request": request})
+        if serializer.is_valid():
+            quota_request = serializer.save(tenant=membership.tenant, requested_by=request.user)
+            audit("quota_request.created", quota_request, actor=request.user,
+                  tenant=membership.tenant, count=quota_request.count)
+            messages.success(request, "Quota request sent to the operators.")
+            return redirect("quota")
+    context = _form_context(membership, data, serializer)
+    context["requests"] = membership.tenant.quota_requests.select_related(
+        "queue", "gpu_model", "region")[:50]
+    return render(request, "dashboard/quota.html", context)
+
+
+def _blank_to_none(post):
+    """HTML forms send '' for an empty number; the serializer wants it absent."""
+    data = {key: value for key, value in post.items() if value != ""}
+    data["topology_required"] = "topology_required" in post
+    return data

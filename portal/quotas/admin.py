@@ -1,0 +1,56 @@
+from django.contrib import admin, messages
+
+from portal.quotas.choices import RequestStatus
+from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
+
+
+class QueueQuotaInline(admin.TabularInline):
+    model = QueueQuota
+    extra = 0
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "region", "cohort", "priority", "weight"]
+    list_filter = ["tenant", "region", "cohort"]
+    inlines = [QueueQuotaInline]
+
+
+admin.site.register(Cohort)
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(admin.ModelAdmin):
+    list_display = ["requested_at", "tenant", "queue", "gpu_model", "region", "count",
+                    "status", "capacity"]
+    list_filter = ["status", "gpu_model", "region", "tenant"]
+    readonly_fields = ["tenant", "queue", "gpu_model", "region", "count", "reason",
+                       "requested_by", "requested_at", "status", "decided_by", "decided_at",
+                       "capacity"]
+    fields = [*readonly_fields, "decision_note"]
+    actions = ["approve", "reject"]
+
+    @admin.display(description="Capacity check")
+    def capacity(self, obj):
+        return str(obj.capacity_check()) if obj.status == RequestStatus.PENDING else "—"
+
+    def has_add_permission(self, request):
+        return False  # tenants file requests; operators decide them
+
+    def _decide(self, request, queryset, approve):
+        for quota_request in queryset.select_related("queue", "gpu_model", "tenant"):
+            if quota_request.decide(request.user, approve, quota_request.decision_note):
+                self.message_user(request, f"{quota_request}: {quota_request.status}.")
+            else:
+                verb = "approved" if approve else "rejected"
+                self.message_user(request, f"{quota_request} not {verb}: it is "
+                                  f"{quota_request.status}; {quota_request.capacity_check()}.",
+                                  messages.ERROR)
+
+    @admin.action(description="Approve (checks the region's capacity)")
+    def approve(self, request, queryset):
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Reject")
+    def reject(self, request, queryset):
+        self._decide(request, queryset, approve=False)

@@ -1,0 +1,68 @@
+from rest_framework import serializers
+
+from portal.cluster.models import GpuModel, Region
+from portal.quotas.models import Queue, QueueQuota, QuotaRequest, region_capacity
+
+
+class QueueQuotaSerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = QueueQuota
+        fields = ["gpu_model", "guarantee", "nominal", "borrowing_limit", "lending_limit"]
+
+
+class QueueSerializer(serializers.ModelSerializer):
+    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cohort = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    quotas = QueueQuotaSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Queue
+        fields = ["id", "name", "region", "cohort", "priority", "weight", "quotas"]
+
+
+class TenantQueueField(serializers.SlugRelatedField):
+    """A queue named by its slug, looked up among the caller's tenant's queues only."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    default_error_messages = {"does_not_exist": "Your tenant has no queue {value}."}
+
+    def get_queryset(self):
+        return Queue.objects.filter(tenant=self.context["request"].user.membership.tenant)
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    queue = TenantQueueField()
+    gpu_model = serializers.SlugRelatedField(
+        slug_field="name", queryset=GpuModel.objects.all(),
+        error_messages={"does_not_exist": "Unknown GPU model {value}."},
+    )
+    region = serializers.SlugRelatedField(
+        slug_field="name", queryset=Region.objects.all(),
+        error_messages={"does_not_exist": "Unknown region {value}."},
+    )
+    count = serializers.IntegerField(min_value=1)
+
+    class Meta:
+        model = QuotaRequest
+        fields = ["id", "queue", "gpu_model", "region", "count", "reason", "status",
+                  "requested_at", "decided_at", "decision_note"]
+        read_only_fields = ["status", "requested_at", "decided_at", "decision_note"]
+
+    def validate(self, attrs):
+        queue, model, region = attrs["queue"], attrs["gpu_model"], attrs["region"]
+        if queue.region_id != region.pk:
+            raise serializers.ValidationError(
+                {"region": f"Queue {queue.name} is in region {queue.region}, not {region}."}
+            )
+        capacity = region_capacity(region.pk, model.pk)
+        if capacity == 0:
+            raise serializers.ValidationError({"gpu_model": f"Region {region} has no {model} GPUs."})
+        if attrs["count"] > capacity:
+            raise serializers.ValidationError({"count": (
+                f"{attrs['count']} {model} GPUs exceeds the {capacity} the region {region} has."
+            )})
+        return attrs

@@ -1,0 +1,28 @@
+from rest_framework import mixins
+
+from portal.core.api import TenantViewSet
+from portal.core.models import audit
+from portal.quotas.api.serializers import QueueSerializer, QuotaRequestSerializer
+from portal.quotas.models import Queue, QuotaRequest
+from portal.tenancy.choices import Role
+
+
+class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    queryset = Queue.objects.select_related("region", "cohort").prefetch_related(
+        "quotas__gpu_model"
+    )
+    serializer_class = QueueSerializer
+    filterset_fields = ["name", "region__name"]
+
+
+class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                          mixins.CreateModelMixin, TenantViewSet):
+    queryset = QuotaRequest.objects.select_related("queue", "gpu_model", "region")
+    serializer_class = QuotaRequestSerializer
+    filterset_fields = ["status", "queue__name", "gpu_model__name"]
+    write_roles = (Role.ADMIN,)
+
+    def perform_create(self, serializer):
+        request = serializer.save(tenant=self.tenant, requested_by=self.request.user)
+        audit("quota_request.created", request, actor=self.request.user, tenant=self.tenant,
+              count=request.count, gpu_model=request.gpu_model.name)

@@ -1,0 +1,181 @@
+from dataclasses import dataclass
+
+from django.db import models, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from portal.cluster.choices import Health
+from portal.cluster.models import GpuModel, Node, Region
+from portal.core.live import publish_tenant
+from portal.core.models import audit
+from portal.quotas.choices import RequestStatus
+from portal.tenancy.models import Tenant
+
+
+class Cohort(models.Model):
+    """Queues that lend each other their idle quota."""
+
+    name = models.CharField(max_length=64, unique=True)
+
+    def __str__(self):
+        return self.name
+
+
+class Queue(models.Model):
+    """A tenant's virtual queue in one region: quotas per GPU model, a priority, a cohort."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="queues")
+    name = models.SlugField(max_length=64)
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="queues")
+    cohort = models.ForeignKey(
+        Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="queues"
+    )
+    priority = models.IntegerField(default=0)
+    weight = models.FloatField(default=1.0, help_text="Fair-share weight inside the cohort")
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="%(app_label)s_%(class)s_unique_name")
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.name}"
+
+    def ceiling(self, gpu_model: GpuModel) -> int:
+        """The most GPUs of `gpu_model` this queue could ever hold: its quota plus what it may
+        borrow from its cohort, and never more than the region has."""
+        own = self.quotas.filter(gpu_model=gpu_model).first()
+        nominal = own.nominal if own else 0
+        borrowable = 0
+        if self.cohort_id:
+            peers = QueueQuota.objects.filter(
+                queue__cohort_id=self.cohort_id, gpu_model=gpu_model
+            ).exclude(queue=self)
+            lendable = sum(
+                q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
+                for q in peers
+            )
+            limit = own.borrowing_limit if own else None
+            borrowable = lendable if limit is None else min(limit, lendable)
+        return min(nominal + borrowable, region_capacity(self.region_id, gpu_model.pk))
+
+
+class QueueQuota(models.Model):
+    """One queue's quota for one GPU model. Empty limits mean unlimited."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    guarantee = models.PositiveIntegerField(default=0, help_text="Never lent, never reclaimed")
+    nominal = models.PositiveIntegerField(default=0, help_text="Lendable to the cohort when idle")
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "gpu_model"], name="%(app_label)s_%(class)s_unique_model"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(guarantee__lte=models.F("nominal")),
+                name="%(app_label)s_%(class)s_guarantee_within_nominal",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.queue} {self.gpu_model}: {self.nominal}"
+
+
+def region_capacity(region_id: int, gpu_model_id: int) -> int:
+    """GPUs of a model in a region, on nodes that are not down."""
+    total = (
+        Node.objects.filter(leaf__pod__datacenter__region_id=region_id, gpu_model_id=gpu_model_id)
+        .exclude(health=Health.DOWN)
+        .aggregate(n=Sum("gpu_count"))["n"]
+    )
+    return total or 0
+
+
+@dataclass(frozen=True)
+class CapacityCheck:
+    """What an operator needs to see before approving a quota request."""
+
+    capacity: int
+    committed: int
+    requested: int
+
+    @property
+    def fits(self) -> bool:
+        return self.committed + self.requested <= self.capacity
+
+    def __str__(self):
+        verdict = "fits" if self.fits else "exceeds capacity"
+        return (f"{self.committed} committed + {self.requested} requested = "
+                f"{self.committed + self.requested} of {self.capacity} GPUs: {verdict}")
+
+
+class QuotaRequest(models.Model):
+    """A tenant admin's request for more GPU quota on one queue, decided by an operator."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_requests")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    count = models.PositiveIntegerField()
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
+    )
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+
+    def __str__(self):
+        return f"{self.count} x {self.gpu_model} for {self.queue}"
+
+    def capacity_check(self) -> CapacityCheck:
+        committed = QueueQuota.objects.filter(
+            queue__region=self.region, gpu_model=self.gpu_model
+        ).aggregate(n=Sum("nominal"))["n"]
+        return CapacityCheck(
+            capacity=region_capacity(self.region_id, self.gpu_model_id),
+            committed=committed or 0,
+            requested=self.count,
+        )
+
+    def decide(self, operator, approve: bool, note: str = "") -> bool:
+        """Approve (raising the queue's nominal quota) or reject. Returns False when the request
+        was already decided or, for an approval, when it no longer fits the region's capacity."""
+        with transaction.atomic():
+            if approve and not self.capacity_check().fits:
+                return False
+            status = RequestStatus.APPROVED if approve else RequestStatus.REJECTED
+            claimed = QuotaRequest.objects.filter(
+                pk=self.pk, status=RequestStatus.PENDING
+            ).update(status=status, decided_by=operator, decided_at=timezone.now(),
+                     decision_note=note)
+            if not claimed:
+                return False
+            if approve:
+                quota, _ = QueueQuota.objects.select_for_update().get_or_create(
+                    queue=self.queue, gpu_model=self.gpu_model
+                )
+                quota.nominal += self.count
+                quota.save(update_fields=["nominal"])
+            self.refresh_from_db()
+            audit(f"quota_request.{status}", self, actor=operator, tenant=self.tenant,
+                  count=self.count, gpu_model=self.gpu_model.name, queue=self.queue.name)
+        publish_tenant(self.tenant_id, "quota.decided", {
+            "id": self.pk, "status": self.status, "queue": self.queue.name,
+            "gpu_model": self.gpu_model.name, "count": self.count,
+        })
+        return True

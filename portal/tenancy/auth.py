@@ -1,0 +1,34 @@
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from portal.tenancy.models import ApiToken, hash_token
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer wk_...`: the token acts as the member who issued it."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        parts = authentication.get_authorization_header(request).split()
+        if not parts or parts[0].decode().lower() != self.keyword.lower():
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
+        token = (
+            ApiToken.objects.select_related("membership__user", "membership__tenant")
+            .filter(key_hash=hash_token(parts[1].decode()), revoked=False)
+            .first()
+        )
+        if token is None or not token.membership.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
+        now = timezone.now()
+        # One write a minute at most, not one per request.
+        if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token.membership.user, token
+
+    def authenticate_header(self, request):
+        return self.keyword

@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal.cluster.api.views import FaultViewSet, NodeViewSet
+from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
+from portal.workloads.api.views import WorkloadViewSet
+
+router = DefaultRouter()
+router.register("queues", QueueViewSet)
+router.register("quota-requests", QuotaRequestViewSet)
+router.register("workloads", WorkloadViewSet)
+router.register("nodes", NodeViewSet)
+router.register("faults", FaultViewSet)
+
+admin.site.site_header = "Wanka operator console"
+admin.site.site_title = "Wanka"
+
+urlpatterns = [
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+    path("", include("portal.dashboard.urls")),
+]

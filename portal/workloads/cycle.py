@@ -1,0 +1,131 @@
+"""One scheduling cycle: snapshot the database, ask the engine for a plan, apply it.
+
+Runs inside the `run_cycle` Celery task, one at a time under a Redis lock.
+"""
+
+import logging
+import time
+from collections import defaultdict
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from portal.cluster.agents import sync_nodes
+from portal.cluster.choices import Health
+from portal.cluster.models import Node
+from portal.quotas.models import Queue
+from portal.workloads.choices import HOLDING, State, Topology
+from portal.workloads.models import Allocation, IllegalTransition, Workload, transition
+from scheduler import engine
+
+log = logging.getLogger(__name__)
+
+LEVELS = {
+    Topology.NODE: engine.TopologyLevel.NODE,
+    Topology.LEAF: engine.TopologyLevel.LEAF,
+    Topology.POD: engine.TopologyLevel.POD,
+    Topology.DATACENTER: engine.TopologyLevel.DATACENTER,
+    Topology.ANY: engine.TopologyLevel.ANY,
+}
+
+
+def build_snapshot() -> engine.Snapshot:
+    """The engine's view of the cluster: a handful of queries, whatever the cluster's size."""
+    busy = defaultdict(set)
+    placements = defaultdict(lambda: defaultdict(list))
+    for workload_id, node_id, index in Allocation.objects.values_list(
+        "workload_id", "node_id", "gpu_index"
+    ):
+        busy[node_id].add(index)
+        placements[workload_id][node_id].append(index)
+    nodes = tuple(
+        engine.Node(
+            id=n.id, name=n.name, gpu_model=n.gpu_model.name, gpus=n.gpu_count,
+            datacenter=n.leaf.pod.datacenter.name,
+            pod=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}",
+            leaf=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}/{n.leaf.name}",
+            free=tuple(i for i in range(n.gpu_count) if i not in busy[n.id]),
+            schedulable=n.health == Health.READY and n.connected,
+        )
+        for n in Node.objects.select_related("gpu_model", "leaf__pod__datacenter")
+    )
+    queues = tuple(
+        engine.Queue(
+            id=q.id, name=q.name, cohort=q.cohort.name if q.cohort else None,
+            priority=q.priority, weight=q.weight,
+            quotas=tuple(
+                engine.Quota(gpu_model=quota.gpu_model.name, nominal=quota.nominal,
+                             guarantee=quota.guarantee, borrowing_limit=quota.borrowing_limit,
+                             lending_limit=quota.lending_limit)
+                for quota in q.quotas.all()
+            ),
+        )
+        for q in Queue.objects.select_related("cohort").prefetch_related("quotas__gpu_model")
+    )
+    workloads = tuple(
+        engine.Workload(
+            id=w.id, queue_id=w.queue_id, gpu_model=w.gpu_model.name, gpus=w.gpus,
+            submitted_at=w.submitted_at.timestamp(), priority=w.priority,
+            topology=LEVELS[w.topology], topology_required=w.topology_required,
+            placements=tuple(
+                engine.Placement(node_id, tuple(sorted(indices)))
+                for node_id, indices in sorted(placements[w.id].items())
+            ),
+        )
+        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
+        .select_related("gpu_model").order_by("id")
+    )
+    return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads)
+
+
+def apply(plan: engine.Plan) -> set[int]:
+    """Write the plan in one transaction; return the ids of nodes whose desired state changed.
+
+    A workload cancelled since the snapshot is skipped. A GPU booked twice (which the engine
+    never plans) fails the unique constraint and rolls the whole plan back.
+    """
+    ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
+    workloads = Workload.objects.in_bulk(ids)
+    touched: set[int] = set()
+    with transaction.atomic():
+        bookings = []
+        for admission in plan.admissions:
+            nodes = len(admission.placements)
+            try:
+                transition(workloads[admission.workload_id], State.ADMITTED,
+                           reason=f"placed on {nodes} node{'s' if nodes > 1 else ''}",
+                           pending_reason="", queue_position=None)
+            except IllegalTransition:
+                continue
+            for placement in admission.placements:
+                touched.add(placement.node_id)
+                bookings += [Allocation(workload_id=admission.workload_id,
+                                        node_id=placement.node_id, gpu_index=index)
+                             for index in placement.gpu_indices]
+        Allocation.objects.bulk_create(bookings)
+        changed = []
+        for pending in plan.pending:
+            workload = workloads[pending.workload_id]
+            if (workload.pending_reason, workload.queue_position) != (pending.reason,
+                                                                      pending.position):
+                workload.pending_reason, workload.queue_position = pending.reason, pending.position
+                changed.append(workload)
+        Workload.objects.bulk_update(changed, ["pending_reason", "queue_position"])
+        Node.objects.filter(id__in=touched).update(generation=F("generation") + 1)
+    return touched
+
+
+def scheduling_cycle() -> engine.Plan:
+    """Snapshot, plan, apply, then tell the agents of the nodes that changed."""
+    started = time.perf_counter()
+    snapshot = build_snapshot()
+    planned = time.perf_counter()
+    plan = engine.plan(snapshot, now=timezone.now().timestamp())
+    applied = time.perf_counter()
+    touched = apply(plan)
+    transaction.on_commit(lambda: sync_nodes(touched))
+    log.info("cycle: %d admitted, %d pending; snapshot %.0f ms, plan %.0f ms, apply %.0f ms",
+             len(plan.admissions), len(plan.pending), (planned - started) * 1e3,
+             (applied - planned) * 1e3, (time.perf_counter() - applied) * 1e3)
+    return plan

@@ -1,0 +1,169 @@
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from portal.cluster.models import GpuModel, Node
+from portal.core.live import publish_tenant
+from portal.quotas.models import Queue
+from portal.tenancy.models import Tenant
+from portal.workloads.choices import (
+    TERMINAL,
+    TRANSITIONS,
+    CheckpointPolicy,
+    CheckpointStatus,
+    Kind,
+    PriorityClass,
+    State,
+    Topology,
+)
+
+
+class IllegalTransition(Exception):
+    """A state change the workload state machine forbids, or one that lost a race."""
+
+
+class Workload(models.Model):
+    """A job a tenant submitted: training, fine-tuning or inference on a gang of GPUs."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workloads")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="workloads")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRAINING)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    gpus = models.PositiveIntegerField()
+    min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
+    max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")
+    priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
+    topology = models.CharField(max_length=16, choices=Topology.choices,
+                                default=Topology.DATACENTER)
+    topology_required = models.BooleanField(default=False)
+    checkpoint_policy = models.CharField(max_length=16, choices=CheckpointPolicy.choices,
+                                         default=CheckpointPolicy.ASYNC)
+    checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    command = models.TextField(blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    time_limit_s = models.PositiveIntegerField(null=True, blank=True)
+    simulated_duration_s = models.FloatField(
+        null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"
+    )
+    # Written only by transition().
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING,
+                             editable=False, db_index=True)
+    pending_reason = models.CharField(max_length=300, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    submitted_at = models.DateTimeField(default=timezone.now, db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "state"])]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in TERMINAL
+
+
+# Timestamps stamped on entering a state.
+_STAMPS = {State.ADMITTED: "admitted_at", State.RUNNING: "started_at",
+           **{state: "finished_at" for state in TERMINAL}}
+
+
+def transition(workload: Workload, to: State, reason: str = "", actor=None, **fields) -> None:
+    """Move `workload` to state `to`: the only code that writes Workload.state.
+
+    Checks the move is legal, claims it with a conditional update (a racing caller that already
+    moved the workload makes this one raise), records a WorkloadEvent and tells the tenant's
+    browsers once the transaction commits. `fields` are saved in the same update.
+    """
+    source = State(workload.state)
+    if to not in TRANSITIONS[source]:
+        raise IllegalTransition(f"{workload} cannot go from {source} to {to}")
+    now = timezone.now()
+    if to in _STAMPS and not (to == State.RUNNING and workload.started_at):
+        fields[_STAMPS[to]] = now
+    with transaction.atomic():
+        moved = Workload.objects.filter(pk=workload.pk, state=source).update(state=to, **fields)
+        if not moved:
+            raise IllegalTransition(f"{workload} is no longer {source}")
+        WorkloadEvent.objects.create(workload=workload, from_state=source, to_state=to,
+                                     reason=reason, actor=actor if actor and actor.pk else None)
+    workload.state = to
+    for name, value in fields.items():
+        setattr(workload, name, value)
+    publish_tenant(workload.tenant_id, "workload.state", {
+        "id": workload.pk, "name": workload.name, "state": to, "reason": reason,
+    })
+
+
+class WorkloadEvent(models.Model):
+    """One state change of a workload, with why and by whom: its timeline."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, choices=State.choices)
+    to_state = models.CharField(max_length=16, choices=State.choices)
+    reason = models.CharField(max_length=300, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class Allocation(models.Model):
+    """One GPU booked to one workload. The unique constraint makes double booking impossible."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    gpu_index = models.PositiveSmallIntegerField()
+    started = models.BooleanField(default=False, help_text="The node's agent runs the workload")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index"],
+                                    name="%(app_label)s_%(class)s_unique_gpu_allocation")
+        ]
+
+    def __str__(self):
+        return f"{self.node}:{self.gpu_index} -> {self.workload}"
+
+
+class Checkpoint(models.Model):
+    """A saved training state a workload can resume from."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=16, choices=CheckpointPolicy.choices)
+    location = models.CharField(max_length=500)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    duration_s = models.FloatField(default=0)
+    status = models.CharField(max_length=16, choices=CheckpointStatus.choices,
+                              default=CheckpointStatus.IN_PROGRESS)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-step"]
+
+
+class UsageRecord(models.Model):
+    """GPU-hours booked to a tenant for one stretch of a workload's run."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="usage")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    gpus = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    gpu_hours = models.FloatField()
+
+    class Meta:
+        ordering = ["-ended_at"]
