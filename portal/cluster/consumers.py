@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from portal.cluster.agents import desired_state
 from portal.cluster.models import Gpu, Node
+from portal.cluster.summary import LAST_SEEN, TELEMETRY
 from portal.core.live import node_group
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -17,8 +18,6 @@ from portal.workloads import lifecycle
 from scheduler.agent import protocol
 
 log = logging.getLogger(__name__)
-
-from portal.cluster.summary import LAST_SEEN, TELEMETRY
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -97,7 +96,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def on_exited(self, workload_id, exit_code):
         self.exited.add(workload_id)
         code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
-        await database_sync_to_async(lifecycle.finish)(workload_id, code)
+        await database_sync_to_async(lifecycle.finish)(workload_id, self.node.id, code)
 
     async def on_ack(self, message):
         log.info("node %s: ack %s ok=%s", self.node.name, message["command_id"], message["ok"])

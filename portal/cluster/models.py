@@ -46,7 +46,9 @@ class Pod(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["datacenter", "name"], name="%(app_label)s_%(class)s_unique_name")
+            models.UniqueConstraint(
+                fields=["datacenter", "name"], name="%(app_label)s_%(class)s_unique_name"
+            )
         ]
 
     def __str__(self):
@@ -62,7 +64,9 @@ class Leaf(models.Model):
     class Meta:
         verbose_name_plural = "leaves"
         constraints = [
-            models.UniqueConstraint(fields=["pod", "name"], name="%(app_label)s_%(class)s_unique_name")
+            models.UniqueConstraint(
+                fields=["pod", "name"], name="%(app_label)s_%(class)s_unique_name"
+            )
         ]
 
     def __str__(self):
@@ -112,7 +116,9 @@ class Gpu(models.Model):
     class Meta:
         ordering = ["node", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="%(app_label)s_%(class)s_unique_index")
+            models.UniqueConstraint(
+                fields=["node", "index"], name="%(app_label)s_%(class)s_unique_index"
+            )
         ]
 
     def __str__(self):

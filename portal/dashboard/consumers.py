@@ -1,8 +1,8 @@
 """Live updates for browsers: cluster utilization for everyone signed in, workload and quota
 events for the members of their tenant."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from portal.core.live import CLUSTER_GROUP, tenant_group
 

@@ -36,7 +36,9 @@ class Queue(models.Model):
     class Meta:
         ordering = ["tenant", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="%(app_label)s_%(class)s_unique_name")
+            models.UniqueConstraint(
+                fields=["tenant", "name"], name="%(app_label)s_%(class)s_unique_name"
+            )
         ]
 
     def __str__(self):

@@ -17,10 +17,16 @@ def trigger_cycle() -> None:
     transaction.on_commit(run_cycle.delay)
 
 
+def _locked(workload_id: int, node_id: int) -> Workload | None:
+    """The workload, locked, if it holds GPUs on `node_id`: a node speaks only for its own."""
+    return (Workload.objects.select_for_update()
+            .filter(pk=workload_id, allocations__node_id=node_id).distinct().first())
+
+
 def mark_started(workload_id: int, node_id: int) -> None:
     """An agent runs its part of the workload; the gang is RUNNING once every node does."""
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().filter(pk=workload_id).first()
+        workload = _locked(workload_id, node_id)
         if workload is None or workload.state not in (State.ADMITTED, State.STARTING):
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(started=True)
@@ -31,10 +37,10 @@ def mark_started(workload_id: int, node_id: int) -> None:
             transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
 
 
-def finish(workload_id: int, exit_code: int) -> None:
-    """The workload's processes exited: success on code 0, failure otherwise."""
+def finish(workload_id: int, node_id: int, exit_code: int) -> None:
+    """The workload's processes on `node_id` exited: success on code 0, failure otherwise."""
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().filter(pk=workload_id).first()
+        workload = _locked(workload_id, node_id)
         if workload is None or workload.state not in HOLDING:
             return
         to = State.SUCCEEDED if exit_code == 0 else State.FAILED

@@ -117,6 +117,9 @@ class WorkloadEvent(models.Model):
     class Meta:
         ordering = ["at", "id"]
 
+    def __str__(self):
+        return f"{self.workload}: {self.from_state} -> {self.to_state}"
+
 
 class Allocation(models.Model):
     """One GPU booked to one workload. The unique constraint makes double booking impossible."""
@@ -153,6 +156,9 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["-step"]
 
+    def __str__(self):
+        return f"{self.workload} step {self.step}"
+
 
 class UsageRecord(models.Model):
     """GPU-hours booked to a tenant for one stretch of a workload's run."""
@@ -167,3 +173,6 @@ class UsageRecord(models.Model):
 
     class Meta:
         ordering = ["-ended_at"]
+
+    def __str__(self):
+        return f"{self.gpu_hours:.1f} GPU-hours of {self.workload}"

@@ -111,3 +111,35 @@ def api_client(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client
+
+
+@pytest.fixture(scope="session")
+def portal_server(django_db_setup, django_db_blocker):
+    """A real ASGI server (daphne) on the test database; yields its port."""
+    from tests.portal.processes import start_server
+
+    with django_db_blocker.unblock():
+        server, port = start_server()
+    yield port
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker):
+    from tests.portal.processes import start_worker
+
+    with django_db_blocker.unblock():
+        worker = start_worker()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def clean_redis():
+    """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
+    FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
+    from portal.cluster.summary import HISTORY, LAST_SEEN, TELEMETRY
+    from portal.core.redis import client
+
+    client().delete(TELEMETRY, LAST_SEEN, HISTORY, "wanka:cycle:lock", "wanka:cycle:again")
+    return client()

@@ -60,7 +60,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             )
         capacity = region_capacity(region.pk, model.pk)
         if capacity == 0:
-            raise serializers.ValidationError({"gpu_model": f"Region {region} has no {model} GPUs."})
+            raise serializers.ValidationError(
+                {"gpu_model": f"Region {region} has no {model} GPUs."}
+            )
         if attrs["count"] > capacity:
             raise serializers.ValidationError({"count": (
                 f"{attrs['count']} {model} GPUs exceeds the {capacity} the region {region} has."

@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.quotas.models import QuotaRequest, QueueQuota
+from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.models import Workload
 from tests.portal.conftest import api_client, make_queue
 

@@ -1,0 +1,358 @@
+"""The node agent wire protocol, shared by the agent and the server's consumer.
+
+Every message is one JSON object ``{"type": str, "v": 1, "id": str, ...fields}`` sent as a
+WebSocket text frame. The tables below (`AGENT_MESSAGES`, `SERVER_MESSAGES`) are the whole
+protocol: one schema per message type and direction. `parse` checks an incoming frame against
+them and `encode` checks an outgoing one, so neither end can send what the other would refuse.
+
+Error paths: the envelope fields are named bare (``type``, ``v``, ``id``); body fields are
+prefixed by the message type (``heartbeat.gpus[2].util``). A server answers a malformed message
+with ``encode("error", reason=e.reason, field=e.field)``.
+
+Fields a table does not name are ignored rather than refused, so a newer peer can add optional
+fields within version 1; a change of meaning bumps `PROTOCOL_VERSION`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+AGENT = "agent"
+SERVER = "server"
+
+WORKLOAD_STATES = ("running", "exited")
+EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
+COMMAND_ACTIONS = ("checkpoint", "stop", "resize", "drain")
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol; `field` is its path, or None for the frame."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field = field
+        self.reason = reason
+
+
+# A check takes a value and its path, and raises ProtocolError when the value does not fit.
+Check = Callable[[Any, str], None]
+
+
+def _is_int(value: Any) -> bool:
+    # bool is a subclass of int in Python, but `true` is not a number on the wire.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_range(value: float, path: str, low: float | None, high: float | None) -> None:
+    if low is not None and high is not None:
+        if not low <= value <= high:
+            raise ProtocolError(path, f"must be between {low} and {high}, got {value}")
+    elif low is not None and value < low:
+        raise ProtocolError(path, f"must be >= {low}, got {value}")
+    elif high is not None and value > high:
+        raise ProtocolError(path, f"must be <= {high}, got {value}")
+
+
+def integer(low: int | None = None, high: int | None = None) -> Check:
+    """An integer (not a bool), optionally within [low, high]."""
+
+    def check(value: Any, path: str) -> None:
+        if not _is_int(value):
+            raise ProtocolError(path, "expected an integer")
+        _check_range(value, path, low, high)
+
+    return check
+
+
+def number(low: float | None = None, high: float | None = None) -> Check:
+    """A finite integer or float (not a bool), optionally within [low, high]."""
+
+    def check(value: Any, path: str) -> None:
+        if not (_is_int(value) or isinstance(value, float)):
+            raise ProtocolError(path, "expected a number")
+        if not math.isfinite(value):
+            raise ProtocolError(path, "expected a finite number")
+        _check_range(value, path, low, high)
+
+    return check
+
+
+def string(non_empty: bool = False) -> Check:
+    """A string, optionally non-empty."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, str):
+            raise ProtocolError(path, "expected a string")
+        if non_empty and not value:
+            raise ProtocolError(path, "expected a non-empty string")
+
+    return check
+
+
+def boolean() -> Check:
+    """true or false."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, bool):
+            raise ProtocolError(path, "expected true or false")
+
+    return check
+
+
+def choice(*options: str) -> Check:
+    """One of a fixed set of strings."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, str) or value not in options:
+            listed = ", ".join(repr(option) for option in options)
+            raise ProtocolError(path, f"expected one of {listed}, got {_show(value)}")
+
+    return check
+
+
+def nullable(inner: Check) -> Check:
+    """null, or whatever `inner` accepts. The field itself must still be present."""
+
+    def check(value: Any, path: str) -> None:
+        if value is not None:
+            inner(value, path)
+
+    return check
+
+
+def list_of(item: Check) -> Check:
+    """A list whose every item passes `item`."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, list):
+            raise ProtocolError(path, "expected a list")
+        for index, element in enumerate(value):
+            item(element, f"{path}[{index}]")
+
+    return check
+
+
+def mapping_of(item: Check) -> Check:
+    """An object with any keys whose every value passes `item`."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            raise ProtocolError(path, "expected an object")
+        for key, element in value.items():
+            item(element, f"{path}.{key}")
+
+    return check
+
+
+def any_object() -> Check:
+    """An object with any content."""
+    return mapping_of(lambda value, path: None)
+
+
+def record(fields: Mapping[str, Check]) -> Check:
+    """An object that has every named field, each passing its check (extra fields ignored)."""
+
+    def check(value: Any, path: str) -> None:
+        if not isinstance(value, dict):
+            raise ProtocolError(path, "expected an object")
+        for name, field_check in fields.items():
+            if name not in value:
+                raise ProtocolError(f"{path}.{name}", "missing field")
+            field_check(value[name], f"{path}.{name}")
+
+    return check
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, str | int | float | bool | None) else "an object"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- the schema tables --------------------------------------------------------------------------
+
+_COUNT = integer(low=0)
+
+_WORKLOAD = record(
+    {
+        "workload_id": integer(),
+        "state": choice(*WORKLOAD_STATES),
+        "exit_code": nullable(integer()),
+        "step": _COUNT,
+    }
+)
+
+_NODE = record(
+    {
+        "hostname": string(non_empty=True),
+        "gpu_model": string(),
+        "gpus": list_of(record({"index": _COUNT, "uuid": string(), "memory_mb": _COUNT})),
+    }
+)
+
+_GPU_SAMPLE = record(
+    {
+        "index": _COUNT,
+        "util": number(low=0, high=100),
+        "memory_used_mb": _COUNT,
+        "temperature_c": number(),
+        "power_w": number(low=0),
+    }
+)
+
+_ASSIGNMENT = record(
+    {
+        "workload_id": integer(),
+        "gpu_indices": list_of(_COUNT),
+        "command": string(),
+        "env": mapping_of(string()),
+        "simulated_duration_s": nullable(number(low=0)),
+        "nnodes": integer(low=1),
+        "node_rank": _COUNT,
+        "master_addr": string(),
+        "master_port": integer(low=0, high=65535),
+    }
+)
+
+AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {
+    "hello": {
+        "agent_version": string(),
+        "generation": _COUNT,
+        "node": _NODE,
+        "workloads": list_of(_WORKLOAD),
+    },
+    "heartbeat": {
+        "generation": _COUNT,
+        "gpus": list_of(_GPU_SAMPLE),
+        "workloads": list_of(_WORKLOAD),
+    },
+    "event": {
+        "kind": choice(*EVENT_KINDS),
+        "workload_id": nullable(integer()),
+        "exit_code": nullable(integer()),
+        "detail": any_object(),
+    },
+    "ack": {
+        "command_id": string(non_empty=True),
+        "ok": boolean(),
+        "detail": string(),
+    },
+}
+
+SERVER_MESSAGES: dict[str, Mapping[str, Check]] = {
+    "desired_state": {
+        "generation": _COUNT,
+        "assignments": list_of(_ASSIGNMENT),
+    },
+    "command": {
+        "command_id": string(non_empty=True),
+        "action": choice(*COMMAND_ACTIONS),
+        "workload_id": nullable(integer()),
+        "args": any_object(),
+    },
+    "error": {
+        "reason": string(),
+        "field": nullable(string()),
+    },
+}
+
+_TABLES = {AGENT: AGENT_MESSAGES, SERVER: SERVER_MESSAGES}
+_BODY_CHECKS = {
+    (sender, type_): record(fields)
+    for sender, table in _TABLES.items()
+    for type_, fields in table.items()
+}
+_SENDER_OF = {type_: sender for sender, table in _TABLES.items() for type_ in table}
+
+
+# -- parse and encode ---------------------------------------------------------------------------
+
+
+def parse(text: str | bytes, sender: str) -> dict[str, Any]:
+    """Decode one frame sent by `sender` ("agent" or "server") and check it against its schema.
+
+    Returns the message as a dict; raises ProtocolError naming the first offending field.
+    """
+    if sender not in _TABLES:
+        raise ValueError(f"sender must be {AGENT!r} or {SERVER!r}, not {sender!r}")
+    message = _decode(text)
+    _validate(message, sender)
+    return message
+
+
+def encode(type: str, **fields: Any) -> str:
+    """Build, check and serialise one message of `type`; fills in `v` and a fresh `id`.
+
+    Pass `id=` to reuse a known id. Raises ProtocolError if the fields do not fit the schema.
+    """
+    sender = _SENDER_OF.get(type)
+    if sender is None:
+        raise ProtocolError("type", f"unknown message type {_show(type)}")
+    message = {"type": type, "v": PROTOCOL_VERSION, "id": uuid.uuid4().hex, **fields}
+    _validate(message, sender)
+    return json.dumps(message, allow_nan=False, separators=(",", ":"))
+
+
+def _decode(text: str | bytes) -> Any:
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(None, "invalid JSON: not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except ValueError as exc:
+        # Such as an integer of more digits than Python agrees to convert.
+        raise ProtocolError(None, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(None, "invalid JSON: nested too deeply") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON itself, and the other end, may not.
+    raise ProtocolError(None, f"invalid JSON: {name} is not a JSON number")
+
+
+def _validate(message: Any, sender: str) -> None:
+    if not isinstance(message, dict):
+        raise ProtocolError(None, "expected a JSON object")
+    _check_version(message)
+    type_ = _check_type(message, sender)
+    if "id" not in message:
+        raise ProtocolError("id", "missing field")
+    string(non_empty=True)(message["id"], "id")
+    _BODY_CHECKS[sender, type_](message, type_)
+
+
+def _check_version(message: dict[str, Any]) -> None:
+    # Checked before the type, so a message from a newer protocol is named as such.
+    supported = f"this end speaks protocol version {PROTOCOL_VERSION}"
+    if "v" not in message:
+        raise ProtocolError("v", f"missing field; {supported}")
+    version = message["v"]
+    if not _is_int(version) or version != PROTOCOL_VERSION:
+        raise ProtocolError("v", f"unsupported protocol version {_show(version)}; {supported}")
+
+
+def _check_type(message: dict[str, Any], sender: str) -> str:
+    if "type" not in message:
+        raise ProtocolError("type", "missing field")
+    type_ = message["type"]
+    string(non_empty=True)(type_, "type")
+    if type_ in _TABLES[sender]:
+        return type_
+    if type_ in _SENDER_OF:
+        raise ProtocolError(
+            "type", f"{type_!r} is sent by the {_SENDER_OF[type_]}, not the {sender}"
+        )
+    known = ", ".join(sorted(_TABLES[sender]))
+    raise ProtocolError(
+        "type", f"unknown message type {_show(type_)} from the {sender}; expected one of: {known}"
+    )

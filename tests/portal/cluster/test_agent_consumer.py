@@ -1,0 +1,129 @@
+"""The server end of the agent protocol, over real sockets to a real ASGI server."""
+
+import asyncio
+import json
+import threading
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from portal.cluster.models import Gpu, Node
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import UsageRecord
+from scheduler.agent import protocol
+from scheduler.agent.fleet import NodeSpec, build_agent
+from tests.portal.conftest import make_workload
+from tests.portal.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def agent_url(portal_server, clean_redis):
+    return f"ws://127.0.0.1:{portal_server}/ws/agent/"
+
+
+class AgentThread:
+    """The real simulated agent, on an event loop of its own."""
+
+    def __init__(self, url, node: Node):
+        spec = NodeSpec(hostname=node.name, token=node.issue_token(), gpu_model="H800")
+        self.agent = build_agent(spec, url, heartbeat_s=0.1)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_until_complete,
+                                       args=(self.agent.run(),), daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        # run() returns once stopped, which ends the thread's run_until_complete.
+        asyncio.run_coroutine_threadsafe(self.agent.stop(), self.loop)
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+
+
+def _refreshed(obj):
+    obj.refresh_from_db()
+    return obj
+
+
+def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url, acme_llm,
+                                                                       cluster):
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        assert node.agent_version
+        assert Gpu.objects.filter(node=node).count() == 8
+        workload = make_workload(acme_llm, "single-node", gpus=8, simulated_duration_s=1.0)
+        plan = scheduling_cycle()
+        assert [a.workload_id for a in plan.admissions] == [workload.pk]
+        wait_until(lambda: _refreshed(workload).state == State.RUNNING, 15, "running")
+        wait_until(lambda: _refreshed(workload).state == State.SUCCEEDED, 15, "succeeded")
+        assert workload.exit_code == 0
+        assert not workload.allocations.exists()
+        usage = UsageRecord.objects.get(workload=workload)
+        assert usage.gpus == 8 and usage.gpu_hours > 0
+        states = list(workload.events.values_list("to_state", flat=True))
+        assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
+        wait_until(lambda: _refreshed(node).reported_generation == node.generation, 10,
+                   "the agent to report the latest generation")
+    finally:
+        agent.stop()
+    wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")
+
+
+def test_malformed_messages_are_rejected_with_a_reason_and_logged(agent_url, portal_server,
+                                                                  cluster):
+    node = cluster[0]
+    token = node.issue_token()
+    with connect(agent_url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send("{not json")
+        assert json.loads(ws.recv(timeout=10))["type"] == "error"
+        ws.send(json.dumps({"type": "heartbeat", "v": 1, "id": "x", "generation": 0,
+                            "gpus": [{"index": 0, "util": "busy"}], "workloads": []}))
+        error = json.loads(ws.recv(timeout=10))
+        assert error["type"] == "error" and error["field"].startswith("heartbeat.gpus[0]")
+        ws.send(json.dumps({"type": "hello", "v": 99, "id": "y"}))
+        assert "version" in json.loads(ws.recv(timeout=10))["reason"]
+        # The connection is still sound: a good hello is answered with the desired state.
+        ws.send(protocol.encode("hello", agent_version="test", generation=0, workloads=[],
+                                node={"hostname": node.name, "gpu_model": "H800", "gpus": []}))
+        reply = protocol.parse(ws.recv(timeout=10), "server")
+        assert reply["type"] == "desired_state" and reply["assignments"] == []
+    assert f"node {node.name}: rejected message" in _server_log()
+    assert _refreshed(node).connected
+
+
+def _server_log():
+    from django.conf import settings
+
+    return (settings.DATA_DIR / "daphne.log").read_text()
+
+
+def test_unknown_tokens_are_refused(agent_url, cluster):
+    with pytest.raises(InvalidStatus) as refused:
+        connect(agent_url, additional_headers={"Authorization": "Bearer wn_forged"})
+    assert refused.value.response.status_code == 403
+    with pytest.raises(InvalidStatus):
+        connect(agent_url)
+
+
+def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
+    """Node A reporting node B's workload as exited changes nothing: identity is the token."""
+    a, b = cluster[0], cluster[4]
+    Node.objects.exclude(pk=b.pk).update(connected=False)
+    workload = make_workload(acme_llm, "on-b", gpus=8)
+    scheduling_cycle()
+    assert set(workload.allocations.values_list("node_id", flat=True)) == {b.pk}
+    token = a.issue_token()
+    with connect(agent_url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(protocol.encode("event", kind="workload_exited", workload_id=workload.pk,
+                                exit_code=0, detail={}))
+        ws.send(protocol.encode("hello", agent_version="t", generation=0, workloads=[],
+                                node={"hostname": a.name, "gpu_model": "H800", "gpus": []}))
+        protocol.parse(ws.recv(timeout=10), "server")
+    assert _refreshed(workload).state == State.ADMITTED
+    assert workload.allocations.count() == 8

@@ -1,0 +1,102 @@
+"""Real processes for tests that cross them: the ASGI server, Celery worker and beat, and the
+simulated fleet, all on the test database and the test Redis."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url() -> str:
+    """The URL of the test database, for child processes."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def child_env() -> dict:
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
+            "WANKA_DATA_DIR": str(settings.DATA_DIR), "PYTHONUNBUFFERED": "1"}
+
+
+class Child:
+    """A child process whose output goes to a log file the test can read."""
+
+    def __init__(self, name: str, command: list[str], **env):
+        self.log = settings.DATA_DIR / f"{name}.log"
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env={**child_env(), **env}, stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_output(self, text: str, timeout: float = 30) -> None:
+        wait_until(lambda: text in self.output(), timeout,
+                   f"{text!r} in {self.log.name}", check=self)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def wait_until(predicate, timeout: float = 30, what: str = "condition", check=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if check and check.process.poll() is not None:
+            raise AssertionError(f"{check.log.name} exited:\n{check.output()[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def start_server() -> tuple[Child, int]:
+    port = free_port()
+    server = Child("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
+                              str(port), "portal.asgi:application"])
+    server.wait_for_output("Listening on TCP address")
+    return server, port
+
+
+def start_worker() -> Child:
+    worker = Child("worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
+                              "-Q", "scheduling,celery", "--pool", "threads",
+                              "--concurrency", "4", "--loglevel", "INFO"])
+    worker.wait_for_output("ready.")
+    return worker
+
+
+def start_beat() -> Child:
+    beat = Child("beat", [sys.executable, "-m", "celery", "-A", "portal", "beat",
+                          "--loglevel", "INFO",
+                          "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
+                 WANKA_CYCLE_S="1")
+    beat.wait_for_output("beat: Starting")
+    return beat
+
+
+def start_fleet(port: int, heartbeat: float = 0.2) -> Child:
+    return Child("fleet", [sys.executable, "manage.py", "simfleet", "--url",
+                           f"ws://127.0.0.1:{port}/ws/agent/", "--heartbeat", str(heartbeat)])
