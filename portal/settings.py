@@ -107,7 +107,13 @@ REDIS_URL = os.environ.get("REDIS_URL") or redis_server.ensure(DATA_DIR)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        "CONFIG": {
+            # redis-py 8 gives sockets a read timeout by default, which cuts the layer's
+            # blocking receive (BZPOPMIN) short; the layer has timeouts of its own.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+            "capacity": 1000,
+            "expiry": 30,
+        },
     }
 }
 
@@ -176,6 +182,7 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI served from our own static files, not fetched from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {"WorkloadState": "portal.workloads.choices.State"},
 }
 
 WANKA = {

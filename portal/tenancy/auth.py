@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from portal.tenancy.models import ApiToken, hash_token
@@ -32,3 +33,14 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the bearer token in the OpenAPI schema."""
+
+    target_class = ApiTokenAuthentication
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "An API token of a tenant member: `Bearer wk_...`"}

