@@ -1,5 +1,16 @@
+"""The fixed cast, a small cluster and real processes, shared by every test.
+
+Tenant Acme: admin Alice, member Bob, viewer Victor. Tenant Globex: admin Charlie, who must never
+see Acme's things. One region with two data centers of H800 nodes and one pod of H20 nodes.
+"""
+
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+
+from portal.tenancy.choices import Role
+from portal.tenancy.models import Membership, Tenant
+from tests.builders import make_cluster, make_queue
 
 
 def pytest_collection_modifyitems(config, items):
@@ -9,3 +20,86 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+def _member(username, tenant, role):
+    user = User.objects.create_user(username, password="pw-" + username)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
+    return user
+
+
+@pytest.fixture
+def cluster(db):
+    return make_cluster()
+
+
+@pytest.fixture
+def acme(db):
+    return Tenant.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def globex(db):
+    return Tenant.objects.create(name="Globex", slug="globex")
+
+
+@pytest.fixture
+def alice(acme):
+    return _member("alice", acme, Role.ADMIN)
+
+
+@pytest.fixture
+def bob(acme):
+    return _member("bob", acme, Role.MEMBER)
+
+
+@pytest.fixture
+def victor(acme):
+    return _member("victor", acme, Role.VIEWER)
+
+
+@pytest.fixture
+def charlie(globex):
+    return _member("charlie", globex, Role.ADMIN)
+
+
+@pytest.fixture
+def operator(db):
+    return User.objects.create_superuser("operator", password="pw-operator")
+
+
+@pytest.fixture
+def acme_llm(cluster, acme):
+    return make_queue(acme, "llm", h800=64)
+
+
+@pytest.fixture(scope="session")
+def portal_server(django_db_setup, django_db_blocker):
+    """A real ASGI server (daphne) on the test database; yields its port."""
+    from tests.portal.processes import start_server
+
+    with django_db_blocker.unblock():
+        server, port = start_server()
+    yield port
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker):
+    from tests.portal.processes import start_worker
+
+    with django_db_blocker.unblock():
+        worker = start_worker()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def clean_redis():
+    """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
+    FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
+    from portal.cluster.summary import HISTORY, LAST_SEEN, TELEMETRY
+    from portal.core.redis import client
+
+    client().delete(TELEMETRY, LAST_SEEN, HISTORY, "wanka:cycle:lock", "wanka:cycle:again")
+    return client()

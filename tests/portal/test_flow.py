@@ -10,7 +10,7 @@ from portal.core.models import AuditEvent
 from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.choices import State
 from portal.workloads.models import UsageRecord, Workload
-from tests.portal.conftest import make_cluster, make_queue
+from tests.builders import make_cluster, make_queue
 from tests.portal.live_client import LiveClient
 from tests.portal.processes import start_beat, start_fleet, wait_until
 

@@ -8,7 +8,7 @@ from portal.cluster.models import Node
 from portal.cluster.tasks import publish_utilization
 from portal.workloads.choices import State
 from portal.workloads.tasks import run_cycle
-from tests.portal.conftest import make_workload
+from tests.builders import make_workload
 from tests.portal.live_client import LiveClient
 from tests.portal.processes import wait_until
 

@@ -4,7 +4,7 @@ import pytest
 
 from portal.cluster.models import FaultEvent
 from portal.quotas.models import QuotaRequest
-from tests.portal.conftest import api_client, make_queue, make_workload
+from tests.builders import api_client, make_queue, make_workload
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import pytest
 
 from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.models import Workload
-from tests.portal.conftest import api_client, make_queue
+from tests.builders import api_client, make_queue
 
 QUOTA_OK = {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 16,
             "reason": "pre-training"}

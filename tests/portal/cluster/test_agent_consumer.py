@@ -14,7 +14,7 @@ from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
 from scheduler.agent import protocol
 from scheduler.agent.fleet import NodeSpec, build_agent
-from tests.portal.conftest import make_workload
+from tests.builders import make_workload
 from tests.portal.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ from portal.workloads.choices import State
 from portal.workloads.cycle import apply
 from portal.workloads.models import Allocation, Workload
 from scheduler import engine
-from tests.portal.conftest import make_workload
+from tests.builders import make_workload
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -2,7 +2,7 @@ import pytest
 
 from portal.workloads.choices import TRANSITIONS, State
 from portal.workloads.models import IllegalTransition, Workload, WorkloadEvent, transition
-from tests.portal.conftest import make_workload
+from tests.builders import make_workload
 
 LEGAL = [(source, to) for source, targets in TRANSITIONS.items() for to in sorted(targets)]
 ILLEGAL = [(source, to) for source in State for to in State

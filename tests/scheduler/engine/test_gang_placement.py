@@ -1,0 +1,135 @@
+"""Gangs: whole nodes for big jobs, best-fit bin packing for small ones, never a GPU twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.engine import Node, Snapshot, Workload, plan
+from scheduler.engine.testing import (
+    cordon,
+    make_cluster,
+    make_queue,
+    make_running,
+    make_snapshot,
+    make_workload,
+    on,
+    outcome,
+)
+
+nlp = make_queue("nlp", h800=1000, h20=1000)
+LEAF = make_cluster(nodes=4)  # dc1-p1-l1-n1 .. n4
+N1, N2, N3, N4 = LEAF
+
+
+def job(workload_id: int, gpus: int, **kwargs: object) -> Workload:
+    return make_workload(workload_id, nlp, gpus, **kwargs)
+
+
+def held(workload_id: int, node: Node, *indices: int) -> Workload:
+    return make_running(workload_id, nlp, on(node, *indices))
+
+
+CASES = [
+    pytest.param(LEAF, [job(1, 8)], {1: "dc1-p1-l1-n1"}, id="an 8-GPU job takes one whole node"),
+    pytest.param(
+        LEAF,
+        [job(1, 16)],
+        {1: "dc1-p1-l1-n1 dc1-p1-l1-n2"},
+        id="a 16-GPU job takes two whole nodes",
+    ),
+    pytest.param(
+        LEAF,
+        [job(1, 12)],
+        {1: "needs 12 GPUs; jobs of 8 GPUs or more must use whole nodes of 8 GPUs"},
+        id="a 12-GPU job waits: jobs of a node or more must be whole nodes",
+    ),
+    pytest.param(
+        LEAF,
+        [held(90, N1, 0), job(1, 32)],
+        {1: "needs 4 whole H800 nodes in one data center; the best data center has 3 free"},
+        id="a node with one busy GPU is not a whole node",
+    ),
+    pytest.param(
+        cordon(LEAF, "dc1-p1-l1-n1"),
+        [job(1, 8)],
+        {1: "dc1-p1-l1-n2"},
+        id="a cordoned node is skipped",
+    ),
+    pytest.param(
+        LEAF,
+        [held(90, N1, 0, 1), held(91, N2, 0, 1, 2, 3, 4), job(1, 2)],
+        {1: "dc1-p1-l1-n2[5,6]"},
+        id="a small job goes to the node with the fewest free GPUs that fit",
+    ),
+    pytest.param(
+        LEAF,
+        [held(90, N3, 0, 1, 2, 3, 4, 5), held(91, N2, 0, 1, 2, 3, 4, 5), job(1, 2)],
+        {1: "dc1-p1-l1-n2[6,7]"},
+        id="equally full nodes: the lower name wins",
+    ),
+    pytest.param(
+        LEAF,
+        [held(90, N1, 1, 3), job(1, 3)],
+        {1: "dc1-p1-l1-n1[0,2,4]"},
+        id="a small job takes the lowest free indices",
+    ),
+    pytest.param(
+        LEAF,
+        [held(90, N1, 0, 1, 2, 3, 4, 5), job(1, 3)],
+        {1: "dc1-p1-l1-n2[0,1,2]"},
+        id="a small job breaks a whole node only when no partly used node fits",
+    ),
+    pytest.param(
+        LEAF,
+        [job(1, 4), job(2, 4)],
+        {1: "dc1-p1-l1-n1[0,1,2,3]", 2: "dc1-p1-l1-n1[4,5,6,7]"},
+        id="two small jobs in one plan share a node, not a GPU",
+    ),
+    pytest.param(
+        cordon(LEAF, "dc1-p1-l1-n2", "dc1-p1-l1-n3", "dc1-p1-l1-n4"),
+        [held(90, N1, 0, 1, 2, 3, 4, 5), job(1, 3)],
+        {1: "no schedulable H800 node has 3 free GPUs (the most on one node is 2; 2 free in all)"},
+        id="a small job with no node to fit says how much is free",
+    ),
+    pytest.param(
+        LEAF,
+        [job(1, 8, gpu_model="H20")],
+        {1: "the cluster has no H20 nodes"},
+        id="a GPU model the cluster lacks",
+    ),
+    pytest.param(
+        LEAF,
+        [job(1, 0)],
+        {1: "asks for 0 GPUs; a workload needs at least one"},
+        id="a workload must ask for at least one GPU",
+    ),
+    pytest.param(
+        cordon(LEAF, *(node.name for node in LEAF)),
+        [job(1, 12)],
+        {1: "needs 12 GPUs; jobs of 8 GPUs or more must use whole nodes of 8 GPUs"},
+        id="cordoned nodes still tell the node size",
+    ),
+    pytest.param(
+        (*LEAF, *make_cluster("H20", nodes=2, gpus=4, first_id=100, prefix="h20-")),
+        [job(1, 8, gpu_model="H20"), job(2, 8)],
+        {1: "h20-dc1-p1-l1-n1 h20-dc1-p1-l1-n2", 2: "dc1-p1-l1-n1"},
+        id="node size is per GPU model",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "workloads", "expected"), CASES)
+def test_placement(
+    nodes: tuple[Node, ...], workloads: list[Workload], expected: dict[int, str]
+) -> None:
+    snapshot = make_snapshot(nodes, [nlp], workloads)
+    assert outcome(plan(snapshot, now=0.0), snapshot) == expected
+
+
+def test_gpus_of_running_workloads_are_never_given_again_even_if_listed_free() -> None:
+    # A racy snapshot: n1 still lists GPUs 0-5 as free although workload 90 holds them.
+    snapshot = Snapshot(LEAF[:1], (nlp,), (held(90, N1, 0, 1, 2, 3, 4, 5), job(1, 2), job(2, 2)))
+    assert outcome(plan(snapshot, now=0.0), snapshot) == {
+        1: "dc1-p1-l1-n1[6,7]",
+        2: "no schedulable H800 node has 2 free GPUs (the most on one node is 0; 0 free in all)",
+    }
