@@ -40,6 +40,8 @@ JOBS = [
     # tenant, queue, name, kind, model, GPUs, simulated seconds
     ("Acme", "llm", "llama-8b-pretrain", "training", "H800", 64, 3600),
     ("Acme", "llm", "moe-ablation-3", "training", "H800", 16, 900),
+    # Needs 16 whole nodes under one leaf switch, which has 8: waits, saying so.
+    ("Acme", "llm", "long-context-128k", "training", "H800", 128, 1800),
     ("Acme", "sft", "qwen-sft-support", "sft", "H20", 8, 1200),
     ("Globex", "train", "recsys-ranker", "training", "H800", 32, 2400),
     ("Globex", "infer", "chat-serving", "inference", "H20", 16, 7200),
@@ -66,7 +68,8 @@ def seed() -> bool:
             tenant=tenants[tenant], queue=queues[tenant, queue], name=name, kind=kind,
             gpu_model=GpuModel.objects.get(name=model), gpus=gpus, simulated_duration_s=seconds,
             submitted_by=users["bob" if tenant == "Acme" else "charlie"],
-            command="torchrun --nnodes=$NNODES train.py", topology="pod",
+            command="torchrun --nnodes=$NNODES train.py",
+            topology="leaf" if gpus > 64 else "pod", topology_required=gpus > 64,
         )
     QuotaRequest.objects.create(
         tenant=tenants["Acme"], queue=queues["Acme", "llm"], requested_by=users["alice"],

@@ -4,7 +4,6 @@ REST API accept and refuse exactly the same things."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Sum
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -17,6 +16,7 @@ from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload
+from portal.workloads.usage import gpu_hours
 
 
 def _membership(request, write=False, admin=False):
@@ -41,12 +41,9 @@ def dashboard(request):
     if membership:
         workloads = _tenant_workloads(request)
         context["workloads"] = workloads[:15]
-        context["active_gpus"] = (
-            workloads.filter(state__in=HOLDING).aggregate(n=Sum("gpus"))["n"] or 0
-        )
-        context["gpu_hours"] = (
-            membership.tenant.usage.aggregate(n=Sum("gpu_hours"))["n"] or 0
-        )
+        holding = workloads.filter(state__in=HOLDING)
+        context["active_gpus"] = sum(w.gpus for w in holding)
+        context["gpu_hours"] = gpu_hours(membership.tenant.usage, holding)
     return render(request, "dashboard/index.html", context)
 
 
@@ -63,7 +60,7 @@ def workload_detail(request, pk):
     return render(request, "dashboard/workload_detail.html", {
         "workload": workload, "events": workload.events.all(),
         "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
-        "gpu_hours": workload.usage.aggregate(n=Sum("gpu_hours"))["n"] or 0,
+        "gpu_hours": gpu_hours(workload.usage, [workload]),
     })
 
 

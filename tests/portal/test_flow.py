@@ -85,3 +85,5 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
     assert usage.tenant == acme and usage.gpus == 16
     assert 16 * 3 / 3600 < usage.gpu_hours < 16 * 30 / 3600
     assert "llama-8b" in bobs_browser.get("/").content.decode()
+    detail = bobs_browser.get(f"/api/v1/workloads/{workload.pk}/").json()
+    assert detail["gpu_hours"] == round(usage.gpu_hours, 4)

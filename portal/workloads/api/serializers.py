@@ -4,6 +4,7 @@ from rest_framework import serializers
 from portal.cluster.models import GpuModel, Node
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads.models import Workload, WorkloadEvent
+from portal.workloads.usage import gpu_hours
 
 GPU_MODEL_FIELD = {
     "slug_field": "name",
@@ -62,6 +63,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 class WorkloadDetailSerializer(WorkloadSerializer):
     events = WorkloadEventSerializer(many=True, read_only=True)
+    gpu_hours = serializers.SerializerMethodField(help_text="Booked plus used so far")
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*WorkloadSerializer.Meta.fields, "events"]
+        fields = [*WorkloadSerializer.Meta.fields, "gpu_hours", "events"]
+
+    def get_gpu_hours(self, workload) -> float:
+        return round(gpu_hours(workload.usage, [workload]), 4)

@@ -1,0 +1,32 @@
+"""Lists and pages cost a fixed number of queries, however many rows they show."""
+
+import pytest
+
+from tests.builders import api_client, make_workload
+
+
+@pytest.fixture
+def many_workloads(acme_llm):
+    return [make_workload(acme_llm, f"job-{i}", gpus=8) for i in range(40)]
+
+
+@pytest.mark.parametrize("url", ["/api/v1/workloads/", "/api/v1/nodes/", "/api/v1/queues/",
+                                 "/api/v1/quota-requests/", "/api/v1/faults/",
+                                 "/api/v1/nodes/summary/"])
+def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
+    client = api_client(bob)
+    with django_assert_max_num_queries(8):
+        assert client.get(url).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/", "/workloads/", "/quota/", "/workloads/new/"])
+def test_pages(many_workloads, bob, client, url, django_assert_max_num_queries):
+    client.force_login(bob)
+    with django_assert_max_num_queries(14):
+        assert client.get(url).status_code == 200
+
+
+def test_workload_page(many_workloads, bob, client, django_assert_max_num_queries):
+    client.force_login(bob)
+    with django_assert_max_num_queries(12):
+        assert client.get(f"/workloads/{many_workloads[0].pk}/").status_code == 200
