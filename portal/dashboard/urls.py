@@ -12,4 +12,6 @@ urlpatterns = [
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
     path("quota/", views.quota, name="quota"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
 ]

@@ -11,6 +11,7 @@ from portal.cluster.models import GpuModel, Region
 from portal.cluster.summary import cluster_summary, history
 from portal.core.models import audit
 from portal.quotas.api.serializers import QuotaRequestSerializer
+from portal.tenancy.models import ApiToken
 from portal.workloads import lifecycle
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
@@ -133,3 +134,32 @@ def _blank_to_none(post):
     data = {key: value for key, value in post.items() if value != ""}
     data["topology_required"] = "topology_required" in post
     return data
+
+
+@login_required
+def tokens(request):
+    """A member's own API tokens: issue one (its key shown this once), list, revoke."""
+    membership = _membership(request)
+    new_key = None
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()
+        if name:
+            token, new_key = ApiToken.issue(membership, name[:100])
+            audit("api_token.issued", token, actor=request.user, tenant=membership.tenant)
+        else:
+            messages.error(request, "Give the token a name.")
+    return render(request, "dashboard/tokens.html", {
+        "tokens": membership.tokens.order_by("-created_at"), "new_key": new_key,
+    })
+
+
+@login_required
+@require_POST
+def token_revoke(request, pk):
+    membership = _membership(request)
+    token = get_object_or_404(membership.tokens, pk=pk)
+    token.revoked = True
+    token.save(update_fields=["revoked"])
+    audit("api_token.revoked", token, actor=request.user, tenant=membership.tenant)
+    messages.success(request, f"Token {token} revoked.")
+    return redirect("tokens")

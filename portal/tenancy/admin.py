@@ -18,5 +18,9 @@ class TenantAdmin(admin.ModelAdmin):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "membership", "hint", "created_at", "last_used_at", "revoked"]
-    readonly_fields = ["key_hash", "hint", "last_used_at"]
+    fields = ["membership", "name", "hint", "created_at", "last_used_at", "revoked"]
+    readonly_fields = ["membership", "name", "hint", "created_at", "last_used_at"]
     list_filter = ["revoked"]
+
+    def has_add_permission(self, request):
+        return False  # members issue their own on the API tokens page; the key is shown once
