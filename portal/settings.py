@@ -135,6 +135,12 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+if env_bool("WANKA_DEMO_TRAFFIC", False):  # set by `manage.py standalone`
+    CELERY_BEAT_SCHEDULE["demo-traffic"] = {
+        "task": "portal.core.tasks.demo_traffic",
+        "schedule": timedelta(seconds=20),
+    }
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

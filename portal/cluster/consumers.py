@@ -51,7 +51,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.warning("node %s: rejected message: %s", self.node.name, error)
             await self.send(protocol.encode("error", reason=error.reason, field=error.field))
             return
-        await getattr(self, f"on_{message['type']}")(message)
+        try:
+            await getattr(self, f"on_{message['type']}")(message)
+        except Exception:
+            # One message that fails to apply must not cut the node off; it says it again
+            # (heartbeats repeat the whole state) and the traceback is in the log.
+            log.exception("node %s: failed to apply %s", self.node.name, message["type"])
 
     async def on_hello(self, message):
         await _record_hello(self.node.id, message)

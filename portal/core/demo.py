@@ -108,3 +108,31 @@ def _queues(tenants) -> dict:
                                       guarantee=guarantee, nominal=nominal,
                                       borrowing_limit=borrowing)
     return queues
+
+
+# Jobs the demo keeps submitting so that the standalone dashboard stays alive:
+# tenant, queue, name, kind, model, choices of GPUs, seconds from/to.
+TRAFFIC = [
+    ("Acme", "llm", "ablation", "training", "H800", (8, 16, 32), (120, 600)),
+    ("Acme", "sft", "sft", "sft", "H20", (1, 2, 4, 8), (60, 300)),
+    ("Globex", "train", "ranker", "training", "H800", (16, 32), (180, 900)),
+    ("Globex", "infer", "canary", "inference", "H20", (2, 4), (60, 240)),
+]
+MAX_PENDING = 3
+
+
+def submit_traffic(rng) -> Workload | None:
+    """Submit one random demo job, unless enough are waiting already."""
+    if Workload.objects.filter(state="pending").count() >= MAX_PENDING:
+        return None
+    tenant, queue, prefix, kind, model, sizes, (low, high) = rng.choice(TRAFFIC)
+    queue = Queue.objects.filter(tenant__name=tenant, name=queue).first()
+    if queue is None:
+        return None
+    count = Workload.objects.filter(tenant=queue.tenant, name__startswith=prefix).count()
+    return Workload.objects.create(
+        tenant=queue.tenant, queue=queue, name=f"{prefix}-{count + 1}", kind=kind,
+        gpu_model=GpuModel.objects.get(name=model), gpus=rng.choice(sizes),
+        simulated_duration_s=rng.randint(low, high), topology="pod",
+        submitted_by=queue.tenant.memberships.exclude(role=Role.VIEWER).first().user,
+    )

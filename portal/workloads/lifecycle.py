@@ -1,7 +1,7 @@
 """What happens to a workload after admission: start, finish, cancel, and releasing its GPUs."""
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
@@ -19,8 +19,8 @@ def trigger_cycle() -> None:
 
 def _locked(workload_id: int, node_id: int) -> Workload | None:
     """The workload, locked, if it holds GPUs on `node_id`: a node speaks only for its own."""
-    return (Workload.objects.select_for_update()
-            .filter(pk=workload_id, allocations__node_id=node_id).distinct().first())
+    on_node = Allocation.objects.filter(workload=OuterRef("pk"), node_id=node_id)
+    return Workload.objects.select_for_update().filter(Exists(on_node), pk=workload_id).first()
 
 
 def mark_started(workload_id: int, node_id: int) -> None:

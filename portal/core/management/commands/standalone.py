@@ -41,6 +41,7 @@ class Command(BaseCommand):
         if not no_fleet:
             commands["fleet"] = [python, "manage.py", "simfleet",
                                  "--url", f"ws://127.0.0.1:{port}/ws/agent/"]
+        os.environ["WANKA_DEMO_TRAFFIC"] = "1"  # beat keeps demo jobs arriving
         children = {
             name: subprocess.Popen(command, stdout=(logs / f"{name}.log").open("ab"),
                                    stderr=subprocess.STDOUT, env=os.environ.copy())
