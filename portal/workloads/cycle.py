@@ -42,17 +42,18 @@ def build_snapshot() -> engine.Snapshot:
     nodes = tuple(
         engine.Node(
             id=n.id, name=n.name, gpu_model=n.gpu_model.name, gpus=n.gpu_count,
-            datacenter=n.leaf.pod.datacenter.name,
+            region=n.leaf.pod.datacenter.region.name, datacenter=n.leaf.pod.datacenter.name,
             pod=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}",
             leaf=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}/{n.leaf.name}",
             free=tuple(i for i in range(n.gpu_count) if i not in busy[n.id]),
             schedulable=n.health == Health.READY and n.connected,
         )
-        for n in Node.objects.select_related("gpu_model", "leaf__pod__datacenter")
+        for n in Node.objects.select_related("gpu_model", "leaf__pod__datacenter__region")
     )
     queues = tuple(
         engine.Queue(
-            id=q.id, name=q.name, cohort=q.cohort.name if q.cohort else None,
+            id=q.id, name=q.name, region=q.region.name,
+            cohort=q.cohort.name if q.cohort else None,
             priority=q.priority, weight=q.weight,
             quotas=tuple(
                 engine.Quota(gpu_model=quota.gpu_model.name, nominal=quota.nominal,
@@ -61,7 +62,7 @@ def build_snapshot() -> engine.Snapshot:
                 for quota in q.quotas.all()
             ),
         )
-        for q in Queue.objects.select_related("cohort").prefetch_related("quotas__gpu_model")
+        for q in Queue.objects.select_related("cohort", "region").prefetch_related("quotas__gpu_model")
     )
     workloads = tuple(
         engine.Workload(

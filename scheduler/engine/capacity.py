@@ -62,23 +62,25 @@ def _plural(count: int, word: str) -> str:
 
 
 class Capacity:
-    """Free GPUs of every GPU model in a snapshot."""
+    """Free GPUs of every GPU model in a snapshot, one pool per region and model: a queue's
+    work runs only in its own region."""
 
     def __init__(self, nodes: Iterable[Node]) -> None:
-        by_model: dict[str, list[Node]] = defaultdict(list)
+        by_model: dict[tuple[str, str], list[Node]] = defaultdict(list)
         for node in nodes:
-            by_model[node.gpu_model].append(node)
-        self._pools = {model: Pool(model, members) for model, members in by_model.items()}
+            by_model[node.region, node.gpu_model].append(node)
+        self._pools = {key: Pool(key[1], members) for key, members in by_model.items()}
         self._pool_of_node = {
             node.id: pool for pool in self._pools.values() for node in pool.nodes()
         }
 
-    def pool(self, gpu_model: str) -> Pool:
-        """The nodes of `gpu_model`, or Inadmissible when the cluster has none."""
+    def pool(self, region: str, gpu_model: str) -> Pool:
+        """The nodes of `gpu_model` in `region`, or Inadmissible when there are none."""
         try:
-            return self._pools[gpu_model]
+            return self._pools[region, gpu_model]
         except KeyError:
-            raise Inadmissible(f"the cluster has no {gpu_model} nodes") from None
+            where = f"region {region}" if region else "the cluster"
+            raise Inadmissible(f"{where} has no {gpu_model} nodes") from None
 
     def take(self, placements: Iterable[Placement]) -> None:
         """Mark these GPUs used; GPUs of unknown or unschedulable nodes are ignored."""

@@ -3,7 +3,7 @@
 This first engine admits in one global order and never preempts: a workload that does not fit
 waits with its reason and does not block the ones behind it (best-effort FIFO, like Kueue's
 default), so a large gang can be overtaken by smaller jobs until backfill reserves room for it.
-Queue priority and weight are not read yet; fair sharing between queues will use them.
+Queue weight is not read yet; fair sharing between queues will use it.
 """
 
 from __future__ import annotations
@@ -35,14 +35,16 @@ def plan(snapshot: Snapshot, now: float) -> Plan:
             capacity.take(workload.placements)
 
     # 2. Order pending workloads (see `queue_order` for the criteria).
-    ordered = sorted((w for w in snapshot.workloads if not w.is_running), key=queue_order)
+    priority = {queue.id: queue.priority for queue in snapshot.queues}
+    ordered = sorted((w for w in snapshot.workloads if not w.is_running),
+                     key=lambda w: queue_order(w, priority.get(w.queue_id, 0)))
 
     admissions: list[Admission] = []
     waiting: list[tuple[Workload, str]] = []
     for workload in ordered:
         try:
             queue = ledger.queue(workload.queue_id)
-            pool = capacity.pool(workload.gpu_model)
+            pool = capacity.pool(queue.region, workload.gpu_model)
             # A job no placement could ever satisfy hears so first, not a passing quota reason.
             pool.check_shape(workload.gpus)
             # 3. Check quota, counting what this plan has admitted so far.

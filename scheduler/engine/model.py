@@ -33,6 +33,7 @@ class Node:
     gpus: int
     free: tuple[int, ...]
     schedulable: bool = True  # False when cordoned, draining or down
+    region: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Queue:
     cohort: str | None = None
     priority: int = 0
     weight: float = 1.0
+    region: str = ""  # its work runs only on nodes of this region
 
     def quota(self, gpu_model: str) -> Quota:
         """This queue's quota for `gpu_model`; zero when it has none."""

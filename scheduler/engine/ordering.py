@@ -5,12 +5,14 @@ from __future__ import annotations
 from scheduler.engine.model import Workload
 
 
-def queue_order(workload: Workload) -> tuple[int, float, int]:
+def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, float, int]:
     """Sort key for pending workloads, first considered first.
 
     Criteria, in order:
-    1. higher `priority` first;
-    2. earlier `submitted_at` first;
-    3. lower `id` first, so equal priority and submit time still give one order.
+    1. higher priority of the workload's queue first (operators set it, so a tenant cannot jump
+       other tenants' work by marking its own jobs critical);
+    2. higher workload `priority` first;
+    3. earlier `submitted_at` first;
+    4. lower `id` first, so equal priority and submit time still give one order.
     """
-    return (-workload.priority, workload.submitted_at, workload.id)
+    return (-queue_priority, -workload.priority, workload.submitted_at, workload.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.engine import Pending, Workload, plan
@@ -10,6 +12,7 @@ from scheduler.engine.testing import make_cluster, make_queue, make_snapshot, ma
 
 nlp = make_queue("nlp", h800=1000)
 cv = make_queue("cv", h800=1000)
+prod = make_queue("prod", h800=1000, priority=10)
 ONE_NODE = make_cluster(nodes=1)
 FULL = "needs 1 whole H800 node in one data center; the best data center has 0 free"
 
@@ -23,6 +26,11 @@ ORDER_CASES = [
         [job(1, priority=0), job(2, priority=5)],
         2,
         id="higher priority goes first even when submitted later",
+    ),
+    pytest.param(
+        [job(1, priority=300), make_workload(2, prod, 8)],
+        2,
+        id="a higher-priority queue goes before a critical job of a lower one",
     ),
     pytest.param(
         [job(1, submitted_at=20.0), job(2, submitted_at=10.0)],
@@ -39,7 +47,7 @@ ORDER_CASES = [
 
 @pytest.mark.parametrize(("workloads", "first"), ORDER_CASES)
 def test_the_first_in_order_gets_the_only_node(workloads: list[Workload], first: int) -> None:
-    snapshot = make_snapshot(ONE_NODE, [nlp], workloads)
+    snapshot = make_snapshot(ONE_NODE, [nlp, prod], workloads)
     assert outcome(plan(snapshot, now=0.0), snapshot)[first] == "dc1-p1-l1-n1"
 
 
@@ -82,3 +90,12 @@ def test_a_workload_of_an_unknown_queue_waits_with_a_reason() -> None:
 def test_the_plan_does_not_depend_on_now() -> None:
     snapshot = make_snapshot(ONE_NODE, [nlp], [job(1), job(2)])
     assert plan(snapshot, now=0.0) == plan(snapshot, now=1e9)
+
+
+def test_a_queue_runs_only_in_its_own_region() -> None:
+    east = replace(make_queue("east", h800=64), region="cn-east")
+    west_nodes = [replace(node, region="cn-west") for node in make_cluster(nodes=2)]
+    snapshot = make_snapshot(west_nodes, [east], [make_workload(1, east, 8)])
+    result = plan(snapshot, now=0.0)
+    assert result.admissions == []
+    assert result.pending == [Pending(1, "region cn-east has no H800 nodes", 1)]
