@@ -133,6 +133,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.cluster.tasks.publish_utilization",
         "schedule": timedelta(seconds=2),
     },
+    "lost-nodes": {
+        "task": "portal.cluster.tasks.mark_lost_nodes",
+        "schedule": timedelta(seconds=5),
+    },
 }
 
 if env_bool("WANKA_DEMO_TRAFFIC", False):  # set by `manage.py standalone`

@@ -3,6 +3,8 @@ told "look again" and then sent its whole desired state, so a lost message costs
 
 from collections import defaultdict
 
+from django.db.models import Max, Min
+
 from portal.cluster.models import Node
 from portal.core.live import node_group, send_now
 
@@ -10,31 +12,40 @@ MASTER_PORT_BASE = 29500
 
 
 def desired_state(node: Node) -> dict:
-    """The `desired_state` message fields for `node`: every assignment it should run."""
+    """The `desired_state` message fields for `node`: every assignment it should run.
+
+    Three queries whatever the gang sizes: this node's GPUs, then for the workloads on it their
+    master (rank 0) nodes and their node counts, both fixed at admission.
+    """
     from portal.workloads.models import Allocation
 
-    here = Allocation.objects.filter(node=node).values("workload_id")
-    gangs = defaultdict(lambda: defaultdict(list))
-    workloads = {}
-    for alloc in Allocation.objects.filter(workload_id__in=here).select_related(
-        "workload", "node"
-    ):
-        gangs[alloc.workload_id][alloc.node.name].append(alloc.gpu_index)
+    mine = defaultdict(list)
+    ranks, workloads = {}, {}
+    for alloc in Allocation.objects.filter(node=node).select_related("workload"):
+        mine[alloc.workload_id].append(alloc.gpu_index)
+        ranks[alloc.workload_id] = alloc.node_rank
         workloads[alloc.workload_id] = alloc.workload
+    gangs = Allocation.objects.filter(workload_id__in=mine)
+    masters = {
+        row["workload_id"]: row for row in gangs.filter(node_rank=0)
+        .values("workload_id", "node__name").annotate(first_gpu=Min("gpu_index"))
+    }
+    last_rank = dict(gangs.values("workload_id").annotate(n=Max("node_rank"))
+                     .values_list("workload_id", "n"))
     assignments = []
-    for workload_id, by_node in sorted(gangs.items()):
-        names = sorted(by_node)
-        workload = workloads[workload_id]
+    for workload_id in sorted(mine):
+        workload, master = workloads[workload_id], masters[workload_id]
         assignments.append({
             "workload_id": workload_id,
-            "gpu_indices": sorted(by_node[node.name]),
+            "gpu_indices": sorted(mine[workload_id]),
             "command": workload.command,
             "env": {str(k): str(v) for k, v in workload.env.items()},
             "simulated_duration_s": workload.simulated_duration_s,
-            "nnodes": len(names),
-            "node_rank": names.index(node.name),
-            "master_addr": names[0],
-            "master_port": MASTER_PORT_BASE + workload_id % 1000,
+            "nnodes": last_rank[workload_id] + 1,
+            "node_rank": ranks[workload_id],
+            "master_addr": master["node__name"],
+            # GPUs are exclusive, so the master's first GPU index makes the port unique there.
+            "master_port": MASTER_PORT_BASE + master["first_gpu"],
         })
     return {"generation": node.generation, "assignments": assignments}
 

@@ -6,9 +6,11 @@ import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import transaction
 from django.utils import timezone
 
 from portal.cluster.agents import desired_state
+from portal.cluster.faults import record_fault
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import LAST_SEEN, TELEMETRY
 from portal.core.live import node_group
@@ -42,7 +44,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code):
         if self.node is not None:
             await self.channel_layer.group_discard(node_group(self.node.id), self.channel_name)
-            await _set_connected(self.node.id, False)
+            await _disconnected(self.node.id, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
@@ -59,7 +61,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.exception("node %s: failed to apply %s", self.node.name, message["type"])
 
     async def on_hello(self, message):
-        await _record_hello(self.node.id, message)
+        await _record_hello(self.node.id, self.channel_name, message)
         await self.on_workloads(message["workloads"])
         await self.agent_sync({})
 
@@ -95,6 +97,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.on_started(workload_id)
         elif message["kind"] == "workload_exited" and workload_id is not None:
             await self.on_exited(workload_id, message["exit_code"])
+        elif message["kind"] == "fault":
+            await database_sync_to_async(record_fault)(self.node.id, message["detail"])
         else:
             log.info("node %s: event %s %s", self.node.name, message["kind"], message["detail"])
 
@@ -118,8 +122,10 @@ def _node_for_token(token: str) -> Node | None:
 
 
 @database_sync_to_async
-def _set_connected(node_id: int, connected: bool) -> None:
-    Node.objects.filter(pk=node_id).update(connected=connected, last_seen_at=timezone.now())
+def _disconnected(node_id: int, channel_name: str) -> None:
+    """Mark the node disconnected, unless a newer connection of its agent has taken over."""
+    Node.objects.filter(pk=node_id, agent_channel=channel_name).update(
+        connected=False, agent_channel="", last_seen_at=timezone.now())
 
 
 def _desired_state(node_id: int) -> dict:
@@ -127,15 +133,29 @@ def _desired_state(node_id: int) -> dict:
 
 
 @database_sync_to_async
-def _record_hello(node_id: int, message: dict) -> None:
-    """Inventory from the agent: GPUs (uuid, memory) and the agent's version."""
-    inventory = message["node"]
-    Node.objects.filter(pk=node_id).update(
-        connected=True, last_seen_at=timezone.now(), agent_version=message["agent_version"],
-        reported_generation=message["generation"],
-    )
-    for gpu in inventory["gpus"]:
-        Gpu.objects.update_or_create(
-            node_id=node_id, index=gpu["index"],
-            defaults={"uuid": gpu["uuid"], "memory_mb": gpu["memory_mb"]},
-        )
+@transaction.atomic
+def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
+    """This connection now speaks for the node; record the inventory it reports (GPU uuids and
+    memory), writing only what changed so a fleet reconnecting at once costs little."""
+    node = Node.objects.select_for_update().get(pk=node_id)
+    node.connected, node.agent_channel = True, channel_name
+    node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
+    node.reported_generation = message["generation"]
+    node.save(update_fields=["connected", "agent_channel", "last_seen_at", "agent_version",
+                             "reported_generation"])
+    known = {gpu.index: gpu for gpu in node.gpus.all()}
+    new, changed = [], []
+    for item in message["node"]["gpus"]:
+        if item["index"] >= node.gpu_count:
+            log.warning("node %s: ignoring GPU %d of a %d-GPU node", node.name, item["index"],
+                        node.gpu_count)
+            continue
+        gpu = known.get(item["index"])
+        if gpu is None:
+            new.append(Gpu(node=node, index=item["index"], uuid=item["uuid"],
+                           memory_mb=item["memory_mb"]))
+        elif (gpu.uuid, gpu.memory_mb) != (item["uuid"], item["memory_mb"]):
+            gpu.uuid, gpu.memory_mb = item["uuid"], item["memory_mb"]
+            changed.append(gpu)
+    Gpu.objects.bulk_create(new)
+    Gpu.objects.bulk_update(changed, ["uuid", "memory_mb"])

@@ -85,6 +85,8 @@ class Node(models.Model):
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     agent_version = models.CharField(max_length=32, blank=True)
     connected = models.BooleanField(default=False)
+    # The agent's current connection, so a late disconnect of an old one changes nothing.
+    agent_channel = models.CharField(max_length=100, blank=True, editable=False)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # Level-triggered desired state: bumped whenever the node's assignments change.
     generation = models.PositiveBigIntegerField(default=0)

@@ -1,15 +1,20 @@
 """What every API endpoint shares: tenancy, permissions and the shape of errors."""
 
-from rest_framework import permissions, viewsets
+from rest_framework import permissions, status, viewsets
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal.core.errors import Conflict
 from portal.tenancy.choices import Role
 
 
 def exception_handler(exc, context):
     """Errors as `{"errors": [{"field": ..., "reason": ...}]}`; `field` is null when the error
     is about the whole request."""
+    if isinstance(exc, Conflict):
+        return Response({"errors": [{"field": "state", "reason": str(exc)}]},
+                        status=status.HTTP_409_CONFLICT)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

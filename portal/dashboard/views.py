@@ -11,12 +11,13 @@ from portal.cluster.models import GpuModel, Region
 from portal.cluster.summary import cluster_summary, history
 from portal.core.models import audit
 from portal.quotas.api.serializers import QuotaRequestSerializer
+from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken
 from portal.workloads import lifecycle
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
 from portal.workloads.filtersets import WorkloadFilterSet
-from portal.workloads.models import Workload
+from portal.workloads.models import IllegalTransition, Workload
 from portal.workloads.usage import gpu_hours
 
 
@@ -70,11 +71,11 @@ def workload_detail(request, pk):
 def workload_cancel(request, pk):
     _membership(request, write=True)
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
-    if workload.is_finished:
-        messages.error(request, f"{workload} has already {workload.state}.")
-    else:
+    try:
         lifecycle.cancel(workload, actor=request.user)
         messages.success(request, f"{workload} cancelled.")
+    except IllegalTransition:
+        messages.error(request, f"{workload} has already finished.")
     return redirect("workload-detail", pk=pk)
 
 
@@ -99,8 +100,7 @@ def workload_new(request):
         serializer = WorkloadSerializer(data=_blank_to_none(request.POST),
                                         context={"request": request})
         if serializer.is_valid():
-            workload = serializer.save(tenant=membership.tenant, submitted_by=request.user)
-            lifecycle.trigger_cycle()
+            workload = lifecycle.submit(serializer, request.user)
             messages.success(request, f"{workload} submitted.")
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
@@ -118,9 +118,7 @@ def quota(request):
         _membership(request, admin=True)
         serializer = QuotaRequestSerializer(data=request.POST, context={"request": request})
         if serializer.is_valid():
-            quota_request = serializer.save(tenant=membership.tenant, requested_by=request.user)
-            audit("quota_request.created", quota_request, actor=request.user,
-                  tenant=membership.tenant, count=quota_request.count)
+            QuotaRequest.file(serializer, request.user)
             messages.success(request, "Quota request sent to the operators.")
             return redirect("quota")
     context = _form_context(membership, data, serializer)

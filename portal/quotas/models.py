@@ -144,6 +144,14 @@ class QuotaRequest(models.Model):
     def __str__(self):
         return f"{self.count} x {self.gpu_model} for {self.queue}"
 
+    @classmethod
+    def file(cls, serializer, user) -> "QuotaRequest":
+        """Save a validated request from a tenant admin, with its audit event."""
+        request = serializer.save(tenant=user.membership.tenant, requested_by=user)
+        audit("quota_request.created", request, actor=user, tenant=request.tenant,
+              count=request.count, gpu_model=request.gpu_model.name, queue=request.queue.name)
+        return request
+
     def capacity_check(self) -> CapacityCheck:
         committed = QueueQuota.objects.filter(
             queue__region=self.region, gpu_model=self.gpu_model
@@ -158,6 +166,8 @@ class QuotaRequest(models.Model):
         """Approve (raising the queue's nominal quota) or reject. Returns False when the request
         was already decided or, for an approval, when it no longer fits the region's capacity."""
         with transaction.atomic():
+            # One decision per region at a time, so two approvals cannot both see room.
+            Region.objects.select_for_update().get(pk=self.region_id)
             if approve and not self.capacity_check().fits:
                 return False
             status = RequestStatus.APPROVED if approve else RequestStatus.REJECTED

@@ -48,7 +48,9 @@ def build_snapshot() -> engine.Snapshot:
             free=tuple(i for i in range(n.gpu_count) if i not in busy[n.id]),
             schedulable=n.health == Health.READY and n.connected,
         )
-        for n in Node.objects.select_related("gpu_model", "leaf__pod__datacenter__region")
+        for n in Node.objects.select_related(
+            "gpu_model", "leaf__pod__datacenter__region"
+        )
     )
     queues = tuple(
         engine.Queue(
@@ -62,7 +64,9 @@ def build_snapshot() -> engine.Snapshot:
                 for quota in q.quotas.all()
             ),
         )
-        for q in Queue.objects.select_related("cohort", "region").prefetch_related("quotas__gpu_model")
+        for q in Queue.objects.select_related("cohort", "region").prefetch_related(
+            "quotas__gpu_model"
+        )
     )
     workloads = tuple(
         engine.Workload(
@@ -99,9 +103,9 @@ def apply(plan: engine.Plan) -> set[int]:
                            pending_reason="", queue_position=None)
             except IllegalTransition:
                 continue
-            for placement in admission.placements:
+            for rank, placement in enumerate(admission.placements):
                 touched.add(placement.node_id)
-                bookings += [Allocation(workload_id=admission.workload_id,
+                bookings += [Allocation(workload_id=admission.workload_id, node_rank=rank,
                                         node_id=placement.node_id, gpu_index=index)
                              for index in placement.gpu_indices]
         Allocation.objects.bulk_create(bookings)

@@ -1,4 +1,8 @@
-"""What happens to a workload after admission: start, finish, cancel, and releasing its GPUs."""
+"""What happens to a workload after submission: start, finish, cancel, and releasing its GPUs.
+
+Agents report per node; these functions turn those reports into state transitions, under a row
+lock on the workload so reports from a gang's nodes, the cycle and a user's cancel serialize.
+"""
 
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
@@ -17,10 +21,27 @@ def trigger_cycle() -> None:
     transaction.on_commit(run_cycle.delay)
 
 
+def submit(serializer, user) -> Workload:
+    """Save a validated workload for the user's tenant and schedule it."""
+    workload = serializer.save(tenant=user.membership.tenant, submitted_by=user)
+    trigger_cycle()
+    return workload
+
+
 def _locked(workload_id: int, node_id: int) -> Workload | None:
     """The workload, locked, if it holds GPUs on `node_id`: a node speaks only for its own."""
     on_node = Allocation.objects.filter(workload=OuterRef("pk"), node_id=node_id)
     return Workload.objects.select_for_update().filter(Exists(on_node), pk=workload_id).first()
+
+
+def _run_if_all_started(workload: Workload) -> None:
+    if workload.state == State.ADMITTED:
+        transition(workload, State.STARTING, reason="processes starting")
+    if workload.state == State.STARTING and not workload.allocations.filter(
+        started=False
+    ).exists():
+        nodes = workload.allocations.values("node").distinct().count()
+        transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
 
 
 def mark_started(workload_id: int, node_id: int) -> None:
@@ -30,28 +51,39 @@ def mark_started(workload_id: int, node_id: int) -> None:
         if workload is None or workload.state not in (State.ADMITTED, State.STARTING):
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(started=True)
-        if workload.state == State.ADMITTED:
-            transition(workload, State.STARTING, reason="processes starting")
-        if not workload.allocations.filter(started=False).exists():
-            nodes = workload.allocations.values("node").distinct().count()
-            transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
+        _run_if_all_started(workload)
 
 
 def finish(workload_id: int, node_id: int, exit_code: int) -> None:
-    """The workload's processes on `node_id` exited: success on code 0, failure otherwise."""
+    """The workload's processes on `node_id` exited. The first non-zero exit fails the gang;
+    it succeeds once every node has exited 0 (ranks still saving or uploading are not cut off
+    by the first one done)."""
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
         if workload is None or workload.state not in HOLDING:
             return
-        to = State.SUCCEEDED if exit_code == 0 else State.FAILED
-        transition(workload, to, reason=f"exited with code {exit_code}", exit_code=exit_code)
-        release(workload)
+        Allocation.objects.filter(workload=workload, node_id=node_id).update(
+            started=True, exit_code=exit_code)
+        if exit_code != 0:
+            transition(workload, State.FAILED, reason=f"exited with code {exit_code}",
+                       exit_code=exit_code)
+            release(workload)
+            return
+        _run_if_all_started(workload)
+        if workload.state == State.RUNNING and not workload.allocations.filter(
+            exit_code__isnull=True
+        ).exists():
+            transition(workload, State.SUCCEEDED, reason="exited with code 0", exit_code=0)
+            release(workload)
 
 
-def cancel(workload: Workload, actor=None) -> None:
+def cancel(workload: Workload, actor=None) -> Workload:
+    """Cancel a workload that has not finished; raises IllegalTransition when it has."""
     with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
         transition(workload, State.CANCELLED, reason="cancelled by user", actor=actor)
         release(workload)
+    return workload
 
 
 def release(workload: Workload) -> None:

@@ -3,6 +3,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from portal.cluster.models import GpuModel, Node
+from portal.core.errors import Conflict
 from portal.core.live import publish_tenant
 from portal.quotas.models import Queue
 from portal.tenancy.models import Tenant
@@ -18,7 +19,7 @@ from portal.workloads.choices import (
 )
 
 
-class IllegalTransition(Exception):
+class IllegalTransition(Conflict):
     """A state change the workload state machine forbids, or one that lost a race."""
 
 
@@ -127,7 +128,10 @@ class Allocation(models.Model):
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     gpu_index = models.PositiveSmallIntegerField()
+    # The node's place in the gang (0 is the master), fixed at admission.
+    node_rank = models.PositiveIntegerField(default=0)
     started = models.BooleanField(default=False, help_text="The node's agent runs the workload")
+    exit_code = models.IntegerField(null=True, blank=True, help_text="How the node's part ended")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -135,6 +139,7 @@ class Allocation(models.Model):
             models.UniqueConstraint(fields=["node", "gpu_index"],
                                     name="%(app_label)s_%(class)s_unique_gpu_allocation")
         ]
+        indexes = [models.Index(fields=["workload", "node_rank"])]
 
     def __str__(self):
         return f"{self.node}:{self.gpu_index} -> {self.workload}"

@@ -27,3 +27,5 @@ def run_cycle() -> None:
                 break
     finally:
         lock.release()
+    if redis.exists(AGAIN):  # a trigger between our last look and the release
+        run_cycle.delay()

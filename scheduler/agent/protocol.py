@@ -176,13 +176,18 @@ def _show(value: Any) -> str:
 
 # -- the schema tables --------------------------------------------------------------------------
 
-_COUNT = integer(low=0)
+# Bounded so that a value always fits the columns the server stores it in.
+_INT64_MAX = 2**63 - 1
+_COUNT = integer(low=0, high=_INT64_MAX)
+_ID = integer(low=0, high=_INT64_MAX)
+_EXIT_CODE = integer(low=-(2**31), high=2**31 - 1)
+_GPU_INDEX = integer(low=0, high=255)
 
 _WORKLOAD = record(
     {
-        "workload_id": integer(),
+        "workload_id": _ID,
         "state": choice(*WORKLOAD_STATES),
-        "exit_code": nullable(integer()),
+        "exit_code": nullable(_EXIT_CODE),
         "step": _COUNT,
     }
 )
@@ -191,13 +196,13 @@ _NODE = record(
     {
         "hostname": string(non_empty=True),
         "gpu_model": string(),
-        "gpus": list_of(record({"index": _COUNT, "uuid": string(), "memory_mb": _COUNT})),
+        "gpus": list_of(record({"index": _GPU_INDEX, "uuid": string(), "memory_mb": _COUNT})),
     }
 )
 
 _GPU_SAMPLE = record(
     {
-        "index": _COUNT,
+        "index": _GPU_INDEX,
         "util": number(low=0, high=100),
         "memory_used_mb": _COUNT,
         "temperature_c": number(),
@@ -207,8 +212,8 @@ _GPU_SAMPLE = record(
 
 _ASSIGNMENT = record(
     {
-        "workload_id": integer(),
-        "gpu_indices": list_of(_COUNT),
+        "workload_id": _ID,
+        "gpu_indices": list_of(_GPU_INDEX),
         "command": string(),
         "env": mapping_of(string()),
         "simulated_duration_s": nullable(number(low=0)),
@@ -233,8 +238,8 @@ AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {
     },
     "event": {
         "kind": choice(*EVENT_KINDS),
-        "workload_id": nullable(integer()),
-        "exit_code": nullable(integer()),
+        "workload_id": nullable(_ID),
+        "exit_code": nullable(_EXIT_CODE),
         "detail": any_object(),
     },
     "ack": {
@@ -252,7 +257,7 @@ SERVER_MESSAGES: dict[str, Mapping[str, Check]] = {
     "command": {
         "command_id": string(non_empty=True),
         "action": choice(*COMMAND_ACTIONS),
-        "workload_id": nullable(integer()),
+        "workload_id": nullable(_ID),
         "args": any_object(),
     },
     "error": {

@@ -1,7 +1,6 @@
 from rest_framework import mixins
 
 from portal.core.api import TenantViewSet
-from portal.core.models import audit
 from portal.quotas.api.serializers import QueueSerializer, QuotaRequestSerializer
 from portal.quotas.models import Queue, QuotaRequest
 from portal.tenancy.choices import Role
@@ -23,6 +22,4 @@ class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     write_roles = (Role.ADMIN,)
 
     def perform_create(self, serializer):
-        request = serializer.save(tenant=self.tenant, requested_by=self.request.user)
-        audit("quota_request.created", request, actor=self.request.user, tenant=self.tenant,
-              count=request.count, gpu_model=request.gpu_model.name)
+        QuotaRequest.file(serializer, self.request.user)

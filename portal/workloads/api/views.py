@@ -1,6 +1,5 @@
-from rest_framework import mixins, status
+from rest_framework import mixins
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from portal.core.api import TenantViewSet
@@ -25,14 +24,10 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return queryset.prefetch_related("events") if self.action == "retrieve" else queryset
 
     def perform_create(self, serializer):
-        serializer.save(tenant=self.tenant, submitted_by=self.request.user)
-        lifecycle.trigger_cycle()
+        lifecycle.submit(serializer, self.request.user)
 
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        workload = self.get_object()
-        if workload.is_finished:
-            raise ValidationError({"state": f"The workload has already {workload.state}."})
-        lifecycle.cancel(workload, actor=request.user)
-        return Response(WorkloadSerializer(workload, context={"request": request}).data,
-                        status=status.HTTP_200_OK)
+        """Cancel the workload; 409 when it has already finished."""
+        workload = lifecycle.cancel(self.get_object(), actor=request.user)
+        return Response(WorkloadSerializer(workload, context={"request": request}).data)

@@ -8,7 +8,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from portal.cluster.models import Gpu, Node
+from portal.cluster.models import FaultEvent, Gpu, Node
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
@@ -127,3 +127,36 @@ def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
         protocol.parse(ws.recv(timeout=10), "server")
     assert _refreshed(workload).state == State.ADMITTED
     assert workload.allocations.count() == 8
+
+
+def _hello(ws, node):
+    ws.send(protocol.encode("hello", agent_version="t", generation=0, workloads=[],
+                            node={"hostname": node.name, "gpu_model": "H800", "gpus": []}))
+    return protocol.parse(ws.recv(timeout=10), "server")
+
+
+def test_a_late_disconnect_of_an_old_connection_leaves_the_node_connected(agent_url, cluster):
+    node = cluster[0]
+    auth = {"Authorization": f"Bearer {node.issue_token()}"}
+    old = connect(agent_url, additional_headers=auth).__enter__()
+    _hello(old, node)
+    with connect(agent_url, additional_headers=auth) as new:
+        _hello(new, node)
+        old.__exit__(None, None, None)  # the old socket's close arrives after the new hello
+        new.send(protocol.encode("heartbeat", generation=0, gpus=[], workloads=[]))
+        new.send("{")  # a round trip, so the server has handled the old close by now
+        assert json.loads(new.recv(timeout=10))["type"] == "error"
+        assert _refreshed(node).connected
+    wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")
+
+
+def test_a_fault_from_an_agent_is_recorded(agent_url, acme_llm, cluster):
+    node = cluster[0]
+    with connect(agent_url,
+                 additional_headers={"Authorization": f"Bearer {node.issue_token()}"}) as ws:
+        _hello(ws, node)
+        ws.send(protocol.encode("event", kind="fault", workload_id=None, exit_code=None,
+                                detail={"code": 79, "gpu_index": 3,
+                                        "message": "GPU has fallen off the bus"}))
+        fault = wait_until(lambda: FaultEvent.objects.filter(node=node).first(), 10, "a fault")
+    assert (fault.code, fault.gpu_index, fault.kind) == (79, 3, "xid")

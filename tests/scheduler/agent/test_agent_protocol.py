@@ -213,8 +213,22 @@ MALFORMED = [
         AGENT,
         changed("heartbeat", ("generation",), -1),
         "heartbeat.generation",
-        "must be >= 0",
+        "must be between 0 and 9223372036854775807, got -1",
         id="a negative generation",
+    ),
+    pytest.param(
+        AGENT,
+        changed("heartbeat", ("generation",), 2**70),
+        "heartbeat.generation",
+        "must be between 0 and 9223372036854775807, got 1180591620717411303424",
+        id="a generation too large to store",
+    ),
+    pytest.param(
+        AGENT,
+        changed("heartbeat", ("gpus", 0, "index"), 40000),
+        "heartbeat.gpus[0].index",
+        "must be between 0 and 255, got 40000",
+        id="a GPU index no node has",
     ),
     pytest.param(
         AGENT,

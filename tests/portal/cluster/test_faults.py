@@ -1,0 +1,46 @@
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.cluster.models import FaultEvent, Node
+from portal.cluster.summary import LAST_SEEN
+from portal.cluster.tasks import mark_lost_nodes
+from portal.workloads.cycle import scheduling_cycle
+from tests.builders import api_client, make_workload
+
+
+@pytest.fixture
+def stale(cluster, clean_redis):
+    """Every node of the cluster last heard from a minute ago, but one that just beat."""
+    Node.objects.update(last_seen_at=timezone.now() - timedelta(minutes=1))
+    clean_redis.zadd(LAST_SEEN, {cluster[1].id: time.time()})
+    return cluster
+
+
+def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_llm, bob,
+                                                                  charlie):
+    workload = make_workload(acme_llm, "on-first", gpus=8)
+    scheduling_cycle()
+    node = workload.allocations.first().node
+    lost = mark_lost_nodes()
+    assert stale[1].id not in lost and node.id in lost
+    assert not Node.objects.get(pk=node.pk).connected
+    assert Node.objects.get(pk=stale[1].pk).connected
+    fault = FaultEvent.objects.get(node=node)
+    assert fault.kind == "heartbeat_loss" and fault.severity == "critical"
+    assert list(fault.workloads.all()) == [workload]
+    assert [f["id"] for f in api_client(bob).get("/api/v1/faults/").json()["results"]] == [
+        fault.pk]
+    assert api_client(charlie).get("/api/v1/faults/").json()["count"] == 0
+    assert mark_lost_nodes() == []  # already marked: no second fault
+
+
+def test_a_lost_node_is_not_scheduled(stale, acme_llm):
+    mark_lost_nodes()
+    workload = make_workload(acme_llm, gpus=8)
+    plan = scheduling_cycle()
+    assert [a.workload_id for a in plan.admissions] == [workload.pk]
+    placed_on = {p.node_id for p in plan.admissions[0].placements}
+    assert placed_on == {stale[1].id}

@@ -1,0 +1,97 @@
+"""Agent reports to state transitions: gangs start together and end on their slowest node."""
+
+import pytest
+
+from portal.cluster.models import Node
+from portal.workloads import lifecycle
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import IllegalTransition, UsageRecord
+from tests.builders import api_client, make_workload
+
+
+@pytest.fixture
+def gang(acme_llm, cluster):
+    """A 16-GPU job admitted onto two nodes; returns it with its nodes' ids."""
+    workload = make_workload(acme_llm, "gang", gpus=16)
+    scheduling_cycle()
+    workload.refresh_from_db()
+    nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
+    assert workload.state == State.ADMITTED and len(nodes) == 2
+    return workload, nodes
+
+
+def _state(workload):
+    workload.refresh_from_db()
+    return workload.state
+
+
+def test_running_once_every_node_runs_it(gang):
+    workload, (a, b) = gang
+    lifecycle.mark_started(workload.pk, a)
+    assert _state(workload) == State.STARTING
+    lifecycle.mark_started(workload.pk, b)
+    assert _state(workload) == State.RUNNING
+
+
+def test_succeeded_only_when_the_last_node_exits_zero(gang):
+    workload, (a, b) = gang
+    lifecycle.mark_started(workload.pk, a)
+    lifecycle.mark_started(workload.pk, b)
+    lifecycle.finish(workload.pk, a, 0)
+    assert _state(workload) == State.RUNNING
+    assert workload.allocations.count() == 16  # node b still saving: its GPUs stay booked
+    lifecycle.finish(workload.pk, b, 0)
+    assert _state(workload) == State.SUCCEEDED
+    assert not workload.allocations.exists()
+    assert UsageRecord.objects.get(workload=workload).gpus == 16
+
+
+def test_a_node_that_finishes_before_the_other_reports_running(gang):
+    """A short job: node a is done before node b's 'started' arrives; nothing is illegal."""
+    workload, (a, b) = gang
+    lifecycle.finish(workload.pk, a, 0)
+    assert _state(workload) == State.STARTING
+    lifecycle.finish(workload.pk, b, 0)
+    assert _state(workload) == State.SUCCEEDED
+    states = list(workload.events.values_list("to_state", flat=True))
+    assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
+
+
+def test_the_first_non_zero_exit_fails_the_gang(gang):
+    workload, (a, b) = gang
+    lifecycle.mark_started(workload.pk, a)
+    lifecycle.finish(workload.pk, b, 137)
+    workload.refresh_from_db()
+    assert (workload.state, workload.exit_code) == (State.FAILED, 137)
+    assert not workload.allocations.exists()
+    assert Node.objects.get(pk=a).generation == 2  # told to stop its part
+
+
+def test_a_node_without_the_workload_changes_nothing(gang, cluster):
+    workload, nodes = gang
+    other = next(n.id for n in cluster if n.id not in nodes)
+    lifecycle.finish(workload.pk, other, 0)
+    lifecycle.mark_started(workload.pk, other)
+    assert _state(workload) == State.ADMITTED
+
+
+def test_cancelling_a_finished_job_is_a_conflict_and_changes_nothing(gang, bob):
+    workload, (a, b) = gang
+    lifecycle.finish(workload.pk, a, 1)
+    with pytest.raises(IllegalTransition):
+        lifecycle.cancel(workload)
+    response = api_client(bob).post(f"/api/v1/workloads/{workload.pk}/cancel/")
+    assert response.status_code == 409
+    assert response.json()["errors"] == [
+        {"field": "state", "reason": "gang cannot go from failed to cancelled"}]
+    assert _state(workload) == State.FAILED
+
+
+def test_cancel_uses_the_current_state_not_a_stale_copy(gang, bob):
+    workload, (a, b) = gang
+    stale = type(workload).objects.get(pk=workload.pk)
+    lifecycle.mark_started(workload.pk, a)  # moves it to STARTING behind the stale copy's back
+    lifecycle.cancel(stale)
+    assert _state(workload) == State.CANCELLED
+    assert not workload.allocations.exists()
