@@ -24,7 +24,7 @@ class NodeAdmin(admin.ModelAdmin):
     readonly_fields = ["token_hash", "agent_version", "connected", "last_seen_at",
                        "generation", "reported_generation"]
     inlines = [GpuInline]
-    actions = ["cordon", "drain", "make_ready"]
+    actions = ["cordon", "drain", "make_ready", "issue_token"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related(
@@ -50,6 +50,13 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description="Return to ready")
     def make_ready(self, request, queryset):
         self._set_health(request, queryset, Health.READY)
+
+    @admin.action(description="Issue a new agent token (the old one stops working)")
+    def issue_token(self, request, queryset):
+        for node in queryset:
+            token = node.issue_token()
+            audit("node.token_issued", node, actor=request.user)
+            self.message_user(request, f"Agent token for {node}: {token} (shown this once)")
 
 
 @admin.register(FaultEvent)

@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from portal.quotas.choices import RequestStatus
-from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
+from portal.quotas.models import CapacityCheck, Cohort, Queue, QueueQuota, QuotaRequest
 
 
 class QueueQuotaInline(admin.TabularInline):
@@ -29,10 +29,16 @@ class QuotaRequestAdmin(admin.ModelAdmin):
                        "capacity"]
     fields = [*readonly_fields, "decision_note"]
     actions = ["approve", "reject"]
+    list_select_related = ["tenant", "queue__tenant", "gpu_model", "region"]
+
+    def get_queryset(self, request):
+        return QuotaRequest.with_capacity(super().get_queryset(request))
 
     @admin.display(description="Capacity check")
     def capacity(self, obj):
-        return str(obj.capacity_check()) if obj.status == RequestStatus.PENDING else "—"
+        if obj.status != RequestStatus.PENDING:
+            return "—"
+        return str(CapacityCheck(obj.capacity_gpus, obj.committed_gpus, obj.count))
 
     def has_add_permission(self, request):
         return False  # tenants file requests; operators decide them

@@ -1,7 +1,8 @@
 from dataclasses import dataclass
 
 from django.db import models, transaction
-from django.db.models import Sum
+from django.db.models import OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.cluster.choices import Health
@@ -88,14 +89,20 @@ class QueueQuota(models.Model):
         return f"{self.queue} {self.gpu_model}: {self.nominal}"
 
 
+def _capacity_nodes(region, gpu_model):
+    return Node.objects.filter(leaf__pod__datacenter__region=region, gpu_model=gpu_model).exclude(
+        health=Health.DOWN)
+
+
 def region_capacity(region_id: int, gpu_model_id: int) -> int:
     """GPUs of a model in a region, on nodes that are not down."""
-    total = (
-        Node.objects.filter(leaf__pod__datacenter__region_id=region_id, gpu_model_id=gpu_model_id)
-        .exclude(health=Health.DOWN)
-        .aggregate(n=Sum("gpu_count"))["n"]
-    )
-    return total or 0
+    return _capacity_nodes(region_id, gpu_model_id).aggregate(n=Sum("gpu_count"))["n"] or 0
+
+
+def _total(queryset, field):
+    """A subquery: the sum of `field` over `queryset`, as one value."""
+    return Coalesce(Subquery(queryset.order_by().annotate(one=Value(1)).values("one").annotate(
+        total=Sum(field)).values("total")), 0)
 
 
 @dataclass(frozen=True)
@@ -152,15 +159,22 @@ class QuotaRequest(models.Model):
               count=request.count, gpu_model=request.gpu_model.name, queue=request.queue.name)
         return request
 
-    def capacity_check(self) -> CapacityCheck:
-        committed = QueueQuota.objects.filter(
-            queue__region=self.region, gpu_model=self.gpu_model
-        ).aggregate(n=Sum("nominal"))["n"]
-        return CapacityCheck(
-            capacity=region_capacity(self.region_id, self.gpu_model_id),
-            committed=committed or 0,
-            requested=self.count,
+    @staticmethod
+    def with_capacity(queryset):
+        """`queryset` annotated with its region's capacity and committed quota for the model,
+        in the same query, so a list of requests costs one query however long."""
+        region, model = OuterRef("region"), OuterRef("gpu_model")
+        return queryset.annotate(
+            capacity_gpus=_total(_capacity_nodes(region, model), "gpu_count"),
+            committed_gpus=_total(
+                QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"),
         )
+
+    def capacity_check(self) -> CapacityCheck:
+        """Fresh from the database (annotated rows of `with_capacity` may be stale)."""
+        row = self.with_capacity(QuotaRequest.objects.filter(pk=self.pk)).values(
+            "capacity_gpus", "committed_gpus").get()
+        return CapacityCheck(row["capacity_gpus"], row["committed_gpus"], self.count)
 
     def decide(self, operator, approve: bool, note: str = "") -> bool:
         """Approve (raising the queue's nominal quota) or reject. Returns False when the request

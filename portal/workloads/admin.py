@@ -1,6 +1,14 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from portal.workloads.models import Allocation, Checkpoint, UsageRecord, Workload, WorkloadEvent
+from portal.workloads import lifecycle
+from portal.workloads.models import (
+    Allocation,
+    Checkpoint,
+    IllegalTransition,
+    UsageRecord,
+    Workload,
+    WorkloadEvent,
+)
 
 
 class WorkloadEventInline(admin.TabularInline):
@@ -10,29 +18,56 @@ class WorkloadEventInline(admin.TabularInline):
     can_delete = False
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the control plane writes: the console shows them and changes nothing."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Workload)
-class WorkloadAdmin(admin.ModelAdmin):
+class WorkloadAdmin(ReadOnlyAdmin):
+    """Tenants submit workloads; operators read them and may cancel them, through the same
+    lifecycle as a tenant (so GPUs are released, booked and the agents told)."""
+
     list_display = ["name", "tenant", "queue", "gpus", "gpu_model", "priority", "state",
                     "submitted_at"]
     list_filter = ["state", "kind", "gpu_model", "tenant"]
     list_select_related = ["tenant", "queue", "gpu_model"]
     search_fields = ["name"]
-    readonly_fields = ["state", "pending_reason", "queue_position", "admitted_at",
-                       "started_at", "finished_at", "exit_code"]
     inlines = [WorkloadEventInline]
+    actions = ["cancel"]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and request.user.is_staff  # the list and its actions only
+
+    @admin.action(description="Cancel (releases the GPUs)")
+    def cancel(self, request, queryset):
+        for workload in queryset:
+            try:
+                lifecycle.cancel(workload, actor=request.user)
+            except IllegalTransition as error:
+                self.message_user(request, str(error), messages.WARNING)
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
-    list_display = ["workload", "node", "gpu_index", "started", "created_at"]
+class AllocationAdmin(ReadOnlyAdmin):
+    list_display = ["workload", "node", "node_rank", "gpu_index", "started", "exit_code",
+                    "created_at"]
     list_select_related = ["workload", "node"]
 
 
-admin.site.register(Checkpoint)
+admin.site.register(Checkpoint, ReadOnlyAdmin)
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin):
+class UsageRecordAdmin(ReadOnlyAdmin):
     list_display = ["tenant", "workload", "gpu_model", "gpus", "gpu_hours", "ended_at"]
     list_filter = ["tenant", "gpu_model"]
     list_select_related = ["tenant", "workload", "gpu_model"]

@@ -16,6 +16,7 @@ from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.quotas.models import Queue
 from portal.workloads.choices import HOLDING, State, Topology
+from portal.workloads.lifecycle import expire_time_limits
 from portal.workloads.models import Allocation, IllegalTransition, Workload, transition
 from scheduler import engine
 
@@ -122,7 +123,9 @@ def apply(plan: engine.Plan) -> set[int]:
 
 
 def scheduling_cycle() -> engine.Plan:
-    """Snapshot, plan, apply, then tell the agents of the nodes that changed."""
+    """Expire time limits, snapshot, plan, apply, then tell the agents of the nodes that
+    changed."""
+    expire_time_limits()
     started = time.perf_counter()
     snapshot = build_snapshot()
     planned = time.perf_counter()

@@ -86,6 +86,23 @@ def cancel(workload: Workload, actor=None) -> Workload:
     return workload
 
 
+def expire_time_limits() -> list[int]:
+    """Fail running workloads that ran past their time limit; return their ids."""
+    now = timezone.now()
+    expired = []
+    for workload in Workload.objects.filter(state=State.RUNNING, time_limit_s__isnull=False):
+        if (now - workload.started_at).total_seconds() <= workload.time_limit_s:
+            continue
+        with transaction.atomic():
+            workload = Workload.objects.select_for_update().get(pk=workload.pk)
+            if workload.state == State.RUNNING:
+                transition(workload, State.FAILED,
+                           reason=f"ran past its time limit of {workload.time_limit_s} s")
+                release(workload)
+                expired.append(workload.pk)
+    return expired
+
+
 def release(workload: Workload) -> None:
     """Free the workload's GPUs, book their GPU-hours, tell its nodes, and schedule again."""
     allocations = workload.allocations.all()

@@ -95,3 +95,20 @@ def test_cancel_uses_the_current_state_not_a_stale_copy(gang, bob):
     lifecycle.cancel(stale)
     assert _state(workload) == State.CANCELLED
     assert not workload.allocations.exists()
+
+
+def test_a_job_past_its_time_limit_fails_and_frees_its_gpus(gang):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    workload, (a, b) = gang
+    lifecycle.mark_started(workload.pk, a)
+    lifecycle.mark_started(workload.pk, b)
+    type(workload).objects.filter(pk=workload.pk).update(
+        time_limit_s=60, started_at=timezone.now() - timedelta(seconds=61))
+    scheduling_cycle()
+    workload.refresh_from_db()
+    assert workload.state == State.FAILED
+    assert workload.events.last().reason == "ran past its time limit of 60 s"
+    assert not workload.allocations.exists()
