@@ -2,32 +2,20 @@
 
 from rest_framework.test import APIClient
 
-from portal.cluster.models import DataCenter, GpuModel, Leaf, Node, Pod, Region
+from portal.cluster.models import GpuModel, Node, Region
+from portal.core import demo
 from portal.quotas.models import Cohort, Queue, QueueQuota
 from portal.tenancy.models import ApiToken
 from portal.workloads.models import Workload
 
 
 def make_cluster(layout=None, nodes_per_leaf=4, connected=True):
-    """Build region cn-east from {datacenter: {pod: (gpu model, leaves)}}; return the nodes."""
+    """Build region cn-east from {datacenter: {pod: (gpu model, leaves)}}; return the nodes,
+    connected as if their agents had said hello."""
     layout = layout or {"dc1": {"p1": ("H800", 2)}, "dc2": {"p1": ("H800", 1), "p2": ("H20", 1)}}
-    region, _ = Region.objects.get_or_create(name="cn-east")
-    models = {}
-    nodes = []
-    for dc_name, pods in layout.items():
-        dc = DataCenter.objects.create(region=region, name=dc_name)
-        for pod_name, (model, leaves) in pods.items():
-            if model not in models:
-                models[model], _ = GpuModel.objects.get_or_create(name=model, memory_gb=80)
-            pod = Pod.objects.create(datacenter=dc, name=pod_name)
-            for leaf_no in range(1, leaves + 1):
-                leaf = Leaf.objects.create(pod=pod, name=f"l{leaf_no}")
-                nodes += [
-                    Node.objects.create(name=f"{dc_name}-{pod_name}-l{leaf_no}-n{i}", leaf=leaf,
-                                        gpu_model=models[model], connected=connected)
-                    for i in range(1, nodes_per_leaf + 1)
-                ]
-    return nodes
+    nodes = demo.build_cluster(layout, nodes_per_leaf)
+    Node.objects.filter(pk__in=[n.pk for n in nodes]).update(connected=connected)
+    return list(Node.objects.filter(pk__in=[n.pk for n in nodes]).order_by("id"))
 
 
 def make_queue(tenant, name, cohort=None, **quotas):

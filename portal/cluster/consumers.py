@@ -12,7 +12,7 @@ from django.utils import timezone
 from portal.cluster.agents import desired_state
 from portal.cluster.faults import record_fault
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import LAST_SEEN, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, TELEMETRY
 from portal.core.live import node_group
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -38,6 +38,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         # Workloads this connection already reported, so heartbeats cost no SQL.
         self.started, self.exited = set(), set()
+        self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         await self.channel_layer.group_add(node_group(self.node.id), self.channel_name)
         await self.accept()
 
@@ -67,9 +68,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_heartbeat(self, message):
         now = time.time()
+        busy = sum(gpu["util"] for gpu in message["gpus"]) / 100
         redis = aclient()
         async with redis.pipeline(transaction=False) as pipe:
             pipe.hset(TELEMETRY, self.node.id, json.dumps({"ts": now, "gpus": message["gpus"]}))
+            pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
             pipe.zadd(LAST_SEEN, {self.node.id: now})
             await pipe.execute()
         await self.on_workloads(message["workloads"])
@@ -118,7 +121,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
 @database_sync_to_async
 def _node_for_token(token: str) -> Node | None:
-    return Node.objects.filter(token_hash=hash_token(token)).first()
+    return (Node.objects.select_related("leaf__pod__datacenter", "gpu_model")
+            .filter(token_hash=hash_token(token)).first())
 
 
 @database_sync_to_async

@@ -12,6 +12,7 @@ from portal.workloads.models import Workload
 
 PASSWORD = "wanka-demo"
 NODES_PER_LEAF = 8
+MEMORY_GB = {"H800": 80, "H20": 96}
 
 # data center -> pods -> (GPU model, leaves)
 LAYOUT = {
@@ -53,7 +54,7 @@ def seed() -> bool:
     """Create the demo installation; returns False (and changes nothing) if it exists."""
     if Tenant.objects.exists():
         return False
-    _cluster()
+    build_cluster()
     tenants = {name: Tenant.objects.create(name=name, slug=name.lower())
                for name in {t for _, t, _ in USERS if t}}
     users = {}
@@ -79,20 +80,22 @@ def seed() -> bool:
     return True
 
 
-def _cluster() -> None:
-    region = Region.objects.create(name="cn-east")
-    models = {"H800": GpuModel.objects.create(name="H800", memory_gb=80),
-              "H20": GpuModel.objects.create(name="H20", memory_gb=96)}
+def build_cluster(layout=LAYOUT, nodes_per_leaf=NODES_PER_LEAF, region="cn-east") -> list:
+    """Create region > data centers > pods > leaves > nodes from
+    {data center: {pod: (GPU model, leaves)}}; return the nodes."""
+    region, _ = Region.objects.get_or_create(name=region)
     nodes = []
-    for dc_name, pods in LAYOUT.items():
+    for dc_name, pods in layout.items():
         dc = DataCenter.objects.create(region=region, name=dc_name)
         for pod_name, (model, leaves) in pods.items():
+            gpu_model, _ = GpuModel.objects.get_or_create(
+                name=model, defaults={"memory_gb": MEMORY_GB.get(model, 80)})
             pod = Pod.objects.create(datacenter=dc, name=pod_name)
             for leaf_no in range(1, leaves + 1):
                 leaf = Leaf.objects.create(pod=pod, name=f"l{leaf_no}")
                 nodes += [Node(name=f"{dc_name}-{pod_name}-{leaf.name}-n{i:02d}", leaf=leaf,
-                               gpu_model=models[model]) for i in range(1, NODES_PER_LEAF + 1)]
-    Node.objects.bulk_create(nodes)
+                               gpu_model=gpu_model) for i in range(1, nodes_per_leaf + 1)]
+    return Node.objects.bulk_create(nodes)
 
 
 def _queues(tenants) -> dict:

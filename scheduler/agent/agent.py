@@ -79,6 +79,7 @@ class Agent:
         heartbeat_s: float = 5.0,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
+        reconnect_spread_s: float = 5.0,
         open_timeout_s: float = 10.0,
         rng: random.Random | None = None,
     ) -> None:
@@ -87,6 +88,7 @@ class Agent:
         self._token = token
         self._backend = backend
         self._backoff = (backoff_base_s, backoff_cap_s)
+        self._reconnect_spread_s = min(reconnect_spread_s, backoff_cap_s)
         self._open_timeout_s = open_timeout_s
         self._rng = rng or random.Random()
         self._hostname = backend.inventory().hostname
@@ -149,7 +151,12 @@ class Agent:
         while True:
             healthy = await self._connect_once(quiet=attempt > 0)
             attempt = 0 if healthy else attempt + 1
-            delay = backoff_delay(attempt, self._rng, *self._backoff)
+            if healthy:
+                # The server went away under a working fleet (a restart, say): come back spread
+                # over a few seconds, not all 12,500 agents within half a second.
+                delay = self._rng.uniform(0.0, self._reconnect_spread_s)
+            else:
+                delay = backoff_delay(attempt, self._rng, *self._backoff)
             logger.debug("%s: reconnecting in %.2f s", self._hostname, delay)
             await asyncio.sleep(delay)
 
