@@ -25,9 +25,7 @@ class FaultSerializer(serializers.ModelSerializer):
                   "occurred_at"]
 
 
-class SummaryGroupSerializer(serializers.Serializer):
-    datacenter = serializers.CharField()
-    gpu_model = serializers.CharField()
+class SummaryTotalSerializer(serializers.Serializer):
     nodes = serializers.IntegerField()
     ready_nodes = serializers.IntegerField()
     gpus = serializers.IntegerField()
@@ -35,12 +33,9 @@ class SummaryGroupSerializer(serializers.Serializer):
     busy = serializers.FloatField(help_text="Sum of GPU utilization, in GPUs")
 
 
-class SummaryTotalSerializer(serializers.Serializer):
-    nodes = serializers.IntegerField()
-    ready_nodes = serializers.IntegerField()
-    gpus = serializers.IntegerField()
-    allocated = serializers.IntegerField()
-    busy = serializers.FloatField()
+class SummaryGroupSerializer(SummaryTotalSerializer):
+    datacenter = serializers.CharField()
+    gpu_model = serializers.CharField()
 
 
 class ClusterSummarySerializer(serializers.Serializer):
