@@ -35,23 +35,24 @@ def build_snapshot() -> engine.Snapshot:
     """The engine's view of the cluster: a handful of queries, whatever the cluster's size."""
     busy = defaultdict(set)
     placements = defaultdict(lambda: defaultdict(list))
-    for workload_id, node_id, index in Allocation.objects.values_list(
-        "workload_id", "node_id", "gpu_index"
-    ):
+    for workload_id, node_id, index in Allocation.objects.order_by(
+        "workload_id", "node_rank", "gpu_index"
+    ).values_list("workload_id", "node_id", "gpu_index"):
         busy[node_id].add(index)
         placements[workload_id][node_id].append(index)
+    columns = ("id", "name", "gpu_model__name", "gpu_count", "health", "connected",
+               "leaf__name", "leaf__pod__name", "leaf__pod__datacenter__name",
+               "leaf__pod__datacenter__region__name")
+    # Tuples, not model instances: at 12,500 nodes the difference is most of the load time.
     nodes = tuple(
         engine.Node(
-            id=n.id, name=n.name, gpu_model=n.gpu_model.name, gpus=n.gpu_count,
-            region=n.leaf.pod.datacenter.region.name, datacenter=n.leaf.pod.datacenter.name,
-            pod=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}",
-            leaf=f"{n.leaf.pod.datacenter.name}/{n.leaf.pod.name}/{n.leaf.name}",
-            free=tuple(i for i in range(n.gpu_count) if i not in busy[n.id]),
-            schedulable=n.health == Health.READY and n.connected,
+            id=node_id, name=name, gpu_model=model, gpus=gpus, region=region, datacenter=dc,
+            pod=f"{dc}/{pod}", leaf=f"{dc}/{pod}/{leaf}",
+            free=tuple(i for i in range(gpus) if i not in busy[node_id]),
+            schedulable=health == Health.READY and connected,
         )
-        for n in Node.objects.select_related(
-            "gpu_model", "leaf__pod__datacenter__region"
-        )
+        for node_id, name, model, gpus, health, connected, leaf, pod, dc, region
+        in Node.objects.values_list(*columns)
     )
     queues = tuple(
         engine.Queue(
@@ -69,18 +70,21 @@ def build_snapshot() -> engine.Snapshot:
             "quotas__gpu_model"
         )
     )
+    columns = ("id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority",
+               "topology", "topology_required")
     workloads = tuple(
         engine.Workload(
-            id=w.id, queue_id=w.queue_id, gpu_model=w.gpu_model.name, gpus=w.gpus,
-            submitted_at=w.submitted_at.timestamp(), priority=w.priority,
-            topology=LEVELS[w.topology], topology_required=w.topology_required,
+            id=workload_id, queue_id=queue_id, gpu_model=model, gpus=gpus,
+            submitted_at=submitted_at.timestamp(), priority=priority,
+            topology=LEVELS[topology], topology_required=required,
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
-                for node_id, indices in sorted(placements[w.id].items())
+                for node_id, indices in placements[workload_id].items()
             ),
         )
-        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
-        .select_related("gpu_model").order_by("id")
+        for workload_id, queue_id, model, gpus, submitted_at, priority, topology, required
+        in Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id")
+        .values_list(*columns)
     )
     return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads)
 
