@@ -3,9 +3,10 @@
     DATABASE_URL=postgres://... python -m bench.snapshot [--gpus 100000] [--repeat 5]
 
 Builds a throwaway test database (created and dropped here): 12,500 nodes of 8 GPUs in two
-data centers of 10 pods of 25 leaves, 85 % of the GPUs allocated to running gangs, 200 queues and 10,000 pending
-workloads; then times `build_snapshot()`, the query side of every scheduling cycle. The last
-line is JSON: gpus, nodes, running, pending, load_s_median, load_s_max.
+data centers of 10 pods of 25 leaves, 85 % of the GPUs allocated to running gangs, 200 queues
+and 10,000 pending workloads; then times `build_snapshot()`, the query side of every scheduling
+cycle. The last line is JSON: gpus, nodes, running (workloads), pending, load_s_median,
+load_s_max.
 """
 
 import argparse
