@@ -89,10 +89,11 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'wanka.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Persistent connections: Channels runs every database call of a consumer on one long-lived
+# thread, which would otherwise open a new connection for each call.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].update(
-        CONN_MAX_AGE=0,
         # A file, not memory, so that the servers and workers tests start see the test database.
         TEST={"NAME": str(DATA_DIR / "test.sqlite3")},
         # Several processes write in standalone mode: wait for locks, take them up front.
@@ -109,8 +110,10 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
             # redis-py 8 gives sockets a read timeout by default, which cuts the layer's
-            # blocking receive (BZPOPMIN) short; the layer has timeouts of its own.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+            # blocking receive (BZPOPMIN) short; the layer has timeouts of its own. Its pools
+            # also refuse a 101st connection, which a thousand agents reconnecting at once
+            # (each joining its node's group) need.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 2000}],
             "capacity": 1000,
             "expiry": 30,
         },
@@ -207,5 +210,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"portal": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {"portal": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

@@ -14,8 +14,8 @@ MASTER_PORT_BASE = 29500
 def desired_state(node: Node) -> dict:
     """The `desired_state` message fields for `node`: every assignment it should run.
 
-    Three queries whatever the gang sizes: this node's GPUs, then for the workloads on it their
-    master (rank 0) nodes and their node counts, both fixed at admission.
+    At most three queries whatever the gang sizes: this node's GPUs, then for the workloads on
+    it their master (rank 0) nodes and their node counts, both fixed at admission.
     """
     from portal.workloads.models import Allocation
 
@@ -25,6 +25,8 @@ def desired_state(node: Node) -> dict:
         mine[alloc.workload_id].append(alloc.gpu_index)
         ranks[alloc.workload_id] = alloc.node_rank
         workloads[alloc.workload_id] = alloc.workload
+    if not mine:
+        return {"generation": node.generation, "assignments": []}
     gangs = Allocation.objects.filter(workload_id__in=mine)
     masters = {
         row["workload_id"]: row for row in gangs.filter(node_rank=0)

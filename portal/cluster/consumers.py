@@ -4,11 +4,12 @@ import json
 import logging
 import time
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import transaction
 from django.utils import timezone
 
+from portal.cluster import fanin
 from portal.cluster.agents import desired_state
 from portal.cluster.faults import record_fault
 from portal.cluster.models import Gpu, Node
@@ -20,6 +21,13 @@ from portal.workloads import lifecycle
 from scheduler.agent import protocol
 
 log = logging.getLogger(__name__)
+
+
+def in_db(func):
+    """Run `func` on a pool thread with its own database connection. (Channels' default runs
+    every consumer's database calls on one thread, one at a time: a thousand agents saying
+    hello at once would queue behind each other long enough to time out.)"""
+    return DatabaseSyncToAsync(func, thread_sensitive=False)
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -48,8 +56,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await _disconnected(self.node.id, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
+        started = time.perf_counter()
+        await self.handle(text_data if text_data is not None else bytes_data)
+        fanin.stats.record(time.perf_counter() - started)
+
+    async def handle(self, raw):
         try:
-            message = protocol.parse(text_data if text_data is not None else bytes_data, "agent")
+            message = protocol.parse(raw, "agent")
         except protocol.ProtocolError as error:
             log.warning("node %s: rejected message: %s", self.node.name, error)
             await self.send(protocol.encode("error", reason=error.reason, field=error.field))
@@ -62,9 +75,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.exception("node %s: failed to apply %s", self.node.name, message["type"])
 
     async def on_hello(self, message):
-        await _record_hello(self.node.id, self.channel_name, message)
+        state = await _hello(self.node.id, self.channel_name, message)
+        await self.send(protocol.encode("desired_state", **state))
         await self.on_workloads(message["workloads"])
-        await self.agent_sync({})
 
     async def on_heartbeat(self, message):
         now = time.time()
@@ -78,7 +91,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self.on_workloads(message["workloads"])
         if message["generation"] != self.node.reported_generation:
             self.node.reported_generation = message["generation"]
-            await database_sync_to_async(Node.objects.filter(pk=self.node.id).update)(
+            await in_db(Node.objects.filter(pk=self.node.id).update)(
                 reported_generation=message["generation"]
             )
 
@@ -92,7 +105,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_started(self, workload_id):
         self.started.add(workload_id)
-        await database_sync_to_async(lifecycle.mark_started)(workload_id, self.node.id)
+        await in_db(lifecycle.mark_started)(workload_id, self.node.id)
 
     async def on_event(self, message):
         workload_id = message["workload_id"]
@@ -101,31 +114,31 @@ class AgentConsumer(AsyncWebsocketConsumer):
         elif message["kind"] == "workload_exited" and workload_id is not None:
             await self.on_exited(workload_id, message["exit_code"])
         elif message["kind"] == "fault":
-            await database_sync_to_async(record_fault)(self.node.id, message["detail"])
+            await in_db(record_fault)(self.node.id, message["detail"])
         else:
             log.info("node %s: event %s %s", self.node.name, message["kind"], message["detail"])
 
     async def on_exited(self, workload_id, exit_code):
         self.exited.add(workload_id)
         code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
-        await database_sync_to_async(lifecycle.finish)(workload_id, self.node.id, code)
+        await in_db(lifecycle.finish)(workload_id, self.node.id, code)
 
     async def on_ack(self, message):
         log.info("node %s: ack %s ok=%s", self.node.name, message["command_id"], message["ok"])
 
     async def agent_sync(self, event):
         """Channel layer message: send this node its whole desired state."""
-        state = await database_sync_to_async(_desired_state)(self.node.id)
+        state = await in_db(_desired_state)(self.node.id)
         await self.send(protocol.encode("desired_state", **state))
 
 
-@database_sync_to_async
+@in_db
 def _node_for_token(token: str) -> Node | None:
     return (Node.objects.select_related("leaf__pod__datacenter", "gpu_model")
             .filter(token_hash=hash_token(token)).first())
 
 
-@database_sync_to_async
+@in_db
 def _disconnected(node_id: int, channel_name: str) -> None:
     """Mark the node disconnected, unless a newer connection of its agent has taken over."""
     Node.objects.filter(pk=node_id, agent_channel=channel_name).update(
@@ -136,7 +149,13 @@ def _desired_state(node_id: int) -> dict:
     return desired_state(Node.objects.get(pk=node_id))
 
 
-@database_sync_to_async
+@in_db
+def _hello(node_id: int, channel_name: str, message: dict) -> dict:
+    """Record the hello and return the node's desired state: one trip to the database."""
+    _record_hello(node_id, channel_name, message)
+    return _desired_state(node_id)
+
+
 @transaction.atomic
 def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     """This connection now speaks for the node; record the inventory it reports (GPU uuids and

@@ -9,14 +9,16 @@ from portal.cluster.choices import Health
 from portal.cluster.models import GpuModel, Node, Region
 from portal.core.live import publish_tenant
 from portal.core.models import audit
-from portal.quotas.choices import RequestStatus
+from portal.quotas.choices import RequestStatus, Strategy
 from portal.tenancy.models import Tenant
 
 
 class Cohort(models.Model):
-    """Queues that lend each other their idle quota."""
+    """Queues that lend each other their idle quota; cohorts nest under a parent cohort."""
 
     name = models.CharField(max_length=64, unique=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="children")
 
     def __str__(self):
         return self.name
@@ -33,6 +35,16 @@ class Queue(models.Model):
     )
     priority = models.IntegerField(default=0)
     weight = models.FloatField(default=1.0, help_text="Fair-share weight inside the cohort")
+    strategy = models.CharField(max_length=20, choices=Strategy.choices,
+                                default=Strategy.BEST_EFFORT_FIFO)
+    # Preemption policy: what this queue's pending work may evict to start.
+    reclaim = models.BooleanField(
+        default=True, help_text="Under its nominal quota, take back what others borrowed")
+    preempt_within_queue = models.BooleanField(
+        default=True, help_text="Evict lower-priority work of this queue")
+    borrow_below_priority = models.IntegerField(
+        null=True, blank=True,
+        help_text="While borrowing, evict others' borrowed work below this priority")
 
     class Meta:
         ordering = ["tenant", "name"]

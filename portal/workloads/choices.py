@@ -21,8 +21,9 @@ HOLDING = frozenset({State.ADMITTED, State.STARTING, State.RUNNING, State.PREEMP
 # The workload state machine of the design: every legal move, nothing else.
 TRANSITIONS = {
     State.PENDING: {State.ADMITTED, State.CANCELLED},
-    State.ADMITTED: {State.STARTING, State.RUNNING, State.FAILED, State.CANCELLED},
-    State.STARTING: {State.RUNNING, State.FAILED, State.CANCELLED},
+    State.ADMITTED: {State.STARTING, State.RUNNING, State.FAILED, State.CANCELLED,
+                     State.PREEMPTING},
+    State.STARTING: {State.RUNNING, State.FAILED, State.CANCELLED, State.PREEMPTING},
     State.RUNNING: {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTING,
                     State.RECOVERING},
     State.PREEMPTING: {State.PENDING, State.FAILED, State.CANCELLED},

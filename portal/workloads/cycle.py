@@ -8,16 +8,22 @@ import time
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
-from portal.quotas.models import Queue
-from portal.workloads.choices import HOLDING, State, Topology
-from portal.workloads.lifecycle import expire_time_limits
-from portal.workloads.models import Allocation, IllegalTransition, Workload, transition
+from portal.quotas.models import Cohort, Queue
+from portal.workloads import lifecycle
+from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
+from portal.workloads.models import (
+    Allocation,
+    Checkpoint,
+    IllegalTransition,
+    Workload,
+    transition,
+)
 from scheduler import engine
 
 log = logging.getLogger(__name__)
@@ -58,7 +64,10 @@ def build_snapshot() -> engine.Snapshot:
         engine.Queue(
             id=q.id, name=q.name, region=q.region.name,
             cohort=q.cohort.name if q.cohort else None,
-            priority=q.priority, weight=q.weight,
+            priority=q.priority, weight=q.weight, strategy=engine.Strategy(q.strategy),
+            preemption=engine.PreemptionPolicy(
+                reclaim=q.reclaim, within_queue=q.preempt_within_queue,
+                borrow_below_priority=q.borrow_below_priority),
             quotas=tuple(
                 engine.Quota(gpu_model=quota.gpu_model.name, nominal=quota.nominal,
                              guarantee=quota.guarantee, borrowing_limit=quota.borrowing_limit,
@@ -70,35 +79,56 @@ def build_snapshot() -> engine.Snapshot:
             "quotas__gpu_model"
         )
     )
-    columns = ("id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority",
-               "topology", "topology_required")
+    saved = dict(Checkpoint.objects.filter(status=CheckpointStatus.COMPLETE)
+                 .values("workload_id").annotate(at=Max("created_at"))
+                 .values_list("workload_id", "at"))
     workloads = tuple(
         engine.Workload(
-            id=workload_id, queue_id=queue_id, gpu_model=model, gpus=gpus,
-            submitted_at=submitted_at.timestamp(), priority=priority,
-            topology=LEVELS[topology], topology_required=required,
+            id=w["id"], queue_id=w["queue_id"], gpu_model=w["gpu_model__name"], gpus=w["gpus"],
+            submitted_at=w["submitted_at"].timestamp(), priority=w["priority"],
+            topology=LEVELS[w["topology"]], topology_required=w["topology_required"],
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
-                for node_id, indices in placements[workload_id].items()
+                for node_id, indices in placements[w["id"]].items()
             ),
+            min_gpus=w["min_gpus"], max_gpus=w["max_gpus"],
+            started_at=_seconds(w["started_at"]), time_limit_s=w["time_limit_s"],
+            last_checkpoint_at=_seconds(saved.get(w["id"])),
+            preempting=w["state"] == State.PREEMPTING,
         )
-        for workload_id, queue_id, model, gpus, submitted_at, priority, topology, required
-        in Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id")
-        .values_list(*columns)
+        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id")
+        .values("id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority",
+                "topology", "topology_required", "min_gpus", "max_gpus", "started_at",
+                "time_limit_s", "state")
     )
-    return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads)
+    cohorts = tuple(engine.Cohort(name, parent) for name, parent
+                    in Cohort.objects.values_list("name", "parent__name"))
+    return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads, cohorts=cohorts)
+
+
+def _seconds(moment) -> float | None:
+    return moment.timestamp() if moment else None
 
 
 def apply(plan: engine.Plan) -> set[int]:
     """Write the plan in one transaction; return the ids of nodes whose desired state changed.
 
-    A workload cancelled since the snapshot is skipped. A GPU booked twice (which the engine
-    never plans) fails the unique constraint and rolls the whole plan back.
+    Shrinks and preemptions first, then admissions. A workload cancelled since the snapshot is
+    skipped. A GPU booked twice (which the engine never plans) fails the unique constraint and
+    rolls the whole plan back.
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
     workloads = Workload.objects.in_bulk(ids)
+    victims = Workload.objects.in_bulk([p.workload_id for p in plan.preemptions]
+                                       + [s.workload_id for s in plan.shrinks])
     touched: set[int] = set()
     with transaction.atomic():
+        # Victims first: the GPUs they give back may be the ones the admissions below take.
+        for shrunk in plan.shrinks:
+            lifecycle.shrink(victims[shrunk.workload_id],
+                             [(p.node_id, p.gpu_indices) for p in shrunk.released], shrunk.reason)
+        for preemption in plan.preemptions:
+            lifecycle.preempt(victims[preemption.workload_id], preemption.reason)
         bookings = []
         for admission in plan.admissions:
             nodes = len(admission.placements)
@@ -129,7 +159,7 @@ def apply(plan: engine.Plan) -> set[int]:
 def scheduling_cycle() -> engine.Plan:
     """Expire time limits, snapshot, plan, apply, then tell the agents of the nodes that
     changed."""
-    expire_time_limits()
+    lifecycle.expire_time_limits()
     started = time.perf_counter()
     snapshot = build_snapshot()
     planned = time.perf_counter()
@@ -137,7 +167,9 @@ def scheduling_cycle() -> engine.Plan:
     applied = time.perf_counter()
     touched = apply(plan)
     transaction.on_commit(lambda: sync_nodes(touched))
-    log.info("cycle: %d admitted, %d pending; snapshot %.0f ms, plan %.0f ms, apply %.0f ms",
-             len(plan.admissions), len(plan.pending), (planned - started) * 1e3,
-             (applied - planned) * 1e3, (time.perf_counter() - applied) * 1e3)
+    log.info("cycle: %d admitted, %d preempted, %d shrunk, %d pending, %d reservations; "
+             "snapshot %.0f ms, plan %.0f ms, apply %.0f ms", len(plan.admissions),
+             len(plan.preemptions), len(plan.shrinks), len(plan.pending),
+             len(plan.reservations), (planned - started) * 1e3, (applied - planned) * 1e3,
+             (time.perf_counter() - applied) * 1e3)
     return plan

@@ -5,13 +5,13 @@ lock on the workload so reports from a gang's nodes, the cycle and a user's canc
 """
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
 from portal.cluster.models import Node
 from portal.workloads.choices import HOLDING, State
-from portal.workloads.models import Allocation, UsageRecord, Workload, transition
+from portal.workloads.models import Allocation, UsageRecord, Workload, note, transition
 
 
 def trigger_cycle() -> None:
@@ -86,6 +86,34 @@ def cancel(workload: Workload, actor=None) -> Workload:
     return workload
 
 
+def preempt(workload: Workload, reason: str) -> None:
+    """Stop a workload holding GPUs so another can start, and requeue it with its progress.
+    (Its agents stop it when their desired state no longer lists it.)"""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        transition(workload, State.PREEMPTING, reason=reason)
+        release(workload)
+        transition(workload, State.PENDING, reason="requeued after preemption",
+                   admitted_at=None, started_at=None)
+
+
+def shrink(workload: Workload, released, reason: str) -> None:
+    """Give back some GPUs of a running elastic workload: `released` is (node id, GPU indices)
+    pairs. Their GPU-hours are booked now; the rest go on."""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        gpus = Q(pk__in=[])
+        for node_id, indices in released:
+            gpus |= Q(node_id=node_id, gpu_index__in=indices)
+        gone = workload.allocations.filter(gpus)
+        node_ids = set(gone.values_list("node_id", flat=True))
+        _book(workload, gone.count())
+        gone.delete()
+        note(workload, reason)
+        Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
+        transaction.on_commit(lambda: sync_nodes(node_ids))
+
+
 def expire_time_limits() -> list[int]:
     """Fail running workloads that ran past their time limit; return their ids."""
     now = timezone.now()
@@ -110,6 +138,17 @@ def release(workload: Workload) -> None:
     if not gpus:
         return
     node_ids = set(allocations.values_list("node_id", flat=True))
+    _book(workload, gpus)
+    allocations.delete()
+    Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
+    transaction.on_commit(lambda: sync_nodes(node_ids))
+    trigger_cycle()
+
+
+def _book(workload: Workload, gpus: int) -> None:
+    """Book `gpus` GPUs of the workload from its start (or admission) until now."""
+    if not gpus:
+        return
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
     UsageRecord.objects.create(
@@ -117,7 +156,3 @@ def release(workload: Workload) -> None:
         gpus=gpus, started_at=since, ended_at=now,
         gpu_hours=gpus * (now - since).total_seconds() / 3600,
     )
-    allocations.delete()
-    Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
-    transaction.on_commit(lambda: sync_nodes(node_ids))
-    trigger_cycle()

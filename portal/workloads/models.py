@@ -104,6 +104,16 @@ def transition(workload: Workload, to: State, reason: str = "", actor=None, **fi
     })
 
 
+def note(workload: Workload, reason: str, actor=None) -> None:
+    """Record something that happened to a workload without a change of state (a shrink)."""
+    WorkloadEvent.objects.create(workload=workload, from_state=workload.state,
+                                 to_state=workload.state, reason=reason,
+                                 actor=actor if actor and actor.pk else None)
+    publish_tenant(workload.tenant_id, "workload.state", {
+        "id": workload.pk, "name": workload.name, "state": workload.state, "reason": reason,
+    })
+
+
 class WorkloadEvent(models.Model):
     """One state change of a workload, with why and by whom: its timeline."""
 

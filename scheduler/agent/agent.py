@@ -80,7 +80,7 @@ class Agent:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         reconnect_spread_s: float = 5.0,
-        open_timeout_s: float = 10.0,
+        open_timeout_s: float = 30.0,
         rng: random.Random | None = None,
     ) -> None:
         self.url = url

@@ -1,0 +1,156 @@
+"""Agent fan-in: N simulated agents, each on its own WebSocket, against one ASGI process.
+
+    python -m bench.agents [--agents 500 1000 2000] [--seconds 40] [--heartbeat 5]
+
+For each N: a fresh throwaway database with N nodes, one daphne process, the fleet in this
+process heartbeating every 5 s. First the time until every agent has connected and said hello
+(connect_s), then, over a steady window: messages handled per second, the server's median and
+99th-percentile handling time (from its fan-in log lines, the worst 10-s window) and the server
+process's CPU. The last line is JSON for the largest N: agents, connect_s, msgs_per_s,
+p50_handle_ms, p99_handle_ms, server_cpu_pct, cpu_ms_per_msg.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import psutil
+
+STATS = re.compile(r"^(\S+ \S+) INFO portal.cluster.fanin: agent fan-in: (\d+) messages in "
+                   r"([\d.]+) s \(\d+/s\), handle p50 ([\d.]+) ms p99 ([\d.]+) ms", re.M)
+WINDOW_S = 10
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(log_path, database_url: str) -> tuple[subprocess.Popen, int]:
+    from django.conf import settings
+
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": settings.REDIS_URL,
+           "WANKA_FANIN_REPORT_S": str(WINDOW_S), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "portal.asgi:application"], env=env, stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while "Listening on TCP" not in log_path.read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"daphne did not start:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.2)
+    return server, port
+
+
+def connected_nodes() -> int:
+    from django.db import connection
+
+    from portal.cluster.models import Node
+
+    try:
+        return Node.objects.filter(connected=True).count()
+    finally:
+        connection.close()  # this thread's, so the test database can be dropped at the end
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def database_url() -> str:
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    return (f"postgres://{db['USER']}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/"
+            f"{db['NAME']}")
+
+
+def measure(agents: int, seconds: float, heartbeat: float) -> dict:
+    from django.conf import settings
+
+    from portal.cluster.models import Node
+    from portal.core import demo
+    from scheduler.agent.fleet import NodeSpec, run_fleet
+
+    Node.objects.all().delete()
+    pods = {f"p{i}": ("H800", 1) for i in range(1, agents // 50 + 2)}
+    nodes = demo.build_cluster({f"dc{agents}": pods}, nodes_per_leaf=50)[:agents]
+    specs = [NodeSpec(hostname=n.name, token=n.issue_token(), gpu_model="H800") for n in nodes]
+    log_path = settings.DATA_DIR / f"bench-agents-{agents}.log"
+    server, port = start_server(log_path, database_url())
+    try:
+        process = psutil.Process(server.pid)
+        stop = asyncio.Event()
+
+        async def run():
+            started = time.monotonic()
+            fleet = asyncio.create_task(run_fleet(
+                f"ws://127.0.0.1:{port}/ws/agent/", specs, heartbeat_s=heartbeat,
+                stop_event=stop))
+            while await asyncio.to_thread(connected_nodes) < agents:
+                if time.monotonic() - started > 300:
+                    raise SystemExit(f"not all {agents} agents connected in 300 s")
+                await asyncio.sleep(0.5)
+            connect_s = time.monotonic() - started
+            await asyncio.sleep(2 * heartbeat)  # settle
+            steady_from = time.time()
+            process.cpu_percent()
+            await asyncio.sleep(seconds)
+            cpu = process.cpu_percent()
+            stop.set()
+            await fleet
+            return connect_s, steady_from, cpu
+
+        connect_s, steady_from, cpu = asyncio.run(run())
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    windows = [tuple(map(float, m[1:])) for m in STATS.findall(log_path.read_text())
+               if _epoch(m[0]) - WINDOW_S >= steady_from]
+    if not windows:
+        raise SystemExit(f"no steady fan-in figures in {log_path}")
+    msgs_per_s = sum(w[0] for w in windows) / sum(w[1] for w in windows)
+    return {"agents": agents, "connect_s": round(connect_s, 1),
+            "msgs_per_s": round(msgs_per_s, 1),
+            "p50_handle_ms": max(w[2] for w in windows),
+            "p99_handle_ms": max(w[3] for w in windows),
+            "server_cpu_pct": round(cpu, 1),
+            "cpu_ms_per_msg": round(10 * cpu / msgs_per_s, 3)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[500, 1000, 2000])
+    parser.add_argument("--seconds", type=float, default=40, help="steady window")
+    parser.add_argument("--heartbeat", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        results = [measure(n, args.seconds, args.heartbeat) for n in sorted(args.agents)]
+    finally:
+        connection.creation.destroy_test_db(test_db, verbosity=0)
+    for result in results:
+        print(result, file=sys.stderr)
+    print(json.dumps(results[-1]))
+
+
+if __name__ == "__main__":
+    main()
