@@ -2,7 +2,9 @@
 
 A domain is a path: `()` is the whole cluster, then `(datacenter,)`, `(datacenter, pod)` and
 `(datacenter, pod, leaf)`. Each keeps its count of free whole nodes and free GPUs, built once per
-cycle and updated as GPUs are taken, so placing a gang costs O(domains), not O(nodes).
+cycle and updated as GPUs are taken or given back; whole-node counts are also bucketed per depth
+(`WholeCounts`), so placing a gang costs at most O(domains) and usually far less, never O(nodes),
+and a gang that cannot fit anywhere is told so in O(1).
 
 Placement rules:
 - jobs of at least a node's GPUs take whole free nodes, in the tightest domain that holds them
@@ -11,13 +13,17 @@ Placement rules:
 - smaller jobs go to the node with the fewest free GPUs that still fits (best fit, ties by name),
   on its lowest free indices; only when no partly used node fits do they break a whole node,
   taken from the leaf with the fewest free whole nodes.
+
+GPUs held for a reservation are taken like any others, so placement avoids them; the cycle
+lends them back for a moment (`lent`) to a workload that may backfill them.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from itertools import pairwise
 
 from scheduler.engine.errors import Inadmissible
@@ -36,13 +42,14 @@ DOMAIN_NAME = {
     TopologyLevel.LEAF: "leaf",
     TopologyLevel.POD: "pod",
     TopologyLevel.DATACENTER: "data center",
+    TopologyLevel.ANY: "cluster",
 }
 
 
 def domains_of(node: Node) -> tuple[Domain, ...]:
     """Every domain holding the node, widest first: cluster, data center, pod, leaf."""
-    path = (node.datacenter, node.pod, node.leaf)
-    return tuple(path[:depth] for depth in range(4))
+    return ((), (node.datacenter,), (node.datacenter, node.pod), (node.datacenter, node.pod,
+                                                                   node.leaf))
 
 
 def widest_level(workload: Workload) -> TopologyLevel:
@@ -57,7 +64,20 @@ def widest_level(workload: Workload) -> TopologyLevel:
     return TopologyLevel.DATACENTER
 
 
-def _plural(count: int, word: str) -> str:
+def levels_up_to(widest: TopologyLevel) -> list[TopologyLevel]:
+    """The levels a multi-node gang may use, tightest first."""
+    return [level for level in DEPTH if level <= max(widest, TopologyLevel.LEAF)]
+
+
+def describe(level: TopologyLevel, domain: Domain) -> str:
+    """A domain in words, e.g. "pod dc1/p2"; names that already hold their path stay as is."""
+    if not domain:
+        return "the cluster"
+    name = domain[-1] if "/" in domain[-1] else "/".join(domain)
+    return f"{DOMAIN_NAME[level]} {name}"
+
+
+def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
@@ -69,7 +89,7 @@ class Capacity:
         by_model: dict[tuple[str, str], list[Node]] = defaultdict(list)
         for node in nodes:
             by_model[node.region, node.gpu_model].append(node)
-        self._pools = {key: Pool(key[1], members) for key, members in by_model.items()}
+        self._pools = {key: Pool(key[1], members) for key, members in sorted(by_model.items())}
         self._pool_of_node = {
             node.id: pool for pool in self._pools.values() for node in pool.nodes()
         }
@@ -82,12 +102,57 @@ class Capacity:
             where = f"region {region}" if region else "the cluster"
             raise Inadmissible(f"{where} has no {gpu_model} nodes") from None
 
+    def pool_of(self, node_id: int) -> Pool | None:
+        """The pool of a schedulable node; None for unknown or unschedulable ones."""
+        return self._pool_of_node.get(node_id)
+
     def take(self, placements: Iterable[Placement]) -> None:
         """Mark these GPUs used; GPUs of unknown or unschedulable nodes are ignored."""
         for placement in placements:
             pool = self._pool_of_node.get(placement.node_id)
             if pool is not None:
                 pool.take(placement)
+
+
+class WholeCounts:
+    """Free whole nodes per domain, also kept in buckets by count at each depth, so that the
+    best domain and the tightest one that fits are found without scanning every domain."""
+
+    def __init__(self, counts: Counter[Domain]) -> None:
+        self.count = counts
+        self._buckets: list[dict[int, set[Domain]]] = [defaultdict(set) for _ in range(4)]
+        for domain, count in counts.items():
+            if count:
+                self._buckets[len(domain)][count].add(domain)
+        self._best = [max(buckets, default=0) for buckets in self._buckets]
+
+    def change(self, domain: Domain, by: int) -> None:
+        old = self.count[domain]
+        new = self.count[domain] = old + by
+        depth = len(domain)
+        buckets = self._buckets[depth]
+        if old:
+            buckets[old].discard(domain)
+            if not buckets[old]:
+                del buckets[old]
+        if new:
+            buckets[new].add(domain)
+        if new > self._best[depth]:
+            self._best[depth] = new
+        elif old == self._best[depth] and old not in buckets:
+            self._best[depth] = new  # values move by one, so no domain is left above it
+
+    def best(self, depth: int) -> int:
+        """The most free whole nodes any one domain at `depth` has."""
+        return self._best[depth]
+
+    def tightest(self, depth: int, count: int) -> Domain | None:
+        """The domain at `depth` with the fewest free whole nodes >= `count` (ties by name)."""
+        buckets = self._buckets[depth]
+        for whole in range(max(count, 1), self._best[depth] + 1):
+            if whole in buckets:
+                return min(buckets[whole])
+        return None
 
 
 class Pool:
@@ -99,23 +164,98 @@ class Pool:
         self.node_size = max(node.gpus for node in nodes)
         self._free: dict[int, set[int]] = {}
         self._nodes: dict[int, Node] = {}
-        self._whole: Counter[Domain] = Counter()
+        self._domains: dict[int, tuple[Domain, ...]] = {}  # node id -> its domains
         self._free_gpus: Counter[Domain] = Counter()
         self._children: dict[Domain, set[Domain]] = defaultdict(set)
-        self._leaf_nodes: dict[Domain, list[Node]] = defaultdict(list)
+        self._domain_nodes: dict[Domain, list[Node]] = defaultdict(list)  # leaves; others lazily
         # Partly free nodes by free-GPU count, each a heap of (name, id); entries go stale when
-        # a node loses GPUs and are dropped when seen, since counts only fall within a cycle.
+        # a node's count changes and are dropped when seen.
         self._partial: dict[int, list[tuple[str, int]]] = defaultdict(list)
-        for node in sorted(nodes, key=lambda node: (node.name, node.id)):
-            if node.schedulable:
-                self._add(node)
+        self._held: dict[int, list[Placement]] = {}  # reservation owner -> GPUs it holds
+        self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
+        whole = self._add_all(sorted(nodes, key=lambda node: (node.name, node.id)))
+        self._wholes = WholeCounts(whole)
+        self._whole = self._wholes.count  # free whole nodes per domain
         self._domains_at = {
-            depth: sorted(d for d in self._whole if len(d) == depth) for depth in range(4)
+            depth: sorted(d for d in self._free_gpus if len(d) == depth) for depth in range(4)
         }
+
+    def _add_all(self, nodes: list[Node]) -> Counter[Domain]:
+        """Index the schedulable nodes (in name order); free whole nodes per domain."""
+        paths: dict[tuple[str, str, str], tuple[Domain, ...]] = {}
+        whole: Counter[Domain] = Counter()
+        leaf_free: Counter[tuple[Domain, ...]] = Counter()
+        for node in nodes:
+            if not node.schedulable:
+                continue
+            domains = paths.get((node.datacenter, node.pod, node.leaf))
+            if domains is None:
+                domains = paths[node.datacenter, node.pod, node.leaf] = domains_of(node)
+            free = self._free[node.id] = {i for i in node.free if 0 <= i < node.gpus}
+            self._nodes[node.id] = node
+            self._domains[node.id] = domains
+            self._domain_nodes[domains[3]].append(node)
+            leaf_free[domains] += len(free)
+            if node.gpus == self.node_size == len(free):
+                whole[domains] += 1
+            elif free:
+                heapq.heappush(self._partial[len(free)], (node.name, node.id))
+        for domains in paths.values():
+            for parent, child in pairwise(domains):
+                self._children[parent].add(child)
+            for domain in domains:
+                self._free_gpus[domain] += leaf_free[domains]
+        counts: Counter[Domain] = Counter()
+        for domains, count in whole.items():
+            for domain in domains:
+                counts[domain] += count
+        return counts
+
+    # -- reading -----------------------------------------------------------------------------
 
     def nodes(self) -> Iterable[Node]:
         """The schedulable nodes of this pool."""
         return self._nodes.values()
+
+    def node(self, node_id: int) -> Node | None:
+        """A schedulable node of this pool by id."""
+        return self._nodes.get(node_id)
+
+    def free(self, node_id: int) -> set[int]:
+        """The free GPU indices of a node of this pool (do not modify)."""
+        return self._free[node_id]
+
+    def domains_at(self, depth: int) -> list[Domain]:
+        """The domains at a path depth, by name."""
+        return self._domains_at[depth]
+
+    def domain_nodes(self, domain: Domain) -> list[Node]:
+        """The schedulable nodes of a domain, by name."""
+        found = self._domain_nodes.get(domain)
+        if found is None:
+            found = [node for child in sorted(self._children[domain])
+                     for node in self.domain_nodes(child)]
+            found.sort(key=lambda node: (node.name, node.id))
+            self._domain_nodes[domain] = found
+        return found
+
+    def whole(self, domain: Domain) -> int:
+        """Free whole nodes in a domain."""
+        return self._whole[domain]
+
+    def is_whole(self, node: Node) -> bool:
+        """Whether every GPU of a full-sized node is free."""
+        return node.gpus == self.node_size and len(self._free[node.id]) == node.gpus
+
+    def free_gpus(self, domain: Domain = ()) -> int:
+        """Free GPUs in a domain (by default the whole pool)."""
+        return self._free_gpus[domain]
+
+    def best_whole(self, depth: int) -> int:
+        """The most free whole nodes any one domain at `depth` has."""
+        return self._wholes.best(depth)
+
+    # -- placing -----------------------------------------------------------------------------
 
     def check_shape(self, gpus: int) -> None:
         """Raise Inadmissible when no placement could ever give exactly `gpus` GPUs."""
@@ -128,16 +268,18 @@ class Pool:
                 f"whole nodes of {size} GPUs"
             )
 
-    def find(self, workload: Workload) -> tuple[Placement, ...]:
-        """GPUs for the workload, all or nothing, or Inadmissible with the reason.
+    def find(self, workload: Workload, gpus: int | None = None) -> tuple[Placement, ...]:
+        """GPUs for the workload (`gpus` of them, by default all it asks for), all or nothing,
+        or Inadmissible with the reason.
 
         Takes nothing: the cycle calls `take` once it has decided to admit.
         """
-        self.check_shape(workload.gpus)
-        if workload.gpus < self.node_size:
-            node = self._best_partial(workload.gpus) or self._break_whole_node(workload.gpus)
-            return (Placement(node.id, tuple(sorted(self._free[node.id])[: workload.gpus])),)
-        count = workload.gpus // self.node_size
+        gpus = workload.gpus if gpus is None else gpus
+        self.check_shape(gpus)
+        if gpus < self.node_size:
+            node = self._best_partial(gpus) or self._break_whole_node(gpus)
+            return (Placement(node.id, tuple(sorted(self._free[node.id])[:gpus])),)
+        count = gpus // self.node_size
         nodes = self._pick_whole(self._tightest_domain(count, widest_level(workload)), count)
         return tuple(Placement(node.id, tuple(sorted(self._free[node.id]))) for node in nodes)
 
@@ -147,30 +289,68 @@ class Pool:
         if node is None:
             return
         free = self._free[node.id]
-        taken = free.intersection(placement.gpu_indices)
-        breaks_whole = bool(taken) and self._is_whole(node)
-        free.difference_update(taken)
-        for domain in domains_of(node):
-            self._free_gpus[domain] -= len(taken)
-            self._whole[domain] -= breaks_whole
-        if taken and free:
-            heapq.heappush(self._partial[len(free)], (node.name, node.id))
+        was_whole = self.is_whole(node)
+        before = len(free)
+        free.difference_update(placement.gpu_indices)
+        self._recount(node, before, was_whole)
 
-    def _add(self, node: Node) -> None:
-        self._nodes[node.id] = node
-        self._free[node.id] = set(node.free)
-        whole = self._is_whole(node)
-        for domain in domains_of(node):
-            self._whole[domain] += whole
-            self._free_gpus[domain] += len(self._free[node.id])
-        for parent, child in pairwise(domains_of(node)):
-            self._children[parent].add(child)
-        self._leaf_nodes[domains_of(node)[-1]].append(node)
-        if self._free[node.id] and not whole:
-            heapq.heappush(self._partial[len(self._free[node.id])], (node.name, node.id))
+    def give(self, placement: Placement) -> None:
+        """Mark the placement's GPUs free again (the inverse of `take`)."""
+        node = self._nodes.get(placement.node_id)
+        if node is None:
+            return
+        free = self._free[node.id]
+        was_whole = self.is_whole(node)
+        before = len(free)
+        free.update(i for i in placement.gpu_indices if 0 <= i < node.gpus)
+        self._recount(node, before, was_whole)
 
-    def _is_whole(self, node: Node) -> bool:
-        return node.gpus == self.node_size and len(self._free[node.id]) == node.gpus
+    def _recount(self, node: Node, before: int, was_whole: bool) -> None:
+        after = len(self._free[node.id])
+        if after == before:
+            return
+        whole_change = self.is_whole(node) - was_whole
+        for domain in self._domains[node.id]:
+            self._free_gpus[domain] += after - before
+            if whole_change:
+                self._wholes.change(domain, whole_change)
+        if 0 < after < node.gpus or (after and node.gpus != self.node_size):
+            heapq.heappush(self._partial[after], (node.name, node.id))
+
+    # -- reservations ------------------------------------------------------------------------
+
+    def hold(self, owner: int, node_ids: Iterable[int]) -> None:
+        """Take every free GPU of these nodes for the reservation of workload `owner`."""
+        held = self._held.setdefault(owner, [])
+        for node_id in node_ids:
+            self.held_by[node_id] = owner
+            free = self._free.get(node_id)
+            if free:
+                placement = Placement(node_id, tuple(sorted(free)))
+                self.take(placement)
+                held.append(placement)
+
+    @contextmanager
+    def lent(self, owner: int) -> Iterator[None]:
+        """Give back the GPUs held for `owner` for the duration of the block, then hold again
+        whichever of them are still free."""
+        held = self._held.get(owner, [])
+        for placement in held:
+            self.give(placement)
+        try:
+            yield
+        finally:
+            still = []
+            for placement in held:
+                free = self._free[placement.node_id]
+                back = Placement(placement.node_id,
+                                 tuple(i for i in placement.gpu_indices if i in free))
+                if back.gpu_indices:
+                    self.take(back)
+                    still.append(back)
+            self._held[owner] = still
+
+    # -- internals ---------------------------------------------------------------------------
 
     def _best_partial(self, gpus: int) -> Node | None:
         """The partly free node with the fewest free GPUs that still has `gpus`."""
@@ -206,17 +386,16 @@ class Pool:
                     f"{self.gpu_model} nodes have {self.node_size}"
                 )
             widest = TopologyLevel.LEAF  # a single node always sits within one leaf
-        for level, depth in DEPTH.items():
-            if level > widest:
-                break
-            fits = [(self._whole[d], d) for d in self._domains_at[depth] if self._whole[d] >= count]
-            if fits:
-                return min(fits)[1]
-        raise Inadmissible(self._no_domain_reason(count, widest))
+        for level in levels_up_to(widest):
+            domain = self._wholes.tightest(DEPTH[level], count)
+            if domain is not None:
+                return domain
+        raise Inadmissible(self.no_domain_reason(count, widest))
 
-    def _no_domain_reason(self, count: int, widest: TopologyLevel) -> str:
-        nodes = _plural(count, f"whole {self.gpu_model} node")
-        most = max((self._whole[d] for d in self._domains_at[DEPTH[widest]]), default=0)
+    def no_domain_reason(self, count: int, widest: TopologyLevel) -> str:
+        """Why a gang of `count` whole nodes finds no domain up to `widest`."""
+        nodes = plural(count, f"whole {self.gpu_model} node")
+        most = self.best_whole(DEPTH[widest])
         if widest == TopologyLevel.ANY:
             return f"needs {nodes}; the cluster has {most} free"
         name = DOMAIN_NAME[widest]
@@ -229,10 +408,12 @@ class Pool:
         leaf by name, so a gang's nodes come out grouped by leaf.
         """
         if len(domain) == 3:
-            return [node for node in self._leaf_nodes[domain] if self._is_whole(node)][:count]
+            return [node for node in self.domain_nodes(domain) if self.is_whole(node)][:count]
         picked: list[Node] = []
         for child in sorted(self._children[domain], key=lambda c: (-self._whole[c], c)):
             wanted = min(count - len(picked), self._whole[child])
             if wanted > 0:
                 picked += self._pick_whole(child, wanted)
+            if len(picked) == count:
+                break
         return picked

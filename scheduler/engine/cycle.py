@@ -1,79 +1,366 @@
 """One scheduling cycle: a snapshot in, a plan out.
 
-This first engine admits in one global order and never preempts: a workload that does not fit
-waits with its reason and does not block the ones behind it (best-effort FIFO, like Kueue's
-default), so a large gang can be overtaken by smaller jobs until backfill reserves room for it.
-Queue weight is not read yet; fair sharing between queues will use it.
+`plan()` reads top to bottom in numbered steps. The per-workload decision (`Cycle.decide`) tries,
+in order: admit on free GPUs (or backfill GPUs held for a reservation that allows it); make room
+by shrinking elastic work and preempting (`preemption`); reserve a domain for a gang head that
+must wait (`backfill`); otherwise wait, with a reason a person can act on.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from enum import IntEnum
+from typing import Protocol
 
-from scheduler.engine.capacity import Capacity
+from scheduler.engine.backfill import MAX_PER_POOL, Hold, may_backfill, reserve
+from scheduler.engine.capacity import Capacity, Pool, widest_level
 from scheduler.engine.errors import Inadmissible
-from scheduler.engine.model import Admission, Pending, Plan, Snapshot, Workload
-from scheduler.engine.ordering import queue_order
+from scheduler.engine.explain import claim_reason, preemption_reason, shrink_reason
+from scheduler.engine.model import (
+    Admission,
+    Pending,
+    Placement,
+    Plan,
+    Preemption,
+    Queue,
+    Reservation,
+    Shrink,
+    Snapshot,
+    Strategy,
+    Workload,
+)
+from scheduler.engine.moves import Claim, Claimant, MoveKind
+from scheduler.engine.occupancy import Occupancy
+from scheduler.engine.ordering import Heads
+from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch
 from scheduler.engine.quota import QuotaLedger
 
 
-def plan(snapshot: Snapshot, now: float) -> Plan:
-    """Decide which pending workloads start now, on which GPUs, and why the others wait.
+class Clock(Protocol):
+    """Where step timings come from (e.g. `time.perf_counter`); the plan never depends on it."""
+
+    def __call__(self) -> float: ...
+
+
+class Outcome(IntEnum):
+    """What deciding one workload came to; a larger value is a better outcome."""
+
+    NO_FIT = 0  # waits with its reason (and perhaps a reservation)
+    PREEMPT = 1  # waits while the work it preempts stops; its room is held
+    FIT = 2  # admitted now
+
+
+def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
+    """Decide which pending workloads start now, on which GPUs, what makes room for them, and
+    why the others wait.
 
     Pure and deterministic: the same snapshot gives the same plan whatever the order of its
-    tuples. `now` is the cycle's time in seconds; the rules of this first engine do not depend
-    on it, but the interface carries it for the ones that will (aging, preemption grace).
+    tuples. `now` is the cycle's time in seconds (lost work, time limits, reservations).
+    `clock`, when given, only times the steps into `Plan.timings`.
     """
-    # 1. Account usage of running workloads: their GPUs are neither free nor quota headroom,
-    #    even when a racy snapshot still lists them as free.
-    ledger = QuotaLedger(snapshot.queues)
-    capacity = Capacity(snapshot.nodes)
-    for workload in snapshot.workloads:
-        if workload.is_running:
-            ledger.charge(workload.queue_id, workload.gpu_model, held_gpus(workload))
-            capacity.take(workload.placements)
+    timer = StepTimer(clock)
+    # 1. Take stock: charge running work to quota, take its GPUs, index who holds each node.
+    with timer("1. take stock"):
+        cycle = Cycle(snapshot, now)
+    # 2. Queue the pending work: one FIFO per queue, in queue order.
+    with timer("2. queue"):
+        heads = Heads(cycle.ledger, (w for w in snapshot.workloads if not w.is_running))
+        for workload in heads.unknown():
+            cycle.wait(workload, f"queue {workload.queue_id} is not in the snapshot")
+    # 3. Nominate the best head across queues (fair-share order), then
+    # 4. admit it, make room for it by preemption, or reserve room; strict FIFO queues stop
+    #    at a head that waits.
+    with timer("3-4. nominate and decide"):
+        while (head := heads.next()) is not None:
+            queue, workload = head
+            if cycle.decide(queue, workload) == Outcome.PREEMPT:
+                heads.refresh(cycle.touched_queues)
+            if cycle.waits(workload) and queue.strategy == Strategy.STRICT_FIFO:
+                cycle.wait_behind(workload, queue, heads.drain(queue.id))
+    # 5. Requeue the rest: each waiting workload's reason and position in its queue.
+    with timer("5. explain"):
+        pending = cycle.number_in_queues()
+    # 6. Usage after the plan: preempted work gone, shrinks applied, admissions added.
+    with timer("6. usage"):
+        usage = cycle.usage_after()
+    return Plan(admissions=cycle.admissions, pending=pending, usage=usage,
+                preemptions=cycle.preemptions, shrinks=cycle.shrinks,
+                reservations=[hold.reservation for hold in cycle.holds.values()],
+                timings=timer.timings)
 
-    # 2. Order pending workloads (see `queue_order` for the criteria).
-    priority = {queue.id: queue.priority for queue in snapshot.queues}
-    ordered = sorted((w for w in snapshot.workloads if not w.is_running),
-                     key=lambda w: queue_order(w, priority.get(w.queue_id, 0)))
 
-    admissions: list[Admission] = []
-    waiting: list[tuple[Workload, str]] = []
-    for workload in ordered:
+class StepTimer:
+    """Seconds per step, read from an optional clock."""
+
+    def __init__(self, clock: Clock | None) -> None:
+        self.clock = clock
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        if self.clock is None:
+            yield
+            return
+        started = self.clock()
         try:
-            queue = ledger.queue(workload.queue_id)
-            pool = capacity.pool(queue.region, workload.gpu_model)
-            # A job no placement could ever satisfy hears so first, not a passing quota reason.
-            pool.check_shape(workload.gpus)
-            # 3. Check quota, counting what this plan has admitted so far.
-            ledger.check(queue, workload.gpu_model, workload.gpus)
-            # 4. Place the whole gang, or nothing.
-            placements = pool.find(workload)
-        except Inadmissible as why:
-            # 5a. Record why it waits.
-            waiting.append((workload, str(why)))
-            continue
-        # 5b. Record the admission and charge it, so later workloads see the GPUs gone.
-        capacity.take(placements)
-        ledger.charge(queue.id, workload.gpu_model, workload.gpus)
-        admissions.append(Admission(workload.id, placements))
-
-    usage = {key: gpus for key, gpus in sorted(ledger.usage.items()) if gpus}
-    return Plan(admissions=admissions, pending=number_in_queues(waiting), usage=usage)
+            yield
+        finally:
+            self.timings[step] = self.clock() - started
 
 
 def held_gpus(workload: Workload) -> int:
     """GPUs a running workload holds, counted from its placements."""
-    return sum(len(placement.gpu_indices) for placement in workload.placements)
+    return workload.held
 
 
-def number_in_queues(waiting: Iterable[tuple[Workload, str]]) -> list[Pending]:
-    """Pending entries in the order given, each numbered 1, 2, ... within its own queue."""
-    seen: Counter[int] = Counter()
-    pending = []
-    for workload, reason in waiting:
-        seen[workload.queue_id] += 1
-        pending.append(Pending(workload.id, reason, seen[workload.queue_id]))
-    return pending
+class Cycle:
+    """The state of one cycle: quota, free GPUs, occupancy and the plan so far."""
+
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.now = now
+        self.ledger = QuotaLedger(snapshot.queues, snapshot.cohorts)
+        self.capacity = Capacity(snapshot.nodes)
+        self.occupancy = Occupancy(self.capacity, now)
+        for workload in sorted((w for w in snapshot.workloads if w.is_running),
+                               key=lambda w: w.id):
+            self.capacity.take(workload.placements)
+            self.occupancy.add_running(workload)
+            if not workload.preempting:  # a stopping workload's quota is free already
+                self.ledger.charge(workload.queue_id, workload.gpu_model, workload.held)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.shrinks: list[Shrink] = []
+        self.holds: dict[int, Hold] = {}
+        self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
+        self.touched_queues: set[int] = set()
+        self._waiting: dict[int, tuple[Workload, str]] = {}
+        self._reserved_queues: set[int] = set()
+        self._backfillable: dict[Pool, list[int]] = {}  # owners of backfill reservations
+        self._no_victims: dict[tuple, int] = {}  # smallest size that found no room, per kind
+        self._searches: Counter[int] = Counter()  # victim searches per queue this cycle
+        self._claimed: set[int] = set()  # queues that made room for a workload this cycle
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def wait(self, workload: Workload, reason: str) -> None:
+        self._waiting[workload.id] = (workload, reason)
+
+    def waits(self, workload: Workload) -> bool:
+        return workload.id in self._waiting
+
+    def wait_behind(self, head: Workload, queue: Queue, rest: Iterable[Workload]) -> None:
+        for workload in rest:
+            self.wait(workload, f"waits behind workload {head.id}, the head of strict-FIFO "
+                                f"queue {queue.name}")
+
+    def number_in_queues(self) -> list[Pending]:
+        """Pending entries in decision order, each numbered 1, 2, ... within its queue."""
+        seen: Counter[int] = Counter()
+        pending = []
+        for workload, reason in self._waiting.values():
+            seen[workload.queue_id] += 1
+            pending.append(Pending(workload.id, reason, seen[workload.queue_id]))
+        return pending
+
+    def usage_after(self) -> dict[tuple[int, str], int]:
+        usage = self.ledger.usage - self.claims - self.ledger.stopping
+        return {key: gpus for key, gpus in sorted(usage.items()) if gpus > 0}
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def decide(self, queue: Queue, workload: Workload) -> Outcome:
+        """Admit, preempt for, reserve for, or hold back one workload."""
+        self.touched_queues = set()
+        try:
+            pool = self.capacity.pool(queue.region, workload.gpu_model)
+            # A job no placement could ever satisfy hears so first, not a passing quota reason.
+            pool.check_shape(workload.gpus)
+        except Inadmissible as why:
+            self.wait(workload, str(why))
+            return Outcome.NO_FIT
+        quota_reason = room_reason = None
+        try:
+            self.ledger.check(queue, workload.gpu_model, workload.gpus)
+        except Inadmissible as why:
+            quota_reason = str(why)
+        else:
+            try:
+                self.admit(pool, queue, workload)
+                return Outcome.FIT
+            except Inadmissible as why:
+                room_reason = str(why)
+        claim = self.find_room(pool, queue, workload, quota_reason is not None)
+        if claim is not None:
+            self.apply_claim(pool, queue, workload, claim)
+            return Outcome.PREEMPT
+        if quota_reason is not None:
+            self.wait(workload, quota_reason)
+            return Outcome.NO_FIT
+        self.wait(workload, self.maybe_reserve(pool, queue, workload, room_reason))
+        return Outcome.NO_FIT
+
+    def _quota_allows(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
+        try:
+            self.ledger.check(queue, gpu_model, gpus)
+        except Inadmissible:
+            return False
+        return True
+
+    def admit(self, pool: Pool, queue: Queue, workload: Workload) -> None:
+        """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
+        charge the quota. Raises Inadmissible with the reason when there is no room."""
+        try:
+            placements = pool.find(workload)
+        except Inadmissible:
+            owners = [owner for owner in self._backfillable.get(pool, ())
+                      if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)]
+            if not owners:
+                raise
+            with ExitStack() as stack:
+                for owner in owners:
+                    stack.enter_context(pool.lent(owner))
+                try:
+                    placements = pool.find(workload)
+                except Inadmissible:
+                    pass
+                else:
+                    self._book(pool, queue, workload, placements)
+                    return
+            raise
+        self._book(pool, queue, workload, placements)
+
+    def _book(self, pool: Pool, queue: Queue, workload: Workload,
+              placements: tuple[Placement, ...]) -> None:
+        for placement in placements:
+            pool.take(placement)
+        self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
+        self.occupancy.add_admitted(workload, placements)
+        self.admissions.append(Admission(workload.id, placements))
+
+    # -- making room -------------------------------------------------------------------------
+
+    def find_room(self, pool: Pool, queue: Queue, workload: Workload,
+                  over_quota: bool) -> Claim | None:
+        """The cheapest set of moves that would let the workload start, or None.
+
+        Skipped when the queue has made room for a workload or used its searches this cycle
+        (like Kueue, which tries one head per queue and cycle), when a workload as large of
+        the same kind found no room earlier in the cycle (room only shrinks as it goes), and
+        for quota when the queue is over what its quota allows even without the workload:
+        preemption makes room for a workload, it does not enforce a lowered quota.
+        """
+        if self._searches[queue.id] >= SEARCHES_PER_QUEUE or queue.id in self._claimed:
+            return None
+        if over_quota and not self._quota_allows(queue, workload.gpu_model, 0):
+            return None  # the queue is over its quota already: not this workload's to fix
+        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+        memo = (queue.id, pool.gpu_model, within, workload.priority, widest_level(workload),
+                workload.gpus < pool.node_size, over_quota)
+        if workload.gpus >= self._no_victims.get(memo, 1 << 62):
+            return None
+        if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
+            return None
+        self._searches[queue.id] += 1
+        search = VictimSearch(pool, self.ledger, self.occupancy,
+                              Claimant(workload, queue, workload.gpus, within))
+        claim = self._search(search, pool, workload, over_quota)
+        if claim is None:
+            self._no_victims[memo] = min(workload.gpus, self._no_victims.get(memo, 1 << 62))
+        return claim
+
+    def _could_free(self, pool: Pool, queue: Queue, workload: Workload, within: bool) -> int:
+        """At most how many GPUs preemption could free for the workload: a quick bound that
+        spares a search which cannot succeed."""
+        model = workload.gpu_model
+        bound = sum(w.held for w in self.occupancy.releasing[pool].values())
+        policy = queue.preemption
+        if policy.within_queue:
+            bound += self.ledger.staying(queue.id, model)
+        if queue.cohort is not None and (
+                (within and policy.reclaim)
+                or (not within and policy.borrow_below_priority is not None)):
+            for other_id in self.ledger.members(queue):
+                if other_id != queue.id:
+                    bound += self.ledger.borrowing(self.ledger.queue(other_id), model)
+        return bound
+
+    def _search(self, search: VictimSearch, pool: Pool, workload: Workload,
+                over_quota: bool) -> Claim | None:
+        if over_quota:
+            try:
+                placements = pool.find(workload)
+            except Inadmissible:
+                pass  # no room either: the searches below free room and quota together
+            else:
+                return search.for_quota(tuple(p.node_id for p in placements))
+        if workload.gpus < pool.node_size:
+            return search.for_small()
+        return search.for_gang(workload.gpus // pool.node_size)
+
+    def apply_claim(self, pool: Pool, queue: Queue, workload: Workload, claim: Claim) -> None:
+        """Record the claim's preemptions and shrinks, charge the claimant's quota and hold its
+        room until its victims have stopped.
+
+        The victims' quota stays charged for the rest of the cycle (marked as stopping), so that
+        no other workload counts on quota that is not free yet.
+        """
+        reason = claim_reason(self.ledger, claim, queue, workload)
+        evicted = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
+        shrunk: dict[int, list] = {}
+        for move in claim.moves:
+            victim = move.workload
+            if move.kind == MoveKind.EVICT:
+                why = preemption_reason(self.ledger, move, queue, workload)
+                self.preemptions.append(Preemption(victim.id, why, workload.id))
+            elif move.kind == MoveKind.SHRINK and victim.id not in evicted:
+                shrunk.setdefault(victim.id, []).append(move)
+        for moves in shrunk.values():
+            self._shrink(moves, queue, workload)
+        for move in claim.moves:
+            self.occupancy.claim(pool, move.workload)
+            if move.kind == MoveKind.EVICT:
+                victim = move.workload
+                self.ledger.stopping[victim.queue_id, victim.gpu_model] += victim.held
+                self.touched_queues.add(victim.queue_id)
+        self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
+        self.claims[queue.id, workload.gpu_model] += workload.gpus
+        pool.hold(workload.id, claim.nodes)
+        reservation = Reservation(workload.id, claim.level, claim.domain, claim.nodes,
+                                  self.now, reason)
+        self.holds[workload.id] = Hold(reservation, workload, queue, True, backfill=False)
+        self._claimed.add(queue.id)
+        self.wait(workload, reason)
+
+    def _shrink(self, moves: list, queue: Queue, workload: Workload) -> None:
+        victim = moves[0].workload
+        freed: Counter[int] = Counter()
+        for move in moves:
+            freed.update(move.frees)
+        released = [Placement(p.node_id, p.gpu_indices[-freed[p.node_id]:])
+                    for p in victim.placements if freed[p.node_id]]
+        gpus = sum(len(p.gpu_indices) for p in released)
+        keep = victim.held - gpus
+        reason = shrink_reason(self.ledger, moves[0], keep, queue, workload)
+        self.shrinks.append(Shrink(victim.id, keep, tuple(released), reason, workload.id))
+        self.ledger.stopping[victim.queue_id, victim.gpu_model] += gpus
+        self.touched_queues.add(victim.queue_id)
+
+    # -- reservations ------------------------------------------------------------------------
+
+    def maybe_reserve(self, pool: Pool, queue: Queue, workload: Workload, reason: str) -> str:
+        """Reserve a domain for a multi-node gang at the head of its queue; the reason it waits."""
+        owners = self._backfillable.setdefault(pool, [])
+        if (workload.gpus <= pool.node_size or queue.id in self._reserved_queues
+                or len(owners) >= MAX_PER_POOL):
+            return reason
+        self._reserved_queues.add(queue.id)
+        reservation = reserve(pool, self.occupancy, workload)
+        if reservation is None:
+            return reason
+        owners.append(workload.id)
+        pool.hold(workload.id, reservation.nodes)
+        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+        self.holds[workload.id] = Hold(reservation, workload, queue, within)
+        return f"{reason}; {reservation.reason}"

@@ -2,12 +2,13 @@
 
 The portal builds a `Snapshot` from the database each cycle; the simulator builds one from its
 own state. Neither the snapshot nor the plan holds an ORM object, so the engine can run anywhere.
+Every field added after the first engine has a default, so older callers keep working.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class TopologyLevel(IntEnum):
@@ -18,6 +19,13 @@ class TopologyLevel(IntEnum):
     POD = 2  # one pod (spine group)
     DATACENTER = 3  # one data center
     ANY = 4  # anywhere in the region; only with allow_cross_dc
+
+
+class Strategy(StrEnum):
+    """How a queue treats a head that cannot start."""
+
+    BEST_EFFORT_FIFO = "best_effort_fifo"  # later workloads of the queue may start meanwhile
+    STRICT_FIFO = "strict_fifo"  # nothing behind the head starts until it does
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,13 @@ class Node:
 
 @dataclass(frozen=True)
 class Quota:
-    """One queue's quota for one GPU model. `None` limits mean unlimited."""
+    """One queue's (or cohort's) quota for one GPU model. `None` limits mean unlimited.
+
+    `guarantee` is never lent and never reclaimed: work inside it is never preempted by another
+    queue. `nominal` is the quota the queue may always use and lends while idle. For a cohort,
+    `nominal` is quota the cohort itself owns, and the limits bound what it borrows from and
+    lends to its parent cohort.
+    """
 
     gpu_model: str
     nominal: int
@@ -48,19 +62,52 @@ class Quota:
 
 
 @dataclass(frozen=True)
+class PreemptionPolicy:
+    """What a queue's pending work may preempt (or shrink) to start."""
+
+    reclaim: bool = True  # under its nominal quota: take back what queues of its cohort borrow
+    within_queue: bool = True  # evict lower-priority work of its own queue
+    # While borrowing: evict borrowed work of other queues in its cohort whose priority is below
+    # both this threshold and the claimant's priority. None: never.
+    borrow_below_priority: int | None = None
+
+
+@dataclass(frozen=True)
 class Queue:
     """A tenant's virtual queue: quotas per GPU model, a priority and an optional cohort."""
 
     id: int
     name: str
     quotas: tuple[Quota, ...]
-    cohort: str | None = None
+    cohort: str | None = None  # the name of its cohort (a `Cohort` of the snapshot, or implied)
     priority: int = 0
-    weight: float = 1.0
+    weight: float = 1.0  # fair-share weight: a larger weight borrows more before others
     region: str = ""  # its work runs only on nodes of this region
+    strategy: Strategy = Strategy.BEST_EFFORT_FIFO
+    preemption: PreemptionPolicy = PreemptionPolicy()
 
     def quota(self, gpu_model: str) -> Quota:
         """This queue's quota for `gpu_model`; zero when it has none."""
+        for quota in self.quotas:
+            if quota.gpu_model == gpu_model:
+                return quota
+        return Quota(gpu_model, nominal=0)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """Queues (and child cohorts) that lend each other idle quota; cohorts nest as a tree.
+
+    A cohort named by a queue but missing from the snapshot is a root cohort with no quota of
+    its own.
+    """
+
+    name: str
+    parent: str | None = None
+    quotas: tuple[Quota, ...] = ()
+
+    def quota(self, gpu_model: str) -> Quota:
+        """This cohort's own quota and limits for `gpu_model`; zero and unlimited by default."""
         for quota in self.quotas:
             if quota.gpu_model == gpu_model:
                 return quota
@@ -77,7 +124,11 @@ class Placement:
 
 @dataclass(frozen=True)
 class Workload:
-    """A job in the snapshot: pending (no placements) or holding GPUs (placements)."""
+    """A job in the snapshot: pending (no placements) or holding GPUs (placements).
+
+    An elastic workload (`min_gpus` < `max_gpus`) may run on any shape-valid count in between;
+    `gpus` is the count it asks for when it starts. Times are seconds on the cycle's clock.
+    """
 
     id: int
     queue_id: int
@@ -88,10 +139,38 @@ class Workload:
     topology: TopologyLevel = TopologyLevel.DATACENTER
     topology_required: bool = False
     placements: tuple[Placement, ...] = ()
+    min_gpus: int | None = None  # None: `gpus`
+    max_gpus: int | None = None  # None: `gpus`
+    started_at: float | None = None  # when it last started running
+    last_checkpoint_at: float | None = None  # its last saved checkpoint
+    time_limit_s: float | None = None  # it is stopped this long after it starts
+    preempting: bool = False  # already told to stop: its GPUs are about to be free
 
     @property
     def is_running(self) -> bool:
         return bool(self.placements)
+
+    @property
+    def held(self) -> int:
+        """GPUs it holds now, counted from its placements."""
+        return sum(len(placement.gpu_indices) for placement in self.placements)
+
+    @property
+    def fewest_gpus(self) -> int:
+        """The fewest GPUs it can run on."""
+        return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
+
+    @property
+    def is_elastic(self) -> bool:
+        most = self.gpus if self.max_gpus is None else self.max_gpus
+        return self.fewest_gpus < most
+
+    @property
+    def ends_at(self) -> float | None:
+        """When its time limit stops it, if it is running and has one."""
+        if self.started_at is None or self.time_limit_s is None:
+            return None
+        return self.started_at + self.time_limit_s
 
 
 @dataclass(frozen=True)
@@ -101,6 +180,7 @@ class Snapshot:
     nodes: tuple[Node, ...]
     queues: tuple[Queue, ...]
     workloads: tuple[Workload, ...]
+    cohorts: tuple[Cohort, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,10 +200,56 @@ class Pending:
     position: int
 
 
+@dataclass(frozen=True)
+class Preemption:
+    """Stop `workload_id` (checkpointing first if its policy says so) and requeue it, so that
+    `for_workload_id` can start; `reason` names the rule and the numbers behind it."""
+
+    workload_id: int
+    reason: str
+    for_workload_id: int
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """Shrink a running elastic workload to `gpus` GPUs by giving back `released`."""
+
+    workload_id: int
+    gpus: int
+    released: tuple[Placement, ...]
+    reason: str
+    for_workload_id: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Nodes held for a waiting workload; only work that is preemptible by it, or that ends
+    before `start_at`, may be placed on them meanwhile.
+
+    `domain` is the path of the domain (data center, pod, leaf), `start_at` the expected start
+    (None when some work on the nodes has no time limit).
+    """
+
+    workload_id: int
+    level: TopologyLevel
+    domain: tuple[str, ...]
+    nodes: tuple[int, ...]
+    start_at: float | None
+    reason: str
+
+
 @dataclass
 class Plan:
-    """The outcome of one cycle. `usage` is GPUs in use per (queue id, GPU model) after the plan."""
+    """The outcome of one cycle. `usage` is GPUs in use per (queue id, GPU model) after the plan
+    (preempted work gone, shrinks applied, admissions added).
+
+    `timings` holds seconds per numbered step of the cycle, only when `plan` was given a clock.
+    """
 
     admissions: list[Admission] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     usage: dict[tuple[int, str], int] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)
+    shrinks: list[Shrink] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)

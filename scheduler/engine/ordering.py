@@ -1,8 +1,17 @@
-"""The order in which a cycle considers pending workloads."""
+"""The order in which a cycle considers pending workloads.
+
+Inside a queue, workloads wait in `queue_order`. Across queues, the cycle repeatedly takes the
+best head (`head_key`), so the order adapts as admissions change who borrows how much.
+"""
 
 from __future__ import annotations
 
-from scheduler.engine.model import Workload
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+
+from scheduler.engine.model import Queue, Workload
+from scheduler.engine.quota import QuotaLedger
 
 
 def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, float, int]:
@@ -16,3 +25,93 @@ def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, 
     4. lower `id` first, so equal priority and submit time still give one order.
     """
     return (-queue_priority, -workload.priority, workload.submitted_at, workload.id)
+
+
+def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload) -> tuple:
+    """Sort key for the heads of the queues, the first taken first.
+
+    Criteria, in order:
+    1. a head that fits in its queue's nominal quota before one that must borrow (a queue's
+       own quota is never a matter of fair sharing);
+    2. among borrowing heads only: the lower weighted dominant resource share (DRS) the queue
+       would have with the head admitted, so borrowing goes first to the queue that borrows
+       least for its weight (fair sharing, as in Kueue);
+    3. then `queue_order`: queue priority, workload priority, submit time, id.
+    """
+    if ledger.within_nominal(queue, workload.gpu_model, workload.gpus):
+        return (0, 0.0, *queue_order(workload, queue.priority))
+    share = ledger.share(queue, workload.gpu_model, workload.gpus)
+    return (1, share, *queue_order(workload, queue.priority))
+
+
+class Heads:
+    """Pending workloads, one FIFO per queue, handed out head by head in `head_key` order.
+
+    Keys are computed when a queue is (re)pushed; `refresh` re-pushes queues whose usage
+    changed, and stale entries are skipped when popped.
+    """
+
+    def __init__(self, ledger: QuotaLedger, workloads: Iterable[Workload]) -> None:
+        self._ledger = ledger
+        waiting: dict[int, list[Workload]] = defaultdict(list)
+        for workload in workloads:
+            waiting[workload.queue_id].append(workload)
+        self._fifo: dict[int, list[Workload]] = {}
+        for queue_id, members in waiting.items():
+            queue = ledger.queue_or_none(queue_id)
+            priority = queue.priority if queue is not None else 0
+            # Reversed, so the head is popped from the end.
+            members.sort(key=lambda w: queue_order(w, priority), reverse=True)
+            self._fifo[queue_id] = members
+        self._version: dict[int, int] = defaultdict(int)
+        self._heap: list[tuple[tuple, int, int]] = []
+        self._current: int | None = None  # the queue whose head was handed out last
+        for queue_id in sorted(self._fifo):
+            self._push(queue_id)
+
+    def _push(self, queue_id: int) -> None:
+        members = self._fifo.get(queue_id)
+        queue = self._ledger.queue_or_none(queue_id)
+        if not members or queue is None:
+            return
+        self._version[queue_id] += 1
+        key = head_key(self._ledger, queue, members[-1])
+        heapq.heappush(self._heap, (key, queue_id, self._version[queue_id]))
+
+    def unknown(self) -> list[Workload]:
+        """Workloads of queues missing from the snapshot, in id order; they never head."""
+        return sorted(
+            (w for qid, members in self._fifo.items()
+             if self._ledger.queue_or_none(qid) is None for w in members),
+            key=lambda w: w.id,
+        )
+
+    def next(self) -> tuple[Queue, Workload] | None:
+        """The best head, taken out of its queue; None when every queue is empty.
+
+        The queue of the previous head is re-keyed first, now that its head was decided.
+        """
+        if self._current is not None:
+            self._push(self._current)
+            self._current = None
+        while self._heap:
+            _, queue_id, version = heapq.heappop(self._heap)
+            if version != self._version[queue_id] or not self._fifo[queue_id]:
+                continue
+            workload = self._fifo[queue_id].pop()
+            self._current = queue_id
+            return self._ledger.queue(queue_id), workload
+        return None
+
+    def refresh(self, queue_ids: Iterable[int]) -> None:
+        """Recompute the keys of these queues (their usage changed)."""
+        for queue_id in sorted(set(queue_ids)):
+            if queue_id in self._fifo and queue_id != self._current:
+                self._push(queue_id)
+
+    def drain(self, queue_id: int) -> list[Workload]:
+        """Take every remaining workload of a queue out, in queue order."""
+        members = self._fifo.get(queue_id, [])
+        self._fifo[queue_id] = []
+        self._version[queue_id] += 1
+        return members[::-1]

@@ -1,30 +1,92 @@
 """Quota accounting for one cycle: who uses how many GPUs, and whether a workload may add more.
 
-A queue may always use its nominal quota. Beyond it, a queue in a cohort may borrow what the
-other members leave idle: each lends `min(nominal - usage, lending_limit)` of a GPU model, never
-less than zero, and the cohort's total borrowing never exceeds the total lent. A queue's own
-borrowing stays within its `borrowing_limit`. A queue in no cohort cannot borrow.
+Queues and cohorts form a tree (a queue's parent is its cohort, a cohort's its parent cohort),
+accounted per GPU model the way Kueue's hierarchical cohorts are:
+
+- a node keeps `kept` GPUs for itself: its guarantee, or more when a lending limit says so; the
+  rest of its quota (`quota - kept`) is lent up to its parent, and a cohort's quota is its own
+  nominal plus what its children lend it;
+- a node's usage counts in its parent only where it exceeds what the node keeps;
+- what a node may still use is its own unused kept quota plus what its parent has available,
+  the latter capped by the node's borrowing limit.
+
+A queue may always use its nominal quota (physical room permitting; reclaim makes the room).
+Beyond it, it borrows: within its `borrowing_limit` and only what its cohort tree has idle.
+A queue in no cohort cannot borrow.
+
+Fair sharing: a queue's share is its weighted dominant resource share (DRS) of borrowed
+capacity, as in Kueue: the largest, over GPU models, of GPUs borrowed over GPUs its root cohort
+can lend, divided by the queue's weight.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from functools import cache
 
 from scheduler.engine.errors import Inadmissible
-from scheduler.engine.model import Queue
+from scheduler.engine.model import Cohort, Queue, Quota
+
+# A node of the quota tree: ("q", queue id) or ("c", cohort name).
+TreeNode = tuple[str, int | str]
 
 
 class QuotaLedger:
-    """GPUs in use per (queue id, GPU model), updated as the cycle admits workloads."""
+    """GPUs in use per (queue id, GPU model), updated as the cycle admits and preempts."""
 
-    def __init__(self, queues: Iterable[Queue]) -> None:
+    def __init__(self, queues: Iterable[Queue], cohorts: Iterable[Cohort] = ()) -> None:
         self._queues = {queue.id: queue for queue in queues}
-        self._cohorts: dict[str, list[Queue]] = defaultdict(list)
+        self._cohorts = {cohort.name: cohort for cohort in cohorts}
         for queue in self._queues.values():
-            if queue.cohort is not None:
-                self._cohorts[queue.cohort].append(queue)
+            if queue.cohort is not None and queue.cohort not in self._cohorts:
+                self._cohorts[queue.cohort] = Cohort(queue.cohort)
+        self._parent: dict[TreeNode, TreeNode | None] = {}
+        self._children: dict[TreeNode, list[TreeNode]] = defaultdict(list)
+        self._link_tree()
         self.usage: Counter[tuple[int, str]] = Counter()
+        # GPUs of work told to stop this cycle: still charged (so no one else counts on that
+        # quota before the work is gone), but no longer borrowed work to reclaim.
+        self.stopping: Counter[tuple[int, str]] = Counter()
+        self._cohort_usage: Counter[tuple[TreeNode, str]] = Counter()
+        self._static = cache(self._compute_static)
+        self._members: dict[TreeNode, list[int]] = {}
+
+    def _link_tree(self) -> None:
+        for queue in sorted(self._queues.values(), key=lambda q: q.id):
+            parent = ("c", queue.cohort) if queue.cohort is not None else None
+            self._parent["q", queue.id] = parent
+            if parent is not None:
+                self._children[parent].append(("q", queue.id))
+        for name in sorted(self._cohorts):
+            parent_name = self._cohorts[name].parent
+            parent: TreeNode | None = None
+            if parent_name is not None and not self._creates_cycle(name, parent_name):
+                parent = ("c", parent_name)
+                self._cohorts.setdefault(parent_name, Cohort(parent_name))
+                self._children[parent].append(("c", name))
+            # A link that would close a cycle is cut: that cohort becomes a root.
+            self._parent["c", name] = parent
+        for name in self._cohorts:
+            self._parent.setdefault(("c", name), None)
+
+    def _creates_cycle(self, name: str, parent: str | None) -> bool:
+        """Whether linking cohort `name` under `parent` closes a cycle, following the links
+        already made for cohorts linked earlier and the declared ones for the rest."""
+        seen = {name}
+        while parent is not None:
+            if parent in seen:
+                return True
+            seen.add(parent)
+            if ("c", parent) in self._parent:
+                linked = self._parent["c", parent]
+                parent = linked[1] if linked is not None else None  # type: ignore[assignment]
+            else:
+                cohort = self._cohorts.get(parent)
+                parent = cohort.parent if cohort is not None else None
+        return False
+
+    # -- the tree ----------------------------------------------------------------------------
 
     def queue(self, queue_id: int) -> Queue:
         """The queue with this id, or Inadmissible when the snapshot has none."""
@@ -33,14 +95,106 @@ class QuotaLedger:
         except KeyError:
             raise Inadmissible(f"queue {queue_id} is not in the snapshot") from None
 
+    def queue_or_none(self, queue_id: int) -> Queue | None:
+        """The queue with this id, or None."""
+        return self._queues.get(queue_id)
+
+    def queues(self) -> Iterable[Queue]:
+        """Every queue of the snapshot."""
+        return self._queues.values()
+
+    def root(self, queue: Queue) -> TreeNode:
+        """The root of the queue's cohort tree; the queue itself when it is in no cohort."""
+        node: TreeNode = ("q", queue.id)
+        while (parent := self._parent[node]) is not None:
+            node = parent
+        return node
+
+    def members(self, queue: Queue) -> list[int]:
+        """Ids of the queues in the queue's cohort tree (itself included), in id order."""
+        root = self.root(queue)
+        found = self._members.get(root)
+        if found is None:
+            found = sorted(q.id for q in self._queues.values() if self.root(q) == root)
+            self._members[root] = found
+        return found
+
+    def _quota_of(self, node: TreeNode, gpu_model: str) -> Quota:
+        kind, key = node
+        if kind == "q":
+            return self._queues[key].quota(gpu_model)  # type: ignore[index]
+        return self._cohorts[key].quota(gpu_model)  # type: ignore[index]
+
+    def _compute_static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
+        """(subtree quota, kept, borrowing limit) of a tree node for one GPU model."""
+        own = self._quota_of(node, gpu_model)
+        quota = own.nominal
+        for child in self._children.get(node, ()):
+            child_quota, child_kept, _ = self._static(child, gpu_model)
+            quota += child_quota - child_kept
+        kept = own.guarantee
+        if own.lending_limit is not None:
+            kept = max(kept, quota - own.lending_limit)
+        return quota, max(0, min(kept, quota)), own.borrowing_limit
+
+    def _used(self, node: TreeNode, gpu_model: str) -> int:
+        if node[0] == "q":
+            return self.usage[node[1], gpu_model]  # type: ignore[index]
+        return self._cohort_usage[node, gpu_model]
+
+    # -- usage -------------------------------------------------------------------------------
+
     def charge(self, queue_id: int, gpu_model: str, gpus: int) -> None:
-        """Count `gpus` more GPUs of `gpu_model` as used by the queue."""
-        self.usage[(queue_id, gpu_model)] += gpus
+        """Count `gpus` more (or, negative, fewer) GPUs of `gpu_model` as used by the queue."""
+        if queue_id not in self._queues:
+            self.usage[queue_id, gpu_model] += gpus
+            return
+        node: TreeNode | None = ("q", queue_id)
+        delta = gpus
+        while node is not None and delta:
+            old = self._used(node, gpu_model)
+            if node[0] == "q":
+                self.usage[node[1], gpu_model] = old + delta  # type: ignore[index]
+            else:
+                self._cohort_usage[node, gpu_model] = old + delta
+            _, kept, _ = self._static(node, gpu_model)
+            delta = max(0, old + delta - kept) - max(0, old - kept)
+            node = self._parent[node]
+
+    def release(self, queue_id: int, gpu_model: str, gpus: int) -> None:
+        """Stop counting `gpus` GPUs of `gpu_model` as used by the queue."""
+        self.charge(queue_id, gpu_model, -gpus)
+
+    def available(self, node: TreeNode, gpu_model: str) -> int:
+        """GPUs of `gpu_model` the tree node may still start using (Kueue's formula)."""
+        quota, kept, limit = self._static(node, gpu_model)
+        used = self._used(node, gpu_model)
+        parent = self._parent[node]
+        if parent is None:
+            return quota - used
+        from_parent = self.available(parent, gpu_model)
+        if limit is not None:
+            from_parent = min(from_parent, quota - kept - max(0, used - kept) + limit)
+        return max(0, kept - used) + from_parent
+
+    # -- admission checks --------------------------------------------------------------------
+
+    def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
+        """Whether `gpus` more GPUs keep the queue within its nominal quota."""
+        return self.usage[queue.id, gpu_model] + gpus <= queue.quota(gpu_model).nominal
+
+    def staying(self, queue_id: int, gpu_model: str) -> int:
+        """GPUs the queue uses, less those of its work told to stop this cycle."""
+        return self.usage[queue_id, gpu_model] - self.stopping[queue_id, gpu_model]
+
+    def borrowing(self, queue: Queue, gpu_model: str) -> int:
+        """GPUs the queue uses beyond its nominal quota, not counting work told to stop."""
+        return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
 
     def check(self, queue: Queue, gpu_model: str, gpus: int) -> None:
         """Raise Inadmissible unless the queue may use `gpus` more GPUs of `gpu_model`."""
         quota = queue.quota(gpu_model)
-        used = self.usage[(queue.id, gpu_model)]
+        used = self.usage[queue.id, gpu_model]
         borrowed_after = used + gpus - quota.nominal
         if borrowed_after <= 0:
             return
@@ -56,30 +210,27 @@ class QuotaLedger:
                 f"queue {queue.name} would borrow {borrowed_after} {gpu_model} GPUs beyond its "
                 f"quota of {quota.nominal}, over its borrowing limit of {limit}"
             )
-        idle = self.idle_to_lend(queue, gpu_model)
-        newly_borrowed = borrowed_after - self._borrowed(queue, gpu_model)
-        if newly_borrowed > idle:
+        available = self.available(("q", queue.id), gpu_model)
+        if gpus > available:
+            idle = max(0, available - max(0, quota.nominal - used))
             raise Inadmissible(f"{over_quota}; cohort {queue.cohort} has {idle} idle to lend)")
 
-    def idle_to_lend(self, queue: Queue, gpu_model: str) -> int:
-        """GPUs of `gpu_model` the other members of the queue's cohort can still lend it.
+    # -- fair sharing ------------------------------------------------------------------------
 
-        What the others lend, less what every member already borrows: a GPU lent once is not
-        idle any more.
-        """
-        members = self._cohorts[queue.cohort] if queue.cohort is not None else []
-        lent = sum(self._lendable(other, gpu_model) for other in members if other.id != queue.id)
-        borrowed = sum(self._borrowed(member, gpu_model) for member in members)
-        return max(0, lent - borrowed)
-
-    def _borrowed(self, queue: Queue, gpu_model: str) -> int:
-        """GPUs the queue uses beyond its nominal quota."""
-        return max(0, self.usage[(queue.id, gpu_model)] - queue.quota(gpu_model).nominal)
-
-    def _lendable(self, queue: Queue, gpu_model: str) -> int:
-        """Unused nominal quota the queue lends to its cohort, capped by its lending limit."""
-        quota = queue.quota(gpu_model)
-        unused = quota.nominal - self.usage[(queue.id, gpu_model)]
-        if quota.lending_limit is not None:
-            unused = min(unused, quota.lending_limit)
-        return max(0, unused)
+    def share(self, queue: Queue, gpu_model: str | None = None, gpus: int = 0) -> float:
+        """The queue's weighted dominant resource share of borrowed capacity, with `gpus` more
+        GPUs of `gpu_model` counted; 0 for a queue that borrows nothing."""
+        root = self.root(queue)
+        dominant = 0.0
+        models = {quota.gpu_model for quota in queue.quotas}
+        if gpu_model is not None:
+            models.add(gpu_model)
+        for model in models:
+            extra = gpus if model == gpu_model else 0
+            borrowed = max(0, self.usage[queue.id, model] + extra - queue.quota(model).nominal)
+            if borrowed:
+                lendable = max(1, self._static(root, model)[0]) if root[0] == "c" else 1
+                dominant = max(dominant, borrowed / lendable)
+        if dominant == 0:
+            return 0.0
+        return dominant / queue.weight if queue.weight > 0 else float("inf")

@@ -6,7 +6,9 @@
     snapshot = make_snapshot(nodes, [nlp], [job])
 
 `make_snapshot` takes the GPUs of running workloads off their nodes' free lists, so a test
-states who holds what only once.
+states who holds what only once. `apply_plan` plays a plan onto its snapshot (preempted work
+stops at once and is requeued, shrinks and admissions take effect), for tests that run cycle
+after cycle.
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from scheduler.engine.model import (
+    Cohort,
     Node,
     Placement,
     Plan,
+    PreemptionPolicy,
     Queue,
     Quota,
     Snapshot,
+    Strategy,
     TopologyLevel,
     Workload,
 )
+
+DEFAULT_POLICY = PreemptionPolicy()
 
 
 def make_queue(
@@ -35,17 +42,56 @@ def make_queue(
     priority: int = 0,
     borrowing_limit: int | None = None,
     lending_limit: int | None = None,
+    guarantee: int = 0,
+    weight: float = 1.0,
+    strategy: Strategy = Strategy.BEST_EFFORT_FIFO,
+    preemption: PreemptionPolicy = DEFAULT_POLICY,
+    region: str = "",
     **nominal: int,
 ) -> Queue:
-    """A queue with a nominal quota per GPU model, given as `h800=64`; limits apply to all.
+    """A queue with a nominal quota per GPU model, given as `h800=64`; limits and the
+    guarantee apply to every model.
 
     The id is derived from the name, so tests can refer to queues by name alone.
     """
     quotas = tuple(
-        Quota(model.upper(), count, borrowing_limit=borrowing_limit, lending_limit=lending_limit)
+        Quota(
+            model.upper(),
+            count,
+            guarantee=min(guarantee, count),
+            borrowing_limit=borrowing_limit,
+            lending_limit=lending_limit,
+        )
         for model, count in sorted(nominal.items())
     )
-    return Queue(zlib.crc32(name.encode()), name, quotas, cohort=cohort, priority=priority)
+    return Queue(
+        zlib.crc32(name.encode()),
+        name,
+        quotas,
+        cohort=cohort,
+        priority=priority,
+        weight=weight,
+        region=region,
+        strategy=strategy,
+        preemption=preemption,
+    )
+
+
+def make_cohort(name: str, parent: str | None = None, **limits: int | None) -> Cohort:
+    """A cohort, nested under `parent`; `h800=16` gives it quota of its own, and
+    `h800_borrowing_limit=8` / `h800_lending_limit=8` limit what it takes from or gives to its
+    parent."""
+    models = sorted({key.split("_")[0] for key in limits})
+    quotas = tuple(
+        Quota(
+            model.upper(),
+            limits.get(model) or 0,
+            borrowing_limit=limits.get(f"{model}_borrowing_limit"),
+            lending_limit=limits.get(f"{model}_lending_limit"),
+        )
+        for model in models
+    )
+    return Cohort(name, parent, quotas)
 
 
 def make_node(
@@ -130,8 +176,13 @@ def make_workload(
     topology: TopologyLevel = TopologyLevel.DATACENTER,
     required: bool = False,
     placements: Sequence[Placement] = (),
+    **extra: object,
 ) -> Workload:
-    """A workload of `queue`; pending unless given placements. Submitted at its id by default."""
+    """A workload of `queue`; pending unless given placements. Submitted at its id by default.
+
+    `extra` sets the other fields: min_gpus, max_gpus, started_at, last_checkpoint_at,
+    time_limit_s, preempting.
+    """
     return Workload(
         workload_id,
         queue.id,
@@ -142,19 +193,29 @@ def make_workload(
         topology=topology,
         topology_required=required,
         placements=tuple(placements),
+        **extra,  # type: ignore[arg-type]
     )
 
 
 def make_running(
-    workload_id: int, queue: Queue, *placements: Placement, gpu_model: str = "H800"
+    workload_id: int,
+    queue: Queue,
+    *placements: Placement,
+    gpu_model: str = "H800",
+    **extra: object,
 ) -> Workload:
-    """A running workload holding exactly these placements."""
+    """A running workload holding exactly these placements; `extra` as for make_workload."""
     gpus = sum(len(placement.gpu_indices) for placement in placements)
-    return make_workload(workload_id, queue, gpus, gpu_model=gpu_model, placements=placements)
+    return make_workload(
+        workload_id, queue, gpus, gpu_model=gpu_model, placements=placements, **extra
+    )
 
 
 def make_snapshot(
-    nodes: Iterable[Node], queues: Iterable[Queue], workloads: Iterable[Workload] = ()
+    nodes: Iterable[Node],
+    queues: Iterable[Queue],
+    workloads: Iterable[Workload] = (),
+    cohorts: Iterable[Cohort] = (),
 ) -> Snapshot:
     """A snapshot whose nodes no longer list the GPUs its running workloads hold as free."""
     workloads = tuple(workloads)
@@ -165,7 +226,40 @@ def make_snapshot(
     nodes = tuple(
         replace(node, free=tuple(i for i in node.free if i not in held[node.id])) for node in nodes
     )
-    return Snapshot(nodes, tuple(queues), workloads)
+    return Snapshot(nodes, tuple(queues), workloads, tuple(cohorts))
+
+
+def apply_plan(snapshot: Snapshot, plan: Plan, now: float) -> Snapshot:
+    """The snapshot after the plan, as if every step took effect at once: preempted workloads
+    stop and wait again (keeping their submit time), shrunk ones give back their released
+    GPUs, admitted ones start on their placements at `now`."""
+    stopped = {p.workload_id for p in plan.preemptions}
+    shrunk = {s.workload_id: s for s in plan.shrinks}
+    started = {a.workload_id: a.placements for a in plan.admissions}
+    workloads = []
+    for workload in snapshot.workloads:
+        if workload.id in stopped:
+            workload = replace(workload, placements=(), started_at=None, preempting=False)
+        elif workload.id in shrunk:
+            workload = _shrunk(workload, shrunk[workload.id].released)
+        elif workload.id in started:
+            placements = started[workload.id]
+            gpus = sum(len(p.gpu_indices) for p in placements)
+            workload = replace(workload, placements=placements, gpus=gpus, started_at=now)
+        workloads.append(workload)
+    nodes = [replace(node, free=tuple(range(node.gpus))) for node in snapshot.nodes]
+    return make_snapshot(nodes, snapshot.queues, workloads, snapshot.cohorts)
+
+
+def _shrunk(workload: Workload, released: Iterable[Placement]) -> Workload:
+    gone = {(p.node_id, i) for p in released for i in p.gpu_indices}
+    placements = tuple(
+        Placement(p.node_id, kept)
+        for p in workload.placements
+        if (kept := tuple(i for i in p.gpu_indices if (p.node_id, i) not in gone))
+    )
+    gpus = sum(len(p.gpu_indices) for p in placements)
+    return replace(workload, placements=placements, gpus=gpus)
 
 
 def outcome(plan: Plan, snapshot: Snapshot) -> dict[int, str]:

@@ -46,7 +46,11 @@ CASES = [
     pytest.param(
         LEAF,
         [held(90, N1, 0), job(1, 32)],
-        {1: "needs 4 whole H800 nodes in one data center; the best data center has 3 free"},
+        {
+            1: "needs 4 whole H800 nodes in one data center; the best data center has 3 free; "
+            "reserved leaf dc1/p1/l1 for it: 3 of the 4 nodes it needs free now, the rest busy "
+            "with work that has no time limit"
+        },
         id="a node with one busy GPU is not a whole node",
     ),
     pytest.param(

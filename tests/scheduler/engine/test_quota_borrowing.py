@@ -118,10 +118,21 @@ CASES = [
     ),
     pytest.param(
         [nlp, cv],
+        [running(90, nlp, range(1, 4))],
+        [make_workload(2, cv, 8)],
+        {2: "dc1-p1-l2-n1"},
+        id="a queue always gets its nominal quota, even when it has lent it out",
+    ),
+    pytest.param(
+        [nlp, cv],
         [],
         [make_workload(1, nlp, 24), make_workload(2, cv, 8)],
-        {1: "dc1-p1-l1-n1 dc1-p1-l1-n2 dc1-p1-l1-n3", 2: "dc1-p1-l1-n4"},
-        id="a queue always gets its nominal quota, even when it has lent it out",
+        {
+            1: "queue nlp would exceed its H800 quota (0/8 in use, job needs 24; "
+            "cohort research has 8 idle to lend)",
+            2: "dc1-p1-l1-n1",
+        },
+        id="work within its queue's nominal quota goes before work that must borrow",
     ),
     pytest.param(
         [make_queue("nlp", h20=64)],

@@ -1,0 +1,240 @@
+"""Time full scheduling cycles of the engine at 1,000, 10,000 and 100,000 GPUs.
+
+    python -m bench.engine [--repeat 5] [--seed 7] [--sizes 1000,10000,100000]
+
+Each size is a synthetic cluster of 8-GPU nodes in 2 data centers of pods of up to 25 leaves of
+25 nodes (200 GPUs a leaf, 5,000 a pod: a three-tier fat-tree), 85 % occupied by running work,
+with 200 queues in 20 cohorts and 10,000 pending workloads at 100,000 GPUs (both scaled down
+with the cluster). Job sizes follow the GPU-count distribution of the Microsoft Philly trace
+(`data/traces/philly/gpu_counts.csv`); counts of 8 GPUs or more are multiplied by a factor
+that grows with the cluster (64 at 100,000 GPUs, so gangs of 512 to 8,192 GPUs appear), and
+every size class of the trace appears among the pending work at least once.
+
+Running work has start times, checkpoints, some time limits and some elasticity; queues differ
+in quota, guarantee and priority, and some borrow while others wait under their nominal quota,
+so a cycle admits, reclaims, shrinks and reserves. The same snapshot is planned `repeat` times
+(the engine is pure, so each run does the same work). A line per size, then the step timings
+of the largest, then one JSON object for the largest size: gpus, nodes, running, pending,
+cycle_s_median, cycle_s_max, admitted, preempted, shrunk, reserved, peak_rss_mb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import resource
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from scheduler.engine import (
+    Node,
+    Plan,
+    Queue,
+    Quota,
+    Snapshot,
+    TopologyLevel,
+    Workload,
+    plan,
+)
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly" / "gpu_counts.csv"
+NOW = 1_700_000_000.0
+NODE_GPUS = 8
+NODES_PER_LEAF, LEAVES_PER_POD = 25, 25
+OCCUPIED = 0.85
+HOUR = 3600.0
+
+
+def philly_sizes() -> list[tuple[int, int]]:
+    """(GPUs, jobs) of the Philly trace, by GPU count."""
+    with TRACE.open() as f:
+        return [(int(row["num_gpus"]), int(row["jobs"])) for row in csv.DictReader(f)]
+
+
+def scale_factor(gpus: int) -> int:
+    """What multiplies trace jobs of a node or more: a power of two, 64 at 100,000 GPUs."""
+    return max(1, 2 ** round(math.log2(64 * gpus / 100_000)))
+
+
+def scaled(size: int, factor: int) -> int:
+    return size * factor if size >= NODE_GPUS else size
+
+
+def stratified(count: int, factor: int, rng: random.Random) -> list[int]:
+    """`count` job sizes in the trace's proportions, each size class at least once."""
+    sizes = philly_sizes()
+    total = sum(jobs for _, jobs in sizes)
+    drawn = {size: max(1, round(jobs * count / total)) for size, jobs in sizes}
+    drawn[sizes[0][0]] += count - sum(drawn.values())  # the smallest class absorbs rounding
+    jobs = [scaled(size, factor) for size, n in drawn.items() for _ in range(n)]
+    rng.shuffle(jobs)
+    return jobs
+
+
+def build_nodes(gpus: int) -> tuple[Node, ...]:
+    """Two data centers of pods of leaves of 8-GPU nodes, `gpus` GPUs in all."""
+    nodes = []
+    total = gpus // NODE_GPUS
+    for dc in range(2):
+        in_dc = total // 2 + (total % 2 if dc == 0 else 0)
+        for i in range(in_dc):
+            leaf, n = divmod(i, NODES_PER_LEAF)
+            pod, leaf = divmod(leaf, LEAVES_PER_POD)
+            name = f"dc{dc + 1}-p{pod + 1}-l{leaf + 1}-n{n + 1}"
+            nodes.append(Node(len(nodes) + 1, name, "H800", f"dc{dc + 1}", f"p{pod + 1}",
+                              f"l{leaf + 1}", NODE_GPUS, tuple(range(NODE_GPUS)), region="r1"))
+    return tuple(nodes)
+
+
+def build_queues(gpus: int, rng: random.Random) -> tuple[Queue, ...]:
+    """Queues in cohorts of 10, nominal quotas summing to the cluster, uneven in size."""
+    count = max(10, round(200 * gpus / 100_000))
+    shares = [rng.choice([1, 1, 2, 3, 5]) for _ in range(count)]
+    queues = []
+    for i, share in enumerate(shares):
+        nominal = gpus * share // sum(shares)
+        guarantee = nominal // 4 if i % 3 == 0 else 0
+        quota = Quota("H800", nominal, guarantee=guarantee,
+                      borrowing_limit=None if i % 4 else nominal)
+        queues.append(Queue(i + 1, f"q{i + 1}", (quota,), cohort=f"c{i // 10 + 1}",
+                            priority=10 if i % 17 == 0 else 0, weight=rng.choice([1.0, 2.0]),
+                            region="r1"))
+    return tuple(queues)
+
+
+def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> list[Workload]:
+    """Running work filling about 85 % of the GPUs, placed by the engine itself."""
+    setup = Queue(0, "setup", (Quota("H800", 10 * gpus),), region="r1")
+    sizes, total, target = [], 0, OCCUPIED * gpus
+    sizes_table = philly_sizes()
+    while total < target:
+        size = scaled(rng.choices([s for s, _ in sizes_table], [j for _, j in sizes_table])[0],
+                      factor)
+        if total + size <= target * 1.01:
+            sizes.append(size)
+            total += size
+    jobs = [Workload(i + 1, 0, "H800", size, 0.0) for i, size in
+            enumerate(sorted(sizes, reverse=True))]
+    placed = plan(Snapshot(nodes, (setup,), tuple(jobs)), now=NOW).admissions
+    by_id = {job.id: job for job in jobs}
+    owner = assign_queues([by_id[a.workload_id].gpus for a in placed], queues, rng)
+    running = []
+    for admission, queue in zip(placed, owner, strict=True):
+        job = by_id[admission.workload_id]
+        started = NOW - rng.uniform(0.1, 48) * HOUR
+        running.append(replace(
+            job,
+            id=1_000_000 + job.id,
+            queue_id=queue.id,
+            placements=admission.placements,
+            priority=rng.choice([0, 0, 0, 1, 2]),
+            started_at=started,
+            last_checkpoint_at=started + 0.5 * HOUR * int((NOW - started) / (0.5 * HOUR))
+            if rng.random() < 0.7 else None,
+            time_limit_s=(NOW - started) + rng.uniform(0.2, 24) * HOUR
+            if rng.random() < 0.5 else None,
+            min_gpus=job.gpus // 2 if job.gpus >= 64 * NODE_GPUS and rng.random() < 0.2
+            else None,
+        ))
+    return running
+
+
+def assign_queues(sizes: list[int], queues, rng: random.Random) -> list[Queue]:
+    """An owner for each running job: a few queues hold much of the work (borrowing), others
+    little, but no cohort uses more than the quota of its members."""
+    weights = [rng.paretovariate(1.2) for _ in queues]
+    room = {}
+    for queue in queues:
+        room[queue.cohort] = room.get(queue.cohort, 0) + queue.quotas[0].nominal
+    owners = []
+    for size in sizes:
+        for _ in range(50):
+            queue = rng.choices(queues, weights)[0]
+            if room[queue.cohort] >= size:
+                break
+        else:
+            queue = max(queues, key=lambda q: (room[q.cohort], -q.id))
+        room[queue.cohort] -= size
+        owners.append(queue)
+    return owners
+
+
+def build_pending(count: int, queues, factor: int, rng: random.Random) -> list[Workload]:
+    """Pending work of every queue, Philly-sized, some with time limits or topology needs."""
+    pending = []
+    for i, size in enumerate(stratified(count, factor, rng)):
+        topology, required = TopologyLevel.DATACENTER, False
+        if size >= NODE_GPUS and rng.random() < 0.2:
+            topology, required = rng.choice([(TopologyLevel.LEAF, False),
+                                             (TopologyLevel.POD, True)])
+        pending.append(Workload(
+            i + 1, rng.choice(queues).id, "H800", size, NOW - rng.uniform(0, 12) * HOUR,
+            priority=rng.choice([0, 0, 0, 1, 2]), topology=topology, topology_required=required,
+            time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
+        ))
+    return pending
+
+
+def scenario(gpus: int, seed: int) -> Snapshot:
+    """The synthetic snapshot for a cluster of `gpus` GPUs."""
+    rng = random.Random(seed)
+    factor = scale_factor(gpus)
+    nodes = build_nodes(gpus)
+    queues = build_queues(gpus, rng)
+    running = place_running(nodes, queues, gpus, factor, rng)
+    held = {}
+    for workload in running:
+        for placement in workload.placements:
+            held[placement.node_id] = set(placement.gpu_indices) | held.get(placement.node_id,
+                                                                             set())
+    nodes = tuple(replace(n, free=tuple(i for i in n.free if i not in held.get(n.id, ())))
+                  for n in nodes)
+    pending = build_pending(round(10_000 * gpus / 100_000), queues, factor, rng)
+    return Snapshot(nodes, queues, (*running, *pending))
+
+
+def run(gpus: int, repeat: int, seed: int) -> dict:
+    snapshot = scenario(gpus, seed)
+    times, result = [], Plan()
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = plan(snapshot, now=NOW, clock=time.perf_counter)
+        times.append(time.perf_counter() - started)
+    return {
+        "gpus": gpus,
+        "nodes": len(snapshot.nodes),
+        "running": sum(1 for w in snapshot.workloads if w.is_running),
+        "pending": sum(1 for w in snapshot.workloads if not w.is_running),
+        "cycle_s_median": round(statistics.median(times), 4),
+        "cycle_s_max": round(max(times), 4),
+        "admitted": len(result.admissions),
+        "preempted": len(result.preemptions),
+        "shrunk": len(result.shrinks),
+        "reserved": len(result.reservations),
+        "steps_s": {step: round(s, 4) for step, s in result.timings.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    args = parser.parse_args()
+    last = {}
+    for gpus in sorted(int(size) for size in args.sizes.split(",")):
+        last = run(gpus, args.repeat, args.seed)
+        steps = last.pop("steps_s")
+        print(" ".join(f"{key}={value}" for key, value in last.items()), flush=True)
+        print("  steps:", " ".join(f"{k}={v}" for k, v in steps.items()), flush=True)
+    last["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(last))
+
+
+if __name__ == "__main__":
+    main()

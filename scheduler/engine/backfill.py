@@ -1,0 +1,166 @@
+"""Backfill: reservations that keep large gangs from starving (Slurm's backfill).
+
+When a queue's head is a gang that cannot fit and no preemption makes room, the cycle reserves
+the domain it will use: of the domains the gang may use, the one where enough whole nodes are
+expected free soonest, judged by the time limits of the work on them. Criteria, in order: the
+earliest expected start, then the most of the needed nodes free now, then the tighter level,
+then the domain's name. The reserved nodes are the ones expected free soonest (ties by name).
+
+The free GPUs of reserved nodes are held. A later workload of the same cycle may use them only
+if the gang could preempt it when its turn comes (`preemptible_by`), or if, by its time limit,
+it ends before the reservation's expected start. Room held for a claimant whose victims are
+stopping is never backfilled: it is needed at the next cycle.
+
+At most `MAX_PER_POOL` reservations per pool and cycle, one per queue, in cycle order: like
+Slurm's `bf_max_job_test`, this bounds what a cycle costs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from scheduler.engine.capacity import (
+    DEPTH,
+    Pool,
+    describe,
+    domains_of,
+    levels_up_to,
+    plural,
+    widest_level,
+)
+from scheduler.engine.model import Queue, Reservation, TopologyLevel, Workload
+from scheduler.engine.occupancy import Occupancy
+from scheduler.engine.quota import QuotaLedger
+
+MAX_PER_POOL = 4
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A reservation and what decides who may backfill it."""
+
+    reservation: Reservation
+    owner: Workload
+    queue: Queue
+    within_nominal: bool  # the owner fits its queue's nominal quota, so it may reclaim
+    backfill: bool = True  # False for room held while victims stop
+
+
+def reserve(pool: Pool, occupancy: Occupancy, workload: Workload) -> Reservation | None:
+    """The reservation for a gang that cannot start now (see the module docstring); None when
+    no domain it may use has enough nodes.
+
+    One walk over the busy nodes that have a known end, soonest first, tells every domain when
+    its last needed node frees up, so the cost is that of the walk, not of every domain.
+    """
+    count = workload.gpus // pool.node_size
+    widest = widest_level(workload)
+    if widest == TopologyLevel.NODE:
+        return None  # more than one node can never be one node
+    level_of = {}
+    needs = {}
+    for level in levels_up_to(widest):
+        for domain in pool.domains_at(DEPTH[level]):
+            if len(pool.domain_nodes(domain)) >= count:
+                level_of[domain] = level
+                needs[domain] = count - pool.whole(domain)
+    if not needs:
+        return None
+    starts = _starts(pool, occupancy, needs)
+    domain = min(needs, key=lambda d: (starts.get(d, math.inf), needs[d], level_of[d], d))
+    start = starts.get(domain)
+    nodes = _nodes(pool, occupancy, domain, count)
+    free_now = count - needs[domain]
+    reason = _reason(level_of[domain], domain, count, free_now, start, occupancy.now)
+    return Reservation(workload.id, level_of[domain], domain, nodes, start, reason)
+
+
+def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
+    """When each domain has the nodes it still needs: the time its last one frees up."""
+    seen: Counter = Counter()
+    starts = {}
+    for when, node in occupancy.soonest_free(pool):
+        for domain in domains_of(node):
+            if domain in needs and domain not in starts:
+                seen[domain] += 1
+                if seen[domain] >= needs[domain]:
+                    starts[domain] = when
+    return starts
+
+
+def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, ...]:
+    """The nodes to reserve, by name: whole free ones, then those with a known end, soonest
+    first, then any other busy ones held for nobody."""
+    picked = [n for n in pool.domain_nodes(domain)
+              if pool.is_whole(n) and n.id not in pool.held_by][:count]
+    chosen = {n.id for n in picked}
+    for _, node in occupancy.soonest_free(pool):
+        if len(picked) >= count:
+            break
+        if node.id not in chosen and domains_of(node)[len(domain)] == domain:
+            picked.append(node)
+            chosen.add(node.id)
+    for node in pool.domain_nodes(domain):
+        if len(picked) >= count:
+            break
+        if (node.id not in chosen and node.id not in pool.held_by
+                and node.gpus == pool.node_size):
+            picked.append(node)
+            chosen.add(node.id)
+    return tuple(n.id for n in sorted(picked, key=lambda n: (n.name, n.id)))
+
+
+def _reason(level, domain, count: int, free_now: int, start_at: float | None,
+            now: float) -> str:
+    where = describe(level, domain)
+    head = f"reserved {where} for it: {free_now} of the {plural(count, 'node')} it needs free now"
+    if free_now >= count:
+        return head
+    if start_at is None:
+        return f"{head}, the rest busy with work that has no time limit"
+    return f"{head}, the rest expected free in {duration(start_at - now)}"
+
+
+def duration(seconds: float) -> str:
+    """A span in words: "45 s", "12 min", "3.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def may_backfill(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLedger,
+                 now: float) -> bool:
+    """Whether `workload` may start on GPUs held for `hold`'s owner."""
+    if not hold.backfill:
+        return False
+    start = hold.reservation.start_at
+    limit = workload.time_limit_s
+    if limit is not None and start is not None and now + limit <= start:
+        return True
+    return preemptible_by(hold, workload, queue, ledger)
+
+
+def preemptible_by(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLedger) -> bool:
+    """Whether the owner of `hold` could preempt `workload` once it is admitted: lower
+    priority in the owner's queue, or borrowed work of its cohort tree that the owner could
+    reclaim (or evict under its borrow threshold)."""
+    owner, owner_queue = hold.owner, hold.queue
+    policy = owner_queue.preemption
+    if queue.id == owner_queue.id:
+        return policy.within_queue and workload.priority < owner.priority
+    if queue.cohort is None or owner_queue.cohort is None:
+        return False
+    if ledger.root(queue) != ledger.root(owner_queue):
+        return False
+    quota = queue.quota(workload.gpu_model)
+    used = ledger.staying(queue.id, workload.gpu_model)
+    if used + workload.gpus <= quota.nominal or used < quota.guarantee:
+        return False  # it would not be borrowed work
+    if hold.within_nominal:
+        return policy.reclaim
+    threshold = policy.borrow_below_priority
+    return threshold is not None and workload.priority < min(threshold, owner.priority)

@@ -1,0 +1,88 @@
+"""Reasons a person can act on, with the numbers behind them, for preemptions, shrinks and the
+workloads that wait for them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from scheduler.engine.capacity import describe, plural
+from scheduler.engine.model import Queue, Workload
+from scheduler.engine.moves import Claim, Move, MoveKind, Rule
+from scheduler.engine.quota import QuotaLedger
+
+
+def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> str:
+    """The rule that lets `workload` of `queue` make room, in words."""
+    model = workload.gpu_model
+    if rule == Rule.RECLAIM:
+        used, nominal = ledger.usage[queue.id, model], queue.quota(model).nominal
+        return (f"queue {queue.name} is under its {model} nominal quota ({used}/{nominal} in "
+                f"use, job needs {workload.gpus})")
+    if rule == Rule.PRIORITY:
+        return f"it has priority {workload.priority} in queue {queue.name}"
+    if rule == Rule.BORROW:
+        threshold = queue.preemption.borrow_below_priority
+        return (f"queue {queue.name} may borrow over work below priority {threshold} and it has "
+                f"priority {workload.priority}")
+    return "the work there is already stopping"
+
+
+def _borrows(ledger: QuotaLedger, victim: Workload) -> str:
+    queue = ledger.queue_or_none(victim.queue_id)
+    if queue is None:
+        return f"queue {victim.queue_id} is not in the snapshot"
+    model = victim.gpu_model
+    return (f"queue {queue.name} borrows {ledger.borrowing(queue, model)} {model} GPUs beyond "
+            f"its nominal {queue.quota(model).nominal}")
+
+
+def preemption_reason(ledger: QuotaLedger, move: Move, queue: Queue, workload: Workload) -> str:
+    """Why `move.workload` is preempted for `workload`; read before the ledger changes."""
+    victim = move.workload
+    if move.rule == Rule.RECLAIM:
+        return (f"reclaimed for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
+                f", and {_borrows(ledger, victim)}")
+    if move.rule == Rule.PRIORITY:
+        return (f"preempted for workload {workload.id} of the same queue {queue.name}, whose "
+                f"priority {workload.priority} is above this workload's {victim.priority}")
+    return (f"preempted for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}; "
+            f"this workload has priority {victim.priority} and {_borrows(ledger, victim)}")
+
+
+def shrink_reason(ledger: QuotaLedger, move: Move, keep: int, queue: Queue,
+                  workload: Workload) -> str:
+    """Why an elastic workload shrinks to `keep` GPUs for `workload`."""
+    victim = move.workload
+    return (f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}) "
+            f"to make room for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}")
+
+
+def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
+    """Why a claimant waits although room is being made for it."""
+    evicted = Counter()
+    shrunk, stopping = set(), set()
+    for move in claim.moves:
+        if move.kind == MoveKind.EVICT:
+            evicted[_queue_name(ledger, move.workload)] += 1
+        elif move.kind == MoveKind.SHRINK:
+            shrunk.add(move.workload.id)
+        else:
+            stopping.add(move.workload.id)
+    parts = []
+    if shrunk:
+        parts.append(f"shrinking {plural(len(shrunk), 'elastic workload')}")
+    if evicted:
+        count = sum(evicted.values())
+        of = ", ".join(f"{name}: {n}" for name, n in sorted(evicted.items()))
+        parts.append(f"preempting {plural(count, 'workload')} (queue {of})")
+    if stopping:
+        parts.append(f"waiting for {plural(len(stopping), 'preempted workload')} to stop")
+    where = f" in {describe(claim.level, claim.domain)}" if claim.domain else ""
+    rules = [m.rule for m in claim.moves if m.rule != Rule.RELEASING]
+    why = f" ({cause(ledger, rules[0], queue, workload)})" if rules else ""
+    return f"{' and '.join(parts)} to make room{where}{why}; it starts once they have stopped"
+
+
+def _queue_name(ledger: QuotaLedger, workload: Workload) -> str:
+    queue = ledger.queue_or_none(workload.queue_id)
+    return queue.name if queue is not None else str(workload.queue_id)

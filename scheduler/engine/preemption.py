@@ -1,0 +1,457 @@
+"""Preemption: which running work to stop (or shrink) so that a waiting workload can start.
+
+Who may be preempted, by a claimant of queue Q (each rule a switch of Q's PreemptionPolicy):
+- reclaim: when the claimant fits in Q's nominal quota, borrowed work of other queues of Q's
+  cohort tree, taken only from a queue while it still borrows (uses more than its nominal);
+- within queue: work of Q itself with a lower priority than the claimant;
+- borrow within cohort: when the claimant must borrow, borrowed work of other queues of the tree
+  whose priority is below both the claimant's and Q's `borrow_below_priority`.
+Work inside a queue's guarantee is never preempted: no victim may take its queue below its
+guarantee (counting the claimant, when the victim is of the claimant's own queue). A workload
+already preempting is free room for whoever counts on it first. Victims come only from the
+claimant's own pool (region and GPU model), where its GPUs would come from.
+
+Moves are tried in this order: workloads already stopping; shrinking elastic workloads down to
+their minimum; then evictions: other queues before the claimant's own, the queue with the
+highest fair share (DRS) first, then the lowest priority, the least work lost since the last
+checkpoint (GPU-seconds), the most recently started, the lowest id (`moves.value`).
+Rooms are compared by `VictimSearch._cost`.
+
+Search, in two phases. Room: for a gang, every domain the gang may use, tightest level first;
+in each, the moves that touch its nodes are taken in order until enough whole nodes are free,
+then every move not needed is dropped again (the most valuable first). For a smaller job the
+same on each node. The cheapest room wins (`_cost`; ties: the domain's name, or for a node
+the fewest free GPUs, then its name), so victims sit together rather than scattered. Quota: if
+the claimant's queue still may not take the GPUs, further moves are taken in order until it may,
+and the set is minimised again. Only the quota phase touches the ledger, and undoes its changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+
+from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
+from scheduler.engine.errors import Inadmissible
+from scheduler.engine.model import TopologyLevel, Workload
+from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule, Trial
+from scheduler.engine.occupancy import Occupancy
+from scheduler.engine.quota import QuotaLedger
+
+# Victim searches a queue may run per cycle; it stops at the first that finds room (like
+# Kueue, which tries one head per queue and cycle). This bounds a cycle's cost; the queue's
+# other workloads try again next cycle.
+SEARCHES_PER_QUEUE = 2
+
+
+class VictimSearch:
+    """Finds the cheapest room for one claimant in one pool; see the module docstring."""
+
+    def __init__(self, pool: Pool, ledger: QuotaLedger, occupancy: Occupancy,
+                 claimant: Claimant) -> None:
+        self.pool = pool
+        self.ledger = ledger
+        self.occupancy = occupancy
+        self.claimant = claimant
+        self.now = occupancy.now
+        self._usage_before = ledger.staying(claimant.queue.id, claimant.workload.gpu_model)
+        self._moves: list[Move] | None = None
+        # Fair share of each victim queue; the claimant's own queue counts as the least fair
+        # to take from, so rooms from other queues cost less.
+        self._shares: dict[int, float] = {claimant.queue.id: -math.inf}
+
+    # -- candidates --------------------------------------------------------------------------
+
+    def moves(self) -> list[Move]:
+        """Every move open to the claimant, in the order they are tried."""
+        if self._moves is None:
+            found = [self._cached(Rule.RELEASING, w)[-1]
+                     for w in self.occupancy.releasing[self.pool].values()]
+            shrinks: list[Move] = []
+            evictions: list[Move] = []
+            for rule, workload in self._victims():
+                *shrink, evict = self._cached(rule, workload)
+                shrinks += shrink
+                evictions.append(evict)
+            self._moves = found + shrinks + evictions
+        return self._moves
+
+    def _victims(self) -> Iterable[tuple[Rule, Workload]]:
+        """(rule, workload) for every workload the rules allow, in victim order: other queues
+        by falling share, then the claimant's own; each queue's by `moves.value`."""
+        claimant, queue = self.claimant, self.claimant.queue
+        policy = queue.preemption
+        others = self._other_queues()
+        reclaim = policy.reclaim and claimant.within_nominal
+        below = None
+        if not claimant.within_nominal and policy.borrow_below_priority is not None:
+            below = min(policy.borrow_below_priority, claimant.workload.priority)
+        for _, other_id in others:
+            for workload in self.occupancy.ordered(self.pool, other_id):
+                if reclaim:
+                    yield Rule.RECLAIM, workload
+                elif below is not None and workload.priority < below:
+                    yield Rule.BORROW, workload
+        if policy.within_queue:
+            for workload in self.occupancy.ordered(self.pool, queue.id):
+                if workload.priority < claimant.workload.priority:
+                    yield Rule.PRIORITY, workload
+
+    def _other_queues(self) -> list[tuple[float, int]]:
+        """(-share, id) of the other borrowing queues of the claimant's cohort tree, highest
+        share first; none when no rule could take from them."""
+        claimant, queue = self.claimant, self.claimant.queue
+        policy = queue.preemption
+        reclaim = policy.reclaim and claimant.within_nominal
+        borrow = not claimant.within_nominal and policy.borrow_below_priority is not None
+        if queue.cohort is None or not (reclaim or borrow):
+            return []
+        model = claimant.workload.gpu_model
+        candidates = self.occupancy.candidates[self.pool]
+        found = []
+        for other_id in self.ledger.members(queue):
+            other = self.ledger.queue(other_id)
+            if (other_id != queue.id and candidates.get(other_id)
+                    and self.ledger.borrowing(other, model) > 0):
+                share = self.ledger.share(other)
+                self._shares[other_id] = share
+                found.append((-share, other_id))
+        return sorted(found)
+
+    def _cached(self, rule: Rule, workload: Workload) -> list[Move]:
+        """The workload's shrink moves (if elastic) and, last, its eviction, made once a cycle."""
+        key = (workload.id, rule)
+        moves = self.occupancy.moves.get(key)
+        if moves is None:
+            frees = {p.node_id: len(p.gpu_indices) for p in workload.placements if p.gpu_indices}
+            kind = MoveKind.RELEASING if rule == Rule.RELEASING else MoveKind.EVICT
+            moves = [*self._shrink_moves(rule, workload), Move(kind, rule, workload, frees)]
+            self.occupancy.moves[key] = moves
+        return moves
+
+    def _shrink_moves(self, rule: Rule, workload: Workload) -> list[Move]:
+        """A multi-node workload shrinks by whole nodes (its last ones first), a one-node one
+        by GPUs on its node; never below its minimum."""
+        if rule == Rule.RELEASING or not workload.is_elastic:
+            return []
+        if workload.held <= workload.fewest_gpus:
+            return []
+        size = self.pool.node_size
+        if len(workload.placements) > 1 or workload.held >= size:
+            keep_nodes = max(1, -(-workload.fewest_gpus // size))
+            spare = workload.placements[keep_nodes:][::-1]
+            return [Move(MoveKind.SHRINK, rule, workload, {p.node_id: len(p.gpu_indices)})
+                    for p in spare]
+        node = workload.placements[0].node_id
+        spare_gpus = workload.held - workload.fewest_gpus
+        return [Move(MoveKind.SHRINK, rule, workload, {node: spare_gpus})]
+
+    def guard(self, move: Move, gpus: int, released: Mapping[int, int] | None) -> bool:
+        """Whether taking `gpus` GPUs from the move's workload keeps the rules: its queue stays
+        at or above its guarantee, and reclaim and borrow moves take only from a queue that
+        still borrows. `released`: GPUs per queue the moves so far release, when the ledger
+        does not show them yet."""
+        workload = move.workload
+        model = workload.gpu_model
+        victim_queue = self.ledger.queue_or_none(workload.queue_id)
+        if victim_queue is None:
+            return True
+        used = self.ledger.staying(victim_queue.id, model)
+        if released is not None:
+            used -= released.get(victim_queue.id, 0)
+        guarantee = victim_queue.quota(model).guarantee
+        if move.rule == Rule.PRIORITY:
+            after = used - gpus + self.claimant.gpus
+            return after >= min(self._usage_before, guarantee)
+        return used > victim_queue.quota(model).nominal and used - gpus >= guarantee
+
+    def quota_ok(self) -> bool:
+        """Whether the claimant's queue may take its GPUs (with a live trial's releases)."""
+        if self.claimant.within_nominal:
+            return True
+        try:
+            self.ledger.check(self.claimant.queue, self.claimant.workload.gpu_model,
+                              self.claimant.gpus)
+        except Inadmissible:
+            return False
+        return True
+
+    # -- rooms -------------------------------------------------------------------------------
+
+    def for_gang(self, count: int) -> Claim | None:
+        """Room for `count` whole nodes in one domain the claimant may use."""
+        moves = self.moves()
+        if not moves:
+            return None
+        by_node = _index(moves)
+        completable = self._completable(by_node, moves)
+        reachable: Counter[Domain] = Counter()
+        for node in completable:
+            for domain in domains_of(self.pool.node(node)):
+                reachable[domain] += 1
+        for level in levels_up_to(widest_level(self.claimant.workload)):
+            depth = DEPTH[level]
+            rooms = []
+            for domain in sorted(d for d in reachable if len(d) == depth):
+                needed = count - self.pool.whole(domain)
+                if reachable[domain] < needed:
+                    continue
+                inside = {n: m for n, m in completable.items()
+                          if domains_of(self.pool.node(n))[depth] == domain}
+                indexes = sorted({i for node in inside for i in by_node[node]})
+                trial = self._room(moves, indexes, inside, _freed_at_least(needed))
+                if trial is not None:
+                    rooms.append((self._cost(trial.moves()), domain, needed, trial))
+            if rooms:
+                _, domain, needed, trial = min(rooms, key=lambda room: room[:2])
+                return self._gang_claim(level, domain, count, needed, trial)
+        return None
+
+    def _gang_claim(self, level: TopologyLevel, domain: Domain, count: int, needed: int,
+                    trial: Trial) -> Claim | None:
+        enough = _freed_at_least(needed)
+        if not self._settle_quota(trial, lambda: enough(trial)):
+            return None
+        made = [n for n, m in trial.missing.items() if m <= 0]
+        moves = trial.moves()
+        return Claim(moves, level, domain, self._gang_nodes(domain, made, count),
+                     self._cost(moves))
+
+    def for_small(self) -> Claim | None:
+        """Room for a job smaller than a node, on one node.
+
+        Nodes are weighed by the cheapest room each offers, looked at in three passes so that
+        a search never runs the full greedy on every node: rooms that evict nobody (stopping
+        or elastic work), then rooms that evict one workload, then rooms of several victims,
+        but only on nodes that could still beat the best so far (all victims of lower
+        priority than its).
+        """
+        moves = self.moves()
+        if not moves:
+            return None
+        free = _FreeGPUs(self.pool, self.claimant.gpus)
+        rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
+        best = min(rooms, key=lambda room: room[:4], default=None)
+        top = best[0][0] if best is not None else math.inf
+        below = [i for i, move in enumerate(moves)
+                 if move.kind != MoveKind.EVICT or move.workload.priority < top]
+        rooms += self._rooms_on(moves, below, free, evicting=True)
+        if not rooms:
+            return None
+        *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
+        trial = Trial(self, {node_id: self.claimant.gpus - free[node_id]})
+        for index in chosen:
+            trial.take(moves[index])
+        if not self._settle_quota(trial, lambda: trial.done >= 1):
+            return None
+        domain = domains_of(self.pool.node(node_id))[-1]
+        return Claim(trial.moves(), TopologyLevel.LEAF, domain, (node_id,),
+                     self._cost(trial.moves()))
+
+    def _rooms_on(self, moves: list[Move], indexes: list[int], free: _FreeGPUs,
+                  evicting: bool) -> list[tuple]:
+        """Rooms made by the moves at `indexes`, on each node where one of them frees GPUs
+        (where one of the evictions does, if `evicting`)."""
+        by_node = _index(moves, indexes)
+        rooms = []
+        for node_id in sorted(by_node):
+            here = by_node[node_id]
+            if free[node_id] is None or (evicting and all(
+                    moves[i].kind != MoveKind.EVICT for i in here)):
+                continue
+            chosen = self._node_room(node_id, self.claimant.gpus - free[node_id], moves, here)
+            if chosen is not None:
+                rooms.append(self._small_room(moves, chosen, node_id, free[node_id]))
+        return rooms
+
+    def _small_room(self, moves: list[Move], chosen: list[int], node_id: int,
+                    free: int) -> tuple:
+        """A room on one node, comparable by (cost, free GPUs, name, id)."""
+        return (self._cost([moves[i] for i in chosen]), free, self.pool.node(node_id).name,
+                node_id, chosen)
+
+    def _gentle_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
+        """Rooms made by stopping and elastic work alone."""
+        gentle = [i for i, move in enumerate(moves) if move.kind != MoveKind.EVICT]
+        return self._rooms_on(moves, gentle, free, evicting=False) if gentle else []
+
+    def _single_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
+        """The cheapest room of one eviction, if one suffices on some node."""
+        best = None
+        for index, move in enumerate(moves):
+            if move.kind != MoveKind.EVICT:
+                continue
+            workload = move.workload
+            key = (workload.priority, 1, -self._shares.get(workload.queue_id, 0.0),
+                   self.occupancy.value(workload)[1], 0)
+            if best is not None and key > best[0]:
+                continue
+            for node_id, gpus in move.frees.items():
+                have = free[node_id]
+                if have is None or have + gpus < self.claimant.gpus:
+                    continue
+                room = (key, have, self.pool.node(node_id).name, node_id, [index])
+                if (best is None or room[:4] < best[:4]) and self.guard(
+                        move, sum(move.frees.values()), {}):
+                    best = room
+        return [best] if best is not None else []
+
+    def _node_room(self, node_id: int, missing: int, moves: list[Move],
+                   indexes: list[int]) -> list[int] | None:
+        """Indexes of the moves that free `missing` GPUs on one node: taken in order, then
+        minimised. A light `_room` for the many nodes a small job could use."""
+        if missing <= 0:
+            return []
+        chosen: list[int] = []
+        freed = 0
+        released: Counter[int] = Counter()
+        used: set[int] = set()
+        for index in indexes:
+            if freed >= missing:
+                break
+            move = moves[index]
+            if move.workload.id in used:
+                continue
+            gpus = sum(move.frees.values())
+            if move.rule != Rule.RELEASING:
+                if not self.guard(move, gpus, released):
+                    continue
+                released[move.workload.queue_id] += gpus
+            chosen.append(index)
+            used.add(move.workload.id)
+            freed += move.frees[node_id]
+        if freed < missing:
+            return None
+        for index in reversed(list(chosen)):
+            here = moves[index].frees[node_id]
+            if freed - here >= missing:
+                chosen.remove(index)
+                freed -= here
+        return chosen
+
+    def _cost(self, moves: list[Move]) -> tuple:
+        """How much a room costs; smaller is better.
+
+        Criteria, in order: the highest priority evicted (shrinks and stopping work alone beat
+        any eviction), the number of evictions, the lowest fair share among the victims'
+        queues, negated (taking from queues that borrow more is cheaper; the claimant's own
+        queue counts lowest), the work the evictions lose, the GPUs shrunk.
+        """
+        evicted = [m.workload for m in moves if m.kind == MoveKind.EVICT]
+        shrunk = sum(sum(m.frees.values()) for m in moves if m.kind == MoveKind.SHRINK)
+        if not evicted:
+            return (-math.inf, 0, 0.0, 0.0, shrunk)
+        value, share = self.occupancy.value, self._shares
+        return (max(w.priority for w in evicted), len(evicted),
+                -min(share.get(w.queue_id, 0.0) for w in evicted),
+                sum(value(w)[1] for w in evicted), shrunk)
+
+    def for_quota(self, nodes: tuple[int, ...]) -> Claim | None:
+        """Room in quota only: the claimant fits on free GPUs (`nodes`) but its queue may not
+        take them until other work stops."""
+        trial = Trial(self, {})
+        if not self._settle_quota(trial, lambda: True) or not trial.taken:
+            return None
+        moves = trial.moves()
+        return Claim(moves, TopologyLevel.ANY, (), nodes, self._cost(moves))
+
+    def _room(self, moves: list[Move], indexes: list[int], missing: dict[int, int],
+              enough: Callable[[Trial], bool]) -> Trial | None:
+        """Take the moves at `indexes` in order until `enough`, then drop those not needed."""
+        trial = Trial(self, dict(missing))
+        for index in indexes:
+            if enough(trial):
+                break
+            if trial.allows(moves[index]):
+                trial.take(moves[index])
+        if not enough(trial):
+            return None
+        _minimise(trial, lambda: enough(trial))
+        return trial
+
+    def _settle_quota(self, trial: Trial, enough: Callable[[], bool]) -> bool:
+        """Top the room's moves up until the claimant's quota allows it, then minimise again."""
+        if self.quota_ok():
+            return True
+        with trial.on_ledger():
+            chosen = {id(move) for move in trial.moves()}
+            for move in self.moves():
+                if self.quota_ok():
+                    break
+                if move.rule != Rule.RELEASING and id(move) not in chosen and trial.allows(move):
+                    trial.take(move)
+            if not self.quota_ok():
+                return False
+            _minimise(trial, lambda: enough() and self.quota_ok())
+        return True
+
+    def _completable(self, by_node: dict[int, list[int]], moves: list[Move]) -> dict[int, int]:
+        """Full-size nodes, held for nobody, that the moves could make whole: node -> GPUs
+        missing."""
+        result = {}
+        for node_id, indexes in by_node.items():
+            node = self.pool.node(node_id)
+            if node is None or node.gpus != self.pool.node_size or node_id in self.pool.held_by:
+                continue
+            missing = node.gpus - len(self.pool.free(node_id))
+            if 0 < missing <= sum(moves[i].frees[node_id] for i in indexes):
+                result[node_id] = missing
+        return result
+
+    def _gang_nodes(self, domain: Domain, made: list[int], count: int) -> tuple[int, ...]:
+        """The nodes the gang will run on, by name: those freed for it, then whole free ones."""
+        name = {n: self.pool.node(n).name for n in made}
+        picked = sorted(made, key=lambda n: (name[n], n))[:count]
+        if len(picked) < count:
+            for node in self.pool.domain_nodes(domain):
+                if self.pool.is_whole(node) and node.id not in name:
+                    picked.append(node.id)
+                    name[node.id] = node.name
+                    if len(picked) == count:
+                        break
+        return tuple(sorted(picked, key=lambda n: (name[n], n)))
+
+
+def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int, list[int]]:
+    """Node id -> indexes of the moves (all, or those at `indexes`) that free GPUs there, in
+    move order."""
+    by_node: dict[int, list[int]] = defaultdict(list)
+    for index in range(len(moves)) if indexes is None else indexes:
+        for node in moves[index].frees:
+            by_node[node].append(index)
+    return by_node
+
+
+class _FreeGPUs(dict):
+    """Free GPUs per node a small job could use (None for nodes it cannot: missing, too
+    small, held), looked up on first use."""
+
+    def __init__(self, pool: Pool, gpus: int) -> None:
+        super().__init__()
+        self.pool = pool
+        self.gpus = gpus
+
+    def __missing__(self, node_id: int) -> int | None:
+        node = self.pool.node(node_id)
+        if node is None or node.gpus < self.gpus or node_id in self.pool.held_by:
+            value = None
+        else:
+            value = len(self.pool.free(node_id))
+        self[node_id] = value
+        return value
+
+
+def _freed_at_least(count: int) -> Callable[[Trial], bool]:
+    """Whether a trial has freed at least `count` of its target nodes."""
+    return lambda trial: trial.done >= count
+
+
+def _minimise(trial: Trial, enough: Callable[[], bool]) -> None:
+    """Drop every move not needed, the most valuable (last taken in order) first."""
+    for index in range(len(trial.taken) - 1, -1, -1):
+        move, _ = trial.drop(index)
+        if enough():
+            continue
+        trial.take(move)  # needed: put it back where it was
+        trial.taken.insert(index, trial.taken.pop())

@@ -1,0 +1,311 @@
+"""Preemption: reclaim, priority within a queue, borrowing below a threshold; guarantees kept,
+victims few and cheap and together, elastic work shrunk first, room held, no loops."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler.engine import Plan, PreemptionPolicy, Queue, Snapshot, TopologyLevel, Workload, plan
+from scheduler.engine.testing import (
+    apply_plan,
+    make_cluster,
+    make_queue,
+    make_running,
+    make_snapshot,
+    make_workload,
+    on,
+    outcome,
+)
+
+NOW = 1000.0
+LEAF = make_cluster(nodes=4)  # dc1-p1-l1-n1 .. n4
+N1, N2, N3, N4 = LEAF
+TWO_LEAVES = make_cluster(leaves=2, nodes=4)
+
+nlp = make_queue("nlp", h800=32, cohort="research")
+cv = make_queue("cv", h800=0, cohort="research")  # everything it runs is borrowed
+speech = make_queue("speech", h800=0, cohort="research")
+solo = make_queue("solo", h800=32)  # no cohort: only priority preempts here
+
+
+def busy(workload_id: int, queue: Queue, *nodes, lost: float = 0.0, **extra) -> Workload:
+    """A running workload on whole nodes that would lose `lost` seconds of work if stopped."""
+    extra.setdefault("started_at", NOW - lost)
+    return make_running(workload_id, queue, *(on(node) for node in nodes), **extra)
+
+
+def decided(result: Plan) -> dict[str, object]:
+    """What the plan stops and shrinks: preempted ids, and shrunk ids with the GPUs they keep."""
+    return {
+        "preempted": sorted(p.workload_id for p in result.preemptions),
+        "shrunk": {s.workload_id: s.gpus for s in result.shrinks},
+    }
+
+
+def stops(*ids: int, **shrunk: int) -> dict[str, object]:
+    return {"preempted": sorted(ids), "shrunk": {int(k[1:]): v for k, v in shrunk.items()}}
+
+
+CV_ON_LEAF = [busy(90 + i, cv, node, lost=10.0 * (4 - i)) for i, node in enumerate(LEAF)]
+
+CASES = [
+    pytest.param(
+        [nlp, cv],
+        [*CV_ON_LEAF, make_workload(1, nlp, 16)],
+        stops(92, 93),
+        id="borrowed GPUs are reclaimed for a queue under its nominal quota",
+    ),
+    pytest.param(
+        [make_queue("nlp", h800=8, cohort="research"), cv],
+        [*CV_ON_LEAF, make_workload(1, make_queue("nlp", h800=8, cohort="research"), 16)],
+        stops(),
+        id="a queue that must borrow for the job does not reclaim",
+    ),
+    pytest.param(
+        [nlp, make_queue("cv", h800=16, cohort="research")],
+        [busy(90, make_queue("cv", h800=16, cohort="research"), *LEAF),
+         make_workload(1, nlp, 16)],
+        stops(90),
+        id="borrowed work is reclaimed even when it also holds the lender's nominal share",
+    ),
+    pytest.param(
+        [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
+        [busy(90, make_queue("cv", h800=16, cohort="research", guarantee=16), *LEAF),
+         make_workload(1, nlp, 16)],
+        stops(),
+        id="work inside its queue's guarantee is never preempted",
+    ),
+    pytest.param(
+        [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
+        [*(busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
+           for i, node in enumerate(LEAF)),
+         make_workload(1, nlp, 16)],
+        stops(90, 91),
+        id="a queue above its guarantee loses what lies beyond it",
+    ),
+    pytest.param(
+        [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
+        [*(busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
+           for i, node in enumerate(LEAF)),
+         make_workload(1, nlp, 24)],
+        stops(),
+        id="a claimant that would need work inside a guarantee preempts nothing",
+    ),
+    pytest.param(
+        [nlp, cv, make_queue("cv2", h800=0, cohort="vision")],
+        [busy(90, make_queue("cv2", h800=0, cohort="vision"), N1, N2),
+         busy(91, cv, N3, N4), make_workload(1, nlp, 32)],
+        stops(),
+        id="queues of another cohort are not reclaimed from",
+    ),
+    pytest.param(
+        [nlp, cv, speech],
+        [busy(90, cv, N1, lost=500), busy(91, cv, N2, lost=500), busy(92, speech, N3, lost=1),
+         busy(93, nlp, N4), make_workload(1, nlp, 8)],
+        stops(90),
+        id="reclaim takes first from the queue with the highest fair share",
+    ),
+    pytest.param(
+        [solo],
+        [*(busy(90 + i, solo, node, lost=10.0 * (4 - i)) for i, node in enumerate(LEAF)),
+         make_workload(1, solo, 8, priority=5)],
+        stops(93),
+        id="a higher-priority job preempts lower-priority work of its own queue",
+    ),
+    pytest.param(
+        [solo],
+        [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)), make_workload(1, solo, 8)],
+        stops(),
+        id="equal priority never preempts",
+    ),
+    pytest.param(
+        [replace(solo, preemption=PreemptionPolicy(within_queue=False))],
+        [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
+         make_workload(1, solo, 8, priority=5)],
+        stops(),
+        id="a queue can switch priority preemption off",
+    ),
+    pytest.param(
+        [make_queue("solo", h800=16)],
+        [busy(90, solo, N1, lost=5), busy(91, solo, N2, lost=1),
+         make_workload(1, solo, 8, priority=5)],
+        stops(91),
+        id="a higher-priority job preempts for quota when GPUs are free but its quota is used",
+    ),
+    pytest.param(
+        [make_queue("nlp", h800=0, cohort="research",
+                    preemption=PreemptionPolicy(borrow_below_priority=5)),
+         make_queue("idle", h800=32, cohort="research"), cv],
+        [*(busy(90 + i, cv, node, priority=1) for i, node in enumerate(LEAF)),
+         make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3)],
+        stops(90, 91),
+        id="a borrowing job evicts borrowed work below its queue's priority threshold",
+    ),
+    pytest.param(
+        [make_queue("nlp", h800=0, cohort="research",
+                    preemption=PreemptionPolicy(borrow_below_priority=5)),
+         make_queue("idle", h800=32, cohort="research"), cv],
+        [*(busy(90 + i, cv, node, priority=4) for i, node in enumerate(LEAF)),
+         make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3)],
+        stops(),
+        id="borrowed work of higher priority than the borrowing job stays",
+    ),
+    pytest.param(
+        [nlp, cv],
+        [busy(90, cv, *LEAF, min_gpus=16), make_workload(1, nlp, 16)],
+        stops(s90=16),
+        id="an elastic job is shrunk instead of evicting anyone",
+    ),
+    pytest.param(
+        [nlp, cv],
+        [busy(90, cv, N1, N2, min_gpus=8, lost=100), busy(91, cv, N3, lost=50),
+         busy(92, cv, N4, lost=9),
+         make_workload(1, nlp, 16)],
+        stops(92, s90=8),
+        id="an elastic job shrinks to its minimum, then the cheapest other victim goes",
+    ),
+]
+
+
+@pytest.mark.parametrize(("queues", "workloads", "expected"), CASES)
+def test_preemption(queues: list[Queue], workloads: list[Workload], expected: dict) -> None:
+    assert decided(plan(make_snapshot(LEAF, queues, workloads), now=NOW)) == expected
+
+
+TWO_NODES = make_cluster(nodes=2)
+M1, M2 = TWO_NODES
+CHOICE_CASES = [
+    pytest.param(
+        [busy(90, solo, M1, priority=0, lost=900), busy(91, solo, M2, priority=1, lost=1)],
+        90,
+        id="victims: the lowest priority first",
+    ),
+    pytest.param(
+        [busy(90, solo, M1, started_at=10.0, last_checkpoint_at=995.0),
+         busy(91, solo, M2, started_at=940.0)],
+        90,
+        id="victims: then the least work lost since the last checkpoint",
+    ),
+    pytest.param(
+        [busy(90, solo, M1, started_at=10.0, last_checkpoint_at=990.0),
+         busy(91, solo, M2, started_at=40.0, last_checkpoint_at=990.0)],
+        91,
+        id="victims: then the most recently started",
+    ),
+    pytest.param(
+        [busy(91, solo, M2, lost=5), busy(90, solo, M1, lost=5)],
+        90,
+        id="victims: then the lowest id",
+    ),
+]
+
+
+@pytest.mark.parametrize(("running", "victim"), CHOICE_CASES)
+def test_the_least_valuable_victim_goes(running: list[Workload], victim: int) -> None:
+    snapshot = make_snapshot(TWO_NODES, [solo], [*running, make_workload(1, solo, 8, priority=9)])
+    assert decided(plan(snapshot, now=NOW)) == stops(victim)
+
+
+def test_a_victim_that_does_not_complete_a_node_is_dropped_again() -> None:
+    # 90 is the cheapest, but freeing its half of n1 makes no whole node while 91 stays.
+    workloads = [
+        make_running(90, solo, on(N1, 0, 1, 2, 3), started_at=NOW - 1),
+        make_running(91, solo, on(N1, 4, 5, 6, 7), started_at=NOW - 999),
+        busy(92, solo, N2, lost=10),
+        busy(93, solo, N3, lost=20),
+        busy(94, solo, N4, priority=9),
+        make_workload(1, solo, 16, priority=5),
+    ]
+    assert decided(plan(make_snapshot(LEAF, [solo], workloads), now=NOW)) == stops(92, 93)
+
+
+def test_victims_sit_together_in_one_leaf_rather_than_cheapest_and_scattered() -> None:
+    lost = {"l1": [10, 20, 900, 900], "l2": [5, 100, 900, 900]}
+    running = [
+        busy(90 + i, cv, node, lost=lost[node.leaf][(node.id - 1) % 4])
+        for i, node in enumerate(TWO_LEAVES)
+    ]
+    claimant = make_workload(1, make_queue("nlp", h800=64, cohort="research"), 16,
+                             topology=TopologyLevel.LEAF, required=True)
+    queues = [make_queue("nlp", h800=64, cohort="research"), cv]
+    result = plan(make_snapshot(TWO_LEAVES, queues, [*running, claimant]), now=NOW)
+    assert decided(result) == stops(90, 91)  # dc1-p1-l1-n1 and n2, not l2-n1 (the cheapest)
+    assert [r.nodes for r in result.reservations] == [(1, 2)]
+
+
+def test_the_claimant_waits_with_its_cause_and_each_victim_hears_why() -> None:
+    snapshot = make_snapshot(LEAF, [nlp, cv], [*CV_ON_LEAF, make_workload(1, nlp, 16)])
+    result = plan(snapshot, now=NOW)
+    assert outcome(result, snapshot) == {
+        1: "preempting 2 workloads (queue cv: 2) to make room in leaf dc1/p1/l1 (queue nlp is "
+        "under its H800 nominal quota (0/32 in use, job needs 16)); it starts once they have "
+        "stopped"
+    }
+    assert {p.workload_id: p.reason for p in result.preemptions}[93] == (
+        "reclaimed for workload 1: queue nlp is under its H800 nominal quota (0/32 in use, job "
+        "needs 16), and queue cv borrows 32 H800 GPUs beyond its nominal 0"
+    )
+    assert {p.for_workload_id for p in result.preemptions} == {1}
+
+
+def test_a_shrink_gives_back_whole_nodes_and_says_why() -> None:
+    snapshot = make_snapshot(LEAF, [nlp, cv], [busy(90, cv, *LEAF, min_gpus=16),
+                                               make_workload(1, nlp, 16)])
+    (shrink,) = plan(snapshot, now=NOW).shrinks
+    assert shrink.released == (on(N3), on(N4))
+    assert shrink.reason == (
+        "shrunk from 32 to 16 GPUs (its minimum is 16) to make room for workload 1: queue nlp is "
+        "under its H800 nominal quota (0/32 in use, job needs 16)"
+    )
+
+
+def test_work_already_stopping_is_waited_for_not_preempted_again() -> None:
+    stopping = [replace(w, preempting=True) if w.id in (92, 93) else w for w in CV_ON_LEAF]
+    snapshot = make_snapshot(LEAF, [nlp, cv], [*stopping, make_workload(1, nlp, 16)])
+    result = plan(snapshot, now=NOW)
+    assert decided(result) == stops()
+    assert outcome(result, snapshot)[1] == (
+        "waiting for 2 preempted workloads to stop to make room in leaf dc1/p1/l1; it starts "
+        "once they have stopped"
+    )
+
+
+def test_room_held_for_a_claimant_is_not_given_to_later_work() -> None:
+    ops = make_queue("ops", h800=8)
+    running = [busy(91, cv, N2), busy(92, cv, N3), busy(93, cv, N4)]
+    snapshot = make_snapshot(LEAF, [nlp, cv, ops],
+                             [*running, make_workload(1, nlp, 16), make_workload(2, ops, 8)])
+    result = plan(snapshot, now=NOW)
+    assert decided(result) == stops(91)
+    assert [(r.workload_id, r.nodes) for r in result.reservations] == [(1, (1, 2))]
+    assert outcome(result, snapshot)[2] == (
+        "needs 1 whole H800 node in one data center; the best data center has 0 free"
+    )
+
+
+def cycles(snapshot: Snapshot, count: int) -> list[Plan]:
+    """Plan and apply `count` cycles, a second apart."""
+    plans = []
+    for second in range(count):
+        plans.append(plan(snapshot, now=NOW + second))
+        snapshot = apply_plan(snapshot, plans[-1], now=NOW + second)
+    return plans
+
+
+def test_a_reclaimed_workload_does_not_reclaim_back_and_the_claimant_starts_next_cycle() -> None:
+    snapshot = make_snapshot(LEAF, [nlp, cv], [*CV_ON_LEAF, make_workload(1, nlp, 16)])
+    first, second, third = cycles(snapshot, 3)
+    assert decided(first) == stops(92, 93)
+    assert [a.workload_id for a in second.admissions] == [1]
+    assert decided(second) == decided(third) == stops()
+    assert third.admissions == []
+
+
+def test_a_lower_priority_victim_never_preempts_its_claimant_back() -> None:
+    running = [busy(90 + i, solo, node, lost=i) for i, node in enumerate(LEAF)]
+    snapshot = make_snapshot(LEAF, [solo], [*running, make_workload(1, solo, 8, priority=5)])
+    plans = cycles(snapshot, 4)
+    assert [sorted(p.workload_id for p in x.preemptions) for x in plans] == [[90], [], [], []]
+    assert [[a.workload_id for a in x.admissions] for x in plans] == [[], [1], [], []]
