@@ -11,7 +11,7 @@ class QueueQuotaInline(admin.TabularInline):
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ["name", "tenant", "region", "cohort", "priority", "weight"]
+    list_display = ["name", "tenant", "region", "cohort", "priority", "weight", "strategy"]
     list_filter = ["tenant", "region", "cohort"]
     inlines = [QueueQuotaInline]
 

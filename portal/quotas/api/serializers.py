@@ -19,7 +19,8 @@ class QueueSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Queue
-        fields = ["id", "name", "region", "cohort", "priority", "weight", "quotas"]
+        fields = ["id", "name", "region", "cohort", "priority", "weight", "strategy", "reclaim",
+                  "preempt_within_queue", "borrow_below_priority", "quotas"]
 
 
 class TenantQueueField(serializers.SlugRelatedField):
