@@ -61,7 +61,7 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
         submitted = bobs_browser.post("/workloads/new/", {
             "name": "llama-8b", "queue": "llm", "kind": "training", "gpu_model": "H800",
             "gpus": 16, "priority": 100, "topology": "pod", "checkpoint_policy": "async",
-            "simulated_duration_s": 4})
+            "simulated_duration_s": 8})
         assert submitted.status_code == 302
         workload = Workload.objects.get(name="llama-8b")
 
@@ -83,7 +83,7 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
     assert not workload.allocations.exists()
     usage = UsageRecord.objects.get(workload=workload)
     assert usage.tenant == acme and usage.gpus == 16
-    assert 16 * 3 / 3600 < usage.gpu_hours < 16 * 30 / 3600
+    assert 16 * 7 / 3600 < usage.gpu_hours < 16 * 40 / 3600
     assert "llama-8b" in bobs_browser.get("/").content.decode()
     detail = bobs_browser.get(f"/api/v1/workloads/{workload.pk}/").json()
     assert detail["gpu_hours"] == round(usage.gpu_hours, 4)
