@@ -13,9 +13,11 @@ every size class of the trace appears among the pending work at least once.
 Running work has start times, checkpoints, some time limits and some elasticity; queues differ
 in quota, guarantee and priority, and some borrow while others wait under their nominal quota,
 so a cycle admits, reclaims, shrinks and reserves. The same snapshot is planned `repeat` times
-(the engine is pure, so each run does the same work). A line per size, then the step timings
-of the largest, then one JSON object for the largest size: gpus, nodes, running, pending,
-cycle_s_median, cycle_s_max, admitted, preempted, shrunk, reserved, peak_rss_mb.
+(the engine is pure, so each run does the same work) and timed on the wall clock. Two lines per
+size (the figures, then the seconds of each numbered step of the last run), then one JSON
+object for the largest size: gpus, nodes, running, pending, cycle_s_median, cycle_s_max,
+admitted, preempted, shrunk, reserved, peak_rss_mb (the whole process's peak, so that of the
+largest size, which runs last).
 """
 
 from __future__ import annotations
@@ -92,9 +94,10 @@ def build_nodes(gpus: int) -> tuple[Node, ...]:
 
 
 def build_queues(gpus: int, rng: random.Random) -> tuple[Queue, ...]:
-    """Queues in cohorts of 10, nominal quotas summing to the cluster, uneven in size."""
+    """Queues in cohorts of 10, nominal quotas summing to the cluster, uneven in size: the
+    first queue of every fourth cohort is a model builder's, with a large quota."""
     count = max(10, round(200 * gpus / 100_000))
-    shares = [rng.choice([1, 1, 2, 3, 5]) for _ in range(count)]
+    shares = [40 if i % 40 == 0 else rng.choice([1, 1, 2, 3, 5]) for i in range(count)]
     queues = []
     for i, share in enumerate(shares):
         nominal = gpus * share // sum(shares)
@@ -167,13 +170,16 @@ def assign_queues(sizes: list[int], queues, rng: random.Random) -> list[Queue]:
 def build_pending(count: int, queues, factor: int, rng: random.Random) -> list[Workload]:
     """Pending work of every queue, Philly-sized, some with time limits or topology needs."""
     pending = []
+    builders = sorted(queues, key=lambda q: -q.quotas[0].nominal)[: max(1, len(queues) // 40)]
     for i, size in enumerate(stratified(count, factor, rng)):
+        # The largest gangs are the model builders'.
+        owner = rng.choice(builders if size >= 128 * NODE_GPUS * factor // 64 else queues)
         topology, required = TopologyLevel.DATACENTER, False
         if size >= NODE_GPUS and rng.random() < 0.2:
             topology, required = rng.choice([(TopologyLevel.LEAF, False),
                                              (TopologyLevel.POD, True)])
         pending.append(Workload(
-            i + 1, rng.choice(queues).id, "H800", size, NOW - rng.uniform(0, 12) * HOUR,
+            i + 1, owner.id, "H800", size, NOW - rng.uniform(0, 12) * HOUR,
             priority=rng.choice([0, 0, 0, 1, 2]), topology=topology, topology_required=required,
             time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
         ))

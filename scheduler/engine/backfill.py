@@ -8,8 +8,10 @@ then the domain's name. The reserved nodes are the ones expected free soonest (t
 
 The free GPUs of reserved nodes are held. A later workload of the same cycle may use them only
 if the gang could preempt it when its turn comes (`preemptible_by`), or if, by its time limit,
-it ends before the reservation's expected start. Room held for a claimant whose victims are
-stopping is never backfilled: it is needed at the next cycle.
+it ends before the reservation's expected start; and never if a workload the reservations kept
+off those GPUs earlier in the cycle could preempt it (`KeptOut`): that one would preempt it at
+the next cycle, and the same reservation would let it back in after, a loop. Room held for a
+claimant whose victims are stopping is never backfilled: it is needed at the next cycle.
 
 At most `MAX_PER_POOL` reservations per pool and cycle, one per queue, in cycle order: like
 Slurm's `bf_max_job_test`, this bounds what a cycle costs.
@@ -79,10 +81,13 @@ def reserve(pool: Pool, occupancy: Occupancy, workload: Workload) -> Reservation
 
 def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
     """When each domain has the nodes it still needs: the time its last one frees up."""
+    depths = sorted({len(domain) for domain in needs})
     seen: Counter = Counter()
     starts = {}
     for when, node in occupancy.soonest_free(pool):
-        for domain in domains_of(node):
+        domains = pool.domains_of(node.id)
+        for depth in depths:
+            domain = domains[depth]
             if domain in needs and domain not in starts:
                 seen[domain] += 1
                 if seen[domain] >= needs[domain]:
@@ -132,9 +137,69 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+class KeptOut:
+    """What the workloads kept off reserved GPUs this cycle could preempt, summed up so that a
+    check costs O(1): per queue the highest priority (priority rule), per cohort tree whether
+    one may reclaim, and the highest priority bar below which one may evict borrowed work."""
+
+    def __init__(self) -> None:
+        self._priority: dict[int, int] = {}  # queue id -> highest priority kept out
+        self._reclaim: set = set()  # cohort roots where one kept out may reclaim
+        self._borrow: dict = {}  # cohort root -> highest priority bar of the borrow rule
+
+    def adds(self, workload: Workload, queue: Queue, ledger: QuotaLedger, within: bool) -> bool:
+        """Whether recording `workload` would widen what the kept-out could preempt."""
+        policy = queue.preemption
+        if policy.within_queue and workload.priority > self._priority.get(queue.id, -math.inf):
+            return True
+        if queue.cohort is None:
+            return False
+        root = ledger.root(queue)
+        if within:
+            return policy.reclaim and root not in self._reclaim
+        bar = _borrow_bar(workload, queue)
+        return bar is not None and bar > self._borrow.get(root, -math.inf)
+
+    def add(self, workload: Workload, queue: Queue, ledger: QuotaLedger, within: bool) -> None:
+        policy = queue.preemption
+        if policy.within_queue:
+            self._priority[queue.id] = max(workload.priority,
+                                           self._priority.get(queue.id, -math.inf))
+        if queue.cohort is None:
+            return
+        root = ledger.root(queue)
+        if within and policy.reclaim:
+            self._reclaim.add(root)
+        bar = None if within else _borrow_bar(workload, queue)
+        if bar is not None:
+            self._borrow[root] = max(bar, self._borrow.get(root, -math.inf))
+
+    def threaten(self, workload: Workload, queue: Queue, ledger: QuotaLedger) -> bool:
+        """Whether one of the kept-out workloads could preempt `workload` once admitted."""
+        if workload.priority < self._priority.get(queue.id, -math.inf):
+            return True
+        if queue.cohort is None or not _borrowed(workload, queue, ledger):
+            return False
+        root = ledger.root(queue)
+        return root in self._reclaim or workload.priority < self._borrow.get(root, -math.inf)
+
+
+def _borrow_bar(workload: Workload, queue: Queue) -> int | None:
+    threshold = queue.preemption.borrow_below_priority
+    return None if threshold is None else min(threshold, workload.priority)
+
+
+def _borrowed(workload: Workload, queue: Queue, ledger: QuotaLedger) -> bool:
+    """Whether the workload, once admitted, would be borrowed work outside its guarantee."""
+    quota = queue.quota(workload.gpu_model)
+    used = ledger.staying(queue.id, workload.gpu_model)
+    return used + workload.gpus > quota.nominal and used >= quota.guarantee
+
+
 def may_backfill(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLedger,
                  now: float) -> bool:
-    """Whether `workload` may start on GPUs held for `hold`'s owner."""
+    """Whether `workload` may start on GPUs held for `hold`'s owner (leaving aside the
+    kept-out rule, which the cycle checks once for all reservations)."""
     if not hold.backfill:
         return False
     start = hold.reservation.start_at
@@ -156,10 +221,8 @@ def preemptible_by(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLe
         return False
     if ledger.root(queue) != ledger.root(owner_queue):
         return False
-    quota = queue.quota(workload.gpu_model)
-    used = ledger.staying(queue.id, workload.gpu_model)
-    if used + workload.gpus <= quota.nominal or used < quota.guarantee:
-        return False  # it would not be borrowed work
+    if not _borrowed(workload, queue, ledger):
+        return False
     if hold.within_nominal:
         return policy.reclaim
     threshold = policy.borrow_below_priority

@@ -173,6 +173,8 @@ class Pool:
         self._partial: dict[int, list[tuple[str, int]]] = defaultdict(list)
         self._held: dict[int, list[Placement]] = {}  # reservation owner -> GPUs it holds
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
+        self._changes = 0  # bumped whenever a node's free GPUs change
+        self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
         whole = self._add_all(sorted(nodes, key=lambda node: (node.name, node.id)))
         self._wholes = WholeCounts(whole)
         self._whole = self._wholes.count  # free whole nodes per domain
@@ -191,7 +193,9 @@ class Pool:
             domains = paths.get((node.datacenter, node.pod, node.leaf))
             if domains is None:
                 domains = paths[node.datacenter, node.pod, node.leaf] = domains_of(node)
-            free = self._free[node.id] = {i for i in node.free if 0 <= i < node.gpus}
+            free = self._free[node.id] = set(node.free)
+            if free and (min(free) < 0 or max(free) >= node.gpus):
+                free.intersection_update(range(node.gpus))
             self._nodes[node.id] = node
             self._domains[node.id] = domains
             self._domain_nodes[domains[3]].append(node)
@@ -228,6 +232,10 @@ class Pool:
     def domains_at(self, depth: int) -> list[Domain]:
         """The domains at a path depth, by name."""
         return self._domains_at[depth]
+
+    def domains_of(self, node_id: int) -> tuple[Domain, ...]:
+        """The domains of a node of this pool, widest first."""
+        return self._domains[node_id]
 
     def domain_nodes(self, domain: Domain) -> list[Node]:
         """The schedulable nodes of a domain, by name."""
@@ -277,7 +285,14 @@ class Pool:
         gpus = workload.gpus if gpus is None else gpus
         self.check_shape(gpus)
         if gpus < self.node_size:
-            node = self._best_partial(gpus) or self._break_whole_node(gpus)
+            failed = self._small_failed.get(gpus)
+            if failed is not None and failed[0] == self._changes:
+                raise Inadmissible(failed[1])  # nothing changed since it last failed
+            try:
+                node = self._best_partial(gpus) or self._break_whole_node(gpus)
+            except Inadmissible as why:
+                self._small_failed[gpus] = (self._changes, str(why))
+                raise
             return (Placement(node.id, tuple(sorted(self._free[node.id])[:gpus])),)
         count = gpus // self.node_size
         nodes = self._pick_whole(self._tightest_domain(count, widest_level(workload)), count)
@@ -309,6 +324,7 @@ class Pool:
         after = len(self._free[node.id])
         if after == before:
             return
+        self._changes += 1
         whole_change = self.is_whole(node) - was_whole
         for domain in self._domains[node.id]:
             self._free_gpus[domain] += after - before
@@ -329,6 +345,10 @@ class Pool:
                 placement = Placement(node_id, tuple(sorted(free)))
                 self.take(placement)
                 held.append(placement)
+
+    def held_nodes(self, owner: int) -> int:
+        """Nodes on which GPUs are held free for `owner`'s reservation."""
+        return len(self._held.get(owner, ()))
 
     @contextmanager
     def lent(self, owner: int) -> Iterator[None]:

@@ -14,10 +14,15 @@ from contextlib import ExitStack, contextmanager
 from enum import IntEnum
 from typing import Protocol
 
-from scheduler.engine.backfill import MAX_PER_POOL, Hold, may_backfill, reserve
+from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.capacity import Capacity, Pool, widest_level
 from scheduler.engine.errors import Inadmissible
-from scheduler.engine.explain import claim_reason, preemption_reason, shrink_reason
+from scheduler.engine.explain import (
+    claim_reason,
+    kept_off_reason,
+    preemption_reason,
+    shrink_reason,
+)
 from scheduler.engine.model import (
     Admission,
     Pending,
@@ -29,6 +34,7 @@ from scheduler.engine.model import (
     Shrink,
     Snapshot,
     Strategy,
+    TopologyLevel,
     Workload,
 )
 from scheduler.engine.moves import Claim, Claimant, MoveKind
@@ -141,6 +147,8 @@ class Cycle:
         self._no_victims: dict[tuple, int] = {}  # smallest size that found no room, per kind
         self._searches: Counter[int] = Counter()  # victim searches per queue this cycle
         self._claimed: set[int] = set()  # queues that made room for a workload this cycle
+        self._kept_off: dict[tuple, str] = {}  # reasons already worded
+        self._kept_out = KeptOut()  # what workloads kept off reserved GPUs could preempt
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -172,7 +180,6 @@ class Cycle:
 
     def decide(self, queue: Queue, workload: Workload) -> Outcome:
         """Admit, preempt for, reserve for, or hold back one workload."""
-        self.touched_queues = set()
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             # A job no placement could ever satisfy hears so first, not a passing quota reason.
@@ -213,23 +220,53 @@ class Cycle:
         charge the quota. Raises Inadmissible with the reason when there is no room."""
         try:
             placements = pool.find(workload)
-        except Inadmissible:
-            owners = [owner for owner in self._backfillable.get(pool, ())
-                      if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)]
-            if not owners:
-                raise
-            with ExitStack() as stack:
-                for owner in owners:
-                    stack.enter_context(pool.lent(owner))
-                try:
-                    placements = pool.find(workload)
-                except Inadmissible:
-                    pass
-                else:
-                    self._book(pool, queue, workload, placements)
-                    return
-            raise
+        except Inadmissible as no_room:
+            self._backfill(pool, queue, workload, no_room)
+            return
         self._book(pool, queue, workload, placements)
+
+    def _backfill(self, pool: Pool, queue: Queue, workload: Workload,
+                  no_room: Inadmissible) -> None:
+        """Place the workload on GPUs held for reservations it may use, lent for the moment
+        ("try, then restore"), or raise why not, naming the reservations that keep it off."""
+        reserved = [o for o in self._backfillable.get(pool, ()) if pool.held_nodes(o)]
+        if not reserved:
+            raise no_room
+        owners = []
+        if not self._kept_out.threaten(workload, queue, self.ledger):
+            owners = [owner for owner in reserved
+                      if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)]
+        if owners and self._fits_lent(pool, workload, owners, book=queue):
+            return
+        kept_off = tuple((o, pool.held_nodes(o)) for o in reserved if o not in owners)
+        self._keep_out(pool, queue, workload, [o for o, _ in kept_off])
+        key = (str(no_room), kept_off)
+        reason = self._kept_off.get(key)
+        if reason is None:
+            reason = self._kept_off[key] = kept_off_reason(key[0], dict(kept_off))
+        raise Inadmissible(reason) from None
+
+    def _fits_lent(self, pool: Pool, workload: Workload, owners: list[int],
+                   book: Queue | None = None) -> bool:
+        """Whether the workload fits with the GPUs held for `owners` lent; booked there when
+        `book` (its queue) is given."""
+        with ExitStack() as stack:
+            for owner in owners:
+                stack.enter_context(pool.lent(owner))
+            try:
+                placements = pool.find(workload)
+            except Inadmissible:
+                return False
+            if book is not None:
+                self._book(pool, book, workload, placements)
+            return True
+
+    def _keep_out(self, pool: Pool, queue: Queue, workload: Workload, owners: list[int]) -> None:
+        """Record a workload that reservations kept off GPUs it would fit on (see `KeptOut`)."""
+        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+        if owners and self._kept_out.adds(workload, queue, self.ledger, within) and (
+                self._fits_lent(pool, workload, owners)):
+            self._kept_out.add(workload, queue, self.ledger, within)
 
     def _book(self, pool: Pool, queue: Queue, workload: Workload,
               placements: tuple[Placement, ...]) -> None:
@@ -297,7 +334,10 @@ class Cycle:
                 return search.for_quota(tuple(p.node_id for p in placements))
         if workload.gpus < pool.node_size:
             return search.for_small()
-        return search.for_gang(workload.gpus // pool.node_size)
+        count = workload.gpus // pool.node_size
+        if count > 1 and widest_level(workload) == TopologyLevel.NODE:
+            return None  # no room made could ever put several nodes' GPUs on one node
+        return search.for_gang(count)
 
     def apply_claim(self, pool: Pool, queue: Queue, workload: Workload, claim: Claim) -> None:
         """Record the claim's preemptions and shrinks, charge the claimant's quota and hold its
@@ -307,6 +347,7 @@ class Cycle:
         no other workload counts on quota that is not free yet.
         """
         reason = claim_reason(self.ledger, claim, queue, workload)
+        self.touched_queues = set()
         evicted = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
         shrunk: dict[int, list] = {}
         for move in claim.moves:

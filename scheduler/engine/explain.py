@@ -61,11 +61,13 @@ def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Work
     """Why a claimant waits although room is being made for it."""
     evicted = Counter()
     shrunk, stopping = set(), set()
+    gone = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
     for move in claim.moves:
         if move.kind == MoveKind.EVICT:
             evicted[_queue_name(ledger, move.workload)] += 1
         elif move.kind == MoveKind.SHRINK:
-            shrunk.add(move.workload.id)
+            if move.workload.id not in gone:  # an eviction supersedes a shrink
+                shrunk.add(move.workload.id)
         else:
             stopping.add(move.workload.id)
     parts = []
@@ -86,3 +88,18 @@ def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Work
 def _queue_name(ledger: QuotaLedger, workload: Workload) -> str:
     queue = ledger.queue_or_none(workload.queue_id)
     return queue.name if queue is not None else str(workload.queue_id)
+
+
+def kept_off_reason(no_room: str, held: dict[int, int]) -> str:
+    """Why there is no room, adding the reservations (owner -> nodes with free GPUs held) that
+    keep the workload off GPUs it could otherwise use."""
+    held = {owner: nodes for owner, nodes in held.items() if nodes}
+    if not held:
+        return no_room
+    nodes = sum(held.values())
+    owners = ", ".join(str(owner) for owner in held)
+    gangs = f"gang (workload {owners})" if len(held) == 1 else f"gangs (workloads {owners})"
+    verb = "is" if nodes == 1 else "are"
+    return (f"{no_room}; {plural(nodes, 'node')} with free GPUs {verb} reserved for waiting "
+            f"{gangs}, usable only by work that ends before they start or that they could "
+            f"preempt")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from functools import cached_property
 
 
 class TopologyLevel(IntEnum):
@@ -150,7 +151,7 @@ class Workload:
     def is_running(self) -> bool:
         return bool(self.placements)
 
-    @property
+    @cached_property
     def held(self) -> int:
         """GPUs it holds now, counted from its placements."""
         return sum(len(placement.gpu_indices) for placement in self.placements)

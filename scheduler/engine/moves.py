@@ -34,7 +34,7 @@ class Rule(IntEnum):
     BORROW = 3  # borrowed work below the claimant's priority threshold
 
 
-@dataclass
+@dataclass(slots=True)
 class Move:
     """One step of freeing room: a workload and the GPUs it frees per node."""
 
@@ -76,6 +76,11 @@ def lost_work(workload: Workload, now: float) -> float:
     return max(0.0, now - since) * workload.held
 
 
+def held_per_node(workload: Workload) -> dict[int, int]:
+    """GPUs the workload holds on each node."""
+    return {p.node_id: len(p.gpu_indices) for p in workload.placements}
+
+
 def value(workload: Workload, now: float) -> tuple:
     """A victim's worth, least valuable first: priority, work lost, most recent start, id."""
     started = workload.started_at if workload.started_at is not None else now
@@ -93,17 +98,25 @@ class Trial:
         self.search = search
         self.missing = missing  # target node -> GPUs still to free there
         self.done = sum(1 for gpus in missing.values() if gpus <= 0)  # targets freed
-        self.freed: dict[int, set[int]] = defaultdict(set)  # workload -> nodes it freed
+        self.freed: dict[int, Counter[int]] = defaultdict(Counter)  # workload -> node -> GPUs
         self.taken: list[tuple[Move, dict[int, int]]] = []
         self.shrunk: Counter[int] = Counter()  # workload -> GPUs shrunk
         self.released: Counter[int] = Counter()  # queue id -> GPUs the moves release
         self.live = False  # whether `released` is applied to the ledger
 
     def _frees(self, move: Move) -> dict[int, int]:
+        """What the move would free now: on each node, no more than the workload still holds
+        there after the moves taken so far (a shrink, then an eviction frees the rest)."""
         freed = self.freed.get(move.workload.id)
         if not freed:
             return move.frees
-        return {n: g for n, g in move.frees.items() if n not in freed}
+        held = held_per_node(move.workload)
+        frees = {}
+        for node, gpus in move.frees.items():
+            gpus = min(gpus, held.get(node, 0) - freed[node])
+            if gpus > 0:
+                frees[node] = gpus
+        return frees
 
     def allows(self, move: Move) -> bool:
         """Whether the move is still valid: never twice, a shrink never below the workload's
@@ -129,7 +142,7 @@ class Trial:
 
     def drop(self, index: int) -> tuple[Move, dict[int, int]]:
         move, frees = self.taken.pop(index)
-        self.freed[move.workload.id].difference_update(frees)
+        self.freed[move.workload.id].subtract(frees)
         if move.kind == MoveKind.SHRINK:
             self.shrunk[move.workload.id] -= sum(frees.values())
         self._account(move, frees, -1)

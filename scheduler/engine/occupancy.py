@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 
 from scheduler.engine.capacity import Capacity, Pool
 from scheduler.engine.model import Node, Placement, Workload
@@ -15,14 +16,12 @@ from scheduler.engine.moves import value
 
 
 class Occupancy:
-    """Running work per node and per (pool, queue), with when each workload is expected to end."""
+    """Running work per (pool, queue), and when each node is expected to be free."""
 
     def __init__(self, capacity: Capacity, now: float) -> None:
         self._capacity = capacity
         self.now = now
-        self.on_node: dict[int, dict[int, int]] = defaultdict(dict)  # node -> {workload: GPUs}
-        self.workloads: dict[int, Workload] = {}
-        self.ends: dict[int, float] = {}  # workload id -> expected end (inf: unknown)
+        self._node_end: dict[int, float] = {}  # node -> when its work ends (inf: unknown)
         # Running workloads that may still be chosen as victims, per pool and queue id.
         self.candidates: dict[Pool, dict[int, dict[int, Workload]]] = defaultdict(
             lambda: defaultdict(dict)
@@ -30,13 +29,11 @@ class Occupancy:
         self.releasing: dict[Pool, dict[int, Workload]] = defaultdict(dict)
         self._values: dict[int, tuple] = {}
         self._ordered: dict[tuple[Pool, int], list[Workload]] = {}
-        self.moves: dict[tuple[int, int], list] = {}  # preemption's moves, made once a cycle
+        # Preemption's moves per (workload, rule) and per (pool, queue, rule), made once.
+        self.moves: dict[tuple[int, int], list] = {}
+        self.queue_moves: dict[tuple, tuple] = {}
         self._soonest: dict[Pool, list[tuple[float, str, Node]]] = {}
         self._changed: set[int] = set()  # nodes given work this cycle
-
-    def queues_in(self, pool: Pool) -> list[int]:
-        """Ids of the queues with candidate victims in the pool, in id order."""
-        return sorted(qid for qid, members in self.candidates[pool].items() if members)
 
     def ordered(self, pool: Pool, queue_id: int) -> list[Workload]:
         """The queue's candidate victims in the pool, least valuable first (`moves.value`)."""
@@ -61,59 +58,51 @@ class Occupancy:
 
     def add_running(self, workload: Workload) -> None:
         """Index a workload that holds GPUs in the snapshot."""
-        pool = self._record(workload, workload.placements)
-        if workload.preempting:
-            self.ends[workload.id] = self.now
-            if pool is not None:
-                self.releasing[pool][workload.id] = workload
-            return
         end = workload.ends_at
-        self.ends[workload.id] = math.inf if end is None else end
-        if pool is not None:
+        pool = self._record(workload.placements, self.now if workload.preempting
+                            else math.inf if end is None else end)
+        if pool is None:
+            return
+        if workload.preempting:
+            self.releasing[pool][workload.id] = workload
+        else:
             self.candidates[pool][workload.queue_id][workload.id] = workload
 
     def add_admitted(self, workload: Workload, placements: tuple[Placement, ...]) -> None:
         """Index a workload this cycle admits: never a victim this cycle, but it occupies nodes
         until its time limit."""
-        self._record(workload, placements)
-        self._changed.update(p.node_id for p in placements)
         limit = workload.time_limit_s
-        self.ends[workload.id] = math.inf if limit is None else self.now + limit
+        self._record(placements, math.inf if limit is None else self.now + limit)
+        self._changed.update(p.node_id for p in placements)
 
     def claim(self, pool: Pool, workload: Workload) -> None:
         """Take a victim (or a releasing workload) out of the candidates: it is spoken for."""
         self.candidates[pool][workload.queue_id].pop(workload.id, None)
         self.releasing[pool].pop(workload.id, None)
 
-    def soonest_free(self, pool: Pool) -> list[tuple[float, Node]]:
+    def soonest_free(self, pool: Pool) -> Iterator[tuple[float, Node]]:
         """(when, node) of the pool's busy full-size nodes whose work all has a known end,
-        soonest first; skipping nodes held for a reservation or whose work changed this
-        cycle. Sorted once a cycle."""
+        soonest first; skipping nodes held for a reservation or given work this cycle. Sorted
+        once a cycle."""
         cached = self._soonest.get(pool)
         if cached is None:
             cached = []
             for node in pool.nodes():
-                if node.gpus == pool.node_size and not pool.is_whole(node):
-                    when = self.node_free_at(node.id)
-                    if when < math.inf:
-                        cached.append((when, node.name, node))
+                when = self._node_end.get(node.id, math.inf)
+                if when < math.inf and node.gpus == pool.node_size and not pool.is_whole(node):
+                    cached.append((when, node.name, node))
             cached.sort(key=lambda item: item[:2])
             self._soonest[pool] = cached
-        return [(when, node) for when, _, node in cached
-                if node.id not in pool.held_by and node.id not in self._changed]
+        held, changed = pool.held_by, self._changed
+        return ((when, node) for when, _, node in cached
+                if node.id not in held and node.id not in changed)
 
-    def node_free_at(self, node_id: int) -> float:
-        """When every GPU of the node is expected to be free: now, a time, or inf."""
-        occupants = self.on_node.get(node_id)
-        if not occupants:
-            return self.now
-        return max(self.ends[wid] for wid in occupants)
-
-    def _record(self, workload: Workload, placements: tuple[Placement, ...]) -> Pool | None:
-        self.workloads[workload.id] = workload
+    def _record(self, placements: tuple[Placement, ...], end: float) -> Pool | None:
         pool = None
+        node_end = self._node_end
         for placement in placements:
             if placement.gpu_indices:
-                self.on_node[placement.node_id][workload.id] = len(placement.gpu_indices)
-                pool = pool or self._capacity.pool_of(placement.node_id)
+                node = placement.node_id
+                node_end[node] = max(node_end.get(node, -math.inf), end)
+                pool = pool or self._capacity.pool_of(node)
         return pool

@@ -70,13 +70,18 @@ class Heads:
             self._push(queue_id)
 
     def _push(self, queue_id: int) -> None:
+        entry = self._entry(queue_id)
+        if entry is not None:
+            heapq.heappush(self._heap, entry)
+
+    def _entry(self, queue_id: int) -> tuple[tuple, int, int] | None:
+        """A fresh heap entry for the queue's head; older entries of the queue go stale."""
         members = self._fifo.get(queue_id)
         queue = self._ledger.queue_or_none(queue_id)
         if not members or queue is None:
-            return
+            return None
         self._version[queue_id] += 1
-        key = head_key(self._ledger, queue, members[-1])
-        heapq.heappush(self._heap, (key, queue_id, self._version[queue_id]))
+        return (head_key(self._ledger, queue, members[-1]), queue_id, self._version[queue_id])
 
     def unknown(self) -> list[Workload]:
         """Workloads of queues missing from the snapshot, in id order; they never head."""
@@ -91,11 +96,17 @@ class Heads:
 
         The queue of the previous head is re-keyed first, now that its head was decided.
         """
+        entry = None
         if self._current is not None:
-            self._push(self._current)
+            entry = self._entry(self._current)
             self._current = None
-        while self._heap:
-            _, queue_id, version = heapq.heappop(self._heap)
+        while self._heap or entry is not None:
+            if entry is not None:
+                # Re-key the last queue and take the best head in one heap operation.
+                _, queue_id, version = heapq.heappushpop(self._heap, entry)
+                entry = None
+            else:
+                _, queue_id, version = heapq.heappop(self._heap)
             if version != self._version[queue_id] or not self._fifo[queue_id]:
                 continue
             workload = self._fifo[queue_id].pop()

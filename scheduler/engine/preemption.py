@@ -29,13 +29,22 @@ and the set is minimised again. Only the quota phase touches the ledger, and und
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import TopologyLevel, Workload
-from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule, Trial
+from scheduler.engine.moves import (
+    Claim,
+    Claimant,
+    Move,
+    MoveKind,
+    Rule,
+    Trial,
+    held_per_node,
+)
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
 
@@ -57,6 +66,7 @@ class VictimSearch:
         self.now = occupancy.now
         self._usage_before = ledger.staying(claimant.queue.id, claimant.workload.gpu_model)
         self._moves: list[Move] | None = None
+        self._segments: list[tuple[int, int]] = []  # each victim queue's evictions in moves
         # Fair share of each victim queue; the claimant's own queue counts as the least fair
         # to take from, so rooms from other queues cost less.
         self._shares: dict[int, float] = {claimant.queue.id: -math.inf}
@@ -64,39 +74,64 @@ class VictimSearch:
     # -- candidates --------------------------------------------------------------------------
 
     def moves(self) -> list[Move]:
-        """Every move open to the claimant, in the order they are tried."""
+        """Every move open to the claimant, in the order they are tried: stopping work, then
+        shrinks, then evictions, the latter in one segment per victim queue."""
         if self._moves is None:
             found = [self._cached(Rule.RELEASING, w)[-1]
                      for w in self.occupancy.releasing[self.pool].values()]
             shrinks: list[Move] = []
             evictions: list[Move] = []
-            for rule, workload in self._victims():
-                *shrink, evict = self._cached(rule, workload)
-                shrinks += shrink
-                evictions.append(evict)
+            segments = []
+            for rule, queue_id, below in self._victim_queues():
+                queue_shrinks, queue_evictions, priorities = self._queue_moves(rule, queue_id)
+                count = len(priorities) if below is None else bisect_left(priorities, below)
+                if count:
+                    shrinks += [m for m in queue_shrinks
+                                if below is None or m.workload.priority < below]
+                    segments.append((len(evictions), len(evictions) + count))
+                    evictions += queue_evictions[:count]
+            offset = len(found) + len(shrinks)
+            self._segments = [(start + offset, end + offset) for start, end in segments]
             self._moves = found + shrinks + evictions
         return self._moves
 
-    def _victims(self) -> Iterable[tuple[Rule, Workload]]:
-        """(rule, workload) for every workload the rules allow, in victim order: other queues
-        by falling share, then the claimant's own; each queue's by `moves.value`."""
+    def _victim_queues(self) -> Iterable[tuple[Rule, int, int | None]]:
+        """(rule, queue id, priority its victims must be below) in victim order: other queues
+        by falling share, then the claimant's own."""
         claimant, queue = self.claimant, self.claimant.queue
         policy = queue.preemption
-        others = self._other_queues()
         reclaim = policy.reclaim and claimant.within_nominal
-        below = None
-        if not claimant.within_nominal and policy.borrow_below_priority is not None:
-            below = min(policy.borrow_below_priority, claimant.workload.priority)
-        for _, other_id in others:
-            for workload in self.occupancy.ordered(self.pool, other_id):
-                if reclaim:
-                    yield Rule.RECLAIM, workload
-                elif below is not None and workload.priority < below:
-                    yield Rule.BORROW, workload
+        for _, other_id in self._other_queues():
+            if reclaim:
+                yield Rule.RECLAIM, other_id, None
+            else:
+                yield Rule.BORROW, other_id, min(policy.borrow_below_priority,
+                                                 claimant.workload.priority)
         if policy.within_queue:
-            for workload in self.occupancy.ordered(self.pool, queue.id):
-                if workload.priority < claimant.workload.priority:
-                    yield Rule.PRIORITY, workload
+            yield Rule.PRIORITY, queue.id, claimant.workload.priority
+
+    def _queue_moves(self, rule: Rule, queue_id: int) -> tuple[list[Move], list[Move], list[int]]:
+        """A queue's shrink moves, evictions and their priorities, in value order; made once
+        a cycle and again after the queue loses a victim."""
+        members = self.occupancy.ordered(self.pool, queue_id)
+        key = (self.pool, queue_id, rule)
+        cached = self.occupancy.queue_moves.get(key)
+        if cached is not None and cached[0] is not members:
+            # Victims were claimed since: keep the moves of those still there.
+            there = self.occupancy.candidates[self.pool][queue_id]
+            cached = (members, [m for m in cached[1] if m.workload.id in there],
+                      [m for m in cached[2] if m.workload.id in there],
+                      [w.priority for w in members])
+            self.occupancy.queue_moves[key] = cached
+        if cached is None:
+            shrinks, evictions = [], []
+            for workload in members:
+                *shrink, evict = self._cached(rule, workload)
+                shrinks += shrink
+                evictions.append(evict)
+            cached = (members, shrinks, evictions, [w.priority for w in members])
+            self.occupancy.queue_moves[key] = cached
+        return cached[1], cached[2], cached[3]
 
     def _other_queues(self) -> list[tuple[float, int]]:
         """(-share, id) of the other borrowing queues of the claimant's cohort tree, highest
@@ -186,19 +221,19 @@ class VictimSearch:
             return None
         by_node = _index(moves)
         completable = self._completable(by_node, moves)
-        reachable: Counter[Domain] = Counter()
-        for node in completable:
-            for domain in domains_of(self.pool.node(node)):
-                reachable[domain] += 1
+        # The freeable nodes of every domain, grouped once.
+        within: dict[Domain, dict[int, int]] = defaultdict(dict)
+        for node, missing in completable.items():
+            for domain in self.pool.domains_of(node):
+                within[domain][node] = missing
         for level in levels_up_to(widest_level(self.claimant.workload)):
             depth = DEPTH[level]
             rooms = []
-            for domain in sorted(d for d in reachable if len(d) == depth):
+            for domain in sorted(d for d in within if len(d) == depth):
                 needed = count - self.pool.whole(domain)
-                if reachable[domain] < needed:
+                inside = within[domain]
+                if len(inside) < needed:
                     continue
-                inside = {n: m for n, m in completable.items()
-                          if domains_of(self.pool.node(n))[depth] == domain}
                 indexes = sorted({i for node in inside for i in by_node[node]})
                 trial = self._room(moves, indexes, inside, _freed_at_least(needed))
                 if trial is not None:
@@ -234,9 +269,12 @@ class VictimSearch:
         rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
         best = min(rooms, key=lambda room: room[:4], default=None)
         top = best[0][0] if best is not None else math.inf
-        below = [i for i, move in enumerate(moves)
-                 if move.kind != MoveKind.EVICT or move.workload.priority < top]
-        rooms += self._rooms_on(moves, below, free, evicting=True)
+        lowest = min((moves[start].workload.priority for start, _ in self._segments),
+                     default=math.inf)
+        if lowest < top:
+            below = [i for i, move in enumerate(moves)
+                     if move.kind != MoveKind.EVICT or move.workload.priority < top]
+            rooms += self._rooms_on(moves, below, free, evicting=True)
         if not rooms:
             return None
         *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
@@ -272,30 +310,50 @@ class VictimSearch:
                 node_id, chosen)
 
     def _gentle_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
-        """Rooms made by stopping and elastic work alone."""
-        gentle = [i for i, move in enumerate(moves) if move.kind != MoveKind.EVICT]
+        """Rooms made by stopping and elastic work alone. A multi-node elastic workload's
+        shrink moves each give back one whole node, so only its first is looked at."""
+        gentle, seen = [], set()
+        for index, move in enumerate(moves):
+            if move.kind == MoveKind.EVICT:
+                break  # evictions come last
+            if move.kind == MoveKind.SHRINK and move.workload.id in seen:
+                continue
+            seen.add(move.workload.id)
+            gentle.append(index)
         return self._rooms_on(moves, gentle, free, evicting=False) if gentle else []
 
     def _single_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
-        """The cheapest room of one eviction, if one suffices on some node."""
+        """The cheapest room of one eviction, if one suffices on some node: in each victim
+        queue, the first victim (in value order) that frees enough on its node."""
         best = None
-        for index, move in enumerate(moves):
-            if move.kind != MoveKind.EVICT:
-                continue
-            workload = move.workload
-            key = (workload.priority, 1, -self._shares.get(workload.queue_id, 0.0),
-                   self.occupancy.value(workload)[1], 0)
-            if best is not None and key > best[0]:
-                continue
-            for node_id, gpus in move.frees.items():
-                have = free[node_id]
-                if have is None or have + gpus < self.claimant.gpus:
-                    continue
-                room = (key, have, self.pool.node(node_id).name, node_id, [index])
-                if (best is None or room[:4] < best[:4]) and self.guard(
-                        move, sum(move.frees.values()), {}):
-                    best = room
+        for start, end in self._segments:
+            for index in range(start, end):
+                move = moves[index]
+                workload = move.workload
+                key = (workload.priority, 1, -self._shares.get(workload.queue_id, 0.0),
+                       self.occupancy.value(workload)[1], 0)
+                if best is not None and key > best[0]:
+                    break  # later victims of this queue are worth more still
+                room = self._single_on(move, key, index, free)
+                if room is not None:
+                    if best is None or room[:4] < best[:4]:
+                        best = room
+                    break
         return [best] if best is not None else []
+
+    def _single_on(self, move: Move, key: tuple, index: int, free: _FreeGPUs) -> tuple | None:
+        """The best node where evicting only `move` makes room, if the rules allow it."""
+        room = None
+        for node_id, gpus in move.frees.items():
+            have = free[node_id]
+            if have is None or have + gpus < self.claimant.gpus:
+                continue
+            found = (key, have, self.pool.node(node_id).name, node_id, [index])
+            if room is None or found[:4] < room[:4]:
+                room = found
+        if room is None or not self.guard(move, sum(move.frees.values()), {}):
+            return None
+        return room
 
     def _node_room(self, node_id: int, missing: int, moves: list[Move],
                    indexes: list[int]) -> list[int] | None:
@@ -306,27 +364,35 @@ class VictimSearch:
         chosen: list[int] = []
         freed = 0
         released: Counter[int] = Counter()
-        used: set[int] = set()
+        taken: Counter[int] = Counter()  # workload -> GPUs freed on this node so far
+        contributed: dict[int, int] = {}  # move index -> GPUs it freed here
         for index in indexes:
             if freed >= missing:
                 break
             move = moves[index]
-            if move.workload.id in used:
+            workload = move.workload
+            here = min(move.frees[node_id],
+                       held_per_node(workload).get(node_id, 0) - taken[workload.id])
+            if here <= 0:
                 continue
-            gpus = sum(move.frees.values())
+            gpus = sum(move.frees.values()) if not taken[workload.id] else here
             if move.rule != Rule.RELEASING:
                 if not self.guard(move, gpus, released):
                     continue
-                released[move.workload.queue_id] += gpus
+                released[workload.queue_id] += gpus
             chosen.append(index)
-            used.add(move.workload.id)
-            freed += move.frees[node_id]
+            contributed[index] = here
+            taken[workload.id] += here
+            freed += here
         if freed < missing:
             return None
         for index in reversed(list(chosen)):
-            here = moves[index].frees[node_id]
-            if freed - here >= missing:
+            wid, here = moves[index].workload.id, contributed[index]
+            # A workload's shrink and eviction go together: drop a move only if it is its
+            # workload's one move here.
+            if freed - here >= missing and taken[wid] == here:
                 chosen.remove(index)
+                taken[wid] -= here
                 freed -= here
         return chosen
 

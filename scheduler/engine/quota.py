@@ -51,6 +51,7 @@ class QuotaLedger:
         self._cohort_usage: Counter[tuple[TreeNode, str]] = Counter()
         self._static = cache(self._compute_static)
         self._members: dict[TreeNode, list[int]] = {}
+        self._roots: dict[int, TreeNode] = {}
 
     def _link_tree(self) -> None:
         for queue in sorted(self._queues.values(), key=lambda q: q.id):
@@ -105,10 +106,13 @@ class QuotaLedger:
 
     def root(self, queue: Queue) -> TreeNode:
         """The root of the queue's cohort tree; the queue itself when it is in no cohort."""
-        node: TreeNode = ("q", queue.id)
-        while (parent := self._parent[node]) is not None:
-            node = parent
-        return node
+        found = self._roots.get(queue.id)
+        if found is None:
+            node: TreeNode = ("q", queue.id)
+            while (parent := self._parent[node]) is not None:
+                node = parent
+            found = self._roots[queue.id] = node
+        return found
 
     def members(self, queue: Queue) -> list[int]:
         """Ids of the queues in the queue's cohort tree (itself included), in id order."""
@@ -206,9 +210,11 @@ class QuotaLedger:
             raise Inadmissible(f"{over_quota}; the queue is in no cohort, so it cannot borrow)")
         limit = quota.borrowing_limit
         if limit is not None and borrowed_after > limit:
+            borrowed = max(0, used - quota.nominal)
             raise Inadmissible(
-                f"queue {queue.name} would borrow {borrowed_after} {gpu_model} GPUs beyond its "
-                f"quota of {quota.nominal}, over its borrowing limit of {limit}"
+                f"queue {queue.name} is at its borrowing limit for {gpu_model} "
+                f"({borrowed}/{limit} borrowed beyond its quota of {quota.nominal}; the job "
+                f"needs {gpus}, which would make {borrowed_after})"
             )
         available = self.available(("q", queue.id), gpu_model)
         if gpus > available:
@@ -220,17 +226,24 @@ class QuotaLedger:
     def share(self, queue: Queue, gpu_model: str | None = None, gpus: int = 0) -> float:
         """The queue's weighted dominant resource share of borrowed capacity, with `gpus` more
         GPUs of `gpu_model` counted; 0 for a queue that borrows nothing."""
-        root = self.root(queue)
         dominant = 0.0
-        models = {quota.gpu_model for quota in queue.quotas}
-        if gpu_model is not None:
-            models.add(gpu_model)
-        for model in models:
-            extra = gpus if model == gpu_model else 0
-            borrowed = max(0, self.usage[queue.id, model] + extra - queue.quota(model).nominal)
-            if borrowed:
-                lendable = max(1, self._static(root, model)[0]) if root[0] == "c" else 1
-                dominant = max(dominant, borrowed / lendable)
+        seen = False
+        for quota in queue.quotas:
+            extra = 0
+            if quota.gpu_model == gpu_model:
+                extra, seen = gpus, True
+            dominant = max(dominant, self._borrowed_share(queue, quota, extra))
+        if gpu_model is not None and not seen:
+            dominant = max(dominant, self._borrowed_share(queue, queue.quota(gpu_model), gpus))
         if dominant == 0:
             return 0.0
         return dominant / queue.weight if queue.weight > 0 else float("inf")
+
+    def _borrowed_share(self, queue: Queue, quota: Quota, extra: int) -> float:
+        """GPUs of one model the queue borrows, over what its root cohort can lend."""
+        borrowed = self.usage[queue.id, quota.gpu_model] + extra - quota.nominal
+        if borrowed <= 0:
+            return 0.0
+        root = self.root(queue)
+        lendable = max(1, self._static(root, quota.gpu_model)[0]) if root[0] == "c" else 1
+        return borrowed / lendable

@@ -15,6 +15,7 @@ from scheduler.engine import (
     Node,
     Placement,
     Plan,
+    PreemptionPolicy,
     Queue,
     Quota,
     Snapshot,
@@ -26,6 +27,13 @@ from scheduler.engine.testing import make_snapshot
 
 NODE_SIZE = {"H800": 8, "H20": 4}
 COHORTS = [None, "research", "research", "vision"]
+POLICIES = st.sampled_from(
+    [
+        PreemptionPolicy(),
+        PreemptionPolicy(reclaim=False, within_queue=False),
+        PreemptionPolicy(borrow_below_priority=2),
+    ]
+)
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -74,13 +82,15 @@ def queues(draw: st.DrawFn) -> tuple[Queue, ...]:
             tuple(
                 Quota(
                     model,
-                    draw(st.sampled_from([0, 4, 8, 16, 32, 64])),
+                    nominal := draw(st.sampled_from([0, 4, 8, 16, 32, 64])),
+                    guarantee=draw(st.sampled_from([0, nominal // 2, nominal])),
                     borrowing_limit=draw(limits),
                     lending_limit=draw(limits),
                 )
                 for model in sorted(NODE_SIZE)
             ),
             cohort=draw(st.sampled_from(COHORTS)),
+            preemption=draw(POLICIES),
         )
         for qid in range(1, draw(st.integers(1, 4)) + 1)
     )
@@ -93,13 +103,18 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     all_queues = draw(queues())
     queue_ids = [queue.id for queue in all_queues]
     running = [
-        Workload(
-            100 + node.id,
-            draw(st.sampled_from(queue_ids)),
-            node.gpu_model,
-            node.gpus - len(node.free),
-            0.0,
-            placements=(Placement(node.id, tuple(sorted(set(range(node.gpus)) - set(node.free)))),),
+        running_details(
+            draw,
+            Workload(
+                100 + node.id,
+                draw(st.sampled_from(queue_ids)),
+                node.gpu_model,
+                node.gpus - len(node.free),
+                0.0,
+                placements=(
+                    Placement(node.id, tuple(sorted(set(range(node.gpus)) - set(node.free)))),
+                ),
+            ),
         )
         for node in cluster
         if len(node.free) < node.gpus
@@ -115,10 +130,26 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             priority=draw(st.integers(0, 2)),
             topology=draw(st.sampled_from(TopologyLevel)),
             topology_required=draw(st.booleans()),
+            time_limit_s=draw(st.sampled_from([None, 10.0, 1000.0])),
         )
         for wid in range(1, draw(st.integers(1, 10)) + 1)
     ]
     return Snapshot(cluster, all_queues, (*running, *pending))
+
+
+def running_details(draw: st.DrawFn, workload: Workload) -> Workload:
+    """A running workload with a random priority, start, checkpoint, time limit, elasticity,
+    and now and then already on its way out."""
+    started = float(draw(st.integers(-100, 0)))
+    return replace(
+        workload,
+        priority=draw(st.integers(0, 2)),
+        started_at=started,
+        last_checkpoint_at=draw(st.sampled_from([None, started + 5])),
+        time_limit_s=draw(st.sampled_from([None, 50.0, 500.0])),
+        min_gpus=draw(st.sampled_from([None, None, 1, workload.gpus // 2 or 1])),
+        preempting=draw(st.integers(0, 9)) == 0,
+    )
 
 
 @st.composite
@@ -135,12 +166,14 @@ def crowded_cohorts(draw: st.DrawFn) -> Snapshot:
             (
                 Quota(
                     "H800",
-                    draw(st.sampled_from([0, 8, 16, 32])),
+                    nominal := draw(st.sampled_from([0, 8, 16, 32])),
+                    guarantee=draw(st.sampled_from([0, nominal // 2])),
                     borrowing_limit=draw(limits),
                     lending_limit=draw(limits),
                 ),
             ),
             cohort=draw(st.sampled_from(["research", "research", None])),
+            preemption=draw(POLICIES),
         )
         for qid in range(1, draw(st.integers(2, 4)) + 1)
     )
@@ -148,7 +181,8 @@ def crowded_cohorts(draw: st.DrawFn) -> Snapshot:
     gpus = iter([(node.id, index) for node in cluster for index in range(8)])
     held = {queue.id: draw(st.sampled_from([0, 0, 4, 8, 12])) for queue in all_queues}
     running = [
-        running_on([next(gpus) for _ in range(count)], 100 + queue_id, queue_id)
+        running_details(draw, running_on([next(gpus) for _ in range(count)], 100 + queue_id,
+                                         queue_id))
         for queue_id, count in held.items()
         if count
     ]
@@ -159,6 +193,7 @@ def crowded_cohorts(draw: st.DrawFn) -> Snapshot:
             "H800",
             draw(st.sampled_from([1, 2, 4, 8, 16])),
             float(wid),
+            priority=draw(st.integers(0, 3)),
         )
         for wid in range(1, draw(st.integers(1, 8)) + 1)
     ]
@@ -234,10 +269,13 @@ def test_gangs_stay_in_one_data_center_and_within_a_required_domain(snapshot: Sn
 @PROPERTY
 @given(snapshots() | crowded_cohorts())
 def test_quota_and_borrowing_limits_hold_at_every_admission(snapshot: Snapshot) -> None:
-    """Replays the admissions in order against the quota rules, stated from scratch."""
+    """Replays the admissions in order against the quota rules, stated from scratch. Work
+    already stopping holds no quota; work the plan preempts still does (conservative)."""
     queues = {queue.id: queue for queue in snapshot.queues}
     usage = Counter()
     for workload in snapshot.workloads:
+        if workload.preempting:
+            continue
         usage[(workload.queue_id, workload.gpu_model)] += sum(
             len(p.gpu_indices) for p in workload.placements
         )
@@ -294,7 +332,7 @@ def test_usage_is_what_running_and_admitted_workloads_hold_after_the_plan(
     }
     expected = Counter()
     for workload in snapshot.workloads:
-        if workload.id not in stopped:
+        if workload.id not in stopped and not workload.preempting:
             expected[(workload.queue_id, workload.gpu_model)] += sum(
                 len(p.gpu_indices) for p in workload.placements
             ) - given_back.get(workload.id, 0)

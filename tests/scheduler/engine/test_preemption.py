@@ -121,6 +121,13 @@ CASES = [
         id="equal priority never preempts",
     ),
     pytest.param(
+        [solo],
+        [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
+         make_workload(1, solo, 16, priority=5, topology=TopologyLevel.NODE, required=True)],
+        stops(),
+        id="nothing is preempted for a job that could never fit",
+    ),
+    pytest.param(
         [replace(solo, preemption=PreemptionPolicy(within_queue=False))],
         [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
          make_workload(1, solo, 8, priority=5)],
@@ -165,6 +172,15 @@ CASES = [
          make_workload(1, nlp, 16)],
         stops(92, s90=8),
         id="an elastic job shrinks to its minimum, then the cheapest other victim goes",
+    ),
+    pytest.param(
+        [nlp, cv],
+        [busy(90, nlp, N1, N2), busy(91, cv, N3),
+         make_running(92, cv, on(N4, 0, 1, 2, 3), started_at=NOW),
+         make_running(93, cv, on(N4, 4, 5, 6, 7), started_at=NOW, min_gpus=2),
+         make_workload(1, nlp, 16)],
+        stops(91, 92, 93),
+        id="an elastic job whose shrink does not free its node is evicted instead",
     ),
 ]
 

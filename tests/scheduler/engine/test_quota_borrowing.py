@@ -57,8 +57,8 @@ CASES = [
         [],
         [make_workload(1, make_queue("nlp", h800=8, cohort="research", borrowing_limit=4), 16)],
         {
-            1: "queue nlp would borrow 8 H800 GPUs beyond its quota of 8, "
-            "over its borrowing limit of 4"
+            1: "queue nlp is at its borrowing limit for H800 (0/4 borrowed beyond its quota of "
+            "8; the job needs 16, which would make 8)"
         },
         id="borrowing stops at the borrowing limit",
     ),
