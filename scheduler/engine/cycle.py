@@ -149,11 +149,13 @@ class Cycle:
         self._claimed: set[int] = set()  # queues that made room for a workload this cycle
         self._kept_off: dict[tuple, str] = {}  # reasons already worded
         self._kept_out = KeptOut()  # what workloads kept off reserved GPUs could preempt
+        self._queues_waiting: set[int] = set()  # queues with a workload left waiting
 
     # -- outcomes ----------------------------------------------------------------------------
 
     def wait(self, workload: Workload, reason: str) -> None:
         self._waiting[workload.id] = (workload, reason)
+        self._queues_waiting.add(workload.queue_id)
 
     def waits(self, workload: Workload) -> bool:
         return workload.id in self._waiting
@@ -293,15 +295,16 @@ class Cycle:
         if over_quota and not self._quota_allows(queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
-        memo = (queue.id, pool.gpu_model, within, workload.priority, widest_level(workload),
-                workload.gpus < pool.node_size, over_quota)
+        first = queue.id not in self._queues_waiting
+        memo = (queue.id, pool.gpu_model, within, first, workload.priority,
+                widest_level(workload), workload.gpus < pool.node_size, over_quota)
         if workload.gpus >= self._no_victims.get(memo, 1 << 62):
             return None
         if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
             return None
         self._searches[queue.id] += 1
         search = VictimSearch(pool, self.ledger, self.occupancy,
-                              Claimant(workload, queue, workload.gpus, within))
+                              Claimant(workload, queue, workload.gpus, within, first))
         claim = self._search(search, pool, workload, over_quota)
         if claim is None:
             self._no_victims[memo] = min(workload.gpus, self._no_victims.get(memo, 1 << 62))

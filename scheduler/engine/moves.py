@@ -52,6 +52,8 @@ class Claimant:
     queue: Queue
     gpus: int
     within_nominal: bool
+    heads_queue: bool = True  # the first workload of its queue left waiting this cycle:
+    # only it may take from other queues
 
 
 @dataclass
@@ -110,7 +112,7 @@ class Trial:
         freed = self.freed.get(move.workload.id)
         if not freed:
             return move.frees
-        held = held_per_node(move.workload)
+        held = self.search.occupancy.held_on(move.workload)
         frees = {}
         for node, gpus in move.frees.items():
             gpus = min(gpus, held.get(node, 0) - freed[node])

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from scheduler.engine.capacity import Capacity, Pool
 from scheduler.engine.model import Node, Placement, Workload
-from scheduler.engine.moves import value
+from scheduler.engine.moves import held_per_node, value
 
 
 class Occupancy:
@@ -28,6 +28,7 @@ class Occupancy:
         )
         self.releasing: dict[Pool, dict[int, Workload]] = defaultdict(dict)
         self._values: dict[int, tuple] = {}
+        self._held_on: dict[int, dict[int, int]] = {}
         self._ordered: dict[tuple[Pool, int], list[Workload]] = {}
         # Preemption's moves per (workload, rule) and per (pool, queue, rule), made once.
         self.moves: dict[tuple[int, int], list] = {}
@@ -48,6 +49,13 @@ class Occupancy:
             cached = [w for w in cached if w.id in members]
             self._ordered[pool, queue_id] = cached
         return cached
+
+    def held_on(self, workload: Workload) -> dict[int, int]:
+        """GPUs the workload holds on each node, computed once per cycle."""
+        found = self._held_on.get(workload.id)
+        if found is None:
+            found = self._held_on[workload.id] = held_per_node(workload)
+        return found
 
     def value(self, workload: Workload) -> tuple:
         """The workload's worth as a victim (`moves.value`), computed once per cycle."""

@@ -5,7 +5,13 @@ Who may be preempted, by a claimant of queue Q (each rule a switch of Q's Preemp
   cohort tree, taken only from a queue while it still borrows (uses more than its nominal);
 - within queue: work of Q itself with a lower priority than the claimant;
 - borrow within cohort: when the claimant must borrow, borrowed work of other queues of the tree
-  whose priority is below both the claimant's and Q's `borrow_below_priority`.
+  whose priority is below both the claimant's and Q's `borrow_below_priority`, as long as Q's
+  fair share with the claimant stays at or below the victim queue's share without its victims
+  (Kueue's LessThanOrEqualToFinalShare), so that fair sharing does not hand the room back.
+Only the first workload of Q left waiting in a cycle may take from other queues (reclaim or
+borrow): the next cycle orders Q by that workload, so the room it makes is not handed back to
+its victims (Kueue, too, lets only queue heads preempt). Any claimant may preempt lower-priority
+work of its own queue, which always comes after it.
 Work inside a queue's guarantee is never preempted: no victim may take its queue below its
 guarantee (counting the claimant, when the victim is of the claimant's own queue). A workload
 already preempting is free room for whoever counts on it first. Victims come only from the
@@ -43,7 +49,6 @@ from scheduler.engine.moves import (
     MoveKind,
     Rule,
     Trial,
-    held_per_node,
 )
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
@@ -65,6 +70,8 @@ class VictimSearch:
         self.claimant = claimant
         self.now = occupancy.now
         self._usage_before = ledger.staying(claimant.queue.id, claimant.workload.gpu_model)
+        self._claimant_share = ledger.share(claimant.queue, claimant.workload.gpu_model,
+                                            claimant.gpus)
         self._moves: list[Move] | None = None
         self._segments: list[tuple[int, int]] = []  # each victim queue's evictions in moves
         # Fair share of each victim queue; the claimant's own queue counts as the least fair
@@ -140,7 +147,7 @@ class VictimSearch:
         policy = queue.preemption
         reclaim = policy.reclaim and claimant.within_nominal
         borrow = not claimant.within_nominal and policy.borrow_below_priority is not None
-        if queue.cohort is None or not (reclaim or borrow):
+        if queue.cohort is None or not claimant.heads_queue or not (reclaim or borrow):
             return []
         model = claimant.workload.gpu_model
         candidates = self.occupancy.candidates[self.pool]
@@ -192,14 +199,22 @@ class VictimSearch:
         victim_queue = self.ledger.queue_or_none(workload.queue_id)
         if victim_queue is None:
             return True
-        used = self.ledger.staying(victim_queue.id, model)
-        if released is not None:
-            used -= released.get(victim_queue.id, 0)
+        gone = released.get(victim_queue.id, 0) if released is not None else 0
+        used = self.ledger.staying(victim_queue.id, model) - gone
         guarantee = victim_queue.quota(model).guarantee
         if move.rule == Rule.PRIORITY:
             after = used - gpus + self.claimant.gpus
             return after >= min(self._usage_before, guarantee)
-        return used > victim_queue.quota(model).nominal and used - gpus >= guarantee
+        if used <= victim_queue.quota(model).nominal or used - gpus < guarantee:
+            return False
+        if move.rule == Rule.BORROW:
+            # Fair sharing (Kueue's LessThanOrEqualToFinalShare): the claimant's queue, with the
+            # claimant, may not end with a larger share than the victim's queue is left with;
+            # else the victim's queue would come first next cycle and take the room back.
+            left = self.ledger.share(victim_queue, model,
+                                     -(gpus + gone + self.ledger.stopping[victim_queue.id, model]))
+            return self._claimant_share <= left
+        return True
 
     def quota_ok(self) -> bool:
         """Whether the claimant's queue may take its GPUs (with a live trial's releases)."""
@@ -372,7 +387,7 @@ class VictimSearch:
             move = moves[index]
             workload = move.workload
             here = min(move.frees[node_id],
-                       held_per_node(workload).get(node_id, 0) - taken[workload.id])
+                       self.occupancy.held_on(workload).get(node_id, 0) - taken[workload.id])
             if here <= 0:
                 continue
             gpus = sum(move.frees.values()) if not taken[workload.id] else here
