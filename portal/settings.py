@@ -140,6 +140,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.cluster.tasks.mark_lost_nodes",
         "schedule": timedelta(seconds=5),
     },
+    "stale-recoveries": {
+        "task": "portal.workloads.tasks.resume_recoveries",
+        "schedule": timedelta(seconds=5),
+    },
 }
 
 if env_bool("WANKA_DEMO_TRAFFIC", False):  # set by `manage.py standalone`
@@ -188,6 +192,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.core.api.exception_handler",
+    # Per client address; only the unauthenticated enrolment endpoint uses a scope.
+    "DEFAULT_THROTTLE_RATES": {"enrol": "120/minute"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Wanka API",
@@ -203,6 +209,11 @@ SPECTACULAR_SETTINGS = {
 WANKA = {
     # Seconds between agent heartbeats; a node missing 3 in a row is NotReady.
     "HEARTBEAT_S": float(os.environ.get("WANKA_HEARTBEAT_S", "5")),
+    # How long a fault-triggered save may take before recovery falls back to the newest
+    # complete checkpoint.
+    "TRIGGERED_SAVE_TIMEOUT_S": float(os.environ.get("WANKA_TRIGGERED_SAVE_TIMEOUT_S", "60")),
+    # Complete checkpoints kept per workload; older ones leave the registry.
+    "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
 }
 
 LOGGING = {

@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from portal.cluster.api.views import FaultViewSet, NodeViewSet
+from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
 from portal.workloads.api.views import WorkloadViewSet
 
@@ -18,6 +18,7 @@ admin.site.site_header = "Wanka operator console"
 admin.site.site_title = "Wanka"
 
 urlpatterns = [
+    path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

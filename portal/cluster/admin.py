@@ -1,8 +1,21 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count
 
 from portal.cluster.choices import Health
-from portal.cluster.models import DataCenter, FaultEvent, Gpu, GpuModel, Leaf, Node, Pod, Region
+from portal.cluster.models import (
+    BootstrapToken,
+    DataCenter,
+    FaultEvent,
+    Gpu,
+    GpuModel,
+    Leaf,
+    Node,
+    NodeCommand,
+    Pod,
+    Region,
+)
+from portal.core.errors import Conflict
 from portal.core.models import audit
 
 for model in (GpuModel, Region, DataCenter, Pod, Leaf):
@@ -18,13 +31,15 @@ class GpuInline(admin.TabularInline):
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "leaf", "gpu_model", "gpu_count", "allocated", "health",
-                    "connected", "last_seen_at"]
-    list_filter = ["health", "connected", "gpu_model", "leaf__pod__datacenter"]
+                    "health_reason", "spare", "connected", "last_seen_at"]
+    list_filter = ["health", "spare", "connected", "gpu_model", "leaf__pod__datacenter"]
     search_fields = ["name"]
-    readonly_fields = ["token_hash", "agent_version", "connected", "last_seen_at",
-                       "generation", "reported_generation"]
+    readonly_fields = ["health", "health_reason", "health_changed_at", "facts", "token_hash",
+                       "agent_version", "connected", "last_seen_at", "generation",
+                       "reported_generation"]
     inlines = [GpuInline]
-    actions = ["cordon", "drain", "make_ready", "issue_token"]
+    actions = ["cordon", "drain", "make_ready", "mark_down", "repair", "make_spare",
+               "issue_token"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related(
@@ -35,9 +50,15 @@ class NodeAdmin(admin.ModelAdmin):
         return obj.allocated
 
     def _set_health(self, request, queryset, health):
+        moved = 0
         for node in queryset:
-            audit(f"node.{health}", node, actor=request.user, previous=node.health)
-        queryset.update(health=health)
+            try:
+                with transaction.atomic():
+                    node.set_health(health, f"by {request.user}", actor=request.user)
+                moved += 1
+            except Conflict as refusal:
+                self.message_user(request, str(refusal), messages.WARNING)
+        self.message_user(request, f"{moved} node(s) now {Health(health).label.lower()}.")
 
     @admin.action(description="Cordon (no new work)")
     def cordon(self, request, queryset):
@@ -47,9 +68,23 @@ class NodeAdmin(admin.ModelAdmin):
     def drain(self, request, queryset):
         self._set_health(request, queryset, Health.DRAINING)
 
+    @admin.action(description="Mark down")
+    def mark_down(self, request, queryset):
+        self._set_health(request, queryset, Health.DOWN)
+
+    @admin.action(description="Send for repair")
+    def repair(self, request, queryset):
+        self._set_health(request, queryset, Health.REPAIRING)
+
     @admin.action(description="Return to ready")
     def make_ready(self, request, queryset):
         self._set_health(request, queryset, Health.READY)
+
+    @admin.action(description="Keep as hot spare (for fault recovery only)")
+    def make_spare(self, request, queryset):
+        for node in queryset:
+            audit("node.spare", node, actor=request.user)
+        queryset.update(spare=True)
 
     @admin.action(description="Issue a new agent token (the old one stops working)")
     def issue_token(self, request, queryset):
@@ -64,3 +99,36 @@ class FaultEventAdmin(admin.ModelAdmin):
     list_display = ["occurred_at", "node", "gpu_index", "kind", "code", "severity"]
     list_filter = ["severity", "kind"]
     list_select_related = ["node"]
+
+
+@admin.register(BootstrapToken)
+class BootstrapTokenAdmin(admin.ModelAdmin):
+    """One-time tokens for enrolling new nodes; the raw token is shown once, on creation."""
+
+    list_display = ["__str__", "created_by", "created_at", "expires_at", "used_at", "node",
+                    "revoked"]
+    fields = ["note", "revoked"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return super().save_model(request, obj, form, change)
+        obj.created_by = request.user
+        raw = obj.new_secret()
+        super().save_model(request, obj, form, change)
+        audit("bootstrap_token.issued", obj, actor=request.user)
+        self.message_user(request, f"Bootstrap token (shown this once, valid 24 h): {raw}  "
+                                   f"Start the agent with: wanka-agent --url <portal ws url> "
+                                   f"--bootstrap-token {raw}")
+
+
+@admin.register(NodeCommand)
+class NodeCommandAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "node", "action", "workload", "state", "detail"]
+    list_filter = ["state", "action"]
+    list_select_related = ["node", "workload"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

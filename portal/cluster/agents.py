@@ -14,10 +14,12 @@ MASTER_PORT_BASE = 29500
 def desired_state(node: Node) -> dict:
     """The `desired_state` message fields for `node`: every assignment it should run.
 
-    At most three queries whatever the gang sizes: this node's GPUs, then for the workloads on
-    it their master (rank 0) nodes and their node counts, both fixed at admission.
+    At most four queries whatever the gang sizes: this node's GPUs, then for the workloads on
+    it their master (rank 0) nodes and their node counts, both fixed at admission, and the
+    checkpoints they resume from.
     """
-    from portal.workloads.models import Allocation
+    from portal.workloads.choices import CheckpointStatus
+    from portal.workloads.models import Allocation, Checkpoint
 
     mine = defaultdict(list)
     ranks, workloads = {}, {}
@@ -34,6 +36,13 @@ def desired_state(node: Node) -> dict:
     }
     last_rank = dict(gangs.values("workload_id").annotate(n=Max("node_rank"))
                      .values_list("workload_id", "n"))
+    # Every (re)start resumes from the newest complete checkpoint.
+    resume = {}
+    for workload_id, location in (
+        Checkpoint.objects.filter(workload_id__in=mine, status=CheckpointStatus.COMPLETE)
+        .order_by("workload_id", "step").values_list("workload_id", "location")
+    ):
+        resume[workload_id] = location
     assignments = []
     for workload_id in sorted(mine):
         workload, master = workloads[workload_id], masters[workload_id]
@@ -41,7 +50,8 @@ def desired_state(node: Node) -> dict:
             "workload_id": workload_id,
             "gpu_indices": sorted(mine[workload_id]),
             "command": workload.command,
-            "env": {str(k): str(v) for k, v in workload.env.items()},
+            "env": _env(workload, resume.get(workload_id)),
+            "attempt": workload.attempt,
             "simulated_duration_s": workload.simulated_duration_s,
             "nnodes": last_rank[workload_id] + 1,
             "node_rank": ranks[workload_id],
@@ -50,6 +60,16 @@ def desired_state(node: Node) -> dict:
             "master_port": MASTER_PORT_BASE + master["first_gpu"],
         })
     return {"generation": node.generation, "assignments": assignments}
+
+
+def _env(workload, resume_from: str | None) -> dict[str, str]:
+    env = {str(k): str(v) for k, v in workload.env.items()}
+    if workload.checkpoint_interval_s:
+        env["WANKA_CHECKPOINT_INTERVAL_S"] = str(workload.checkpoint_interval_s)
+    env["WANKA_CHECKPOINT_POLICY"] = workload.checkpoint_policy
+    if resume_from:
+        env["WANKA_RESUME_FROM"] = resume_from
+    return env
 
 
 def sync_nodes(node_ids) -> None:

@@ -9,15 +9,16 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import transaction
 from django.utils import timezone
 
-from portal.cluster import fanin
+from portal.cluster import commands, fanin
 from portal.cluster.agents import desired_state
-from portal.cluster.faults import record_fault
+from portal.cluster.faults import classify, record_fault
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import BUSY, LAST_SEEN, TELEMETRY
 from portal.core.live import node_group
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
 from portal.workloads import lifecycle
+from portal.workloads.checkpoints import record_saved
 from scheduler.agent import protocol
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.warning("agent rejected: missing or unknown token from %s", self.scope["client"])
             await self.close(code=4401)
             return
-        # Workloads this connection already reported, so heartbeats cost no SQL.
+        # (workload, attempt) pairs this connection already reported, so heartbeats cost no SQL.
         self.started, self.exited = set(), set()
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         await self.channel_layer.group_add(node_group(self.node.id), self.channel_name)
@@ -75,8 +76,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.exception("node %s: failed to apply %s", self.node.name, message["type"])
 
     async def on_hello(self, message):
-        state = await _hello(self.node.id, self.channel_name, message)
+        state, unanswered = await _hello(self.node.id, self.channel_name, message)
         await self.send(protocol.encode("desired_state", **state))
+        for command in unanswered:
+            await self.send(protocol.encode("command", **command))
         await self.on_workloads(message["workloads"])
 
     async def on_heartbeat(self, message):
@@ -98,38 +101,63 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def on_workloads(self, workloads):
         """Level-triggered: a heartbeat's list of workloads is as good as the events."""
         for item in workloads:
-            if item["state"] == "running" and item["workload_id"] not in self.started:
-                await self.on_started(item["workload_id"])
-            elif item["state"] == "exited" and item["workload_id"] not in self.exited:
-                await self.on_exited(item["workload_id"], item["exit_code"])
+            run = (item["workload_id"], item.get("attempt", 0))
+            if item["state"] == "running" and run not in self.started:
+                await self.on_started(*run)
+            elif item["state"] == "exited" and run not in self.exited:
+                await self.on_exited(*run, item["exit_code"])
 
-    async def on_started(self, workload_id):
-        self.started.add(workload_id)
-        await in_db(lifecycle.mark_started)(workload_id, self.node.id)
+    async def on_started(self, workload_id, attempt):
+        self.started.add((workload_id, attempt))
+        await in_db(lifecycle.mark_started)(workload_id, self.node.id, attempt)
+
+    async def on_exited(self, workload_id, attempt, exit_code):
+        self.exited.add((workload_id, attempt))
+        code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
+        await in_db(lifecycle.finish)(workload_id, self.node.id, code, attempt)
 
     async def on_event(self, message):
-        workload_id = message["workload_id"]
-        if message["kind"] == "workload_started" and workload_id is not None:
-            await self.on_started(workload_id)
-        elif message["kind"] == "workload_exited" and workload_id is not None:
-            await self.on_exited(workload_id, message["exit_code"])
-        elif message["kind"] == "fault":
-            await in_db(record_fault)(self.node.id, message["detail"])
+        kind, workload_id, detail = message["kind"], message["workload_id"], message["detail"]
+        if workload_id is not None and kind in ("workload_started", "workload_exited"):
+            # The event's attempt, else the heartbeat that follows says which run it was.
+            attempt = detail.get("attempt")
+            if not isinstance(attempt, int):
+                return
+            if kind == "workload_started":
+                await self.on_started(workload_id, attempt)
+            else:
+                await self.on_exited(workload_id, attempt, message["exit_code"])
+        elif kind == "fault":
+            await self.on_fault(detail)
+        elif kind == "checkpoint_saved" and workload_id is not None:
+            await in_db(record_saved)(workload_id, self.node.id, detail)
         else:
-            log.info("node %s: event %s %s", self.node.name, message["kind"], message["detail"])
+            log.info("node %s: event %s %s", self.node.name, kind, detail)
 
-    async def on_exited(self, workload_id, exit_code):
-        self.exited.add(workload_id)
-        code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
-        await in_db(lifecycle.finish)(workload_id, self.node.id, code)
+    async def on_fault(self, detail):
+        try:
+            kind = classify(detail)
+        except KeyError as error:
+            log.warning("node %s: rejected fault event: %s", self.node.name, error)
+            await self.send(protocol.encode("error", reason=str(error), field="event.detail"))
+            return
+        gpu = detail.get("gpu_index")
+        await in_db(record_fault)(self.node.id, kind, str(detail.get("message", "")),
+                                  gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None)
 
     async def on_ack(self, message):
-        log.info("node %s: ack %s ok=%s", self.node.name, message["command_id"], message["ok"])
+        await in_db(commands.answer)(self.node.id, message["command_id"], message["ok"],
+                                     message["detail"])
 
     async def agent_sync(self, event):
         """Channel layer message: send this node its whole desired state."""
         state = await in_db(_desired_state)(self.node.id)
         await self.send(protocol.encode("desired_state", **state))
+
+    async def agent_command(self, event):
+        """Channel layer message: pass a command on to the agent."""
+        fields = {key: event[key] for key in ("command_id", "action", "workload_id", "args")}
+        await self.send(protocol.encode("command", **fields))
 
 
 @in_db
@@ -150,10 +178,11 @@ def _desired_state(node_id: int) -> dict:
 
 
 @in_db
-def _hello(node_id: int, channel_name: str, message: dict) -> dict:
-    """Record the hello and return the node's desired state: one trip to the database."""
+def _hello(node_id: int, channel_name: str, message: dict) -> tuple[dict, list[dict]]:
+    """Record the hello; return the node's desired state and the commands it has not acked:
+    one trip to the database."""
     _record_hello(node_id, channel_name, message)
-    return _desired_state(node_id)
+    return _desired_state(node_id), commands.unanswered(node_id)
 
 
 @transaction.atomic
@@ -164,8 +193,12 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     node.connected, node.agent_channel = True, channel_name
     node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
     node.reported_generation = message["generation"]
-    node.save(update_fields=["connected", "agent_channel", "last_seen_at", "agent_version",
-                             "reported_generation"])
+    fields = ["connected", "agent_channel", "last_seen_at", "agent_version",
+              "reported_generation"]
+    if node.facts != message["node"]["facts"]:
+        node.facts = message["node"]["facts"]
+        fields.append("facts")
+    node.save(update_fields=fields)
     known = {gpu.index: gpu for gpu in node.gpus.all()}
     new, changed = [], []
     for item in message["node"]["gpus"]:

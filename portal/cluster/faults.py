@@ -1,38 +1,68 @@
-"""Faults reported by agents or noticed by the control plane, recorded and shown live."""
+"""Faults reported by agents or noticed by the control plane: recorded, acted on, shown live."""
 
 import logging
 
-from portal.cluster.choices import Severity
+from django.db import transaction
+
+from portal.cluster.choices import HEALTH_MOVES, Health, Severity
 from portal.cluster.models import FaultEvent, Node
 from portal.core.live import CLUSTER_GROUP, publish, tenant_group
+from scheduler import faults
 
 log = logging.getLogger(__name__)
 
+SEVERITIES = {faults.Severity.INFO: Severity.INFO, faults.Severity.WARNING: Severity.WARNING,
+              faults.Severity.CRITICAL: Severity.CRITICAL}
 
-def _int_or_none(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+def classify(detail: dict) -> faults.FaultKind:
+    """The catalogue's kind for an agent's fault event: by its code, else by its XID number."""
+    try:
+        return faults.lookup(str(detail.get("code", "")))
+    except KeyError:
+        xid = detail.get("xid")
+        if isinstance(xid, int) and not isinstance(xid, bool) and 0 <= xid < 2**31:
+            return faults.for_xid(xid)
+        raise
 
 
-def record_fault(node_id: int, detail: dict, kind: str = "xid",
-                 severity: str = Severity.WARNING) -> FaultEvent:
-    """Record a fault on a node, link the workloads running there, and tell browsers: operators
-    see every fault, a tenant the ones that hit its workloads."""
+def node_health_after(kind: faults.FaultKind) -> Health | None:
+    """Where a fault of this kind sends a node: down when it needs a reboot or repair or is
+    gone, draining when it must be drained, cordoned when it must take no new work."""
+    if kind.action >= faults.Action.REBOOT_NODE or kind.code == "heartbeat-loss":
+        return Health.DOWN
+    if kind.action == faults.Action.DRAIN_NODE:
+        return Health.DRAINING
+    return Health.CORDONED if kind.cordon else None
+
+
+@transaction.atomic
+def record_fault(node_id: int, kind: faults.FaultKind, message: str = "",
+                 gpu_index: int | None = None) -> FaultEvent:
+    """Record a fault on a node, take the node out of service as the catalogue says, start the
+    recovery of every job it kills, and tell browsers: operators see every fault, a tenant the
+    ones that hit its workloads."""
+    from portal.workloads import recovery
     from portal.workloads.models import Workload
 
-    severities = set(Severity.values)
+    node = Node.objects.select_for_update().get(pk=node_id)
     fault = FaultEvent.objects.create(
-        node_id=node_id, kind=str(detail.get("kind", kind))[:32],
-        gpu_index=_int_or_none(detail.get("gpu_index")), code=_int_or_none(detail.get("code")),
-        severity=detail.get("severity") if detail.get("severity") in severities else severity,
-        message=str(detail.get("message", ""))[:1000],
-    )
+        node=node, kind=kind.code, code=kind.xid, gpu_index=gpu_index,
+        severity=SEVERITIES[kind.severity], message=(message or kind.meaning)[:1000])
     hit = list(Workload.objects.filter(allocations__node_id=node_id).distinct())
     fault.workloads.set(hit)
-    node = Node.objects.only("name").get(pk=node_id)
+    health = node_health_after(kind)
+    if health is not None and health in HEALTH_MOVES[Health(node.health)]:
+        node.set_health(health, f"{kind.code}: {kind.title}")
+    if kind.kills_job:
+        for workload in hit:
+            recovery.start(workload, fault, kind)
     payload = {"id": fault.pk, "node": node.name, "kind": fault.kind, "code": fault.code,
-               "severity": fault.severity, "message": fault.message}
-    log.warning("fault on %s: %s", node.name, payload)
-    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": []})
+               "title": kind.title, "severity": fault.severity, "message": fault.message,
+               "node_health": node.health}
+    log.warning("fault on %s: %s (%s), %d job(s) hit; node %s", node.name, kind.code,
+                kind.title, len(hit), node.health)
+    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
     for tenant_id in {w.tenant_id for w in hit}:
         publish(tenant_group(tenant_id), "fault", {
             **payload, "workloads": [w.name for w in hit if w.tenant_id == tenant_id]})

@@ -1,8 +1,14 @@
 import secrets
+import uuid
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
-from portal.cluster.choices import Health, Severity
+from portal.cluster.choices import HEALTH_MOVES, CommandState, Health, Severity
+from portal.core.errors import Conflict
+from portal.core.models import audit
 from portal.tenancy.models import hash_token
 
 
@@ -80,7 +86,14 @@ class Node(models.Model):
     leaf = models.ForeignKey(Leaf, on_delete=models.PROTECT, related_name="nodes")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="nodes")
     gpu_count = models.PositiveSmallIntegerField(default=8)
-    health = models.CharField(max_length=16, choices=Health.choices, default=Health.READY)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.READY,
+                              editable=False)
+    health_reason = models.CharField(max_length=300, blank=True, editable=False)
+    health_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    spare = models.BooleanField(
+        default=False, help_text="Hot spare: kept free for fault recovery, never scheduled")
+    # What the agent reports of itself: driver, CUDA, NVLink, CPU, memory, NICs, labels.
+    facts = models.JSONField(default=dict, blank=True, editable=False)
     # Agent connection.
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     agent_version = models.CharField(max_length=32, blank=True)
@@ -97,6 +110,16 @@ class Node(models.Model):
 
     def __str__(self):
         return self.name
+
+    def set_health(self, to: Health, reason: str, actor=None) -> None:
+        """Move the node along its lifecycle (see HEALTH_MOVES), recording who and why."""
+        if to == self.health:
+            return
+        if to not in HEALTH_MOVES[Health(self.health)]:
+            raise Conflict(f"{self} cannot go from {self.health} to {to}")
+        audit(f"node.{to}", self, actor=actor, previous=self.health, reason=reason)
+        self.health, self.health_reason, self.health_changed_at = to, reason, timezone.now()
+        self.save(update_fields=["health", "health_reason", "health_changed_at"])
 
     def issue_token(self) -> str:
         """Give the node a new agent token (the old one stops working); return it once."""
@@ -144,3 +167,73 @@ class FaultEvent(models.Model):
 
     def __str__(self):
         return f"{self.kind} on {self.node}"
+
+
+class BootstrapToken(models.Model):
+    """A one-time token an operator hands to a new node so its agent can enrol itself."""
+
+    PREFIX = "wb_"
+
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    note = models.CharField(max_length=200, blank=True, help_text="Which machine it is for")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                   related_name="+", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(editable=False)
+    used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+", editable=False, help_text="The node it enrolled")
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.note or f"bootstrap token {self.pk}"
+
+    VALID_FOR = timedelta(days=1)
+
+    def new_secret(self) -> str:
+        """Give this (unsaved) token its secret and expiry; return the raw value, shown once."""
+        raw = self.PREFIX + secrets.token_urlsafe(32)
+        self.token_hash, self.expires_at = hash_token(raw), timezone.now() + self.VALID_FOR
+        return raw
+
+    @classmethod
+    def issue(cls, note: str = "", actor=None) -> tuple:
+        """Create a token and return it with the raw value."""
+        token = cls(note=note, created_by=actor)
+        raw = token.new_secret()
+        token.save()
+        return token, raw
+
+
+class NodeCommand(models.Model):
+    """A command sent to a node's agent (checkpoint, stop, drain, inject a fault) and its ack.
+
+    The id travels on the wire; an agent acks a repeated id without running it again, so the
+    server may resend unacknowledged commands whenever the agent reconnects."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
+    action = models.CharField(max_length=16)
+    workload = models.ForeignKey("workloads.Workload", null=True, blank=True,
+                                 on_delete=models.CASCADE, related_name="commands")
+    args = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=8, choices=CommandState.choices,
+                             default=CommandState.SENT)
+    detail = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["node", "state"])]
+
+    def __str__(self):
+        return f"{self.action} on {self.node}"
+
+    def message(self) -> dict:
+        """The `command` message fields."""
+        return {"command_id": str(self.id), "action": self.action,
+                "workload_id": self.workload_id, "args": self.args}

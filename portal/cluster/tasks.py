@@ -4,12 +4,12 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
-from portal.cluster.choices import Severity
 from portal.cluster.faults import record_fault
 from portal.cluster.models import Node
 from portal.cluster.summary import LAST_SEEN, cluster_summary, record_point
 from portal.core.live import CLUSTER_GROUP, send_now
 from portal.core.redis import client
+from scheduler import faults
 
 MISSED_HEARTBEATS = 3
 
@@ -39,6 +39,6 @@ def mark_lost_nodes() -> list[int]:
         with transaction.atomic():
             if Node.objects.filter(pk=node_id, connected=True).update(connected=False,
                                                                        agent_channel=""):
-                record_fault(node_id, {"message": f"no heartbeat for {window:.0f} s"},
-                             kind="heartbeat_loss", severity=Severity.CRITICAL)
+                record_fault(node_id, faults.lookup("heartbeat-loss"),
+                             f"no heartbeat for {window:.0f} s")
     return lost

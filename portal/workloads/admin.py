@@ -5,6 +5,7 @@ from portal.workloads.models import (
     Allocation,
     Checkpoint,
     IllegalTransition,
+    Recovery,
     UsageRecord,
     Workload,
     WorkloadEvent,
@@ -71,3 +72,11 @@ class UsageRecordAdmin(ReadOnlyAdmin):
     list_display = ["tenant", "workload", "gpu_model", "gpus", "gpu_hours", "ended_at"]
     list_filter = ["tenant", "gpu_model"]
     list_select_related = ["tenant", "workload", "gpu_model"]
+
+
+@admin.register(Recovery)
+class RecoveryAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "workload", "fault", "step", "outcome", "resume_step",
+                    "lost_s", "finished_at"]
+    list_filter = ["step", "outcome"]
+    list_select_related = ["workload", "fault__node"]

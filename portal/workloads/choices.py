@@ -22,8 +22,9 @@ HOLDING = frozenset({State.ADMITTED, State.STARTING, State.RUNNING, State.PREEMP
 TRANSITIONS = {
     State.PENDING: {State.ADMITTED, State.CANCELLED},
     State.ADMITTED: {State.STARTING, State.RUNNING, State.FAILED, State.CANCELLED,
-                     State.PREEMPTING},
-    State.STARTING: {State.RUNNING, State.FAILED, State.CANCELLED, State.PREEMPTING},
+                     State.PREEMPTING, State.RECOVERING},
+    State.STARTING: {State.RUNNING, State.FAILED, State.CANCELLED, State.PREEMPTING,
+                     State.RECOVERING},
     State.RUNNING: {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTING,
                     State.RECOVERING},
     State.PREEMPTING: {State.PENDING, State.FAILED, State.CANCELLED},
@@ -64,7 +65,34 @@ class CheckpointPolicy(models.TextChoices):
     TRIGGERED = "triggered", "Fault-triggered"
 
 
+class CheckpointKind(models.TextChoices):
+    PERIODIC = "periodic", "Periodic"
+    ASYNC = "async", "Asynchronous"
+    TRIGGERED = "triggered", "Fault-triggered"
+    REQUESTED = "requested", "On request"
+
+
 class CheckpointStatus(models.TextChoices):
     IN_PROGRESS = "in_progress", "In progress"
     COMPLETE = "complete", "Complete"
+    PARTIAL = "partial", "Partial"
     FAILED = "failed", "Failed"
+    # Past retention: its files may be deleted; the row stays for the job's time accounting.
+    PRUNED = "pruned", "Pruned"
+
+
+class RecoveryStep(models.TextChoices):
+    """Where a recovery stands; each step is one transaction, so a worker may die anywhere."""
+
+    SAVING = "saving", "Healthy ranks saving"
+    REPLACING = "replacing", "Replacing lost nodes"
+    RESTARTING = "restarting", "Restarting from the checkpoint"
+    DONE = "done", "Done"
+
+
+class RecoveryOutcome(models.TextChoices):
+    IN_PLACE = "in_place", "Restarted in place"
+    SPARE = "spare", "Restarted on hot spares"
+    SHRUNK = "shrunk", "Shrunk and restarted"
+    REQUEUED = "requeued", "Requeued at the head of its queue"
+    ENDED = "ended", "Ended while recovering"

@@ -37,6 +37,10 @@ LEVELS = {
 }
 
 
+# A recovering workload's GPUs are spoken for: the engine must not pick it as a victim.
+UNPREEMPTIBLE = 2**31
+
+
 def build_snapshot() -> engine.Snapshot:
     """The engine's view of the cluster: a handful of queries, whatever the cluster's size."""
     busy = defaultdict(set)
@@ -85,7 +89,9 @@ def build_snapshot() -> engine.Snapshot:
     workloads = tuple(
         engine.Workload(
             id=w["id"], queue_id=w["queue_id"], gpu_model=w["gpu_model__name"], gpus=w["gpus"],
-            submitted_at=w["submitted_at"].timestamp(), priority=w["priority"],
+            # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
+            submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
+            priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
             topology=LEVELS[w["topology"]], topology_required=w["topology_required"],
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
@@ -99,7 +105,7 @@ def build_snapshot() -> engine.Snapshot:
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id")
         .values("id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority",
                 "topology", "topology_required", "min_gpus", "max_gpus", "started_at",
-                "time_limit_s", "state")
+                "time_limit_s", "state", "head_of_queue")
     )
     cohorts = tuple(engine.Cohort(name, parent) for name, parent
                     in Cohort.objects.values_list("name", "parent__name"))
@@ -135,7 +141,7 @@ def apply(plan: engine.Plan) -> set[int]:
             try:
                 transition(workloads[admission.workload_id], State.ADMITTED,
                            reason=f"placed on {nodes} node{'s' if nodes > 1 else ''}",
-                           pending_reason="", queue_position=None)
+                           pending_reason="", queue_position=None, head_of_queue=False)
             except IllegalTransition:
                 continue
             for rank, placement in enumerate(admission.placements):

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
 from portal.cluster.models import Node
-from portal.workloads.choices import HOLDING, State
+from portal.workloads.choices import HOLDING, RecoveryStep, State
 from portal.workloads.models import Allocation, UsageRecord, Workload, note, transition
 
 
@@ -35,6 +35,12 @@ def _locked(workload_id: int, node_id: int) -> Workload | None:
 
 
 def _run_if_all_started(workload: Workload) -> None:
+    if workload.state == State.RECOVERING:
+        if not workload.allocations.filter(started=False).exists():
+            from portal.workloads.recovery import restarted
+
+            restarted(workload)
+        return
     if workload.state == State.ADMITTED:
         transition(workload, State.STARTING, reason="processes starting")
     if workload.state == State.STARTING and not workload.allocations.filter(
@@ -44,23 +50,38 @@ def _run_if_all_started(workload: Workload) -> None:
         transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
 
 
-def mark_started(workload_id: int, node_id: int) -> None:
-    """An agent runs its part of the workload; the gang is RUNNING once every node does."""
+def _current(workload: Workload | None, attempt: int) -> bool:
+    """Whether a node's report is about the workload's current attempt (a report about the
+    run a fault ended says nothing about the restart)."""
+    return workload is not None and workload.attempt == attempt
+
+
+def mark_started(workload_id: int, node_id: int, attempt: int = 0) -> None:
+    """An agent runs its part of the workload; the gang is RUNNING once every node does (and
+    a recovering one once every node runs the restarted attempt)."""
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
-        if workload is None or workload.state not in (State.ADMITTED, State.STARTING):
+        if not _current(workload, attempt) or workload.state not in (
+            State.ADMITTED, State.STARTING, State.RECOVERING
+        ):
+            return
+        if workload.state == State.RECOVERING and not workload.recoveries.filter(
+            step=RecoveryStep.RESTARTING
+        ).exists():
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(started=True)
         _run_if_all_started(workload)
 
 
-def finish(workload_id: int, node_id: int, exit_code: int) -> None:
+def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:
     """The workload's processes on `node_id` exited. The first non-zero exit fails the gang;
     it succeeds once every node has exited 0 (ranks still saving or uploading are not cut off
-    by the first one done)."""
+    by the first one done). Exits while recovering are expected: the recovery restarts it."""
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
-        if workload is None or workload.state not in HOLDING:
+        if not _current(workload, attempt) or workload.state not in HOLDING:
+            return
+        if workload.state == State.RECOVERING:
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
             started=True, exit_code=exit_code)
@@ -107,7 +128,7 @@ def shrink(workload: Workload, released, reason: str) -> None:
             gpus |= Q(node_id=node_id, gpu_index__in=indices)
         gone = workload.allocations.filter(gpus)
         node_ids = set(gone.values_list("node_id", flat=True))
-        _book(workload, gone.count())
+        book(workload, gone.count())
         gone.delete()
         note(workload, reason)
         Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
@@ -138,14 +159,14 @@ def release(workload: Workload) -> None:
     if not gpus:
         return
     node_ids = set(allocations.values_list("node_id", flat=True))
-    _book(workload, gpus)
+    book(workload, gpus)
     allocations.delete()
     Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
     transaction.on_commit(lambda: sync_nodes(node_ids))
     trigger_cycle()
 
 
-def _book(workload: Workload, gpus: int) -> None:
+def book(workload: Workload, gpus: int) -> None:
     """Book `gpus` GPUs of the workload from its start (or admission) until now."""
     if not gpus:
         return

@@ -10,10 +10,13 @@ from portal.tenancy.models import Tenant
 from portal.workloads.choices import (
     TERMINAL,
     TRANSITIONS,
+    CheckpointKind,
     CheckpointPolicy,
     CheckpointStatus,
     Kind,
     PriorityClass,
+    RecoveryOutcome,
+    RecoveryStep,
     State,
     Topology,
 )
@@ -59,6 +62,10 @@ class Workload(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    # Bumped on every restart after a fault: agents restart a workload whose attempt changed.
+    attempt = models.PositiveIntegerField(default=0, editable=False)
+    # Requeued after a fault: it goes before the rest of its queue.
+    head_of_queue = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -160,16 +167,23 @@ class Checkpoint(models.Model):
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.PositiveBigIntegerField()
-    kind = models.CharField(max_length=16, choices=CheckpointPolicy.choices)
+    kind = models.CharField(max_length=16, choices=CheckpointKind.choices)
     location = models.CharField(max_length=500)
     size_bytes = models.PositiveBigIntegerField(default=0)
     duration_s = models.FloatField(default=0)
+    # The part of the save during which training stood still (all of a periodic save, the
+    # copy to host memory of an asynchronous one).
+    stall_s = models.FloatField(default=0)
     status = models.CharField(max_length=16, choices=CheckpointStatus.choices,
                               default=CheckpointStatus.IN_PROGRESS)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-step"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "step"],
+                                    name="%(app_label)s_%(class)s_unique_step")
+        ]
 
     def __str__(self):
         return f"{self.workload} step {self.step}"
@@ -191,3 +205,36 @@ class UsageRecord(models.Model):
 
     def __str__(self):
         return f"{self.gpu_hours:.1f} GPU-hours of {self.workload}"
+
+
+class Recovery(models.Model):
+    """The recovery of one workload from one fault: a state machine on a row, so that a worker
+    killed at any step leaves it for the next one to resume (see recovery.py)."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="recoveries")
+    fault = models.ForeignKey("cluster.FaultEvent", null=True, on_delete=models.SET_NULL,
+                              related_name="recoveries")
+    step = models.CharField(max_length=16, choices=RecoveryStep.choices)
+    outcome = models.CharField(max_length=16, choices=RecoveryOutcome.choices, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    # Nodes the workload loses, and where it restarts from.
+    lost_nodes = models.JSONField(default=list)
+    resume_step = models.PositiveBigIntegerField(null=True, blank=True)
+    resume_location = models.CharField(max_length=500, blank=True)
+    lost_s = models.FloatField(default=0, help_text="Work redone: fault time minus the save's")
+    started_at = models.DateTimeField(auto_now_add=True)
+    save_deadline = models.DateTimeField(null=True, blank=True)
+    # Touched by every pass of a worker; a stale one is picked up by the sweeper.
+    updated_at = models.DateTimeField(auto_now=True)
+    restart_pushed_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload"], condition=~models.Q(step="done"),
+                                    name="%(app_label)s_%(class)s_one_active")
+        ]
+
+    def __str__(self):
+        return f"recovery of {self.workload} ({self.step})"

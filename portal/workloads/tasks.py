@@ -3,6 +3,7 @@ import logging
 from celery import shared_task
 
 from portal.core.redis import client
+from portal.workloads import recovery
 from portal.workloads.cycle import scheduling_cycle
 
 log = logging.getLogger(__name__)
@@ -29,3 +30,20 @@ def run_cycle() -> None:
         lock.release()
     if redis.exists(AGAIN):  # a trigger between our last look and the release
         run_cycle.delay()
+
+
+@shared_task(acks_late=True, soft_time_limit=30)
+def advance_recovery(recovery_id: int) -> None:
+    """Move a recovery on; while it waits for a save's acks, look again in half a second.
+    (acks_late: a worker that dies mid-step leaves the message to be delivered again.)"""
+    if recovery.advance(recovery_id):
+        advance_recovery.apply_async((recovery_id,), countdown=0.5)
+
+
+@shared_task(soft_time_limit=20, expires=5)
+def resume_recoveries() -> list[int]:
+    """Beat, every 5 s: pick up recoveries that no worker has moved for a while."""
+    stale = recovery.stale()
+    for recovery_id in stale:
+        advance_recovery.delay(recovery_id)
+    return stale

@@ -42,3 +42,30 @@ class ClusterSummarySerializer(serializers.Serializer):
     ts = serializers.FloatField()
     total = SummaryTotalSerializer()
     groups = SummaryGroupSerializer(many=True)
+
+
+class EnrolSerializer(serializers.Serializer):
+    """What a new node's agent sends to enrol: its bootstrap token, hostname and facts.
+
+    `facts` must name the node's place (`datacenter`, `pod`, `leaf`, from the agent's
+    configuration) and its GPUs (`gpu_model`, `gpu_count`); the rest (driver, CUDA, NVLink,
+    CPU, memory, NICs) is kept as reported."""
+
+    bootstrap_token = serializers.CharField()
+    hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9.\-_]{0,63}$")
+    facts = serializers.DictField()
+
+    def validate_facts(self, facts):
+        missing = [key for key in ("datacenter", "pod", "leaf", "gpu_model", "gpu_count")
+                   if key not in facts]
+        if missing:
+            raise serializers.ValidationError(f"Missing {', '.join(missing)}.")
+        count = facts["gpu_count"]
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
+            raise serializers.ValidationError("gpu_count must be an integer from 1 to 64.")
+        return facts
+
+
+class EnrolledSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    token = serializers.CharField(help_text="The node's agent token; shown this once")

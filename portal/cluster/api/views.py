@@ -1,14 +1,19 @@
 from django.db.models import Count
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
 
 from portal.cluster.api.serializers import (
     ClusterSummarySerializer,
+    EnrolledSerializer,
+    EnrolSerializer,
     FaultSerializer,
     NodeSerializer,
 )
+from portal.cluster.enrolment import enrol
 from portal.cluster.filtersets import FaultFilterSet, NodeFilterSet
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import cluster_summary
@@ -41,3 +46,20 @@ class FaultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewS
 
     def get_queryset(self):
         return super().get_queryset().distinct()
+
+
+class EnrolView(APIView):
+    """A new node's agent enrols with the one-time bootstrap token an operator gave it."""
+
+    authentication_classes = []
+    permission_classes = []
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "enrol"
+
+    @extend_schema(request=EnrolSerializer, responses={201: EnrolledSerializer})
+    def post(self, request):
+        serializer = EnrolSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        node, token = enrol(data["bootstrap_token"], data["hostname"], data["facts"])
+        return Response({"node": node.name, "token": token}, status=status.HTTP_201_CREATED)

@@ -4,9 +4,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN
 from portal.cluster.tasks import mark_lost_nodes
+from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from tests.builders import api_client, make_workload
 
@@ -26,11 +28,15 @@ def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_ll
     node = workload.allocations.first().node
     lost = mark_lost_nodes()
     assert stale[1].id not in lost and node.id in lost
-    assert not Node.objects.get(pk=node.pk).connected
+    lost_node = Node.objects.get(pk=node.pk)
+    assert not lost_node.connected and lost_node.health == Health.DOWN
     assert Node.objects.get(pk=stale[1].pk).connected
     fault = FaultEvent.objects.get(node=node)
-    assert fault.kind == "heartbeat_loss" and fault.severity == "critical"
+    assert fault.kind == "heartbeat-loss" and fault.severity == "critical"
     assert list(fault.workloads.all()) == [workload]
+    workload.refresh_from_db()
+    assert workload.state == State.RECOVERING
+    assert workload.recoveries.get().lost_nodes == [node.pk]
     assert [f["id"] for f in api_client(bob).get("/api/v1/faults/").json()["results"]] == [
         fault.pk]
     assert api_client(charlie).get("/api/v1/faults/").json()["count"] == 0

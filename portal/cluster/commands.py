@@ -1,0 +1,51 @@
+"""Commands to node agents: sent over the channel layer, remembered in the database until
+acked, and sent again when the agent reconnects (agents run a command id at most once)."""
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.cluster.choices import CommandState
+from portal.cluster.models import NodeCommand
+from portal.core.live import node_group, send_now
+
+log = logging.getLogger(__name__)
+
+# Older unanswered commands are not resent: what they asked for has been decided otherwise.
+RESEND_WITHIN = timedelta(minutes=10)
+
+
+def send_command(node_id: int, action: str, workload_id: int | None = None,
+                 **args) -> NodeCommand:
+    """Record a command for the node's agent and send it once the transaction commits."""
+    command = NodeCommand.objects.create(node_id=node_id, action=action,
+                                         workload_id=workload_id, args=args)
+    message = {"type": "agent.command", **command.message()}
+    transaction.on_commit(lambda: send_now(node_group(node_id), message))
+    return command
+
+
+def unanswered(node_id: int) -> list[dict]:
+    """The `command` message fields of the node's recent commands still waiting for an ack."""
+    since = timezone.now() - RESEND_WITHIN
+    commands = NodeCommand.objects.filter(node_id=node_id, state=CommandState.SENT,
+                                          created_at__gte=since)
+    return [command.message() for command in commands]
+
+
+def answer(node_id: int, command_id: str, ok: bool, detail: str) -> NodeCommand | None:
+    """Record an agent's ack; the first one counts. None for an id this node was never sent."""
+    state = CommandState.DONE if ok else CommandState.FAILED
+    claimed = NodeCommand.objects.filter(pk=command_id, node_id=node_id,
+                                         state=CommandState.SENT).update(
+        state=state, detail=detail[:500], answered_at=timezone.now())
+    command = NodeCommand.objects.filter(pk=command_id, node_id=node_id).first()
+    if command is None:
+        log.warning("node %s acked unknown command %s", node_id, command_id)
+    elif claimed and command.workload_id is not None:
+        from portal.workloads.recovery import command_answered
+
+        command_answered(command)
+    return command

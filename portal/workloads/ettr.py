@@ -1,0 +1,95 @@
+"""Effective training time from the database: each workload's events, checkpoint stalls and
+recovery losses fed to `scheduler.ettr`, per job, per tenant and cluster-wide, over any window.
+Three queries for any number of workloads."""
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.workloads.models import Checkpoint, Recovery, Workload, WorkloadEvent
+from scheduler.ettr import Phase, Span, ratio, split, totals
+
+
+def timelines(workloads: list[Workload], until: datetime | None = None) -> dict[int, list[Span]]:
+    """Each workload's spans, in seconds since the epoch."""
+    end = (until or timezone.now()).timestamp()
+    ids = [w.pk for w in workloads]
+    states = defaultdict(list)
+    for workload_id, at, state in (WorkloadEvent.objects.filter(workload_id__in=ids)
+                                   .order_by("at", "id")
+                                   .values_list("workload_id", "at", "to_state")):
+        states[workload_id].append((at.timestamp(), state))
+    stalls = defaultdict(list)
+    for workload_id, created, duration, stall in (
+        Checkpoint.objects.filter(workload_id__in=ids, stall_s__gt=0)
+        .values_list("workload_id", "created_at", "duration_s", "stall_s")
+    ):
+        stalls[workload_id].append((created.timestamp() - duration, stall))
+    losses = defaultdict(list)
+    for workload_id, started, fault_at, lost in (
+        Recovery.objects.filter(workload_id__in=ids, lost_s__gt=0)
+        .values_list("workload_id", "started_at", "fault__occurred_at", "lost_s")
+    ):
+        losses[workload_id].append(((fault_at or started).timestamp(), lost))
+    return {
+        w.pk: split([(w.submitted_at.timestamp(), "pending"), *states[w.pk]], end,
+                    stalls[w.pk], losses[w.pk])
+        for w in workloads
+    }
+
+
+def job_report(workload: Workload) -> dict:
+    """One workload's ETTR, seconds per phase and spans, for its page and the API."""
+    spans = timelines([workload])[workload.pk]
+    seconds = totals(spans)
+    return {"ettr": ratio(seconds), "seconds": seconds,
+            "spans": [{"phase": s.phase, "start": s.start, "end": s.end} for s in spans]}
+
+
+def _active(workloads, since: datetime, until: datetime) -> list[Workload]:
+    return list(workloads.filter(submitted_at__lt=until)
+                .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+                .only("pk", "gpus", "submitted_at"))
+
+
+def _aggregate(jobs: list[Workload], spans: dict[int, list[Span]], lo: float, hi: float) -> dict:
+    seconds = dict.fromkeys(Phase, 0.0)
+    useful = held = 0.0
+    counted = 0
+    for job in jobs:
+        mine = totals(spans[job.pk], lo, hi)
+        if not sum(mine.values()):
+            continue
+        counted += 1
+        for phase, value in mine.items():
+            seconds[phase] += value
+        useful += job.gpus * mine[Phase.PRODUCTIVE]
+        held += job.gpus * (sum(mine.values()) - mine[Phase.QUEUED])
+    return {"jobs": counted, "ettr": ratio(seconds), "goodput": useful / held if held else None,
+            "seconds": seconds}
+
+
+def window_report(workloads, since: datetime, until: datetime) -> dict:
+    """ETTR and goodput over [since, until) of the given workloads (a queryset): productive
+    time over wall time since first admission, and productive GPU-hours over GPU-hours held."""
+    jobs = _active(workloads, since, until)
+    spans = timelines(jobs, until)
+    return {"since": since, "until": until,
+            **_aggregate(jobs, spans, since.timestamp(), until.timestamp())}
+
+
+def series(workloads, since: datetime, until: datetime, buckets: int = 24) -> list[dict]:
+    """ETTR per equal slice of [since, until): the cluster's or a tenant's over time."""
+    jobs = _active(workloads, since, until)
+    spans = timelines(jobs, until)
+    lo, hi = since.timestamp(), until.timestamp()
+    width = (hi - lo) / buckets
+    points = []
+    for i in range(buckets):
+        a = lo + i * width
+        report = _aggregate(jobs, spans, a, a + width)
+        points.append({"start": a, "ettr": report["ettr"], "goodput": report["goodput"],
+                       "jobs": report["jobs"]})
+    return points

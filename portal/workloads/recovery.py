@@ -1,0 +1,268 @@
+"""Automatic recovery of a workload a fault killed, as a state machine on a `Recovery` row.
+
+    fault -> [saving: the healthy ranks save from memory, acks awaited until a deadline]
+          -> replacing: lost nodes swapped for hot spares of the same pod (else data center),
+             else the job shrinks if elastic, else it is requeued at the head of its queue
+          -> restarting: every node runs the new attempt from the newest complete checkpoint
+          -> done
+
+Each step is one transaction that moves the row on with a conditional update, so a step runs
+once even when two workers race, and a worker killed anywhere leaves the row where the next one
+(`advance`, kicked by acks and by the `resume_recoveries` sweeper) picks it up. No GPU is leaked
+or booked twice: allocations change only inside those transactions, under the workload's lock.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from portal.cluster.agents import sync_nodes
+from portal.cluster.choices import CommandState, Health
+from portal.cluster.commands import send_command
+from portal.cluster.models import Node, NodeCommand
+from portal.workloads import lifecycle
+from portal.workloads.choices import (
+    CheckpointPolicy,
+    CheckpointStatus,
+    RecoveryOutcome,
+    RecoveryStep,
+    State,
+)
+from portal.workloads.models import Allocation, Recovery, Workload, note, transition
+from scheduler import checkpointing, faults
+
+log = logging.getLogger(__name__)
+
+# Recoverable states: a workload holding GPUs that is not already stopping or recovering.
+RECOVERABLE = (State.ADMITTED, State.STARTING, State.RUNNING)
+# A recovery no worker has touched for this long is picked up again by the sweeper.
+STALE_AFTER = timedelta(seconds=10)
+
+
+def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
+    """Begin recovering `workload` from `fault` (inside the fault's transaction)."""
+    workload = Workload.objects.select_for_update().get(pk=workload.pk)
+    if workload.state not in RECOVERABLE:
+        return None
+    nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
+    lost = [fault.node_id] if node_lost(kind) else []
+    transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
+    healthy = [node_id for node_id in nodes if node_id not in lost] if lost else nodes
+    triggered = (workload.checkpoint_policy == CheckpointPolicy.TRIGGERED and healthy
+                 and faults.triggered_save_possible(kind, len(nodes), data_parallel=len(nodes)))
+    if triggered:
+        timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
+        recovery = Recovery.objects.create(
+            workload=workload, fault=fault, step=RecoveryStep.SAVING, lost_nodes=lost,
+            save_deadline=timezone.now() + timedelta(seconds=timeout))
+        for node_id in healthy:
+            send_command(node_id, "checkpoint", workload.pk, kind="triggered",
+                         reason=f"fault {fault.pk}")
+    else:
+        recovery = Recovery.objects.create(workload=workload, fault=fault, lost_nodes=lost,
+                                           step=RecoveryStep.REPLACING)
+    kick(recovery.pk)
+    return recovery
+
+
+def node_lost(kind: faults.FaultKind) -> bool:
+    """Whether a job must leave the faulty node (else it restarts where it was)."""
+    return kind.cordon or kind.action >= faults.Action.RESET_GPU
+
+
+def kick(recovery_id: int) -> None:
+    """Have a worker advance the recovery once the current transaction commits."""
+    from portal.workloads.tasks import advance_recovery
+
+    transaction.on_commit(lambda: advance_recovery.delay(recovery_id))
+
+
+def command_answered(command: NodeCommand) -> None:
+    """An agent acked a command: a recovery waiting for that save can move on."""
+    waiting = Recovery.objects.filter(workload_id=command.workload_id,
+                                      step=RecoveryStep.SAVING).values_list("pk", flat=True)
+    for recovery_id in waiting:
+        kick(recovery_id)
+
+
+def advance(recovery_id: int) -> bool:
+    """Take the recovery as far as it can go now; True when it waits for something (acks of a
+    save), so the caller should look again shortly."""
+    while True:
+        recovery = Recovery.objects.select_related("workload", "fault").get(pk=recovery_id)
+        step = _STEPS.get(recovery.step)
+        if step is None:
+            return False
+        outcome = step(recovery)
+        if outcome is _WAIT:
+            Recovery.objects.filter(pk=recovery_id).update(updated_at=timezone.now())
+            return True
+        if outcome is _IDLE:
+            return False
+
+
+_WAIT, _IDLE, _MOVED = object(), object(), object()
+
+
+def _move(recovery: Recovery, to: RecoveryStep, **fields) -> bool:
+    """Claim the move from the recovery's current step; False when another worker did it."""
+    if to == RecoveryStep.DONE:
+        fields.setdefault("finished_at", timezone.now())
+    return bool(Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
+        step=to, updated_at=timezone.now(), **fields))
+
+
+def _saving(recovery: Recovery):
+    """Wait for the healthy ranks' save, then resume from it, or from the newest complete
+    checkpoint when a rank refused or the deadline passed."""
+    answers = set(NodeCommand.objects.filter(
+        workload_id=recovery.workload_id, action="checkpoint",
+        created_at__gte=recovery.started_at).values_list("state", flat=True))
+    expired = timezone.now() >= recovery.save_deadline
+    if CommandState.SENT in answers and CommandState.FAILED not in answers and not expired:
+        return _WAIT
+    if answers == {CommandState.DONE}:
+        why = "the healthy ranks saved from memory"
+    elif CommandState.FAILED in answers:
+        why = "a triggered save failed; falling back to the newest complete checkpoint"
+    else:
+        timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
+        why = f"the triggered save timed out after {timeout:.0f} s; falling back"
+    with transaction.atomic():
+        _move(recovery, RecoveryStep.REPLACING, detail=why)
+    return _MOVED
+
+
+def _replacing(recovery: Recovery):
+    """Swap the lost nodes for spares (or shrink, or requeue) and push the restart: one
+    transaction under the workload's lock."""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=recovery.workload_id)
+        if Recovery.objects.filter(pk=recovery.pk, step=RecoveryStep.REPLACING).count() == 0:
+            return _MOVED  # another worker did this step
+        resume = _resume_point(workload, recovery)
+        if workload.state != State.RECOVERING:
+            _move(recovery, RecoveryStep.DONE, outcome=RecoveryOutcome.ENDED, **resume)
+            return _MOVED
+        lost = Allocation.objects.filter(workload=workload, node_id__in=recovery.lost_nodes)
+        lost_nodes = sorted(set(lost.values_list("node_id", flat=True)))
+        touched = set(workload.allocations.values_list("node_id", flat=True))
+        if not lost_nodes:
+            outcome = RecoveryOutcome.IN_PLACE
+        elif _replace_with_spares(workload, lost_nodes):
+            outcome = RecoveryOutcome.SPARE
+        elif _shrink(workload, lost):
+            outcome = RecoveryOutcome.SHRUNK
+        else:
+            lifecycle.release(workload)
+            transition(workload, State.PENDING, reason="requeued at the head of its queue "
+                       "after a fault", admitted_at=None, started_at=None, head_of_queue=True)
+            _move(recovery, RecoveryStep.DONE, outcome=RecoveryOutcome.REQUEUED, **resume)
+            return _MOVED
+        touched |= set(workload.allocations.values_list("node_id", flat=True))
+        workload.allocations.update(started=False, exit_code=None)
+        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+        Node.objects.filter(id__in=touched).update(generation=F("generation") + 1)
+        note(workload, _restart_note(outcome, resume))
+        _move(recovery, RecoveryStep.RESTARTING, outcome=outcome,
+              restart_pushed_at=timezone.now(), **resume)
+        transaction.on_commit(lambda: sync_nodes(touched))
+    return _MOVED
+
+
+def _restart_note(outcome: RecoveryOutcome, resume: dict) -> str:
+    where = (f"from step {resume['resume_step']}" if resume["resume_step"] is not None
+             else "from the start (no complete checkpoint)")
+    return f"{RecoveryOutcome(outcome).label.lower()}, {where}"
+
+
+def _restarting(recovery: Recovery):
+    """Nothing to do but notice the end: `restarted` closes the recovery when every node runs
+    the new attempt; this catches a workload that ended meanwhile."""
+    state = Workload.objects.filter(pk=recovery.workload_id).values_list("state", flat=True)[0]
+    if state != State.RECOVERING:
+        _move(recovery, RecoveryStep.DONE)
+        return _MOVED
+    return _IDLE
+
+
+_STEPS = {RecoveryStep.SAVING: _saving, RecoveryStep.REPLACING: _replacing,
+          RecoveryStep.RESTARTING: _restarting}
+
+
+def restarted(workload: Workload) -> None:
+    """Every node runs the new attempt (inside mark_started's transaction): back to RUNNING."""
+    recovery = Recovery.objects.filter(workload=workload, step=RecoveryStep.RESTARTING).first()
+    transition(workload, State.RUNNING, reason="recovered: running again")
+    if recovery is not None:
+        _move(recovery, RecoveryStep.DONE)
+
+
+def _resume_point(workload: Workload, recovery: Recovery) -> dict:
+    """Where the workload restarts from, and the work it loses: the time from that save to
+    the fault (nothing when the save came after the fault, as a triggered one does)."""
+    latest = checkpointing.latest_complete(
+        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE))
+    fault_at = recovery.fault.occurred_at if recovery.fault else recovery.started_at
+    since = latest.created_at if latest else workload.started_at
+    lost_s = max(0.0, (fault_at - since).total_seconds()) if since else 0.0
+    return {"resume_step": latest.step if latest else None,
+            "resume_location": latest.location if latest else "", "lost_s": lost_s}
+
+
+def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
+    """Move the workload's part on each lost node to a hot spare in the same pod, else the same
+    data center; all or nothing. The spares leave the pool."""
+    taken: list[Node] = []
+    for node in Node.objects.filter(id__in=lost_nodes).select_related("leaf__pod"):
+        spare = _spare_near(workload, node, exclude=[n.pk for n in taken])
+        if spare is None:
+            return False
+        taken.append(spare)
+        moved = Allocation.objects.filter(workload=workload, node=node)
+        rows = list(moved.values_list("node_rank", "gpu_index"))
+        moved.delete()
+        Allocation.objects.bulk_create(
+            Allocation(workload=workload, node=spare, node_rank=rank, gpu_index=index)
+            for rank, index in rows)
+    Node.objects.filter(id__in=[n.pk for n in taken]).update(spare=False)
+    return True
+
+
+def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | None:
+    busy = Allocation.objects.filter(node=OuterRef("pk"))
+    spares = (Node.objects.select_for_update()
+              .filter(spare=True, health=Health.READY, connected=True,
+                      gpu_model_id=workload.gpu_model_id, gpu_count__gte=node.gpu_count)
+              .exclude(pk__in=exclude).exclude(Exists(busy)).order_by("name"))
+    pod = node.leaf.pod
+    return (spares.filter(leaf__pod=pod).first()
+            or spares.filter(leaf__pod__datacenter_id=pod.datacenter_id).first())
+
+
+def _shrink(workload: Workload, lost) -> bool:
+    """An elastic workload goes on without the lost nodes when what is left meets its minimum;
+    the surviving nodes are renumbered 0..n-1."""
+    held = workload.allocations.count()
+    left = held - lost.count()
+    if workload.min_gpus is None or left < workload.min_gpus or left == 0:
+        return False
+    lifecycle.book(workload, held - left)
+    lost.delete()
+    ranks = sorted(set(workload.allocations.values_list("node_rank", flat=True)))
+    for new, old in enumerate(ranks):
+        if new != old:
+            workload.allocations.filter(node_rank=old).update(node_rank=new)
+    return True
+
+
+def stale() -> list[int]:
+    """Recoveries no worker is moving: their worker died, or its task was lost."""
+    cutoff = timezone.now() - STALE_AFTER
+    return list(Recovery.objects.filter(
+        step__in=[RecoveryStep.SAVING, RecoveryStep.REPLACING, RecoveryStep.RESTARTING],
+        updated_at__lt=cutoff).values_list("pk", flat=True))
