@@ -5,7 +5,7 @@ from rest_framework.routers import DefaultRouter
 
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
-from portal.workloads.api.views import WorkloadViewSet
+from portal.workloads.api.views import CheckpointAdviceView, EttrView, WorkloadViewSet
 
 router = DefaultRouter()
 router.register("queues", QueueViewSet)
@@ -19,6 +19,8 @@ admin.site.site_title = "Wanka"
 
 urlpatterns = [
     path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),
+    path("api/v1/ettr/", EttrView.as_view(), name="ettr"),
+    path("api/v1/checkpoint-advice/", CheckpointAdviceView.as_view(), name="checkpoint-advice"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -6,7 +6,7 @@ from django.db import transaction
 
 from portal.cluster.choices import HEALTH_MOVES, Health, Severity
 from portal.cluster.models import FaultEvent, Node
-from portal.core.live import CLUSTER_GROUP, publish, tenant_group
+from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
 from scheduler import faults
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,11 @@ def record_fault(node_id: int, kind: faults.FaultKind, message: str = "",
                "node_health": node.health}
     log.warning("fault on %s: %s (%s), %d job(s) hit; node %s", node.name, kind.code,
                 kind.title, len(hit), node.health)
-    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
+    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": [], "jobs_hit": len(hit)})
+    publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit],
+                                 "jobs_hit": len(hit)})
     for tenant_id in {w.tenant_id for w in hit}:
         publish(tenant_group(tenant_id), "fault", {
-            **payload, "workloads": [w.name for w in hit if w.tenant_id == tenant_id]})
+            **payload, "workloads": [w.name for w in hit if w.tenant_id == tenant_id],
+            "jobs_hit": len(hit)})
     return fault

@@ -7,7 +7,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-CLUSTER_GROUP = "cluster"
+CLUSTER_GROUP = "cluster"  # everyone signed in: nothing that names a tenant's workload
+OPS_GROUP = "ops"  # operators (staff): everything
 
 
 def tenant_group(tenant_id: int) -> str:

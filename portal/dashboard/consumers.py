@@ -4,7 +4,7 @@ events for the members of their tenant."""
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from portal.core.live import CLUSTER_GROUP, tenant_group
+from portal.core.live import CLUSTER_GROUP, OPS_GROUP, tenant_group
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -15,6 +15,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         tenant_id = await database_sync_to_async(_tenant_id)(user)
         self.groups_joined = [CLUSTER_GROUP] + ([tenant_group(tenant_id)] if tenant_id else [])
+        if user.is_staff:
+            self.groups_joined.append(OPS_GROUP)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()

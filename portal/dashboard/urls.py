@@ -14,4 +14,5 @@ urlpatterns = [
     path("quota/", views.quota, name="quota"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("ops/drill/", views.fault_drill, name="fault-drill"),
 ]

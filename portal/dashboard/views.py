@@ -1,24 +1,34 @@
 """Server-rendered pages. Forms validate through the API's serializers, so the browser and the
 REST API accept and refuse exactly the same things."""
 
+from datetime import timedelta
+
 from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from portal.cluster.models import GpuModel, Region
+from portal.cluster.commands import send_command
+from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
 from portal.cluster.summary import cluster_summary, history
 from portal.core.models import audit
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken
 from portal.workloads import lifecycle
+from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
+from portal.workloads.ettr import job_report, series
 from portal.workloads.filtersets import WorkloadFilterSet
-from portal.workloads.models import IllegalTransition, Workload
+from portal.workloads.models import IllegalTransition, Recovery, Workload
 from portal.workloads.usage import gpu_hours
+from scheduler import faults
 
 
 def _membership(request, write=False, admin=False):
@@ -46,6 +56,15 @@ def dashboard(request):
         holding = workloads.filter(state__in=HOLDING)
         context["active_gpus"] = sum(w.gpus for w in holding)
         context["gpu_hours"] = gpu_hours(membership.tenant.usage, holding)
+        faults = FaultEvent.objects.filter(workloads__tenant=membership.tenant).distinct()
+    elif request.user.is_staff:
+        workloads, faults = Workload.objects.all(), FaultEvent.objects.all()
+    else:
+        workloads, faults = Workload.objects.none(), FaultEvent.objects.none()
+    until = timezone.now()
+    context["faults"] = faults.select_related("node")[:10]
+    context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
+    context["ettr_scope"] = membership.tenant.name if membership else "the cluster"
     return render(request, "dashboard/index.html", context)
 
 
@@ -59,10 +78,16 @@ def workload_list(request):
 @login_required
 def workload_detail(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    report = job_report(workload)
     return render(request, "dashboard/workload_detail.html", {
         "workload": workload, "events": workload.events.all(),
         "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
         "gpu_hours": gpu_hours(workload.usage, [workload]),
+        "ettr": report, "phases": [(phase.value, phase.replace("_", " "), seconds)
+                                   for phase, seconds in report["seconds"].items()],
+        "checkpoints": workload.checkpoints.all()[:20],
+        "recoveries": workload.recoveries.select_related("fault__node")[:20],
+        "advice": advice_report(workload.gpus),
     })
 
 
@@ -161,3 +186,28 @@ def token_revoke(request, pk):
     audit("api_token.revoked", token, actor=request.user, tenant=membership.tenant)
     messages.success(request, f"Token {token} revoked.")
     return redirect("tokens")
+
+
+@staff_member_required
+def fault_drill(request):
+    """Operators inject a chosen fault on a simulated node and watch the recovery live."""
+    if request.method == "POST":
+        node = get_object_or_404(Node, pk=request.POST.get("node"), connected=True)
+        code = request.POST.get("code", "")
+        if code not in faults.CATALOGUE:
+            messages.error(request, f"Unknown fault {code!r}.")
+            return redirect("fault-drill")
+        with transaction.atomic():
+            send_command(node.pk, "inject_fault", code=code,
+                         gpu_index=int(request.POST.get("gpu_index") or 0))
+            audit("node.fault_drill", node, actor=request.user, code=code)
+        messages.success(request, f"{code} sent to {node}; watch below.")
+        return redirect("fault-drill")
+    return render(request, "dashboard/fault_drill.html", {
+        "nodes": Node.objects.filter(connected=True).annotate(
+            busy=Count("allocations")).order_by("-busy", "name")[:200],
+        "kinds": sorted(faults.CATALOGUE.values(), key=lambda k: (k.xid is None, k.xid, k.code)),
+        "drills": NodeCommand.objects.filter(action="inject_fault").select_related("node")
+        .order_by("-created_at")[:10],
+        "recoveries": Recovery.objects.select_related("workload", "fault__node")[:20],
+    })

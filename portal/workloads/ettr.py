@@ -49,7 +49,7 @@ def job_report(workload: Workload) -> dict:
 
 
 def _active(workloads, since: datetime, until: datetime) -> list[Workload]:
-    return list(workloads.filter(submitted_at__lt=until)
+    return list(workloads.select_related(None).filter(submitted_at__lt=until)
                 .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
                 .only("pk", "gpus", "submitted_at"))
 

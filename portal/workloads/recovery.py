@@ -24,6 +24,7 @@ from portal.cluster.agents import sync_nodes
 from portal.cluster.choices import CommandState, Health
 from portal.cluster.commands import send_command
 from portal.cluster.models import Node, NodeCommand
+from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.workloads import lifecycle
 from portal.workloads.choices import (
     CheckpointPolicy,
@@ -65,6 +66,7 @@ def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
     else:
         recovery = Recovery.objects.create(workload=workload, fault=fault, lost_nodes=lost,
                                            step=RecoveryStep.REPLACING)
+    _announce(recovery, recovery.step, "", "")
     kick(recovery.pk)
     return recovery
 
@@ -112,8 +114,21 @@ def _move(recovery: Recovery, to: RecoveryStep, **fields) -> bool:
     """Claim the move from the recovery's current step; False when another worker did it."""
     if to == RecoveryStep.DONE:
         fields.setdefault("finished_at", timezone.now())
-    return bool(Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
+    moved = bool(Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
         step=to, updated_at=timezone.now(), **fields))
+    if moved:
+        _announce(recovery, to, fields.get("outcome", recovery.outcome),
+                  fields.get("detail", recovery.detail))
+    return moved
+
+
+def _announce(recovery: Recovery, step: RecoveryStep, outcome: str, detail: str) -> None:
+    """Tell the job's tenant and the operators where the recovery stands."""
+    workload = recovery.workload
+    payload = {"id": recovery.pk, "workload_id": workload.pk, "workload": workload.name,
+               "step": step, "outcome": outcome, "detail": detail}
+    publish_tenant(workload.tenant_id, "recovery", payload)
+    publish(OPS_GROUP, "recovery", payload)
 
 
 def _saving(recovery: Recovery):

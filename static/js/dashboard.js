@@ -35,3 +35,34 @@
     }
   });
 })();
+
+// ETTR over the last day, hour by hour, and the fault feed, newest first and live.
+(function () {
+  const points = JSON.parse(document.getElementById("ettr-series").textContent);
+  const shown = points.filter((p) => p.ettr !== null);
+  Plotly.newPlot(document.getElementById("ettr-chart"), [
+    { name: "ETTR", x: shown.map((p) => new Date(p.start * 1000)), y: shown.map((p) => p.ettr),
+      mode: "lines+markers", line: { color: "#16a34a" } },
+    { name: "Goodput", x: shown.map((p) => new Date(p.start * 1000)),
+      y: shown.map((p) => p.goodput), mode: "lines", line: { color: "#64748b", dash: "dot" } },
+  ], {
+    margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300, yaxis: { range: [0, 1.02] },
+    legend: { orientation: "h", y: -0.2 },
+  }, { displayModeBar: false, responsive: true });
+
+  const feed = document.getElementById("fault-feed");
+  document.addEventListener("wanka:fault", ({ detail }) => {
+    const old = feed.querySelector(`[data-fault="${detail.id}"]`);
+    if (old) old.remove(); // operators hear a fault twice: keep the fuller message
+    feed.querySelector(".none")?.remove();
+    const item = document.createElement("li");
+    item.dataset.fault = detail.id;
+    item.innerHTML = `<time>${new Date().toTimeString().slice(0, 8)}</time> <b></b> on <span></span> `;
+    item.querySelector("b").textContent = detail.kind;
+    item.querySelector("span").textContent = detail.node;
+    const jobs = detail.workloads.length ? ` · hit ${detail.workloads.join(", ")}` : "";
+    item.append(`${detail.title}${jobs}`);
+    feed.prepend(item);
+    while (feed.children.length > 10) feed.lastElementChild.remove();
+  });
+})();

@@ -1,10 +1,14 @@
+from datetime import timedelta
+
 from django.db.models import Max
+from django.utils import timezone
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
 from portal.quotas.api.serializers import TenantQueueField
-from portal.workloads.models import Workload, WorkloadEvent
+from portal.workloads.models import Checkpoint, Recovery, Workload, WorkloadEvent
 from portal.workloads.usage import gpu_hours
+from scheduler.ettr import Phase
 
 GPU_MODEL_FIELD = {
     "slug_field": "name",
@@ -70,3 +74,94 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 
     def get_gpu_hours(self, workload) -> float:
         return round(gpu_hours(workload.usage, [workload]), 4)
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = ["step", "kind", "status", "location", "size_bytes", "duration_s", "stall_s",
+                  "created_at"]
+
+
+class RecoverySerializer(serializers.ModelSerializer):
+    fault = serializers.CharField(source="fault.kind", default=None)
+    node = serializers.CharField(source="fault.node.name", default=None)
+
+    class Meta:
+        model = Recovery
+        fields = ["id", "fault", "node", "step", "outcome", "detail", "resume_step", "lost_s",
+                  "started_at", "restart_pushed_at", "finished_at"]
+
+
+class SpanSerializer(serializers.Serializer):
+    phase = serializers.ChoiceField(choices=[p.value for p in Phase])
+    start = serializers.FloatField(help_text="Seconds since the epoch")
+    end = serializers.FloatField()
+
+
+class PhaseSecondsSerializer(serializers.Serializer):
+    """Seconds in each phase."""
+
+    queued = serializers.FloatField()
+    starting = serializers.FloatField()
+    productive = serializers.FloatField()
+    checkpoint_stall = serializers.FloatField()
+    lost = serializers.FloatField()
+    recovering = serializers.FloatField()
+
+
+class TimelineSerializer(serializers.Serializer):
+    ettr = serializers.FloatField(allow_null=True, help_text="Productive / wall time since "
+                                  "first admission")
+    seconds = PhaseSecondsSerializer()
+    spans = SpanSerializer(many=True)
+    checkpoints = CheckpointSerializer(many=True)
+    recoveries = RecoverySerializer(many=True)
+
+
+class EttrPointSerializer(serializers.Serializer):
+    start = serializers.FloatField()
+    ettr = serializers.FloatField(allow_null=True)
+    goodput = serializers.FloatField(allow_null=True)
+    jobs = serializers.IntegerField()
+
+
+class EttrReportSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    jobs = serializers.IntegerField()
+    ettr = serializers.FloatField(allow_null=True)
+    goodput = serializers.FloatField(allow_null=True, help_text="Productive GPU-hours / held")
+    seconds = PhaseSecondsSerializer()
+    series = EttrPointSerializer(many=True)
+
+
+class EttrQuerySerializer(serializers.Serializer):
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+    buckets = serializers.IntegerField(min_value=1, max_value=500, default=24)
+
+    def validate(self, attrs):
+        until = attrs.setdefault("until", timezone.now())
+        since = attrs.setdefault("since", until - timedelta(hours=24))
+        if since >= until:
+            raise serializers.ValidationError({"since": "Must be before until."})
+        return attrs
+
+
+class AdviceQuerySerializer(serializers.Serializer):
+    gpus = serializers.IntegerField(min_value=1, max_value=1_000_000)
+
+
+class PolicyAdviceSerializer(serializers.Serializer):
+    policy = serializers.CharField()
+    interval_s = serializers.FloatField(allow_null=True)
+    expected_ettr = serializers.FloatField()
+    explanation = serializers.CharField()
+
+
+class AdviceSerializer(serializers.Serializer):
+    gpus = serializers.IntegerField()
+    failures_per_gpu_hour = serializers.FloatField()
+    source = serializers.CharField(help_text="Where the failure rate comes from")
+    policies = PolicyAdviceSerializer(many=True, help_text="Best expected ETTR first")

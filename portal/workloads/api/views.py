@@ -1,10 +1,22 @@
-from rest_framework import mixins
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from portal.core.api import TenantViewSet
+from portal.core.api import TenantPermission, TenantViewSet
 from portal.workloads import lifecycle
-from portal.workloads.api.serializers import WorkloadDetailSerializer, WorkloadSerializer
+from portal.workloads.advice import advice_report
+from portal.workloads.api.serializers import (
+    AdviceQuerySerializer,
+    AdviceSerializer,
+    EttrQuerySerializer,
+    EttrReportSerializer,
+    TimelineSerializer,
+    WorkloadDetailSerializer,
+    WorkloadSerializer,
+)
+from portal.workloads.ettr import job_report, series, window_report
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload
 
@@ -31,3 +43,42 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         """Cancel the workload; 409 when it has already finished."""
         workload = lifecycle.cancel(self.get_object(), actor=request.user)
         return Response(WorkloadSerializer(workload, context={"request": request}).data)
+
+    @extend_schema(responses=TimelineSerializer)
+    @action(detail=True)
+    def timeline(self, request, pk=None):
+        """Where the workload's time went (ETTR), its checkpoints and its recoveries."""
+        workload = self.get_object()
+        return Response(TimelineSerializer({
+            **job_report(workload),
+            "checkpoints": workload.checkpoints.all(),
+            "recoveries": workload.recoveries.select_related("fault__node"),
+        }).data)
+
+
+class EttrView(APIView):
+    """Effective training time of the caller's tenant's workloads over a window (default: the
+    last 24 hours), with a series of `buckets` equal slices."""
+
+    permission_classes = [permissions.IsAuthenticated, TenantPermission]
+
+    @extend_schema(parameters=[EttrQuerySerializer], responses=EttrReportSerializer)
+    def get(self, request):
+        query = EttrQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        since, until = query.validated_data["since"], query.validated_data["until"]
+        workloads = Workload.objects.filter(tenant=request.user.membership.tenant)
+        report = window_report(workloads, since, until)
+        report["series"] = series(workloads, since, until, query.validated_data["buckets"])
+        return Response(EttrReportSerializer(report).data)
+
+
+class CheckpointAdviceView(APIView):
+    """Each checkpoint policy's interval and expected ETTR for a job of `gpus` GPUs, with the
+    cluster's observed failure rate (Young/Daly intervals; see scheduler/checkpointing.py)."""
+
+    @extend_schema(parameters=[AdviceQuerySerializer], responses=AdviceSerializer)
+    def get(self, request):
+        query = AdviceQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(AdviceSerializer(advice_report(query.validated_data["gpus"])).data)
