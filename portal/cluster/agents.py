@@ -6,7 +6,7 @@ from collections import defaultdict
 from django.db.models import Max, Min
 
 from portal.cluster.models import Node
-from portal.core.live import node_group, send_now
+from portal.core.live import node_group, send_many
 
 MASTER_PORT_BASE = 29500
 
@@ -73,6 +73,6 @@ def _env(workload, resume_from: str | None) -> dict[str, str]:
 
 
 def sync_nodes(node_ids) -> None:
-    """Ask the agents of these nodes to take their desired state again."""
-    for node_id in sorted(node_ids):
-        send_now(node_group(node_id), {"type": "agent.sync"})
+    """Ask the agents of these nodes to take their desired state again (all at once: a
+    recovery of a 1,000-node job tells 1,000 agents)."""
+    send_many([(node_group(node_id), {"type": "agent.sync"}) for node_id in sorted(node_ids)])

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from portal.cluster.choices import CommandState
 from portal.cluster.models import NodeCommand
-from portal.core.live import node_group, send_now
+from portal.core.live import node_group, send_many
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +20,19 @@ RESEND_WITHIN = timedelta(minutes=10)
 def send_command(node_id: int, action: str, workload_id: int | None = None,
                  **args) -> NodeCommand:
     """Record a command for the node's agent and send it once the transaction commits."""
-    command = NodeCommand.objects.create(node_id=node_id, action=action,
-                                         workload_id=workload_id, args=args)
-    message = {"type": "agent.command", **command.message()}
-    transaction.on_commit(lambda: send_now(node_group(node_id), message))
-    return command
+    return send_commands([node_id], action, workload_id, **args)[0]
+
+
+def send_commands(node_ids, action: str, workload_id: int | None = None,
+                  **args) -> list[NodeCommand]:
+    """The same command to each node's agent (each with its own id), sent on commit."""
+    commands = NodeCommand.objects.bulk_create(
+        NodeCommand(node_id=node_id, action=action, workload_id=workload_id, args=args)
+        for node_id in node_ids)
+    messages = [(node_group(c.node_id), {"type": "agent.command", **c.message()})
+                for c in commands]
+    transaction.on_commit(lambda: send_many(messages))
+    return commands
 
 
 def unanswered(node_id: int) -> list[dict]:

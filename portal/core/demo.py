@@ -71,7 +71,11 @@ def seed() -> bool:
             submitted_by=users["bob" if tenant == "Acme" else "charlie"],
             command="torchrun --nnodes=$NNODES train.py",
             topology="leaf" if gpus > 64 else "pod", topology_required=gpus > 64,
+            checkpoint_policy="triggered" if kind == "training" and gpus >= 32 else "async",
         )
+    # One hot spare per pod, kept free for fault recovery.
+    for pod in Pod.objects.all():
+        Node.objects.filter(pk=pod.leaves.last().nodes.last().pk).update(spare=True)
     QuotaRequest.objects.create(
         tenant=tenants["Acme"], queue=queues["Acme", "llm"], requested_by=users["alice"],
         gpu_model=GpuModel.objects.get(name="H800"), region=Region.objects.get(), count=32,
@@ -96,6 +100,25 @@ def build_cluster(layout=LAYOUT, nodes_per_leaf=NODES_PER_LEAF, region="cn-east"
                 nodes += [Node(name=f"{dc_name}-{pod_name}-{leaf.name}-n{i:02d}", leaf=leaf,
                                gpu_model=gpu_model) for i in range(1, nodes_per_leaf + 1)]
     return Node.objects.bulk_create(nodes)
+
+
+def ensure_nodes(count: int, model="H800", nodes_per_leaf=32, leaves_per_pod=16) -> int:
+    """Make sure the database has at least `count` nodes, adding simulated ones in a data
+    center of their own ("sim", pods of 16 leaves of 32 nodes); return how many were added."""
+    missing = count - Node.objects.count()
+    if missing <= 0:
+        return 0
+    region = Region.objects.first() or Region.objects.create(name="cn-east")
+    dc, _ = DataCenter.objects.get_or_create(name="sim", defaults={"region": region})
+    gpu_model, _ = GpuModel.objects.get_or_create(name=model, defaults={"memory_gb": 80})
+    nodes, serial = [], Node.objects.filter(leaf__pod__datacenter=dc).count()
+    for number in range(serial, serial + missing):
+        pod_no, leaf_no = divmod(number // nodes_per_leaf, leaves_per_pod)
+        pod, _ = Pod.objects.get_or_create(datacenter=dc, name=f"p{pod_no + 1}")
+        leaf, _ = Leaf.objects.get_or_create(pod=pod, name=f"l{leaf_no + 1}")
+        nodes.append(Node(name=f"sim-{number + 1:05d}", leaf=leaf, gpu_model=gpu_model))
+    Node.objects.bulk_create(nodes, batch_size=1000)
+    return missing
 
 
 def _queues(tenants) -> dict:

@@ -3,6 +3,8 @@
 Group names come from the helpers below, one per scope, so senders and consumers agree.
 """
 
+import asyncio
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
@@ -21,6 +23,18 @@ def node_group(node_id: int) -> str:
 
 def send_now(group: str, message: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, message)
+
+
+def send_many(messages: list[tuple[str, dict]]) -> None:
+    """Send each (group, message) pair, all concurrently: a recovery of a 1,000-node job
+    speaks to 1,000 agents at once."""
+    if messages:
+        async_to_sync(_send_many)(messages)
+
+
+async def _send_many(messages: list[tuple[str, dict]]) -> None:
+    layer = get_channel_layer()
+    await asyncio.gather(*(layer.group_send(group, message) for group, message in messages))
 
 
 def publish(group: str, event: str, payload: dict) -> None:

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
 from portal.cluster.choices import CommandState, Health
-from portal.cluster.commands import send_command
+from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.workloads import lifecycle
@@ -60,9 +60,8 @@ def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
         recovery = Recovery.objects.create(
             workload=workload, fault=fault, step=RecoveryStep.SAVING, lost_nodes=lost,
             save_deadline=timezone.now() + timedelta(seconds=timeout))
-        for node_id in healthy:
-            send_command(node_id, "checkpoint", workload.pk, kind="triggered",
-                         reason=f"fault {fault.pk}")
+        send_commands(healthy, "checkpoint", workload.pk, kind="triggered",
+                      reason=f"fault {fault.pk}")
     else:
         recovery = Recovery.objects.create(workload=workload, fault=fault, lost_nodes=lost,
                                            step=RecoveryStep.REPLACING)
@@ -84,7 +83,14 @@ def kick(recovery_id: int) -> None:
 
 
 def command_answered(command: NodeCommand) -> None:
-    """An agent acked a command: a recovery waiting for that save can move on."""
+    """An agent acked a command: a recovery waiting for that save moves on once the last ack
+    is in, or at the first refusal (one task, not one per rank of a 1,000-node job)."""
+    if command.action != "checkpoint":
+        return
+    still_out = NodeCommand.objects.filter(workload_id=command.workload_id, action="checkpoint",
+                                           state=CommandState.SENT).exists()
+    if still_out and command.state != CommandState.FAILED:
+        return
     waiting = Recovery.objects.filter(workload_id=command.workload_id,
                                       step=RecoveryStep.SAVING).values_list("pk", flat=True)
     for recovery_id in waiting:

@@ -6,12 +6,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.cluster.models import Node
+from portal.core.demo import ensure_nodes
 from scheduler.agent.fleet import NodeSpec, run_fleet
 
 
 class Command(BaseCommand):
-    help = ("Run a simulated agent for each node of the database (or the first --nodes), each "
-            "over its own WebSocket. Each node gets a fresh agent token.")
+    help = ("Run a simulated agent for each node of the database (or the first --nodes, adding "
+            "simulated nodes when the database has fewer), each over its own WebSocket. Each "
+            "node gets a fresh agent token.")
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="ws://127.0.0.1:8000/ws/agent/")
@@ -22,6 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, url, nodes, heartbeat, speed, **options):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        if nodes and (added := ensure_nodes(nodes)):
+            self.stdout.write(f"Added {added} simulated nodes in data center 'sim'")
         queryset = Node.objects.select_related("gpu_model")[:nodes]
         specs = [NodeSpec(hostname=node.name, token=node.issue_token(),
                           gpu_model=node.gpu_model.name, gpus=node.gpu_count,
