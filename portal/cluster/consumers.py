@@ -195,8 +195,9 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     node.reported_generation = message["generation"]
     fields = ["connected", "agent_channel", "last_seen_at", "agent_version",
               "reported_generation"]
-    if node.facts != message["node"]["facts"]:
-        node.facts = message["node"]["facts"]
+    facts = message["node"].get("facts", {})  # agents before facts send none
+    if node.facts != facts:
+        node.facts = facts
         fields.append("facts")
     node.save(update_fields=fields)
     known = {gpu.index: gpu for gpu in node.gpus.all()}

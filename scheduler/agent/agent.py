@@ -13,6 +13,18 @@ Workload bookkeeping, per workload id:
 - A running workload that a desired state no longer lists is stopped (exit code -15) and is
   reported "exited" until the next desired state, which forgets it; if that desired state lists
   the id again, it is started afresh.
+- A workload listed with a new `attempt` (the control plane restarts it after a fault) is
+  stopped if it still runs, forgotten, and started afresh at once. Reports and events carry the
+  attempt they are about, so a late word about an old run is not taken for the new one.
+
+Events go out in the order they happened, and before the ack of the command that caused them.
+While the connection is down, `fault` and `checkpoint_saved` events are kept (the newest
+`PENDING_EVENTS_LIMIT`) and sent after the next hello; workload starts and exits are not,
+since the hello says where every workload stands.
+
+Commands run as tasks of their own, so a checkpoint that takes minutes does not hold up the
+desired state; a command id that arrives again while it runs is not run twice, and one that
+arrives after its ack gets the same ack again.
 """
 
 from __future__ import annotations
@@ -20,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import OrderedDict
+import ssl
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +41,27 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 
-from scheduler.agent.backends import Assignment, Backend, WorkloadExit
+from scheduler.agent.backends import (
+    DEFAULT_CHECKPOINT_TIMEOUT_S,
+    Assignment,
+    Backend,
+    BackendEvent,
+    FaultRefused,
+    WorkloadExit,
+)
 from scheduler.agent.protocol import SERVER, ProtocolError, encode, parse
 
 logger = logging.getLogger(__name__)
 
-AGENT_VERSION = "0.1.0"
+AGENT_VERSION = "0.2.0"
 
 # How many answered command ids to remember, so a retried command is acked, not re-run.
 _REMEMBERED_COMMANDS = 1024
+
+# Events kept while the server cannot be told; the oldest go first beyond this.
+PENDING_EVENTS_LIMIT = 256
+# Kinds worth keeping through an outage: the next hello does not say them.
+_KEPT_KINDS = ("fault", "checkpoint_saved")
 
 
 def backoff_delay(
@@ -49,6 +74,20 @@ def backoff_delay(
     """
     ceiling = cap_s if attempt >= 64 else min(cap_s, base_s * 2**attempt)
     return rng.uniform(0.0, ceiling)
+
+
+def _superseded(workload: _Workload, wanted: Assignment | None) -> bool:
+    """Whether a desired state no longer wants this run: not listed, or a new attempt of it."""
+    return wanted is None or wanted.attempt != workload.assignment.attempt
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a command came to: its ack, and for how long the agent then goes silent."""
+
+    ok: bool
+    detail: str
+    silence_s: float = 0.0
 
 
 @dataclass
@@ -66,8 +105,9 @@ class Agent:
     """One node's agent: connects, says hello, heartbeats, converges, reconnects forever.
 
     `await agent.run()` runs until `await agent.stop()` (or until cancelled). Stopping ends the
-    connection but leaves the workloads to the backend: restarting an agent must not kill
-    training jobs.
+    connection but leaves the workloads to the backend, so an agent restarted on the same
+    backend finds them running; what happens to them when the agent's process ends is for
+    that process to decide (`wanka-agent` stops them with their grace period).
     """
 
     def __init__(
@@ -82,6 +122,7 @@ class Agent:
         reconnect_spread_s: float = 5.0,
         open_timeout_s: float = 30.0,
         rng: random.Random | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url
         self.heartbeat_s = heartbeat_s
@@ -90,11 +131,17 @@ class Agent:
         self._backoff = (backoff_base_s, backoff_cap_s)
         self._reconnect_spread_s = min(reconnect_spread_s, backoff_cap_s)
         self._open_timeout_s = open_timeout_s
+        self._ssl = ssl_context
         self._rng = rng or random.Random()
         self._hostname = backend.inventory().hostname
         self._generation = 0
         self._workloads: dict[int, _Workload] = {}
-        self._answered: OrderedDict[str, tuple[bool, str]] = OrderedDict()
+        self._answered: OrderedDict[str, _Outcome] = OrderedDict()
+        self._commands: dict[str, asyncio.Task[None]] = {}
+        self._pending: deque[dict[str, Any]] = deque(maxlen=PENDING_EVENTS_LIMIT)
+        self._flush_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._silent_until = 0.0
         self._ws: ClientConnection | None = None
         self._stop_requested = asyncio.Event()
         self._finished = asyncio.Event()
@@ -115,6 +162,11 @@ class Agent:
         """Whether a connection to the server is open now."""
         return self._ws is not None
 
+    @property
+    def silent(self) -> bool:
+        """Whether the agent is holding its tongue (a simulated heartbeat loss)."""
+        return asyncio.get_running_loop().time() < self._silent_until
+
     def workload_report(self) -> list[dict[str, Any]]:
         """The `workloads` field of hello and heartbeat: every workload this agent knows."""
         return [self._report(wid, w) for wid, w in sorted(self._workloads.items())]
@@ -124,13 +176,15 @@ class Agent:
         if self._stop_requested.is_set() or self._running:
             return
         self._running = True
+        self._backend.subscribe(self._on_backend_event)
         work = asyncio.create_task(self._reconnect_forever(), name=f"agent {self._hostname}")
+        events = asyncio.create_task(self._deliver_events(), name=f"events {self._hostname}")
         stopper = asyncio.create_task(self._stop_requested.wait())
         try:
             await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             # Also reached when run() itself is cancelled: asyncio.wait leaves its tasks alone.
-            tasks = {work, stopper, *self._watchers()}
+            tasks = {work, events, stopper, *self._watchers(), *self._commands.values()}
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks)
@@ -166,11 +220,13 @@ class Agent:
         try:
             # No compression: messages are small, and 12,500 zlib contexts cost the server more
             # CPU and memory than the bytes saved.
+            tls = {} if self._ssl is None else {"ssl": self._ssl}
             async with connect(
                 self.url,
                 additional_headers=headers,
                 compression=None,
                 open_timeout=self._open_timeout_s,
+                **tls,
             ) as ws:
                 return await self._session(ws)
         except InvalidURI:
@@ -198,6 +254,7 @@ class Agent:
                 node=self._backend.inventory().to_message(),
                 workloads=self.workload_report(),
             )
+            self._after_hello()
             async for frame in ws:
                 # Reset the backoff only once the server has really taken us on, so a server
                 # that accepts and then drops every connection is not hammered.
@@ -225,15 +282,71 @@ class Agent:
             "heartbeat", generation=self._generation, gpus=samples, workloads=self.workload_report()
         )
 
-    async def _send(self, type_: str, **fields: Any) -> None:
+    async def _send(self, type_: str, **fields: Any) -> bool:
+        """Send one message; False when it could not go (no connection, or silent)."""
         ws = self._ws
-        if ws is None:
-            logger.debug("%s: not connected, %s dropped", self._hostname, type_)
-            return
+        if ws is None or self.silent:
+            logger.debug("%s: cannot speak now, %s dropped", self._hostname, type_)
+            return False
         try:
             await ws.send(encode(type_, **fields))
         except ConnectionClosed:
             logger.debug("%s: connection closed, %s dropped", self._hostname, type_)
+            return False
+        return True
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _on_backend_event(self, event: BackendEvent) -> None:
+        detail = dict(event.detail)
+        workload = self._workloads.get(event.workload_id) if event.workload_id is not None else None
+        if workload is not None:
+            detail["attempt"] = workload.assignment.attempt
+        self._queue_event(event.kind, event.workload_id, None, detail)
+
+    def _queue_event(
+        self, kind: str, wid: int | None, exit_code: int | None, detail: dict[str, Any]
+    ) -> None:
+        if self._ws is None and kind not in _KEPT_KINDS:
+            return  # the next hello says it
+        if len(self._pending) == self._pending.maxlen:
+            logger.warning("%s: too many events unsent; the oldest is dropped", self._hostname)
+        event = {"kind": kind, "workload_id": wid, "exit_code": exit_code, "detail": detail}
+        self._pending.append(event)
+        self._wake.set()
+
+    async def _event(
+        self, kind: str, wid: int | None, exit_code: int | None, detail: dict[str, Any]
+    ) -> None:
+        self._queue_event(kind, wid, exit_code, detail)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        """Send the pending events in order, as far as the connection lets us."""
+        async with self._flush_lock:
+            while self._pending:
+                if not await self._send("event", **self._pending[0]):
+                    return
+                self._pending.popleft()
+
+    async def _deliver_events(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._flush()
+
+    def _after_hello(self) -> None:
+        # Starts and exits queued before the connection dropped: the hello has said them.
+        kept = [e for e in self._pending if e["kind"] in _KEPT_KINDS]
+        self._pending.clear()
+        self._pending.extend(kept)
+        self._wake.set()
+
+    def _silence(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._silent_until = loop.time() + seconds
+        logger.warning("%s: silent for %g s (fault drill)", self._hostname, seconds)
+        loop.call_later(seconds, self._wake.set)  # then send what waited
 
     # -- incoming messages --------------------------------------------------------------------
 
@@ -270,14 +383,17 @@ class Agent:
         desired = {item["workload_id"]: Assignment.from_message(item) for item in assignments}
         # 1. Forget what the server has seen end and no longer needs reported.
         self._forget_finished(desired)
-        # 2. Stop what runs but is no longer listed.
+        # 2. Stop what runs but is no longer listed, and old attempts of what is.
         await asyncio.gather(
             *(
                 self._retire(w)
                 for wid, w in self._workloads.items()
-                if wid not in desired and w.state == "running"
+                if w.state == "running" and _superseded(w, desired.get(wid))
             )
         )
+        for wid, workload in list(self._workloads.items()):
+            if wid in desired and _superseded(workload, desired[wid]):
+                del self._workloads[wid]  # the server wants a new attempt: start afresh
         # 3. Start what is listed and unknown here.
         for wid, assignment in desired.items():
             if wid not in self._workloads:
@@ -310,14 +426,16 @@ class Agent:
         except Exception as exc:
             logger.warning("%s: workload %s failed to start: %s", self._hostname, wid, exc)
             self._workloads[wid] = _Workload(assignment, state="exited")
-            await self._event("workload_exited", wid, None, {"error": str(exc)})
+            detail = {"error": str(exc)[:1000], "attempt": assignment.attempt}
+            await self._event("workload_exited", wid, None, detail)
             return
         # Recorded only once started, so a heartbeat never asks the backend about a workload
         # it has not heard of yet.
         workload = self._workloads[wid] = _Workload(assignment)
         workload.watcher = asyncio.create_task(self._watch(workload), name=f"workload {wid}")
         logger.info("%s: workload %s started on GPUs %s", self._hostname, wid, gpus)
-        await self._event("workload_started", wid, None, {"gpu_indices": gpus})
+        detail = {"gpu_indices": gpus, "attempt": assignment.attempt}
+        await self._event("workload_started", wid, None, detail)
 
     async def _watch(self, workload: _Workload) -> None:
         wid = workload.assignment.workload_id
@@ -328,7 +446,10 @@ class Agent:
             result = WorkloadExit(None, workload.step)
         workload.state, workload.exit_code, workload.step = "exited", result.exit_code, result.step
         logger.info("%s: workload %s exited with %s", self._hostname, wid, result.exit_code)
-        await self._event("workload_exited", wid, result.exit_code, {"step": result.step})
+        detail: dict[str, Any] = {"step": result.step, "attempt": workload.assignment.attempt}
+        if result.log_tail:
+            detail["log_tail"] = list(result.log_tail)
+        await self._event("workload_exited", wid, result.exit_code, detail)
 
     def _report(self, wid: int, workload: _Workload) -> dict[str, Any]:
         step = workload.step
@@ -339,12 +460,8 @@ class Agent:
             "state": workload.state,
             "exit_code": workload.exit_code,
             "step": step,
+            "attempt": workload.assignment.attempt,
         }
-
-    async def _event(
-        self, kind: str, wid: int | None, exit_code: int | None, detail: dict[str, Any]
-    ) -> None:
-        await self._send("event", kind=kind, workload_id=wid, exit_code=exit_code, detail=detail)
 
     def _watchers(self) -> set[asyncio.Task[None]]:
         return {w.watcher for w in self._workloads.values() if w.watcher and not w.watcher.done()}
@@ -355,43 +472,79 @@ class Agent:
         command_id = message["command_id"]
         if command_id in self._answered:
             # The server retried (it never saw our ack): answer again, do not act again.
-            ok, detail = self._answered[command_id]
-        else:
-            ok, detail = await self._execute(message["action"], message["workload_id"])
-            self._answered[command_id] = (ok, detail)
-            while len(self._answered) > _REMEMBERED_COMMANDS:
-                self._answered.popitem(last=False)
-        await self._send("ack", command_id=command_id, ok=ok, detail=detail)
+            outcome = self._answered[command_id]
+            await self._ack(command_id, outcome)
+        elif command_id not in self._commands:
+            # Still running otherwise: its ack comes when it is done.
+            self._commands[command_id] = asyncio.create_task(
+                self._run_command(message), name=f"command {command_id}"
+            )
 
-    async def _execute(self, action: str, wid: int | None) -> tuple[bool, str]:
+    async def _run_command(self, message: dict[str, Any]) -> None:
+        command_id = message["command_id"]
+        try:
+            outcome = await self._execute(message)
+        finally:
+            self._commands.pop(command_id, None)
+        self._answered[command_id] = outcome
+        while len(self._answered) > _REMEMBERED_COMMANDS:
+            self._answered.popitem(last=False)
+        await self._ack(command_id, outcome)
+        if outcome.silence_s > 0:
+            self._silence(outcome.silence_s)  # after the ack, so the drill is confirmed
+
+    async def _ack(self, command_id: str, outcome: _Outcome) -> None:
+        await self._flush()  # what the command caused goes first
+        await self._send("ack", command_id=command_id, ok=outcome.ok, detail=outcome.detail)
+
+    async def _execute(self, message: dict[str, Any]) -> _Outcome:
+        action, wid, args = message["action"], message["workload_id"], message["args"]
         if action == "resize":
-            return True, "resize noted; the next desired state carries the new shape"
+            return _Outcome(True, "resize noted; the next desired state carries the new shape")
         if action == "drain":
-            return True, "drain noted; this agent runs only what the desired state lists"
+            return _Outcome(True, "drain noted; this agent runs only what the desired state lists")
+        if action == "inject_fault":
+            return self._inject(args)
         if wid is None:
-            return False, f"{action} needs a workload_id"
+            return _Outcome(False, f"{action} needs a workload_id")
         workload = self._workloads.get(wid)
         if workload is None:
-            return False, f"{action}: workload {wid} is not on this node"
+            return _Outcome(False, f"{action}: workload {wid} is not on this node")
         try:
             if action == "checkpoint":
-                return await self._checkpoint(workload)
+                return await self._checkpoint(workload, message["command_id"], args)
             return await self._stop_command(workload)
         except Exception as exc:
             logger.warning("%s: %s of workload %s failed: %s", self._hostname, action, wid, exc)
-            return False, f"{action} failed: {exc}"
+            return _Outcome(False, f"{action} failed: {exc}")
 
-    async def _checkpoint(self, workload: _Workload) -> tuple[bool, str]:
+    def _inject(self, args: Mapping[str, Any]) -> _Outcome:
+        code = args["code"]
+        try:
+            drill = self._backend.inject_fault(code, args.get("gpu_index"), args)
+        except FaultRefused as exc:
+            return _Outcome(False, f"inject_fault {code}: {exc}")
+        logger.warning("%s: fault drill %s: %s", self._hostname, code, drill.detail)
+        return _Outcome(True, drill.detail, drill.silence_s)
+
+    async def _checkpoint(
+        self, workload: _Workload, command_id: str, args: Mapping[str, Any]
+    ) -> _Outcome:
         wid = workload.assignment.workload_id
         if workload.state != "running":
-            return False, f"checkpoint: workload {wid} is not running"
-        detail = await self._backend.checkpoint(wid)
-        await self._event("checkpoint_saved", wid, None, detail)
-        return True, f"checkpoint of workload {wid} saved"
+            return _Outcome(False, f"checkpoint: workload {wid} is not running")
+        timeout_s = float(args.get("timeout_s", DEFAULT_CHECKPOINT_TIMEOUT_S))
+        kind, reason = args.get("kind", "requested"), args.get("reason", "")
+        try:
+            detail = await self._backend.checkpoint(wid, command_id, timeout_s, kind, reason)
+        except TimeoutError as exc:
+            return _Outcome(False, str(exc))
+        # The backend has reported the save itself, as a checkpoint_saved event.
+        return _Outcome(True, f"workload {wid} saved step {detail['step']} to {detail['location']}")
 
-    async def _stop_command(self, workload: _Workload) -> tuple[bool, str]:
+    async def _stop_command(self, workload: _Workload) -> _Outcome:
         wid = workload.assignment.workload_id
         if workload.state != "running":
-            return True, f"workload {wid} had already exited"
+            return _Outcome(True, f"workload {wid} had already exited")
         await self._stop_and_wait(workload)
-        return True, f"workload {wid} stopped"
+        return _Outcome(True, f"workload {wid} stopped")

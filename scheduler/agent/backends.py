@@ -1,23 +1,30 @@
-"""What the node agent needs from the machine it runs on, and a simulated machine.
+"""What the node agent needs from the machine it runs on: the `Backend` protocol and its values.
 
-An `Agent` talks to the server; a `Backend` talks to the GPUs and the workload processes. The
-simulated backend here serves demos, the fleet runner and tests; an NVML backend for real GPUs
-implements the same `Backend` protocol.
+An `Agent` talks to the server; a `Backend` talks to the GPUs and the workload processes. Two
+backends implement it:
+
+- `simulated.SimulatedBackend`: simulated GPUs whose workloads are timers (demos, the fleet
+  runner, tests); faults can be injected for drills.
+- `processes.ProcessBackend`: workloads as real processes, on top of a `Machine` that gives the
+  inventory, the telemetry and the hardware's fault events: `nvml.NvmlMachine` on real GPUs, or
+  `simulated.SimulatedGpus` on a machine without any.
+
+Backends report what happens between the agent's questions (faults, checkpoints saved) as
+`BackendEvent`s to the listener the agent subscribes, always on the event loop's thread.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
-import uuid
-import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # The exit code a workload reports when it was told to stop: killed by SIGTERM, as a POSIX
 # process's returncode reads.
 STOPPED_EXIT_CODE = -15
+
+# How long a checkpoint command waits for the save to land, unless the command says otherwise.
+DEFAULT_CHECKPOINT_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -30,12 +37,64 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class Nic:
+    """One network interface of the host."""
+
+    name: str
+    speed_mbps: int | None  # None when the link reports no speed (down, or virtual)
+    up: bool
+
+
+@dataclass(frozen=True)
+class TopologyLabels:
+    """Where the node sits in the network, from the agent's configuration (None: not set)."""
+
+    datacenter: str | None = None
+    pod: str | None = None
+    leaf: str | None = None
+
+
+NO_LABELS = TopologyLabels()
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a node is beyond its GPUs: driver stack, NVLink, host and topology labels."""
+
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    nvlink_up: int = 0
+    nvlink_total: int = 0
+    cpu_model: str = ""
+    cpu_count: int = 0
+    memory_mb: int = 0
+    nics: tuple[Nic, ...] = ()
+    labels: TopologyLabels = field(default_factory=TopologyLabels)
+
+    def to_message(self) -> dict[str, Any]:
+        """The `facts` field of a hello's `node`."""
+        return {
+            "driver_version": self.driver_version,
+            "cuda_version": self.cuda_version,
+            "nvlink": {"up": self.nvlink_up, "total": self.nvlink_total},
+            "cpu_model": self.cpu_model,
+            "cpu_count": self.cpu_count,
+            "memory_mb": self.memory_mb,
+            "nics": [{"name": n.name, "speed_mbps": n.speed_mbps, "up": n.up} for n in self.nics],
+            "datacenter": self.labels.datacenter,
+            "pod": self.labels.pod,
+            "leaf": self.labels.leaf,
+        }
+
+
+@dataclass(frozen=True)
 class NodeInventory:
-    """What a node has: its name, its GPU model and its GPUs."""
+    """What a node has: its name, its GPU model, its GPUs and its facts."""
 
     hostname: str
     gpu_model: str
     gpus: tuple[GpuInfo, ...]
+    facts: NodeFacts = field(default_factory=NodeFacts)
 
     def to_message(self) -> dict[str, Any]:
         """The `node` field of a `hello` message."""
@@ -45,6 +104,15 @@ class NodeInventory:
             "gpus": [
                 {"index": g.index, "uuid": g.uuid, "memory_mb": g.memory_mb} for g in self.gpus
             ],
+            "facts": self.facts.to_message(),
+        }
+
+    def enrolment_facts(self) -> dict[str, Any]:
+        """The `facts` an enrolment request carries: the hello's facts and the GPU count."""
+        return {
+            **self.facts.to_message(),
+            "gpu_model": self.gpu_model,
+            "gpu_count": len(self.gpus),
         }
 
 
@@ -57,6 +125,9 @@ class GpuSample:
     memory_used_mb: int
     temperature_c: float
     power_w: float
+    ecc_sbe: int = 0  # volatile corrected (single-bit) ECC errors
+    ecc_dbe: int = 0  # volatile uncorrected (double-bit) ECC errors
+    retired_pages: int = 0  # pages retired, or rows remapped on GPUs that remap rows
 
     def to_message(self) -> dict[str, Any]:
         """One item of a heartbeat's `gpus` list."""
@@ -66,6 +137,9 @@ class GpuSample:
             "memory_used_mb": self.memory_used_mb,
             "temperature_c": self.temperature_c,
             "power_w": self.power_w,
+            "ecc_sbe": self.ecc_sbe,
+            "ecc_dbe": self.ecc_dbe,
+            "retired_pages": self.retired_pages,
         }
 
 
@@ -82,6 +156,7 @@ class Assignment:
     node_rank: int = 0
     master_addr: str = ""
     master_port: int = 0
+    attempt: int = 0  # which run: a new attempt of a listed workload restarts it
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -96,26 +171,89 @@ class Assignment:
             node_rank=item["node_rank"],
             master_addr=item["master_addr"],
             master_port=item["master_port"],
+            attempt=item.get("attempt", 0),
         )
 
 
 @dataclass(frozen=True)
 class WorkloadExit:
-    """How a workload ended: its exit code (None when unknown) and the last step it reached."""
+    """How a workload ended: its exit code (None when unknown), the last step it reached, and
+    the last lines of its output (real processes only)."""
 
     exit_code: int | None
     step: int
+    log_tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BackendEvent:
+    """Something that happened on the node between the agent's questions: an `event` message's
+    `kind` ("fault" or "checkpoint_saved"), its workload (None for the node) and its detail."""
+
+    kind: str
+    workload_id: int | None
+    detail: Mapping[str, Any]
+
+
+EventListener = Callable[[BackendEvent], None]
+
+
+@dataclass(frozen=True)
+class FaultDrill:
+    """What injecting a fault did: a line for the ack, and how long the agent must go silent
+    (a simulated heartbeat loss) before it speaks again."""
+
+    detail: str
+    silence_s: float = 0.0
+
+
+class FaultRefused(ValueError):
+    """A fault that this backend cannot, or will not, inject."""
+
+
+def fault_detail(code: str, xid: int | None, gpu_index: int | None, message: str) -> dict[str, Any]:
+    """The `detail` of a `fault` event."""
+    return {"code": code, "xid": xid, "gpu_index": gpu_index, "message": message}
+
+
+class Machine(Protocol):
+    """The hardware side of a node, without its workloads: what `ProcessBackend` runs on."""
+
+    def inventory(self) -> NodeInventory:
+        """The node's name, GPUs and facts."""
+        ...
+
+    def telemetry(self, busy: Collection[int]) -> list[GpuSample]:
+        """One sample per GPU, taken now. `busy`: the GPUs workloads hold, which a simulated
+        machine uses to make up their load and a real one ignores."""
+        ...
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Report hardware faults to `listener` from now on (called from the event loop)."""
+        ...
+
+    def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
+        """Raise a fault for a drill, or refuse with FaultRefused."""
+        ...
+
+    def close(self) -> None:
+        """Release the hardware interfaces; idempotent."""
+        ...
 
 
 class Backend(Protocol):
-    """What an agent needs from the machine: inventory, telemetry, and workload control."""
+    """What an agent needs from the machine: inventory, telemetry, events and workload control."""
 
     def inventory(self) -> NodeInventory:
-        """The node's name and GPUs."""
+        """The node's name, GPUs and facts."""
         ...
 
     def telemetry(self) -> list[GpuSample]:
         """One sample per GPU, taken now."""
+        ...
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Send faults and saved checkpoints to `listener` from now on (one listener)."""
         ...
 
     async def start(self, assignment: Assignment) -> None:
@@ -130,151 +268,24 @@ class Backend(Protocol):
         """Terminate a running workload, return once it has ended (exit -15); ended: no-op."""
         ...
 
-    async def checkpoint(self, workload_id: int) -> dict[str, Any]:
-        """Have a running workload save a checkpoint; return what to report (step, path)."""
+    async def checkpoint(
+        self,
+        workload_id: int,
+        request_id: str | None = None,
+        timeout_s: float = DEFAULT_CHECKPOINT_TIMEOUT_S,
+        kind: str = "requested",
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """Have a running workload save a checkpoint of `kind` ("requested", or "triggered"
+        by a fault) and return once it has landed, with the `checkpoint_saved` detail (also
+        reported to the listener). Raises LookupError when the workload is not running or ends
+        first, TimeoutError when no save lands in time, RuntimeError when the save failed."""
         ...
 
     def step(self, workload_id: int) -> int:
         """The training step a started, not yet waited-for workload has reached."""
         ...
 
-
-@dataclass
-class _SimWorkload:
-    assignment: Assignment
-    started_at: float
-    exit: asyncio.Future[WorkloadExit]
-    timer: asyncio.TimerHandle | None = None
-
-
-class SimulatedBackend:
-    """A node whose workloads are timers and whose telemetry follows them.
-
-    A workload runs `simulated_duration_s / speed` seconds of wall time (forever when the
-    duration is None), advancing `steps_per_s` steps per simulated second, then exits 0.
-    GPUs a running workload holds report 80-99 % utilisation, most of their memory and high
-    power; idle GPUs report about nothing. The jitter comes from a `random.Random` seeded from
-    `seed`, or from the hostname, so the same node tells the same story every run.
-    """
-
-    def __init__(
-        self,
-        hostname: str,
-        gpu_model: str = "H100-SXM-80GB",
-        gpus: int = 8,
-        memory_mb: int = 81559,
-        *,
-        speed: float = 1.0,
-        steps_per_s: float = 1.0,
-        tdp_w: float = 700.0,
-        seed: int | None = None,
-    ) -> None:
-        if speed <= 0:
-            raise ValueError(f"speed must be positive, got {speed}")
-        self._inventory = NodeInventory(
-            hostname=hostname,
-            gpu_model=gpu_model,
-            gpus=tuple(GpuInfo(i, _gpu_uuid(hostname, i), memory_mb) for i in range(gpus)),
-        )
-        self._speed = speed
-        self._steps_per_s = steps_per_s
-        self._tdp_w = tdp_w
-        # crc32, not hash(): str hashes change from one process to the next.
-        self._rng = random.Random(zlib.crc32(hostname.encode()) if seed is None else seed)
-        self._workloads: dict[int, _SimWorkload] = {}
-
-    def inventory(self) -> NodeInventory:
-        """The simulated node's name and GPUs."""
-        return self._inventory
-
-    def telemetry(self) -> list[GpuSample]:
-        """Busy GPUs near full load, idle GPUs near zero, with seeded jitter."""
-        busy = {
-            index
-            for workload in self._workloads.values()
-            if not workload.exit.done()
-            for index in workload.assignment.gpu_indices
-        }
-        return [self._sample(gpu, gpu.index in busy) for gpu in self._inventory.gpus]
-
-    async def start(self, assignment: Assignment) -> None:
-        """Start a timer standing in for the workload's process."""
-        self._check_startable(assignment)
-        loop = asyncio.get_running_loop()
-        workload = _SimWorkload(assignment, loop.time(), loop.create_future())
-        if assignment.simulated_duration_s is not None:
-            delay = assignment.simulated_duration_s / self._speed
-            workload.timer = loop.call_later(delay, self._finish, workload, 0)
-        self._workloads[assignment.workload_id] = workload
-
-    async def wait(self, workload_id: int) -> WorkloadExit:
-        """Wait for the workload's timer to run out or for `stop`."""
-        workload = self._workloads[workload_id]
-        # Shielded: a cancelled waiter (an agent shutting down) must not end the workload.
-        result = await asyncio.shield(workload.exit)
-        self._workloads.pop(workload_id, None)
-        return result
-
-    async def stop(self, workload_id: int) -> None:
-        """End the workload now, as SIGTERM would; a workload already ended is left alone."""
-        workload = self._workloads.get(workload_id)
-        if workload is not None and not workload.exit.done():
-            self._finish(workload, STOPPED_EXIT_CODE)
-
-    async def checkpoint(self, workload_id: int) -> dict[str, Any]:
-        """Pretend to save: report the step and a path naming it."""
-        workload = self._workloads.get(workload_id)
-        if workload is None or workload.exit.done():
-            raise LookupError(f"workload {workload_id} is not running")
-        step = self.step(workload_id)
-        path = f"sim://{self._inventory.hostname}/workloads/{workload_id}/step-{step}"
-        return {"step": step, "path": path}
-
-    def step(self, workload_id: int) -> int:
-        """Steps done so far: simulated seconds elapsed times `steps_per_s`."""
-        workload = self._workloads[workload_id]
-        if workload.exit.done():
-            return workload.exit.result().step
-        return self._steps_since_start(workload)
-
-    def _check_startable(self, assignment: Assignment) -> None:
-        if assignment.workload_id in self._workloads:
-            raise ValueError(f"workload {assignment.workload_id} is already running")
-        count = len(self._inventory.gpus)
-        for index in assignment.gpu_indices:
-            if not 0 <= index < count:
-                raise ValueError(f"GPU index {index} does not exist on a node with {count} GPUs")
-
-    def _steps_since_start(self, workload: _SimWorkload) -> int:
-        elapsed = (asyncio.get_running_loop().time() - workload.started_at) * self._speed
-        duration = workload.assignment.simulated_duration_s
-        if duration is not None:
-            elapsed = min(elapsed, duration)
-        return int(elapsed * self._steps_per_s)
-
-    def _finish(self, workload: _SimWorkload, exit_code: int) -> None:
-        if workload.timer is not None:
-            workload.timer.cancel()
-        if exit_code == 0 and workload.assignment.simulated_duration_s is not None:
-            # A natural end reports the full duration's steps, whatever the timer's lateness.
-            step = int(workload.assignment.simulated_duration_s * self._steps_per_s)
-        else:
-            step = self._steps_since_start(workload)
-        workload.exit.set_result(WorkloadExit(exit_code, step))
-
-    def _sample(self, gpu: GpuInfo, busy: bool) -> GpuSample:
-        rng = self._rng
-        if busy:
-            util, memory = rng.uniform(80.0, 99.0), gpu.memory_mb * rng.uniform(0.80, 0.95)
-            temperature, power = rng.uniform(65.0, 82.0), self._tdp_w * rng.uniform(0.75, 0.97)
-        else:
-            util, memory = rng.uniform(0.0, 0.5), rng.uniform(0.0, 4.0)
-            temperature, power = rng.uniform(30.0, 40.0), self._tdp_w * rng.uniform(0.08, 0.12)
-        return GpuSample(
-            gpu.index, round(util, 1), int(memory), round(temperature, 1), round(power, 1)
-        )
-
-
-def _gpu_uuid(hostname: str, index: int) -> str:
-    # Stable per node and index, shaped like nvidia-smi's "GPU-<uuid>".
-    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'gpu{index}.{hostname}')}"
+    def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
+        """Raise a fault for an operator's drill, or refuse with FaultRefused."""
+        ...

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.agent.agent import Agent
-from scheduler.agent.backends import SimulatedBackend
+from scheduler.agent.backends import TopologyLabels
+from scheduler.agent.simulated import SimulatedBackend
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +34,23 @@ DEFAULT_STAGGER_S = 0.02
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One simulated node: its name, its agent token and its GPUs."""
+    """One simulated node: its name, its agent token, its GPUs and where it sits."""
 
     hostname: str
     token: str
     gpu_model: str = "H100-SXM-80GB"
     gpus: int = 8
     memory_mb: int = 81559
+    datacenter: str | None = None
+    pod: str | None = None
+    leaf: str | None = None
 
 
 def build_agent(node: NodeSpec, url: str, heartbeat_s: float = 5.0, speed: float = 1.0) -> Agent:
     """An agent for `node` on a `SimulatedBackend`."""
+    labels = TopologyLabels(node.datacenter, node.pod, node.leaf)
     backend = SimulatedBackend(
-        node.hostname, node.gpu_model, node.gpus, node.memory_mb, speed=speed
+        node.hostname, node.gpu_model, node.gpus, node.memory_mb, speed=speed, labels=labels
     )
     return Agent(url, node.token, backend, heartbeat_s=heartbeat_s)
 

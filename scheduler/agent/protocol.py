@@ -10,7 +10,11 @@ prefixed by the message type (``heartbeat.gpus[2].util``). A server answers a ma
 with ``encode("error", reason=e.reason, field=e.field)``.
 
 Fields a table does not name are ignored rather than refused, so a newer peer can add optional
-fields within version 1; a change of meaning bumps `PROTOCOL_VERSION`.
+fields within version 1; a change of meaning bumps `PROTOCOL_VERSION`. Fields added within
+version 1 are optional (`record(..., optional=...)`): checked when present, so a server that knows
+them still takes messages from agents that predate them, and an agent of this version always
+sends them. Some bodies depend on a tag: an event's `detail` on its `kind`, a command's `args`
+on its `action` (`VARIANTS`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ SERVER = "server"
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
-COMMAND_ACTIONS = ("checkpoint", "stop", "resize", "drain")
+COMMAND_ACTIONS = ("checkpoint", "stop", "resize", "drain", "inject_fault")
+CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
+CHECKPOINT_STATUSES = ("complete", "failed")
 
 
 class ProtocolError(ValueError):
@@ -155,8 +161,9 @@ def any_object() -> Check:
     return mapping_of(lambda value, path: None)
 
 
-def record(fields: Mapping[str, Check]) -> Check:
-    """An object that has every named field, each passing its check (extra fields ignored)."""
+def record(fields: Mapping[str, Check], optional: Mapping[str, Check] | None = None) -> Check:
+    """An object that has every field of `fields` and may have those of `optional`, each passing
+    its check when present (fields neither names are ignored)."""
 
     def check(value: Any, path: str) -> None:
         if not isinstance(value, dict):
@@ -165,6 +172,9 @@ def record(fields: Mapping[str, Check]) -> Check:
             if name not in value:
                 raise ProtocolError(f"{path}.{name}", "missing field")
             field_check(value[name], f"{path}.{name}")
+        for name, field_check in (optional or {}).items():
+            if name in value:
+                field_check(value[name], f"{path}.{name}")
 
     return check
 
@@ -189,6 +199,27 @@ _WORKLOAD = record(
         "state": choice(*WORKLOAD_STATES),
         "exit_code": nullable(_EXIT_CODE),
         "step": _COUNT,
+    },
+    # Which run of the workload: the control plane bumps it to restart a workload after a fault.
+    optional={"attempt": _COUNT},
+)
+
+_NIC = record({"name": string(non_empty=True), "speed_mbps": nullable(_COUNT), "up": boolean()})
+
+# What the node is beyond its GPUs: driver stack, NVLink, host, and where it sits in the network
+# (topology labels from the agent's configuration; null when not configured).
+_FACTS = record(
+    {
+        "driver_version": nullable(string()),
+        "cuda_version": nullable(string()),
+        "nvlink": record({"up": _COUNT, "total": _COUNT}),
+        "cpu_model": string(),
+        "cpu_count": _COUNT,
+        "memory_mb": _COUNT,
+        "nics": list_of(_NIC),
+        "datacenter": nullable(string()),
+        "pod": nullable(string()),
+        "leaf": nullable(string()),
     }
 )
 
@@ -197,7 +228,8 @@ _NODE = record(
         "hostname": string(non_empty=True),
         "gpu_model": string(),
         "gpus": list_of(record({"index": _GPU_INDEX, "uuid": string(), "memory_mb": _COUNT})),
-    }
+    },
+    optional={"facts": _FACTS},
 )
 
 _GPU_SAMPLE = record(
@@ -207,7 +239,9 @@ _GPU_SAMPLE = record(
         "memory_used_mb": _COUNT,
         "temperature_c": number(),
         "power_w": number(low=0),
-    }
+    },
+    # Volatile ECC counters (since the driver last loaded) and pages retired or rows remapped.
+    optional={"ecc_sbe": _COUNT, "ecc_dbe": _COUNT, "retired_pages": _COUNT},
 )
 
 _ASSIGNMENT = record(
@@ -221,7 +255,9 @@ _ASSIGNMENT = record(
         "node_rank": _COUNT,
         "master_addr": string(),
         "master_port": integer(low=0, high=65535),
-    }
+    },
+    # A new attempt of a listed workload means: stop the old run, start afresh.
+    optional={"attempt": _COUNT},
 )
 
 AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {
@@ -264,6 +300,74 @@ SERVER_MESSAGES: dict[str, Mapping[str, Check]] = {
         "reason": string(),
         "field": nullable(string()),
     },
+}
+
+# Bodies that depend on a tag: (message type) -> (tag field, body field, {tag value: check}).
+# A tag value not listed leaves its body to the message table's own check.
+VARIANTS: dict[str, tuple[str, str, Mapping[str, Check]]] = {
+    "event": (
+        "kind",
+        "detail",
+        {
+            "fault": record(
+                {
+                    "code": string(non_empty=True),  # a fault catalogue code: "xid-79"
+                    "xid": nullable(integer(low=0, high=2**32 - 1)),
+                    "gpu_index": nullable(_GPU_INDEX),
+                    "message": string(),
+                }
+            ),
+            "checkpoint_saved": record(
+                {
+                    "step": _COUNT,
+                    "location": string(non_empty=True),
+                    "size_bytes": _COUNT,
+                    "duration_s": number(low=0),
+                    "kind": choice(*CHECKPOINT_KINDS),
+                    "request_id": nullable(string()),
+                },
+                # A failed save is reported too, so it is never taken for the newest; stall_s:
+                # how long training waited (less than duration_s for an async save).
+                optional={
+                    "status": choice(*CHECKPOINT_STATUSES),
+                    "stall_s": number(low=0),
+                    "attempt": _COUNT,
+                },
+            ),
+            "workload_started": record({}, optional={"attempt": _COUNT}),
+            "workload_exited": record(
+                {},
+                optional={
+                    "step": _COUNT,
+                    "log_tail": list_of(string()),
+                    "error": string(),
+                    "attempt": _COUNT,
+                },
+            ),
+        },
+    ),
+    "command": (
+        "action",
+        "args",
+        {
+            "checkpoint": record(
+                {},
+                optional={
+                    "timeout_s": number(low=0),
+                    "reason": string(),
+                    "kind": choice(*CHECKPOINT_KINDS),
+                },
+            ),
+            "inject_fault": record(
+                {"code": string(non_empty=True)},
+                optional={
+                    "gpu_index": nullable(_GPU_INDEX),
+                    "duration_s": number(low=0),
+                    "factor": number(low=1),
+                },
+            ),
+        },
+    ),
 }
 
 _TABLES = {AGENT: AGENT_MESSAGES, SERVER: SERVER_MESSAGES}
@@ -334,6 +438,16 @@ def _validate(message: Any, sender: str) -> None:
         raise ProtocolError("id", "missing field")
     string(non_empty=True)(message["id"], "id")
     _BODY_CHECKS[sender, type_](message, type_)
+    _check_variant(message, type_)
+
+
+def _check_variant(message: dict[str, Any], type_: str) -> None:
+    if type_ not in VARIANTS:
+        return
+    tag, body, checks = VARIANTS[type_]
+    check = checks.get(message[tag])
+    if check is not None:
+        check(message[body], f"{type_}.{body}")
 
 
 def _check_version(message: dict[str, Any]) -> None:

@@ -93,8 +93,8 @@ def test_malformed_messages_are_rejected_with_a_reason_and_logged(agent_url, por
                                 node={"hostname": node.name, "gpu_model": "H800", "gpus": []}))
         reply = protocol.parse(ws.recv(timeout=10), "server")
         assert reply["type"] == "desired_state" and reply["assignments"] == []
+        assert _refreshed(node).connected
     assert f"node {node.name}: rejected message" in _server_log()
-    assert _refreshed(node).connected
 
 
 def _server_log():
@@ -156,7 +156,8 @@ def test_a_fault_from_an_agent_is_recorded(agent_url, acme_llm, cluster):
                  additional_headers={"Authorization": f"Bearer {node.issue_token()}"}) as ws:
         _hello(ws, node)
         ws.send(protocol.encode("event", kind="fault", workload_id=None, exit_code=None,
-                                detail={"code": 79, "gpu_index": 3,
+                                detail={"code": "xid-79", "xid": 79, "gpu_index": 3,
                                         "message": "GPU has fallen off the bus"}))
         fault = wait_until(lambda: FaultEvent.objects.filter(node=node).first(), 10, "a fault")
-    assert (fault.code, fault.gpu_index, fault.kind) == (79, 3, "xid")
+    assert (fault.code, fault.gpu_index, fault.kind) == (79, 3, "xid-79")
+    assert _refreshed(node).health == "down"  # XID 79 needs a reboot

@@ -8,8 +8,9 @@ import random
 import pytest
 
 from scheduler.agent.agent import backoff_delay
-from scheduler.agent.backends import Assignment, Backend, SimulatedBackend, WorkloadExit
+from scheduler.agent.backends import Assignment, Backend, WorkloadExit
 from scheduler.agent.protocol import AGENT, encode, parse
+from scheduler.agent.simulated import SimulatedBackend
 
 
 def make_backend(hostname: str = "node-a", speed: float = 100.0) -> SimulatedBackend:
@@ -79,7 +80,7 @@ def test_a_stopped_workload_exits_minus_15_where_it_got_to() -> None:
         waiter = asyncio.create_task(backend.wait(1))
         await asyncio.sleep(0.05)
         saved = await backend.checkpoint(1)
-        assert saved["path"].endswith(f"/workloads/1/step-{saved['step']}")
+        assert saved["location"].endswith(f"/workloads/1/step-{saved['step']}")
         await backend.stop(1)
         result = await waiter
         assert result.exit_code == -15 and result.step >= saved["step"] > 0

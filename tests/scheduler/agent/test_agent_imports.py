@@ -28,7 +28,26 @@ def test_no_agent_module_imports_the_web_stack(path: Path) -> None:
     assert not top_level_imports(path) & FORBIDDEN
 
 
-@pytest.mark.parametrize("name", ["protocol.py", "backends.py"])
-def test_the_protocol_and_backends_need_only_the_standard_library(name: str) -> None:
+STDLIB_ONLY = [
+    "protocol.py",
+    "backends.py",
+    "simulated.py",
+    "processes.py",
+    "host.py",
+    "enrolment.py",
+    "contract.py",
+]
+
+
+@pytest.mark.parametrize("name", STDLIB_ONLY)
+def test_all_but_the_client_and_nvml_need_only_the_standard_library(name: str) -> None:
     outside = top_level_imports(PACKAGE / name) - set(sys.stdlib_module_names) - {"scheduler"}
     assert not outside
+
+
+def test_the_contract_helper_stands_alone_so_a_training_script_can_copy_it() -> None:
+    assert top_level_imports(PACKAGE / "contract.py") <= set(sys.stdlib_module_names)
+
+
+def test_nvml_is_imported_only_when_the_nvml_backend_starts() -> None:
+    assert "pynvml" not in top_level_imports(PACKAGE / "nvml.py")

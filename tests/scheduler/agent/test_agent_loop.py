@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler.agent.agent import AGENT_VERSION, Agent
-from scheduler.agent.backends import SimulatedBackend
+from scheduler.agent.simulated import SimulatedBackend
 
 # 100 simulated seconds per second: a 30 s workload ends after 0.3 s.
 SPEED = 100.0
@@ -105,7 +105,7 @@ def test_a_desired_state_starts_workloads_and_heartbeats_show_their_load(
                 "desired_state", generation=1, assignments=[assignment(7, [0, 1], None)]
             )
             started = await peer.expect("event", event("workload_started", 7))
-            assert started["detail"] == {"gpu_indices": [0, 1]}
+            assert started["detail"] == {"gpu_indices": [0, 1], "attempt": 0}
             first = by_id(await peer.expect("heartbeat", at_generation(1)))[7]["step"]
             beat = await peer.expect("heartbeat", lambda m: by_id(m)[7]["step"] > first)
             util = {g["index"]: g["util"] for g in beat["gpus"]}
@@ -129,13 +129,14 @@ def test_a_workload_exits_0_after_its_duration_and_is_not_restarted_while_listed
             await peer.send("desired_state", generation=1, assignments=listed)
             await peer.expect("event", event("workload_started", 8))
             exited = await peer.expect("event", event("workload_exited", 8))
-            assert (exited["exit_code"], exited["detail"]) == (0, {"step": 30})
+            assert (exited["exit_code"], exited["detail"]) == (0, {"step": 30, "attempt": 0})
             beat = await peer.expect("heartbeat")
             assert by_id(beat)[8] == {
                 "workload_id": 8,
                 "state": "exited",
                 "exit_code": 0,
                 "step": 30,
+                "attempt": 0,
             }
             assert beat["gpus"][2]["util"] < 1
 
@@ -219,7 +220,7 @@ def test_commands_are_acked_and_a_repeated_command_is_not_run_twice(agent_server
             checkpoint = {"action": "checkpoint", "workload_id": 7, "args": {}}
             await peer.send("command", command_id="c1", **checkpoint)
             saved = await peer.expect("event", event("checkpoint_saved", 7))
-            assert saved["detail"]["path"].endswith(f"step-{saved['detail']['step']}")
+            assert saved["detail"]["location"].endswith(f"step-{saved['detail']['step']}")
             first = await peer.expect("ack", lambda m: m["command_id"] == "c1")
             await peer.send("command", command_id="c1", **checkpoint)
             again = await peer.expect("ack", lambda m: m["command_id"] == "c1")
@@ -272,6 +273,7 @@ def test_after_the_server_drops_it_the_agent_reconnects_and_reports_what_happene
                 "state": "exited",
                 "exit_code": 0,
                 "step": 30,
+                "attempt": 0,
             }
 
     run(scenario())
@@ -293,5 +295,47 @@ def test_stop_and_cancel_end_an_agent_that_cannot_reach_its_server(closed_port: 
         never_ran = make_agent(url, hostname="node-c")
         await never_ran.stop()
         await never_ran.run()  # a stopped agent does not start
+
+    run(scenario())
+
+
+def test_a_new_attempt_of_a_listed_workload_stops_the_old_run_and_starts_afresh(
+    agent_server: Any,
+) -> None:
+    async def scenario() -> None:
+        async with agent_server() as server, running_agent(server) as (_, peer, _):
+            first = assignment(7, [0], None) | {"attempt": 0}
+            await peer.send("desired_state", generation=1, assignments=[first])
+            await peer.expect("event", event("workload_started", 7))
+
+            await peer.send("desired_state", generation=2, assignments=[first | {"attempt": 1}])
+            old = await peer.expect("event", event("workload_exited", 7))
+            assert (old["exit_code"], old["detail"]["attempt"]) == (-15, 0)
+            new = await peer.expect("event", event("workload_started", 7))
+            assert new["detail"]["attempt"] == 1
+            beat = await peer.expect("heartbeat", at_generation(2))
+            assert (by_id(beat)[7]["state"], by_id(beat)[7]["attempt"]) == ("running", 1)
+
+            # The same attempt again changes nothing; an attempt that ended is not rerun.
+            await peer.send("desired_state", generation=3, assignments=[first | {"attempt": 1}])
+            await peer.expect("heartbeat", at_generation(3))
+            starts = [
+                m for m in peer.received if m["type"] == "event" and m["kind"] == "workload_started"
+            ]
+            assert len(starts) == 2
+
+    run(scenario())
+
+
+def test_an_ended_attempt_is_rerun_when_a_new_attempt_is_listed(agent_server: Any) -> None:
+    async def scenario() -> None:
+        async with agent_server() as server, running_agent(server) as (_, peer, _):
+            short = assignment(8, [1], 30.0) | {"attempt": 2}
+            await peer.send("desired_state", generation=1, assignments=[short])
+            exited = await peer.expect("event", event("workload_exited", 8))
+            assert exited["detail"]["attempt"] == 2
+            await peer.send("desired_state", generation=2, assignments=[short | {"attempt": 3}])
+            started = await peer.expect("event", event("workload_started", 8))
+            assert started["detail"]["attempt"] == 3
 
     run(scenario())

@@ -26,6 +26,30 @@ GPU_SAMPLE = {
     "memory_used_mb": 70000,
     "temperature_c": 71.0,
     "power_w": 640.5,
+    "ecc_sbe": 3,
+    "ecc_dbe": 0,
+    "retired_pages": 1,
+}
+FACTS = {
+    "driver_version": "550.90.07",
+    "cuda_version": "12.4",
+    "nvlink": {"up": 144, "total": 144},
+    "cpu_model": "Intel(R) Xeon(R) Platinum 8480+",
+    "cpu_count": 224,
+    "memory_mb": 2063731,
+    "nics": [{"name": "ib0", "speed_mbps": 400000, "up": True}],
+    "datacenter": "dc-east",
+    "pod": "pod-3",
+    "leaf": None,
+}
+FAULT = {"code": "xid-79", "xid": 79, "gpu_index": 3, "message": "XID 79 on GPU 3"}
+SAVED = {
+    "step": 1200,
+    "location": "/ckpt/step-000001200.pt",
+    "size_bytes": 18874368,
+    "duration_s": 0.41,
+    "kind": "requested",
+    "request_id": "c-17",
 }
 ASSIGNMENT = {
     "workload_id": 7,
@@ -47,6 +71,7 @@ BODIES: dict[str, dict[str, Any]] = {
             "hostname": "node-a",
             "gpu_model": "H100-SXM-80GB",
             "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mb": 81559}],
+            "facts": FACTS,
         },
         "workloads": [WORKLOAD],
     },
@@ -113,8 +138,64 @@ VALID_VARIANTS = [
         id="a real workload has no simulated duration",
     ),
     pytest.param(
-        changed("event", ("workload_id",), None) | {"kind": "fault", "detail": {"xid": 79}},
+        changed("event", ("workload_id",), None) | {"kind": "fault", "detail": FAULT},
         id="a node fault names no workload",
+    ),
+    pytest.param(
+        message("event", kind="fault", detail=dict(FAULT, code="ecc-dbe", xid=None)),
+        id="a fault from the ECC counters has no XID",
+    ),
+    pytest.param(
+        message("event", kind="checkpoint_saved", detail=dict(SAVED, request_id=None)),
+        id="a periodic save answers no request",
+    ),
+    pytest.param(
+        message("event", detail={"step": 40, "log_tail": ["loss 0.5", "Traceback"]}),
+        id="an exit with the last lines of its log",
+    ),
+    pytest.param(
+        message("event", kind="workload_started", detail={"anything": [1]}),
+        id="a kind without a detail schema takes any object",
+    ),
+    pytest.param(
+        changed("hello", ("node", "facts")), id="a hello from an agent that predates facts"
+    ),
+    pytest.param(
+        changed("heartbeat", ("gpus", 0, "ecc_sbe")),
+        id="a sample from an agent that predates the ECC counters",
+    ),
+    pytest.param(
+        message("command", action="inject_fault", args={"code": "xid-79", "gpu_index": 0}),
+        id="a fault drill on GPU 0",
+    ),
+    pytest.param(
+        message(
+            "command", action="inject_fault", args={"code": "heartbeat-loss", "duration_s": 30}
+        ),
+        id="a heartbeat-loss drill for 30 s",
+    ),
+    pytest.param(
+        message("command", args={"timeout_s": 120, "reason": "preemption"}),
+        id="a checkpoint with a deadline and a reason",
+    ),
+    pytest.param(
+        message("command", args={"kind": "triggered", "reason": "fault 12"}),
+        id="a save a fault triggers",
+    ),
+    pytest.param(
+        changed("desired_state", ("assignments", 0, "attempt"), 2),
+        id="the third attempt of a workload",
+    ),
+    pytest.param(
+        changed("heartbeat", ("workloads", 0, "attempt"), 2), id="a run reported by its attempt"
+    ),
+    pytest.param(
+        message(
+            "event",
+            kind="checkpoint_saved",
+            detail=dict(SAVED, status="failed", stall_s=0.2, attempt=1),
+        ),
+        id="a failed save is reported too",
     ),
     pytest.param(changed("error", ("field",), None), id="an error about the whole frame"),
     pytest.param(
@@ -327,6 +408,139 @@ MALFORMED = [
         "command.workload_id",
         "missing field",
         id="a nullable field must still be present",
+    ),
+    pytest.param(
+        AGENT,
+        changed("heartbeat", ("gpus", 1, "ecc_dbe"), -1),
+        "heartbeat.gpus[1].ecc_dbe",
+        "must be between 0 and",
+        id="a negative ECC counter",
+    ),
+    pytest.param(
+        AGENT,
+        changed("heartbeat", ("gpus", 0, "retired_pages"), 2.5),
+        "heartbeat.gpus[0].retired_pages",
+        "expected an integer",
+        id="half a retired page",
+    ),
+    pytest.param(
+        AGENT,
+        changed("hello", ("node", "facts", "nvlink", "up")),
+        "hello.node.facts.nvlink.up",
+        "missing field",
+        id="facts whose NVLink count lacks the links up",
+    ),
+    pytest.param(
+        AGENT,
+        changed("hello", ("node", "facts", "nics", 0, "up"), "yes"),
+        "hello.node.facts.nics[0].up",
+        "expected true or false",
+        id="a NIC whose state is a string",
+    ),
+    pytest.param(
+        AGENT,
+        changed("hello", ("node", "facts", "datacenter"), 7),
+        "hello.node.facts.datacenter",
+        "expected a string",
+        id="a data center label that is a number",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="fault", detail={"xid": 79, "gpu_index": 3, "message": ""}),
+        "event.detail.code",
+        "missing field",
+        id="a fault without its catalogue code",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="fault", detail=dict(FAULT, code=79)),
+        "event.detail.code",
+        "expected a string",
+        id="a fault code as a bare XID number",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="fault", detail=dict(FAULT, gpu_index=256)),
+        "event.detail.gpu_index",
+        "between 0 and 255",
+        id="a fault on a GPU no node has",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="checkpoint_saved", detail=dict(SAVED, kind="nightly")),
+        "event.detail.kind",
+        "expected one of 'periodic', 'async', 'triggered', 'requested'",
+        id="a save of a kind the contract does not know",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="checkpoint_saved", detail=dict(SAVED, location="")),
+        "event.detail.location",
+        "non-empty",
+        id="a save with no location",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="checkpoint_saved", detail=dict(SAVED, duration_s=-1)),
+        "event.detail.duration_s",
+        "must be >= 0",
+        id="a save that took negative time",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", detail={"log_tail": "one long string"}),
+        "event.detail.log_tail",
+        "expected a list",
+        id="a log tail that is not a list of lines",
+    ),
+    pytest.param(
+        AGENT,
+        message("event", kind="checkpoint_saved", detail=dict(SAVED, status="partial")),
+        "event.detail.status",
+        "expected one of 'complete', 'failed'",
+        id="a save neither complete nor failed",
+    ),
+    pytest.param(
+        AGENT,
+        changed("heartbeat", ("workloads", 0, "attempt"), -1),
+        "heartbeat.workloads[0].attempt",
+        "must be between 0",
+        id="a negative attempt",
+    ),
+    pytest.param(
+        SERVER,
+        changed("desired_state", ("assignments", 0, "attempt"), "2"),
+        "desired_state.assignments[0].attempt",
+        "expected an integer",
+        id="an attempt as a string",
+    ),
+    pytest.param(
+        SERVER,
+        message("command", args={"kind": "nightly"}),
+        "command.args.kind",
+        "expected one of",
+        id="a checkpoint of a kind the contract does not know",
+    ),
+    pytest.param(
+        SERVER,
+        message("command", action="inject_fault", args={"gpu_index": 0}),
+        "command.args.code",
+        "missing field",
+        id="a fault drill that names no fault",
+    ),
+    pytest.param(
+        SERVER,
+        message("command", action="inject_fault", args={"code": "slow-node", "factor": 0.5}),
+        "command.args.factor",
+        "must be >= 1",
+        id="a slow node that runs faster",
+    ),
+    pytest.param(
+        SERVER,
+        message("command", args={"timeout_s": "soon"}),
+        "command.args.timeout_s",
+        "expected a number",
+        id="a checkpoint deadline that is not a number",
     ),
     pytest.param(
         SERVER,

@@ -1,0 +1,469 @@
+"""Workloads as real processes: `ProcessBackend`, on top of a `Machine` (NVML or simulated GPUs).
+
+The machine answers for the hardware (inventory, telemetry, hardware faults); this module runs
+the workloads. Each workload:
+
+- runs its command, split like a shell would but without one (`shlex`), in its own session and
+  process group, with stdin from /dev/null, in the working directory
+  ``<state dir>/workloads/<id>/``;
+- writes stdout and stderr to ``output.log`` there. The file, not a pipe, so that the process
+  outlives the agent's own process; the last lines of the run go with the `workload_exited`
+  event (`log_tail`);
+- gets the environment of the agent (without its own ``WANKA_AGENT_*`` variables), then its
+  assignment's `env`, then the launch variables below, which win;
+- is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
+  main process ends, anything left in its group is killed, so no stray rank holds a GPU.
+
+Launch variables, as `torchrun` means them (a launch of ``torchrun train.py`` needs no flags,
+since torchrun takes its defaults from the ``PET_*`` variables):
+
+==========================  ==========================================================
+``CUDA_VISIBLE_DEVICES``     the assigned GPU indices, e.g. ``0,1,2,3`` (``""``: none)
+``CUDA_DEVICE_ORDER``        ``PCI_BUS_ID``, so the indices mean what NVML's mean
+``MASTER_ADDR``              the rank-0 node's address (``127.0.0.1`` when not given)
+``MASTER_PORT``              its port (when given)
+``NNODES``                   nodes in the job
+``NODE_RANK``                this node's rank, 0 to NNODES - 1
+``WORLD_SIZE``               NNODES x processes per node, one per assigned GPU (at least 1)
+``PET_NNODES`` ...           the same for torchrun: ``PET_NNODES``, ``PET_NODE_RANK``,
+                             ``PET_NPROC_PER_NODE``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``
+``WANKA_WORKLOAD_ID``        the workload's id
+``WANKA_CHECKPOINT_DIR``     see `scheduler.agent.contract` (kept if the assignment sets it)
+``PYTHONUNBUFFERED``         ``1`` unless the assignment says otherwise, so Python output
+                             reaches the log as it is written
+==========================  ==========================================================
+
+Checkpoints follow `scheduler.agent.contract`: the backend follows each workload's manifest and
+reports every save as a `checkpoint_saved` event (a failed one with ``"status": "failed"``);
+`checkpoint()` writes a request, signals the processes that catch SIGUSR1 and waits for the save
+that answers it.
+
+Workloads live as long as the agent's process: a control-plane outage leaves them running, but
+`wanka-agent` stops them (`stop_all`, with the grace period to save) when it is itself stopped,
+and a new agent process does not adopt processes an earlier one left behind (one that crashed):
+when the same workload is started again, its leftover process group is stopped first, so two
+copies never share the GPUs, and the new run resumes from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scheduler.agent.backends import (
+    DEFAULT_CHECKPOINT_TIMEOUT_S,
+    Assignment,
+    BackendEvent,
+    EventListener,
+    FaultDrill,
+    GpuSample,
+    Machine,
+    NodeInventory,
+    WorkloadExit,
+)
+from scheduler.agent.contract import (
+    COMPLETE,
+    ENV_CHECKPOINT_DIR,
+    ENV_WORKLOAD_ID,
+    REQUEST_SIGNAL,
+    CheckpointRequest,
+    ManifestEntry,
+    ManifestTail,
+    latest_complete,
+    write_request,
+)
+
+logger = logging.getLogger(__name__)
+
+LOG_FILE = "output.log"
+PGID_FILE = "pgid"
+DEFAULT_GRACE_S = 30.0
+DEFAULT_LOG_LINES = 50
+_LOG_LINE_CHARS = 400  # a line of the tail is cut here: 50 lines stay well inside a frame
+_TAIL_BYTES = 64 * 1024
+
+
+@dataclass
+class _Proc:
+    assignment: Assignment
+    process: asyncio.subprocess.Process
+    workdir: Path
+    checkpoint_dir: Path
+    log_start: int  # where this run's output begins in the log file
+    manifest: ManifestTail
+    step: int
+    waiters: dict[str, asyncio.Future[ManifestEntry]] = field(default_factory=dict)
+    request_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    watcher: asyncio.Task[None] | None = None
+
+
+class ProcessBackend:
+    """Runs each assigned workload as a process group on this machine; see the module docstring."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        state_dir: Path,
+        *,
+        grace_s: float = DEFAULT_GRACE_S,
+        log_lines: int = DEFAULT_LOG_LINES,
+        poll_s: float = 0.5,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._machine = machine
+        self._state_dir = Path(state_dir)
+        self.grace_s = grace_s
+        self._log_lines = log_lines
+        self._poll_s = poll_s
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._procs: dict[int, _Proc] = {}
+        self._listener: EventListener | None = None
+
+    def inventory(self) -> NodeInventory:
+        """The machine's inventory."""
+        return self._machine.inventory()
+
+    def telemetry(self) -> list[GpuSample]:
+        """The machine's telemetry, told which GPUs the running workloads hold."""
+        busy = {
+            index
+            for proc in self._procs.values()
+            if proc.process.returncode is None
+            for index in proc.assignment.gpu_indices
+        }
+        return self._machine.telemetry(busy)
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Report hardware faults and saved checkpoints to `listener`."""
+        self._listener = listener
+        self._machine.subscribe(listener)
+
+    def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
+        """Whatever the machine does with a drill (real GPUs refuse); the processes are left
+        alone, since a real fault ends them by itself."""
+        return self._machine.inject_fault(code, gpu_index, args)
+
+    def close(self) -> None:
+        """Release the machine. Running workloads are left running."""
+        self._machine.close()
+
+    async def stop_all(self) -> list[int]:
+        """Stop every running workload (with the grace period); return their ids."""
+        running = [wid for wid, p in self._procs.items() if p.process.returncode is None]
+        await asyncio.gather(*(self.stop(wid) for wid in running))
+        return sorted(running)
+
+    async def start(self, assignment: Assignment) -> None:
+        """Launch the workload's command; raise ValueError when it cannot be launched."""
+        wid = assignment.workload_id
+        if wid in self._procs:
+            raise ValueError(f"workload {wid} is already running")
+        argv = _argv(assignment)
+        self._check_gpus(assignment)
+        workdir = self._state_dir / "workloads" / str(wid)
+        workdir.mkdir(parents=True, exist_ok=True)
+        await self._stop_leftover(wid, workdir)
+        checkpoint_dir = Path(assignment.env.get(ENV_CHECKPOINT_DIR) or workdir / "checkpoints")
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        env = launch_env(assignment, checkpoint_dir, self._base_env)
+        process, log_start = await _spawn(argv, workdir, env)
+        (workdir / PGID_FILE).write_text(str(process.pid))
+        newest = latest_complete(checkpoint_dir)
+        proc = self._procs[wid] = _Proc(
+            assignment,
+            process,
+            workdir,
+            checkpoint_dir,
+            log_start,
+            ManifestTail(checkpoint_dir, from_end=True),
+            step=newest.step if newest is not None else 0,
+        )
+        proc.watcher = asyncio.create_task(self._follow(proc), name=f"manifest {wid}")
+        logger.info("workload %s: started %s as pid %s", wid, argv[0], process.pid)
+
+    async def wait(self, workload_id: int) -> WorkloadExit:
+        """Wait for the workload's main process to end; kill what is left of its group."""
+        proc = self._procs[workload_id]
+        # Shielded: a cancelled waiter (an agent shutting down) must not end the workload.
+        exit_code = await asyncio.shield(proc.process.wait())
+        if proc.watcher is not None:
+            proc.watcher.cancel()
+        self._read_manifest(proc)  # the saves it made just before it ended
+        _signal_group(proc.process.pid, signal.SIGKILL)
+        for request_id, waiter in proc.waiters.items():
+            if not waiter.done():
+                waiter.set_exception(
+                    LookupError(f"workload {workload_id} ended before saving ({request_id})")
+                )
+        with contextlib.suppress(FileNotFoundError):
+            (proc.workdir / PGID_FILE).unlink()
+        self._procs.pop(workload_id, None)
+        tail = log_tail(proc.workdir / LOG_FILE, proc.log_start, self._log_lines)
+        return WorkloadExit(exit_code, proc.step, tail)
+
+    async def stop(self, workload_id: int) -> None:
+        """SIGTERM to the process group, SIGKILL after the grace period; return once it ended."""
+        proc = self._procs.get(workload_id)
+        if proc is None or proc.process.returncode is not None:
+            return
+        _signal_group(proc.process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.process.wait()), self.grace_s)
+        except TimeoutError:
+            logger.warning(
+                "workload %s: still running %g s after SIGTERM; killing it",
+                workload_id,
+                self.grace_s,
+            )
+            _signal_group(proc.process.pid, signal.SIGKILL)
+            await asyncio.shield(proc.process.wait())
+
+    async def checkpoint(
+        self,
+        workload_id: int,
+        request_id: str | None = None,
+        timeout_s: float = DEFAULT_CHECKPOINT_TIMEOUT_S,
+        kind: str = "requested",
+        reason: str = "",
+    ) -> dict[str, Any]:
+        """Ask the workload for a save (contract: request file + SIGUSR1) and wait for it."""
+        proc = self._procs.get(workload_id)
+        if proc is None or proc.process.returncode is not None:
+            raise LookupError(f"workload {workload_id} is not running")
+        request = CheckpointRequest(request_id or uuid.uuid4().hex, reason, kind)
+        async with proc.request_lock:  # one request at a time: the request file holds one
+            waiter = asyncio.get_running_loop().create_future()
+            proc.waiters[request.request_id] = waiter
+            try:
+                write_request(proc.checkpoint_dir, request)
+                signalled = signal_catchers(proc.process.pid, REQUEST_SIGNAL)
+                logger.info("workload %s: checkpoint asked of pids %s", workload_id, signalled)
+                entry = await asyncio.wait_for(waiter, timeout_s)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no checkpoint of workload {workload_id} landed within {timeout_s:g} s"
+                ) from None
+            finally:
+                proc.waiters.pop(request.request_id, None)
+        if entry.status != COMPLETE:
+            raise RuntimeError(f"the save failed: {entry.error or entry.status}")
+        return entry.event_detail()
+
+    def step(self, workload_id: int) -> int:
+        """The step of the newest checkpoint the workload has saved (what the agent can know)."""
+        return self._procs[workload_id].step
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_gpus(self, assignment: Assignment) -> None:
+        count = len(self.inventory().gpus)
+        for index in assignment.gpu_indices:
+            if not 0 <= index < count:
+                raise ValueError(f"GPU index {index} does not exist on a node with {count} GPUs")
+
+    async def _follow(self, proc: _Proc) -> None:
+        while proc.process.returncode is None:
+            await asyncio.sleep(self._poll_s)
+            self._read_manifest(proc)
+
+    def _read_manifest(self, proc: _Proc) -> None:
+        wid = proc.assignment.workload_id
+        try:
+            entries = proc.manifest.poll()
+        except OSError as exc:
+            logger.warning("workload %s: cannot read its manifest: %s", wid, exc)
+            return
+        for entry in entries:
+            if entry.status == COMPLETE:
+                proc.step = max(proc.step, entry.step)
+            if self._listener is not None:  # a failed save too: it must never count as newest
+                self._listener(BackendEvent("checkpoint_saved", wid, entry.event_detail()))
+            # After the event, so the agent reports the save before it acks the request.
+            waiter = proc.waiters.get(entry.request_id or "")
+            if waiter is not None and not waiter.done():
+                waiter.set_result(entry)
+
+    async def _stop_leftover(self, wid: int, workdir: Path) -> None:
+        """Stop the process group an earlier agent process left for this workload, if any."""
+        try:
+            pgid = int((workdir / PGID_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        if not _is_workload_group(pgid, wid):
+            return
+        logger.warning("workload %s: stopping the processes an earlier agent left", wid)
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + self.grace_s
+        while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def launch_env(
+    assignment: Assignment, checkpoint_dir: Path, base: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment a workload starts with; see the module docstring."""
+    env = {k: v for k, v in base.items() if not k.startswith("WANKA_AGENT_")}
+    # Python output straight to the log, in the order it was written, unless told otherwise.
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(assignment.env)
+    nproc = max(1, len(assignment.gpu_indices))
+    master_addr = assignment.master_addr or "127.0.0.1"
+    launch = {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in assignment.gpu_indices),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "MASTER_ADDR": master_addr,
+        "NNODES": str(assignment.nnodes),
+        "NODE_RANK": str(assignment.node_rank),
+        "WORLD_SIZE": str(assignment.nnodes * nproc),
+        "PET_NNODES": str(assignment.nnodes),
+        "PET_NODE_RANK": str(assignment.node_rank),
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_MASTER_ADDR": master_addr,
+        ENV_WORKLOAD_ID: str(assignment.workload_id),
+        ENV_CHECKPOINT_DIR: str(checkpoint_dir),
+    }
+    if assignment.master_port:
+        launch["MASTER_PORT"] = launch["PET_MASTER_PORT"] = str(assignment.master_port)
+    env.update(launch)
+    return env
+
+
+def log_tail(path: Path, start: int, lines: int) -> tuple[str, ...]:
+    """The last `lines` lines written to `path` after offset `start`, each cut to a length
+    that keeps the event small."""
+    try:
+        with open(path, "rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            begin = max(start, size - _TAIL_BYTES)
+            file.seek(begin)
+            data = file.read()
+    except OSError:
+        return ()
+    text = data.decode("utf-8", errors="replace")
+    found = text.splitlines()
+    if begin > start and found:
+        found = found[1:]  # the read began in the middle of a line
+    return tuple(line[:_LOG_LINE_CHARS] for line in found[-lines:]) if lines > 0 else ()
+
+
+def signal_catchers(pgid: int, signum: int) -> list[int]:
+    """Send `signum` to the processes of group `pgid` that catch it, and return their pids.
+
+    Linux's /proc says which signals a process catches (`SigCgt`); a process that does not
+    catch this one is spared rather than ended by the default action. Where /proc is missing,
+    the whole group gets the signal.
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "status").exists():
+        _signal_group(pgid, signum)
+        return [pgid]
+    sent = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and _in_group(entry, pgid) and _catches(entry, signum):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signum)
+                sent.append(int(entry.name))
+    return sorted(sent)
+
+
+def _in_group(proc_dir: Path, pgid: int) -> bool:
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return False
+    # Fields after the command name, which is in parentheses and may hold spaces:
+    # state, ppid, pgrp, ...
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return len(fields) > 2 and fields[2] == str(pgid)
+
+
+def _catches(proc_dir: Path, signum: int) -> bool:
+    try:
+        status = (proc_dir / "status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    return False
+
+
+def _argv(assignment: Assignment) -> list[str]:
+    wid = assignment.workload_id
+    try:
+        argv = shlex.split(assignment.command)
+    except ValueError as exc:
+        raise ValueError(f"workload {wid}: cannot split its command: {exc}") from None
+    if not argv:
+        raise ValueError(f"workload {wid} has no command to run")
+    return argv
+
+
+async def _spawn(
+    argv: list[str], workdir: Path, env: Mapping[str, str]
+) -> tuple[asyncio.subprocess.Process, int]:
+    log_path = workdir / LOG_FILE
+    with open(log_path, "ab") as log:
+        start = log.tell()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=workdir,
+                env=dict(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group, to signal as one
+            )
+        except OSError as exc:
+            raise ValueError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+    return process, start
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a zombie, dead but not yet reaped by its
+    parent, does not count)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return any(
+        entry.name.isdigit() and _in_group(entry, pgid) and _state(entry) not in ("Z", "X", "")
+        for entry in proc.iterdir()
+    )
+
+
+def _state(proc_dir: Path) -> str:
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def _is_workload_group(pgid: int, wid: int) -> bool:
+    # The pid may have been reused since: only a process that carries this workload's id in
+    # its environment is taken for the leftover.
+    try:
+        environ = Path(f"/proc/{pgid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{ENV_WORKLOAD_ID}={wid}".encode() in environ.split(b"\0")

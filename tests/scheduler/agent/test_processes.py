@@ -1,0 +1,404 @@
+"""The process backend with real child processes: environment, logs, exit codes, stopping with
+grace, checkpoint requests through the contract, and leftovers of an earlier agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.agent.backends import Assignment, BackendEvent
+from scheduler.agent.processes import ProcessBackend, log_tail
+from scheduler.agent.simulated import SimulatedGpus
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def python(code: str) -> str:
+    """A command line that runs `code` with this interpreter, shell-free."""
+    return shlex.join([sys.executable, "-c", code])
+
+
+def make_backend(
+    tmp_path: Path, grace_s: float = 5.0, **env: str
+) -> tuple[ProcessBackend, list[BackendEvent]]:
+    """A process backend on 4 simulated GPUs, and the events it reports."""
+    base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **env}
+    machine = SimulatedGpus("node-a", "H100-SXM-80GB", 4, 81559, seed=1)
+    backend = ProcessBackend(machine, tmp_path / "state", grace_s=grace_s, poll_s=0.05,
+                             base_env=base)  # fmt: skip
+    events: list[BackendEvent] = []
+    backend.subscribe(events.append)
+    return backend, events
+
+
+def run(scenario) -> None:
+    """Drive one scenario within a deadline."""
+
+    async def bounded() -> None:
+        async with asyncio.timeout(20):
+            await scenario
+
+    asyncio.run(bounded())
+
+
+async def wait_for(predicate, what: str, timeout_s: float = 5.0) -> None:
+    """Poll until `predicate()` holds."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+DUMP_ENV = python(
+    "import json, os; json.dump({'env': dict(os.environ), 'cwd': os.getcwd()}, "
+    "open('seen.json', 'w'))"
+)
+
+
+def test_a_workload_gets_the_launch_environment_in_its_own_directory(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path, WANKA_AGENT_TOKEN="secret", HOME="/home/x")
+        assignment = Assignment(
+            7, (1, 3), DUMP_ENV, {"NCCL_DEBUG": "WARN", "WORLD_SIZE": "999"},
+            nnodes=2, node_rank=1, master_addr="node-a", master_port=29500,
+        )  # fmt: skip
+        await backend.start(assignment)
+        assert (await backend.wait(7)).exit_code == 0
+        workdir = tmp_path / "state" / "workloads" / "7"
+        seen = json.loads((workdir / "seen.json").read_text())
+        env = seen["env"]
+        assert seen["cwd"] == str(workdir)
+        assert {k: env[k] for k in LAUNCH} == LAUNCH | {
+            "WANKA_CHECKPOINT_DIR": str(workdir / "checkpoints")
+        }
+        assert env["NCCL_DEBUG"] == "WARN" and env["HOME"] == "/home/x"
+        assert "WANKA_AGENT_TOKEN" not in env  # the agent's secret stays with the agent
+
+    asyncio.run(scenario())
+
+
+LAUNCH = {
+    "CUDA_VISIBLE_DEVICES": "1,3",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    "MASTER_ADDR": "node-a",
+    "MASTER_PORT": "29500",
+    "NNODES": "2",
+    "NODE_RANK": "1",
+    "WORLD_SIZE": "4",  # 2 nodes x 2 GPUs; the assignment's own value does not win
+    "PET_NNODES": "2",
+    "PET_NODE_RANK": "1",
+    "PET_NPROC_PER_NODE": "2",
+    "PET_MASTER_ADDR": "node-a",
+    "PET_MASTER_PORT": "29500",
+    "WANKA_WORKLOAD_ID": "7",
+    "WANKA_CHECKPOINT_DIR": "",
+}
+
+
+def test_the_exit_code_and_the_last_lines_of_the_log_come_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        code = "import sys\nfor i in range(120): print('line', i)\nprint('boom', file=sys.stderr)\n"
+        await backend.start(Assignment(3, (0,), python(code + "sys.exit(3)")))
+        busy = {s.index: s.util for s in backend.telemetry()}
+        result = await backend.wait(3)
+        assert result.exit_code == 3
+        assert len(result.log_tail) == 50
+        assert result.log_tail[0] == "line 71" and result.log_tail[-1] == "boom"
+        log = (tmp_path / "state" / "workloads" / "3" / "output.log").read_text()
+        assert log.count("\n") == 121  # the whole output is kept on disk
+        assert busy[0] >= 80 and busy[1] < 1
+
+    asyncio.run(scenario())
+
+
+def test_a_second_run_reports_only_its_own_lines(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(3, (0,), python("print('first run')")))
+        await backend.wait(3)
+        await backend.start(Assignment(3, (0,), python("print('second run')")))
+        assert (await backend.wait(3)).log_tail == ("second run",)
+
+    asyncio.run(scenario())
+
+
+def test_stop_sends_sigterm_and_a_process_that_obeys_ends_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path, grace_s=5.0)
+        await backend.start(Assignment(1, (0,), python("import time; time.sleep(60)")))
+        started = time.monotonic()
+        await backend.stop(1)
+        assert time.monotonic() - started < 2.0
+        assert (await backend.wait(1)).exit_code == -signal.SIGTERM
+
+    asyncio.run(scenario())
+
+
+IGNORES_SIGTERM = python(
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path, grace_s=0.5)
+        await backend.start(Assignment(1, (0,), IGNORES_SIGTERM))
+        log = tmp_path / "state" / "workloads" / "1" / "output.log"
+        await wait_for(lambda: "ready" in log.read_text(), "the handler to be installed")
+        started = time.monotonic()
+        await backend.stop(1)
+        elapsed = time.monotonic() - started
+        assert 0.5 <= elapsed < 3.0, elapsed
+        assert (await backend.wait(1)).exit_code == -signal.SIGKILL
+
+    asyncio.run(scenario())
+
+
+def test_what_the_main_process_leaves_in_its_group_is_killed_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        spawn = (
+            "import subprocess, sys\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "open('child.pid', 'w').write(str(child.pid))\n"
+        )
+        await backend.start(Assignment(2, (0,), python(spawn)))
+        assert (await backend.wait(2)).exit_code == 0
+        pid = int((tmp_path / "state" / "workloads" / "2" / "child.pid").read_text())
+        await wait_for(lambda: not _alive(pid), "the orphaned rank to be killed")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("command", "gpus", "reason"),
+    [
+        pytest.param("", (0,), "has no command", id="an empty command"),
+        pytest.param("python -c 'unclosed", (0,), "cannot split", id="a quote left open"),
+        pytest.param("no-such-program-xyz --x", (0,), "cannot run", id="a program not there"),
+        pytest.param(python("pass"), (4,), "GPU index 4 does not exist", id="a GPU not there"),
+    ],
+)
+def test_what_cannot_be_launched_is_refused(
+    tmp_path: Path, command: str, gpus: tuple[int, ...], reason: str
+) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        with pytest.raises(ValueError, match=reason):
+            await backend.start(Assignment(1, gpus, command))
+        with pytest.raises(KeyError):
+            backend.step(1)
+
+    asyncio.run(scenario())
+
+
+# A training loop in miniature that follows the contract through the helper: one step every
+# 20 ms, a periodic save every 0.2 s, and a save at the next step when asked.
+TRAINER = python(
+    "import time\n"
+    "from pathlib import Path\n"
+    "from scheduler.agent.contract import Checkpointing\n"
+    "ckpt = Checkpointing.from_env()\n"
+    "step = ckpt.resume_step(lambda path: int(Path(path).read_text()))\n"
+    "print('resumed at', step, flush=True)\n"
+    "while True:\n"
+    "    step += 1\n"
+    "    time.sleep(0.02)\n"
+    "    if ckpt.due(step):\n"
+    "        ckpt.save(step, lambda path: Path(path).write_text(str(step)))\n"
+)
+
+
+def saves(events: list[BackendEvent]) -> list[dict[str, Any]]:
+    """The details of the checkpoint_saved events."""
+    return [dict(e.detail) for e in events if e.kind == "checkpoint_saved"]
+
+
+def test_a_checkpoint_request_is_answered_by_a_save_that_is_reported(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, events = make_backend(tmp_path)
+        env = {"WANKA_CHECKPOINT_INTERVAL_S": "0.2"}
+        await backend.start(Assignment(5, (0,), TRAINER, env))
+        await wait_for(lambda: len(saves(events)) >= 2, "two periodic saves")
+        saved = await backend.checkpoint(5, request_id="c-1", timeout_s=5)
+        assert (saved["kind"], saved["request_id"]) == ("requested", "c-1")
+        assert saves(events)[-1] == saved  # reported before the request is answered
+        assert Path(saved["location"]).read_text() == str(saved["step"])
+        assert {s["kind"] for s in saves(events)[:-1]} == {"periodic"}
+        assert backend.step(5) >= saved["step"]
+        await backend.stop(5)
+        result = await backend.wait(5)
+        assert result.exit_code == -signal.SIGTERM and result.step >= saved["step"]
+
+        # Started again: it resumes from the newest save, and old saves are not re-reported.
+        before = len(saves(events))
+        await backend.start(Assignment(5, (0,), TRAINER, env))
+        assert backend.step(5) == saves(events)[-1]["step"]
+        await wait_for(lambda: len(saves(events)) > before, "a save of the second run")
+        assert saves(events)[before]["step"] > saves(events)[before - 1]["step"]
+        await backend.stop(5)
+        tail = (await backend.wait(5)).log_tail
+        assert f"resumed at {saves(events)[before - 1]['step']}" in tail
+
+    run(scenario())
+
+
+def test_a_request_to_a_process_that_ignores_the_contract_times_out_and_spares_it(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(6, (0,), python("import time; time.sleep(60)")))
+        await asyncio.sleep(0.3)  # the interpreter is up: SIGUSR1 would end it by default
+        with pytest.raises(TimeoutError, match="no checkpoint of workload 6 landed within 0.4 s"):
+            await backend.checkpoint(6, request_id="c-2", timeout_s=0.4)
+        assert backend.telemetry()[0].util >= 80  # still running: it was not signalled
+        await backend.stop(6)
+        assert (await backend.wait(6)).exit_code == -signal.SIGTERM
+
+    run(scenario())
+
+
+def test_a_request_to_a_workload_that_ends_first_fails_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(8, (0,), python("import time; time.sleep(0.3)")))
+        waiter = asyncio.create_task(backend.wait(8))
+        with pytest.raises(LookupError, match="ended before saving"):
+            await backend.checkpoint(8, request_id="c-3", timeout_s=10)
+        assert (await waiter).exit_code == 0
+        with pytest.raises(LookupError, match="not running"):
+            await backend.checkpoint(8)
+
+    run(scenario())
+
+
+def test_a_leftover_of_an_earlier_agent_is_stopped_before_the_workload_starts_again(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        workdir = tmp_path / "state" / "workloads" / "9"
+        workdir.mkdir(parents=True)
+        leftover = subprocess.Popen(
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+            env={**os.environ, "WANKA_WORKLOAD_ID": "9"},
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            assert leftover.stdout.readline() == b"up\n"  # past exec: its own environment
+            (workdir / "pgid").write_text(str(leftover.pid))
+            started = time.monotonic()
+            backend, _ = make_backend(tmp_path)
+            await backend.start(Assignment(9, (0,), python("print('fresh')")))
+            assert leftover.wait(timeout=5) == -signal.SIGTERM
+            assert time.monotonic() - started < 2.0  # it ended on SIGTERM, within the grace
+            assert (await backend.wait(9)).log_tail == ("fresh",)
+        finally:
+            leftover.kill()
+            leftover.wait()
+            leftover.stdout.close()
+
+    run(scenario())
+
+
+def test_an_unrelated_process_under_a_stale_pid_file_is_left_alone(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        workdir = tmp_path / "state" / "workloads" / "9"
+        workdir.mkdir(parents=True)
+        stranger = subprocess.Popen(
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            assert stranger.stdout.readline() == b"up\n"
+            (workdir / "pgid").write_text(str(stranger.pid))
+            backend, _ = make_backend(tmp_path)
+            await backend.start(Assignment(9, (0,), python("pass")))
+            await backend.wait(9)
+            assert stranger.poll() is None
+        finally:
+            stranger.kill()
+            stranger.wait()
+            stranger.stdout.close()
+
+    run(scenario())
+
+
+def test_the_log_tail_skips_a_line_cut_by_the_read_window(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    log.write_text("x" * 70_000 + "\nlast\n")
+    assert log_tail(log, 0, 10) == ("last",)
+    long = tmp_path / "long.log"
+    long.write_text("y" * 1000 + "\n")
+    assert log_tail(long, 0, 10) == ("y" * 400,)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone as far as the GPUs are concerned.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# Follows the contract, but every save it tries fails.
+FAILING_SAVER = python(
+    "import time\n"
+    "from scheduler.agent.contract import Checkpointing\n"
+    "ckpt = Checkpointing.from_env()\n"
+    "print('ready', flush=True)\n"
+    "step = 0\n"
+    "def broken(path):\n"
+    "    raise OSError('disk full')\n"
+    "while True:\n"
+    "    step += 1\n"
+    "    time.sleep(0.02)\n"
+    "    if ckpt.due(step):\n"
+    "        try:\n"
+    "            ckpt.save(step, broken)\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
+
+
+def test_a_failed_save_fails_the_request_and_is_reported_as_failed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, events = make_backend(tmp_path)
+        await backend.start(Assignment(4, (0,), FAILING_SAVER))
+        log = tmp_path / "state" / "workloads" / "4" / "output.log"
+        await wait_for(lambda: "ready" in log.read_text(), "the handler to be installed")
+        with pytest.raises(RuntimeError, match="the save failed: OSError..disk full"):
+            await backend.checkpoint(4, request_id="c-5", kind="triggered", timeout_s=5)
+        [failed] = saves(events)
+        assert (failed["status"], failed["kind"], failed["request_id"]) == (
+            "failed",
+            "triggered",
+            "c-5",
+        )
+        assert backend.step(4) == 0  # a failed save is no progress
+        await backend.stop(4)
+        await backend.wait(4)
+
+    run(scenario())
