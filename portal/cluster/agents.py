@@ -3,8 +3,6 @@ told "look again" and then sent its whole desired state, so a lost message costs
 
 from collections import defaultdict
 
-from django.db.models import Max, Min
-
 from portal.cluster.models import Node
 from portal.core.live import node_group, send_many
 
@@ -14,9 +12,9 @@ MASTER_PORT_BASE = 29500
 def desired_state(node: Node) -> dict:
     """The `desired_state` message fields for `node`: every assignment it should run.
 
-    At most four queries whatever the gang sizes: this node's GPUs, then for the workloads on
-    it their master (rank 0) nodes and their node counts, both fixed at admission, and the
-    checkpoints they resume from.
+    Queries: this node's GPUs, the checkpoints its workloads resume from, and per workload
+    on it two index lookups (its master, rank 0, and its last rank), never a scan of a gang's
+    allocations: a restart of a 1,000-node job asks this of all 1,000 nodes at once.
     """
     from portal.workloads.choices import CheckpointStatus
     from portal.workloads.models import Allocation, Checkpoint
@@ -29,13 +27,13 @@ def desired_state(node: Node) -> dict:
         workloads[alloc.workload_id] = alloc.workload
     if not mine:
         return {"generation": node.generation, "assignments": []}
-    gangs = Allocation.objects.filter(workload_id__in=mine)
-    masters = {
-        row["workload_id"]: row for row in gangs.filter(node_rank=0)
-        .values("workload_id", "node__name").annotate(first_gpu=Min("gpu_index"))
-    }
-    last_rank = dict(gangs.values("workload_id").annotate(n=Max("node_rank"))
-                     .values_list("workload_id", "n"))
+    masters, last_rank = {}, {}
+    for workload_id in mine:
+        gang = Allocation.objects.filter(workload_id=workload_id).order_by("node_rank",
+                                                                            "gpu_index")
+        masters[workload_id] = gang.values("node__name", "gpu_index").first()
+        last_rank[workload_id] = gang.order_by("-node_rank").values_list(
+            "node_rank", flat=True).first()
     # Every (re)start resumes from the newest complete checkpoint.
     resume = {}
     for workload_id, location in (
@@ -57,7 +55,7 @@ def desired_state(node: Node) -> dict:
             "node_rank": ranks[workload_id],
             "master_addr": master["node__name"],
             # GPUs are exclusive, so the master's first GPU index makes the port unique there.
-            "master_port": MASTER_PORT_BASE + master["first_gpu"],
+            "master_port": MASTER_PORT_BASE + master["gpu_index"],
         })
     return {"generation": node.generation, "assignments": assignments}
 

@@ -43,17 +43,20 @@ def unanswered(node_id: int) -> list[dict]:
     return [command.message() for command in commands]
 
 
-def answer(node_id: int, command_id: str, ok: bool, detail: str) -> NodeCommand | None:
-    """Record an agent's ack; the first one counts. None for an id this node was never sent."""
+def answer(node_id: int, command_id: str, ok: bool, detail: str) -> bool:
+    """Record an agent's ack; the first one counts. False for an id this node was never sent
+    or has answered already. One query for a success, which is what a 1,000-node save sends
+    1,000 of; a refusal also wakes whoever waits on the command."""
     state = CommandState.DONE if ok else CommandState.FAILED
     claimed = NodeCommand.objects.filter(pk=command_id, node_id=node_id,
                                          state=CommandState.SENT).update(
         state=state, detail=detail[:500], answered_at=timezone.now())
-    command = NodeCommand.objects.filter(pk=command_id, node_id=node_id).first()
-    if command is None:
-        log.warning("node %s acked unknown command %s", node_id, command_id)
-    elif claimed and command.workload_id is not None:
-        from portal.workloads.recovery import command_answered
+    if not claimed:
+        if not NodeCommand.objects.filter(pk=command_id, node_id=node_id).exists():
+            log.warning("node %s acked unknown command %s", node_id, command_id)
+        return False
+    if not ok:
+        from portal.workloads.recovery import command_refused
 
-        command_answered(command)
-    return command
+        command_refused(NodeCommand.objects.get(pk=command_id))
+    return True

@@ -130,9 +130,19 @@ class AgentConsumer(AsyncWebsocketConsumer):
         elif kind == "fault":
             await self.on_fault(detail)
         elif kind == "checkpoint_saved" and workload_id is not None:
-            await in_db(record_saved)(workload_id, self.node.id, detail)
+            await self.on_checkpoint(workload_id, detail)
         else:
             log.info("node %s: event %s %s", self.node.name, kind, detail)
+
+    async def on_checkpoint(self, workload_id, detail):
+        step = detail.get("step")
+        if detail.get("status", "complete") == "complete" and isinstance(step, int):
+            # Every rank of a gang reports the same save: only the first is written down.
+            first = await aclient().set(f"wanka:checkpoint:{workload_id}:{step}", 1, nx=True,
+                                        ex=86400)
+            if not first:
+                return
+        await in_db(record_saved)(workload_id, self.node.id, detail)
 
     async def on_fault(self, detail):
         try:

@@ -58,30 +58,52 @@ def _current(workload: Workload | None, attempt: int) -> bool:
 
 def mark_started(workload_id: int, node_id: int, attempt: int = 0) -> None:
     """An agent runs its part of the workload; the gang is RUNNING once every node does (and
-    a recovering one once every node runs the restarted attempt)."""
+    a recovering one once every node runs the restarted attempt).
+
+    The node's rows are marked without locking the workload, so the nodes of a 1,000-node gang
+    do not queue behind one lock; the last to commit sees every node started and makes the
+    transition under the lock."""
+    workload = Workload.objects.filter(pk=workload_id).only("state", "attempt").first()
+    if not _startable(workload, attempt):
+        return
+    marked = Allocation.objects.filter(workload_id=workload_id, node_id=node_id,
+                                       started=False).update(started=True)
+    left = Allocation.objects.filter(workload_id=workload_id, started=False).exists()
+    if not marked or (left and workload.state != State.ADMITTED):
+        return
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
-        if not _current(workload, attempt) or workload.state not in (
-            State.ADMITTED, State.STARTING, State.RECOVERING
-        ):
-            return
-        if workload.state == State.RECOVERING and not workload.recoveries.filter(
-            step=RecoveryStep.RESTARTING
-        ).exists():
-            return
-        Allocation.objects.filter(workload=workload, node_id=node_id).update(started=True)
-        _run_if_all_started(workload)
+        if _startable(workload, attempt):
+            _run_if_all_started(workload)
+
+
+def _ends(workload: Workload | None, attempt: int) -> bool:
+    """Whether an exit report can end the workload: it is about the current attempt of a
+    workload holding GPUs that is not recovering (a recovery expects its exits)."""
+    return (_current(workload, attempt) and workload.state in HOLDING
+            and workload.state != State.RECOVERING)
+
+
+def _startable(workload: Workload | None, attempt: int) -> bool:
+    if not _current(workload, attempt):
+        return False
+    if workload.state == State.RECOVERING:
+        return workload.recoveries.filter(step=RecoveryStep.RESTARTING).exists()
+    return workload.state in (State.ADMITTED, State.STARTING)
 
 
 def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:
     """The workload's processes on `node_id` exited. The first non-zero exit fails the gang;
     it succeeds once every node has exited 0 (ranks still saving or uploading are not cut off
     by the first one done). Exits while recovering are expected: the recovery restarts it."""
+    # Looked at first without a lock: the exits of a 1,000-node gang's old attempt while it
+    # recovers must not queue behind each other.
+    if not _ends(Workload.objects.filter(pk=workload_id).only("state", "attempt").first(),
+                 attempt):
+        return
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
-        if not _current(workload, attempt) or workload.state not in HOLDING:
-            return
-        if workload.state == State.RECOVERING:
+        if not _ends(workload, attempt):
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
             started=True, exit_code=exit_code)

@@ -156,7 +156,12 @@ class Allocation(models.Model):
             models.UniqueConstraint(fields=["node", "gpu_index"],
                                     name="%(app_label)s_%(class)s_unique_gpu_allocation")
         ]
-        indexes = [models.Index(fields=["workload", "node_rank"])]
+        indexes = [
+            models.Index(fields=["workload", "node_rank"]),
+            # Is any node of the gang still to start? Asked once per node report.
+            models.Index(fields=["workload"], condition=models.Q(started=False),
+                         name="workloads_alloc_unstarted"),
+        ]
 
     def __str__(self):
         return f"{self.node}:{self.gpu_index} -> {self.workload}"

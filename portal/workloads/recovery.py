@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 RECOVERABLE = (State.ADMITTED, State.STARTING, State.RUNNING)
 # A recovery no worker has touched for this long is picked up again by the sweeper.
 STALE_AFTER = timedelta(seconds=10)
+# How often a recovery waiting for a save's acks looks at them.
+LOOK_AGAIN_S = 0.25
 
 
 def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
@@ -82,14 +84,10 @@ def kick(recovery_id: int) -> None:
     transaction.on_commit(lambda: advance_recovery.delay(recovery_id))
 
 
-def command_answered(command: NodeCommand) -> None:
-    """An agent acked a command: a recovery waiting for that save moves on once the last ack
-    is in, or at the first refusal (one task, not one per rank of a 1,000-node job)."""
-    if command.action != "checkpoint":
-        return
-    still_out = NodeCommand.objects.filter(workload_id=command.workload_id, action="checkpoint",
-                                           state=CommandState.SENT).exists()
-    if still_out and command.state != CommandState.FAILED:
+def command_refused(command: NodeCommand) -> None:
+    """An agent refused a save a recovery waits for: fall back at once. (Successes need no
+    word: the waiting recovery looks at its acks every quarter second.)"""
+    if command.action != "checkpoint" or command.workload_id is None:
         return
     waiting = Recovery.objects.filter(workload_id=command.workload_id,
                                       step=RecoveryStep.SAVING).values_list("pk", flat=True)
@@ -99,7 +97,7 @@ def command_answered(command: NodeCommand) -> None:
 
 def advance(recovery_id: int) -> bool:
     """Take the recovery as far as it can go now; True when it waits for something (acks of a
-    save), so the caller should look again shortly."""
+    save), so the caller should look again shortly (`LOOK_AGAIN_S`)."""
     while True:
         recovery = Recovery.objects.select_related("workload", "fault").get(pk=recovery_id)
         step = _STEPS.get(recovery.step)

@@ -34,10 +34,10 @@ def run_cycle() -> None:
 
 @shared_task(acks_late=True, soft_time_limit=30)
 def advance_recovery(recovery_id: int) -> None:
-    """Move a recovery on; while it waits for a save's acks, look again in half a second.
+    """Move a recovery on; while it waits for a save's acks, look again shortly.
     (acks_late: a worker that dies mid-step leaves the message to be delivered again.)"""
     if recovery.advance(recovery_id):
-        advance_recovery.apply_async((recovery_id,), countdown=0.5)
+        advance_recovery.apply_async((recovery_id,), countdown=recovery.LOOK_AGAIN_S)
 
 
 @shared_task(soft_time_limit=20, expires=5)

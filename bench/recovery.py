@@ -1,0 +1,203 @@
+"""Fault recovery of one large job: how long from the fault to the restart on every node.
+
+    python -m bench.recovery [--nodes 1000] [--heartbeat 5]
+
+A fresh throwaway database with one pod of `nodes` + 1 nodes (8 GPUs each, the last a hot
+spare), one daphne process, one Celery worker, and the simulated fleet in this process, each
+agent on its own WebSocket. One job with the fault-triggered checkpoint policy takes every node
+but the spare. Once it runs, XID 79 is injected on one node through the real path (operator
+command -> agent -> fault event -> cordon -> recovery task). Measured from the fault event (its
+database timestamp):
+
+- save_s: until the healthy ranks' triggered save is acked by all of them;
+- fault_to_restart_push_s: until every agent holds the restart (the new attempt), seen by the
+  agents themselves;
+- fault_to_all_acks_s: until every node reports the new attempt running and the job is RUNNING.
+
+The last line is JSON: nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s and the
+per-node cost (ms_per_node) that projects the time at 12,500 nodes.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench.agents import connected_nodes, database_url, start_server
+
+
+def start_worker(log_path, url: str) -> subprocess.Popen:
+    from django.conf import settings
+
+    env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": settings.REDIS_URL,
+           "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "scheduling,celery",
+         "--pool", "threads", "--concurrency", "4", "--loglevel", "INFO"],
+        env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while "ready." not in log_path.read_text():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the worker did not start:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.2)
+    return worker
+
+
+def build(nodes: int):
+    """The cluster, the spare, a tenant and the job; returns (job, node specs)."""
+    from portal.cluster.models import Node
+    from portal.core import demo
+    from portal.quotas.models import Queue, QueueQuota
+    from portal.tenancy.models import Tenant
+    from portal.workloads.models import Workload
+    from scheduler.agent.fleet import NodeSpec
+
+    per_leaf = 50
+    leaves = -(-(nodes + 1) // per_leaf)
+    built = demo.build_cluster({"bench": {"p1": ("H800", leaves)}}, nodes_per_leaf=per_leaf)
+    built = built[: nodes + 1]
+    Node.objects.exclude(pk__in=[n.pk for n in built]).delete()
+    Node.objects.filter(pk=built[-1].pk).update(spare=True)
+    tenant = Tenant.objects.create(name="Bench", slug="bench")
+    queue = Queue.objects.create(tenant=tenant, name="train",
+                                 region=built[0].leaf.pod.datacenter.region)
+    model = built[0].gpu_model
+    QueueQuota.objects.create(queue=queue, gpu_model=model, nominal=8 * nodes)
+    job = Workload.objects.create(tenant=tenant, queue=queue, name="big", gpu_model=model,
+                                  gpus=8 * nodes, checkpoint_policy="triggered",
+                                  topology="pod", simulated_duration_s=24 * 3600)
+    specs = [NodeSpec(hostname=n.name, token=n.issue_token(), gpu_model="H800") for n in built]
+    return job, specs
+
+
+def forget_node_groups() -> None:
+    """Node ids repeat from one throwaway database to the next, and a killed server leaves its
+    agents' channels in their node groups (for a day, the channel layer's group expiry): drop
+    them, so this run's messages go only to this run's agents."""
+    from portal.core.redis import client
+
+    redis = client()
+    stale = list(redis.scan_iter("asgi:group:node.*", count=1000))
+    if stale:
+        redis.delete(*stale)
+
+
+def db(func, *args, **kwargs):
+    """Run an ORM call on a worker thread with its own connection, closed after."""
+    from django.db import connection
+
+    def call():
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return asyncio.to_thread(call)
+
+
+async def wait_for(predicate, what: str, timeout: float = 300, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while not (value := await predicate()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(every)
+    return value
+
+
+def measure(nodes: int, heartbeat: float) -> dict:
+    from django.conf import settings
+
+    from portal.cluster.commands import send_command
+    from portal.cluster.models import FaultEvent
+    from portal.workloads.cycle import scheduling_cycle
+    from portal.workloads.models import Recovery, Workload
+    from scheduler.agent.fleet import build_agent
+
+    job, specs = build(nodes)
+    forget_node_groups()
+    url = database_url()
+    server, port = start_server(settings.DATA_DIR / "bench-recovery-daphne.log", url)
+    worker = start_worker(settings.DATA_DIR / "bench-recovery-worker.log", url)
+    agents = [build_agent(spec, f"ws://127.0.0.1:{port}/ws/agent/", heartbeat)
+              for spec in specs]
+
+    def state():
+        return Workload.objects.get(pk=job.pk).state
+
+    async def restarted_everywhere():
+        """The moment every node of the job (the spare in, the victim out) holds attempt 1."""
+        holding = all(any(w["workload_id"] == job.pk and w["attempt"] == 1
+                          for w in agent.workload_report())
+                      for agent in agents if agent.hostname != victim_name)
+        return holding and time.time()
+
+    async def run():
+        nonlocal victim_name
+        tasks = []
+        for agent in agents:
+            tasks.append(asyncio.create_task(agent.run()))
+            await asyncio.sleep(0.02)  # the fleet's ramp: 50 connections a second
+        await wait_for(lambda: _at_least(nodes + 1), "every agent to connect", every=0.5)
+        await db(scheduling_cycle)
+        await wait_for(lambda: _is(db(state), "running"), "the job to run", every=0.2)
+        victim = await db(lambda: job.allocations.get(node_rank=nodes // 2, gpu_index=0).node)
+        victim_name = victim.name
+        await db(send_command, victim.pk, "inject_fault", code="xid-79", gpu_index=0)
+        pushed_at = await wait_for(restarted_everywhere, "every node to hold the restart")
+        await wait_for(lambda: _is(db(state), "running"), "the job to run again", every=0.05)
+        fault = await db(lambda: FaultEvent.objects.get(node=victim))
+        recovery = await db(lambda: Recovery.objects.get(workload_id=job.pk))
+        await asyncio.gather(*(agent.stop() for agent in agents))
+        for task in tasks:
+            task.cancel()
+        return fault, recovery, pushed_at
+
+    victim_name = ""
+    try:
+        fault, recovery, pushed_at = asyncio.run(run())
+    finally:
+        for child in (server, worker):
+            child.terminate()
+            child.wait(timeout=15)
+    t0 = fault.occurred_at.timestamp()
+    saved = recovery.restart_pushed_at.timestamp() - t0
+    all_acks = recovery.finished_at.timestamp() - t0
+    return {"nodes": nodes, "save_s": round(saved, 2),
+            "fault_to_restart_push_s": round(pushed_at - t0, 2),
+            "fault_to_all_acks_s": round(all_acks, 2),
+            "ms_per_node": round(1000 * all_acks / nodes, 2),
+            "outcome": recovery.outcome}
+
+
+async def _at_least(count: int) -> bool:
+    return await db(connected_nodes) >= count
+
+
+async def _is(awaitable, value) -> bool:
+    return await awaitable == value
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--heartbeat", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        result = measure(args.nodes, args.heartbeat)
+    finally:
+        connection.creation.destroy_test_db(test_db, verbosity=0)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
