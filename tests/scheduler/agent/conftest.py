@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -125,3 +128,24 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def no_workload_outlives_its_test(monkeypatch: pytest.MonkeyPatch):
+    """Workloads outlive their agent by design (a control-plane outage must not kill
+    training), so a test's real processes are killed here, with their process groups."""
+    from scheduler.agent.processes import ProcessBackend
+
+    created: list[ProcessBackend] = []
+    original = ProcessBackend.__init__
+
+    def tracked(self: ProcessBackend, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(ProcessBackend, "__init__", tracked)
+    yield
+    for backend in created:
+        for proc in backend._procs.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.process.pid, signal.SIGKILL)
