@@ -11,7 +11,8 @@ The contract (see `scheduler.agent.contract`):
 - on start, resume from ``WANKA_RESUME_FROM`` or the newest complete save in the manifest.
 
 Each save is one ``torch.save`` of the model, the optimizer and the step. The script prints
-``step <n> loss <x>`` every ``--log-every`` steps and ``resumed from step <n>`` when it resumes.
+``training on <device>`` first, ``step <n> loss <x>`` every ``--log-every`` steps and
+``resumed from step <n>`` when it resumes.
 
     WANKA_CHECKPOINT_DIR=/tmp/ckpt WANKA_CHECKPOINT_INTERVAL_S=5 python examples/train_tiny.py
 """
@@ -56,6 +57,7 @@ def main() -> None:
     """Train, saving and resuming as the contract says."""
     args = _parser().parse_args()
     device = _device(args.device)
+    print(f"training on {_describe(device)}", flush=True)
     teacher = make_teacher(device)
     torch.manual_seed(0)
     model = make_model().to(device)
@@ -100,6 +102,12 @@ def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def _describe(device: torch.device) -> str:
+    if device.type != "cuda":
+        return str(device)
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def _parser() -> argparse.ArgumentParser:

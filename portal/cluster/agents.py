@@ -10,54 +10,66 @@ MASTER_PORT_BASE = 29500
 
 
 def desired_state(node: Node) -> dict:
-    """The `desired_state` message fields for `node`: every assignment it should run.
+    """The `desired_state` message fields for `node`: every assignment it should run."""
+    return desired_states([node.pk])[node.pk]
 
-    Queries: this node's GPUs, the checkpoints its workloads resume from, and per workload
-    on it two index lookups (its master, rank 0, and its last rank), never a scan of a gang's
-    allocations: a restart of a 1,000-node job asks this of all 1,000 nodes at once.
-    """
+
+def desired_states(node_ids) -> dict[int, dict]:
+    """The `desired_state` message fields of each node, all at once: six queries for any number
+    of nodes, so telling the 1,000 nodes of a restarted job costs one pass, not 1,000."""
     from portal.workloads.choices import CheckpointStatus
-    from portal.workloads.models import Allocation, Checkpoint
+    from portal.workloads.models import Allocation, Checkpoint, Workload
 
-    mine = defaultdict(list)
-    ranks, workloads = {}, {}
-    for alloc in Allocation.objects.filter(node=node).select_related("workload"):
-        mine[alloc.workload_id].append(alloc.gpu_index)
-        ranks[alloc.workload_id] = alloc.node_rank
-        workloads[alloc.workload_id] = alloc.workload
-    if not mine:
-        return {"generation": node.generation, "assignments": []}
-    masters, last_rank = {}, {}
-    for workload_id in mine:
-        gang = Allocation.objects.filter(workload_id=workload_id).order_by("node_rank",
-                                                                            "gpu_index")
-        masters[workload_id] = gang.values("node__name", "gpu_index").first()
-        last_rank[workload_id] = gang.order_by("-node_rank").values_list(
-            "node_rank", flat=True).first()
+    generations = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "generation"))
+    gpus = defaultdict(lambda: defaultdict(list))
+    ranks = {}
+    for node_id, workload_id, index, rank in Allocation.objects.filter(
+        node_id__in=generations
+    ).values_list("node_id", "workload_id", "gpu_index", "node_rank"):
+        gpus[node_id][workload_id].append(index)
+        ranks[node_id, workload_id] = rank
+    workloads = Workload.objects.in_bulk({w for on_node in gpus.values() for w in on_node})
+    gangs = {workload_id: _gang(workload_id) for workload_id in workloads}
     # Every (re)start resumes from the newest complete checkpoint.
-    resume = {}
-    for workload_id, location in (
-        Checkpoint.objects.filter(workload_id__in=mine, status=CheckpointStatus.COMPLETE)
-        .order_by("workload_id", "step").values_list("workload_id", "location")
-    ):
-        resume[workload_id] = location
-    assignments = []
-    for workload_id in sorted(mine):
-        workload, master = workloads[workload_id], masters[workload_id]
-        assignments.append({
-            "workload_id": workload_id,
-            "gpu_indices": sorted(mine[workload_id]),
-            "command": workload.command,
-            "env": _env(workload, resume.get(workload_id)),
-            "attempt": workload.attempt,
-            "simulated_duration_s": workload.simulated_duration_s,
-            "nnodes": last_rank[workload_id] + 1,
-            "node_rank": ranks[workload_id],
-            "master_addr": master["node__name"],
-            # GPUs are exclusive, so the master's first GPU index makes the port unique there.
-            "master_port": MASTER_PORT_BASE + master["gpu_index"],
-        })
-    return {"generation": node.generation, "assignments": assignments}
+    resume = dict(Checkpoint.objects.filter(workload_id__in=workloads,
+                                            status=CheckpointStatus.COMPLETE)
+                  .order_by("workload_id", "step").values_list("workload_id", "location"))
+    return {
+        node_id: {"generation": generation, "assignments": [
+            _assignment(workloads[w], sorted(gpus[node_id][w]), ranks[node_id, w], gangs[w],
+                        resume.get(w))
+            for w in sorted(gpus[node_id])
+        ]}
+        for node_id, generation in generations.items()
+    }
+
+
+def _gang(workload_id: int) -> tuple[str, int, int]:
+    """The workload's master (rank 0) node and first GPU there, and its node count: two index
+    lookups, never a scan of a large gang's allocations."""
+    from portal.workloads.models import Allocation
+
+    gang = Allocation.objects.filter(workload_id=workload_id)
+    master = gang.order_by("node_rank", "gpu_index").values_list("node__name", "gpu_index")[0]
+    last = gang.order_by("-node_rank").values_list("node_rank", flat=True)[0]
+    return master[0], master[1], last + 1
+
+
+def _assignment(workload, indices, rank, gang, resume_from) -> dict:
+    master, first_gpu, nnodes = gang
+    return {
+        "workload_id": workload.pk,
+        "gpu_indices": indices,
+        "command": workload.command,
+        "env": _env(workload, resume_from),
+        "attempt": workload.attempt,
+        "simulated_duration_s": workload.simulated_duration_s,
+        "nnodes": nnodes,
+        "node_rank": rank,
+        "master_addr": master,
+        # GPUs are exclusive, so the master's first GPU index makes the port unique there.
+        "master_port": MASTER_PORT_BASE + first_gpu,
+    }
 
 
 def _env(workload, resume_from: str | None) -> dict[str, str]:
@@ -71,6 +83,9 @@ def _env(workload, resume_from: str | None) -> dict[str, str]:
 
 
 def sync_nodes(node_ids) -> None:
-    """Ask the agents of these nodes to take their desired state again (all at once: a
-    recovery of a 1,000-node job tells 1,000 agents)."""
-    send_many([(node_group(node_id), {"type": "agent.sync"}) for node_id in sorted(node_ids)])
+    """Send the agents of these nodes their desired state, all at once (a recovery of a
+    1,000-node job tells 1,000 agents). Called once the change has committed; a consumer that
+    already sent a newer generation looks the state up again instead."""
+    states = desired_states(list(node_ids))
+    send_many([(node_group(node_id), {"type": "agent.sync", "state": state})
+               for node_id, state in sorted(states.items())])

@@ -13,7 +13,7 @@ from portal.cluster import commands, fanin
 from portal.cluster.agents import desired_state
 from portal.cluster.faults import classify, record_fault
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, SAVES_SEEN, TELEMETRY
 from portal.core.live import node_group
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -35,6 +35,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     """Authenticates a node by its token, records what it reports, and keeps it converged."""
 
     node: Node | None = None
+    sent_generation = -1  # the newest desired state this connection has sent
 
     async def connect(self):
         headers = dict(self.scope["headers"])
@@ -77,7 +78,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_hello(self, message):
         state, unanswered = await _hello(self.node.id, self.channel_name, message)
-        await self.send(protocol.encode("desired_state", **state))
+        await self.send_state(state)
         for command in unanswered:
             await self.send(protocol.encode("command", **command))
         await self.on_workloads(message["workloads"])
@@ -135,14 +136,18 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.info("node %s: event %s %s", self.node.name, kind, detail)
 
     async def on_checkpoint(self, workload_id, detail):
-        step = detail.get("step")
+        step, key = detail.get("step"), None
         if detail.get("status", "complete") == "complete" and isinstance(step, int):
             # Every rank of a gang reports the same save: only the first is written down.
-            first = await aclient().set(f"wanka:checkpoint:{workload_id}:{step}", 1, nx=True,
-                                        ex=86400)
-            if not first:
+            key = f"{SAVES_SEEN}{workload_id}:{step}"
+            if not await aclient().set(key, 1, nx=True, ex=3600):
                 return
-        await in_db(record_saved)(workload_id, self.node.id, detail)
+        try:
+            await in_db(record_saved)(workload_id, self.node.id, detail)
+        except Exception:
+            if key:
+                await aclient().delete(key)  # let another rank's report write it down
+            raise
 
     async def on_fault(self, detail):
         try:
@@ -160,8 +165,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
                                      message["detail"])
 
     async def agent_sync(self, event):
-        """Channel layer message: send this node its whole desired state."""
-        state = await in_db(_desired_state)(self.node.id)
+        """Channel layer message: send this node its whole desired state, as the sender worked
+        it out, unless this connection has already sent a newer one (then read it afresh)."""
+        state = event.get("state")
+        if state is None or state["generation"] < self.sent_generation:
+            state = await in_db(_desired_state)(self.node.id)
+        await self.send_state(state)
+
+    async def send_state(self, state):
+        self.sent_generation = state["generation"]
         await self.send(protocol.encode("desired_state", **state))
 
     async def agent_command(self, event):

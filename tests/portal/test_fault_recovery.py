@@ -53,6 +53,7 @@ def test_a_job_hit_by_xid_79_runs_again_on_the_spare_from_its_triggered_save(
                    .exists(), 60, "the recovery to finish")
         fault = live.wait_for("fault", lambda p: p["workloads"], timeout=10)
         assert fault["kind"] == "xid-79" and fault["workloads"] == ["llama-70b"]
+        live.wait_for("recovery", lambda p: p["step"] == RecoveryStep.DONE, timeout=10)
         steps = [p["step"] for p in live.of("recovery")]
     finally:
         live.close()

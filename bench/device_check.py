@@ -1,0 +1,297 @@
+"""The Python side of bench/device_check.sh, which starts the processes; run from the repo root.
+
+    python -m bench.device_check setup --backend nvml --datacenter dc-check  # prints a token
+    python -m bench.device_check run --backend nvml --agent-pid PID --state-dir DIR --started T
+
+`setup` reads the GPUs the way the agent will (so that the GPU model it reports exists in the
+database; this is also where a machine without NVML is turned away), migrates the throwaway
+database and creates a region, the data center, the GPU model, a tenant whose queue has quota,
+and a bootstrap token, which it prints. `run` waits for the agent to enrol, prints the inventory
+and telemetry the portal recorded, runs examples/train_tiny.py on one GPU, asks for a
+checkpoint, cancels the job and prints one JSON line. Any failure exits 1 saying what failed.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+
+from scheduler.agent.backends import NodeInventory
+from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable
+from scheduler.agent.processes import LOG_FILE, PGID_FILE
+from scheduler.agent.simulated import SimulatedGpus
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 60.0  # for each step: enrolment, the job starting, the checkpoint, the stop
+TRAIN_ARGS = "--steps 1000000 --sleep-s 0.01 --log-every 50"  # runs until cancelled
+
+
+def fail(reason: str):
+    """Stop the check with a clear reason (exit status 1)."""
+    raise SystemExit(f"device check FAILED: {reason}")
+
+
+def read_inventory(backend: str, gpus: int, gpu_model: str) -> NodeInventory:
+    """What the agent will report: NVML's GPUs, or the simulated ones it will be told to have."""
+    if backend == "processes":
+        return SimulatedGpus(socket.gethostname(), gpu_model, gpus).inventory()
+    try:
+        machine = NvmlMachine(socket.gethostname())
+    except NvmlUnavailable as exc:
+        fail(f"NVML not available: {exc}")
+    try:
+        inventory = machine.inventory()
+    finally:
+        machine.close()
+    import torch
+
+    if not torch.cuda.is_available():
+        fail(f"this torch ({torch.__version__}) cannot use the GPU: install a CUDA build")
+    return inventory
+
+
+def setup(args) -> None:
+    """Migrate and seed the throwaway database; print a bootstrap token."""
+    inventory = read_inventory(args.backend, args.gpus, args.gpu_model)
+    facts = inventory.facts
+    say(
+        f"found {len(inventory.gpus)} x {inventory.gpu_model}, driver {facts.driver_version}, "
+        f"CUDA {facts.cuda_version}"
+    )
+    _django()
+    from django.core.management import call_command
+
+    from portal.cluster.models import BootstrapToken, DataCenter, GpuModel, Region
+    from portal.quotas.models import Queue, QueueQuota
+    from portal.tenancy.models import Tenant
+
+    call_command("migrate", verbosity=0)
+    region = Region.objects.create(name="local")
+    DataCenter.objects.create(region=region, name=args.datacenter)
+    model = GpuModel.objects.create(
+        name=inventory.gpu_model, memory_gb=round(inventory.gpus[0].memory_mb / 1024)
+    )
+    tenant = Tenant.objects.create(name="Device check", slug="device-check")
+    queue = Queue.objects.create(tenant=tenant, name="check", region=region)
+    QueueQuota.objects.create(queue=queue, gpu_model=model, nominal=len(inventory.gpus))
+    _, raw = BootstrapToken.issue(note="device check")
+    print(raw)
+
+
+def run(args) -> None:
+    """Inventory, telemetry, a training job with a checkpoint request, cancel; one JSON line."""
+    _django()
+    from portal.cluster.models import Node
+
+    def wait(predicate, what: str):
+        return wait_until(predicate, what, args.agent_pid)
+
+    node = wait(lambda: Node.objects.filter(connected=True).first(), "the agent to connect")
+    gpus = wait(lambda: list(node.gpus.all()), "the agent's GPUs")
+    show_inventory(node, gpus)
+    samples = sample_telemetry(node.id, seconds=args.telemetry_s)
+    if not samples:
+        fail(f"no telemetry in {args.telemetry_s} s")
+    workload, log = start_training(args.backend, node, Path(args.state_dir), wait)
+    command, saved = request_checkpoint(node, workload, wait)
+    busy = sample_telemetry(node.id, seconds=2)  # while the job runs
+    device = cancel_training(workload, log, wait)
+    if args.backend == "nvml" and not device.startswith("cuda"):
+        fail(f"train_tiny.py ran on {device}, not on the GPU")
+    summary = {
+        "ok": True,
+        "backend": args.backend,
+        "gpus": len(gpus),
+        "gpu_model": node.gpu_model.name,
+        "driver": node.facts.get("driver_version"),
+        "cuda": node.facts.get("cuda_version"),
+        "telemetry_samples": len(samples) + len(busy),
+        "train_device": device,
+        "checkpoint_step": saved.step,
+        "ack_ok": command.state == "done",
+        "seconds": round(time.time() - args.started, 1),
+    }
+    print(json.dumps(summary))
+
+
+def show_inventory(node, gpus) -> None:
+    """What the agent enrolled with and said hello with, as the portal recorded it."""
+    say(f"node {node.name} (agent {node.agent_version}), {node.gpu_model} x {node.gpu_count}")
+    say(f"facts: {json.dumps(node.facts, sort_keys=True)}")
+    for gpu in gpus:
+        say(f"  gpu {gpu.index}: {gpu.uuid}  {gpu.memory_mb} MiB")
+
+
+def start_training(backend: str, node, state_dir: Path, wait):
+    """Submit train_tiny.py on one GPU, run a scheduling cycle, wait for RUNNING and the first
+    steps; return the workload and its log file."""
+    from portal.quotas.models import Queue
+    from portal.workloads.cycle import scheduling_cycle
+    from portal.workloads.models import Workload
+
+    queue = Queue.objects.select_related("tenant").get()  # the one `setup` made
+    workload = Workload.objects.create(
+        tenant=queue.tenant,
+        queue=queue,
+        name="device-check",
+        gpu_model=node.gpu_model,
+        gpus=1,
+        command=train_command(backend),
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    scheduling_cycle()
+    wait(lambda: job_state(workload) == "running", f"workload {workload.pk} to be RUNNING")
+    log = state_dir / "workloads" / str(workload.pk) / LOG_FILE
+    wait(lambda: "step " in _read(log), "the first training steps")
+    return workload, log
+
+
+def request_checkpoint(node, workload, wait):
+    """Send a checkpoint command; wait for its ack and the Checkpoint row it leads to."""
+    from portal.cluster.commands import send_command
+    from portal.cluster.models import NodeCommand
+    from portal.workloads.models import Checkpoint
+
+    command = send_command(node.id, "checkpoint", workload.pk, reason="device check")
+    answered = NodeCommand.objects.filter(pk=command.pk).exclude(state="sent")
+    wait(answered.exists, "the checkpoint command's ack")
+    command.refresh_from_db()
+    say(f"ack: {command.state} ({command.detail})")
+    if command.state != "done":
+        fail(f"the agent refused the checkpoint: {command.detail}")
+    requested = Checkpoint.objects.filter(workload=workload, kind="requested")
+    saved = wait(requested.first, "the Checkpoint row")
+    say(f"checkpoint: step {saved.step} {saved.status} {saved.size_bytes} bytes "
+        f"in {saved.duration_s:.3f} s at {saved.location}")  # fmt: skip
+    return command, saved
+
+
+def cancel_training(workload, log: Path, wait) -> str:
+    """Cancel the job and wait until its processes are gone; return the device it trained on."""
+    from portal.workloads.lifecycle import cancel
+
+    pgid = int((log.parent / PGID_FILE).read_text())
+    cancel(workload)
+    wait(lambda: not _group_alive(pgid), "the agent to stop the cancelled job")
+    lines = _read(log).splitlines()
+    say("train_tiny.py output, last lines:")
+    for line in lines[-5:]:
+        say(f"  {line}")
+    started = [line for line in lines if line.startswith("training on ")]
+    return started[0].removeprefix("training on ") if started else "?"
+
+
+def train_command(backend: str) -> str:
+    """examples/train_tiny.py, slowed down so there is time to ask for a checkpoint; on the
+    NVML backend it must use CUDA (a CPU fallback would prove nothing)."""
+    device = "cuda" if backend == "nvml" else "auto"
+    script = str(ROOT / "examples" / "train_tiny.py")
+    return shlex.join([sys.executable, script, *TRAIN_ARGS.split(), "--device", device])
+
+
+def job_state(workload) -> str:
+    """The workload's state; fails the check if it ended."""
+    workload.refresh_from_db()
+    if workload.is_finished:
+        fail(
+            f"workload {workload.pk} ended {workload.state} (exit code {workload.exit_code}); "
+            "see its output.log in the agent's state directory"
+        )
+    return workload.state
+
+
+def sample_telemetry(node_id: int, seconds: float) -> list[dict]:
+    """The node's heartbeats as the portal keeps them (the Redis hash TELEMETRY), printed."""
+    from portal.cluster.summary import TELEMETRY
+    from portal.core.redis import client
+
+    seen, deadline = {}, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        raw = client().hget(TELEMETRY, node_id)
+        sample = json.loads(raw) if raw else None
+        if sample and sample["ts"] not in seen:
+            seen[sample["ts"]] = sample
+            for gpu in sample["gpus"]:
+                say(
+                    f"  telemetry gpu {gpu['index']}: util {gpu['util']:.0f}% "
+                    f"mem {gpu['memory_used_mb']} MiB {gpu['temperature_c']:.0f} C "
+                    f"{gpu['power_w']:.0f} W ecc sbe/dbe {gpu['ecc_sbe']}/{gpu['ecc_dbe']} "
+                    f"retired {gpu['retired_pages']}"
+                )
+        time.sleep(0.2)
+    return list(seen.values())
+
+
+def wait_until(predicate, what: str, agent_pid: int, timeout_s: float = TIMEOUT_S):
+    """Poll `predicate` until it returns something true; fail on timeout or a dead agent."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if not _alive(agent_pid):
+            fail(f"the agent exited while waiting for {what}")
+        time.sleep(0.2)
+    fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def say(line: str) -> None:
+    """Progress goes to stderr; stdout carries only what the shell script reads."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _read(path: Path) -> str:
+    with contextlib.suppress(FileNotFoundError):
+        return path.read_text(errors="replace")
+    return ""
+
+
+def _django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+
+
+def main() -> None:
+    """Parse the subcommand and run it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=["setup", "run"])
+    parser.add_argument("--backend", choices=["nvml", "processes"], default="nvml")
+    parser.add_argument("--datacenter", default="dc-check")
+    parser.add_argument("--gpus", type=int, default=2, help="simulated GPUs (processes)")
+    parser.add_argument("--gpu-model", default="H100-SXM-80GB", help="simulated (processes)")
+    parser.add_argument("--agent-pid", type=int, default=0)
+    parser.add_argument("--state-dir", default="")
+    parser.add_argument("--started", type=float, default=time.time())
+    parser.add_argument("--telemetry-s", type=float, default=5.0)
+    args = parser.parse_args()
+    if args.step == "setup":
+        setup(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
