@@ -14,6 +14,7 @@ from portal.cluster.agents import desired_state
 from portal.cluster.faults import classify, record_fault
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import BUSY, LAST_SEEN, SAVES_SEEN, TELEMETRY
+from portal.core.consumers import DirectDispatch
 from portal.core.live import node_group
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -31,7 +32,7 @@ def in_db(func):
     return DatabaseSyncToAsync(func, thread_sensitive=False)
 
 
-class AgentConsumer(AsyncWebsocketConsumer):
+class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     """Authenticates a node by its token, records what it reports, and keeps it converged."""
 
     node: Node | None = None

@@ -4,10 +4,11 @@ events for the members of their tenant."""
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from portal.core.consumers import DirectDispatch
 from portal.core.live import CLUSTER_GROUP, OPS_GROUP, tenant_group
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):
+class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope["user"]
         if not user.is_authenticated:
