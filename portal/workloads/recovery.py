@@ -67,7 +67,7 @@ def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
     else:
         recovery = Recovery.objects.create(workload=workload, fault=fault, lost_nodes=lost,
                                            step=RecoveryStep.REPLACING)
-    _announce(recovery, recovery.step, "", "")
+    _announce(recovery)
     kick(recovery.pk)
     return recovery
 
@@ -121,16 +121,19 @@ def _move(recovery: Recovery, to: RecoveryStep, **fields) -> bool:
     moved = bool(Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
         step=to, updated_at=timezone.now(), **fields))
     if moved:
-        _announce(recovery, to, fields.get("outcome", recovery.outcome),
-                  fields.get("detail", recovery.detail))
+        for name, value in fields.items():
+            setattr(recovery, name, value)
+        recovery.step = to
+        _announce(recovery)
     return moved
 
 
-def _announce(recovery: Recovery, step: RecoveryStep, outcome: str, detail: str) -> None:
+def _announce(recovery: Recovery) -> None:
     """Tell the job's tenant and the operators where the recovery stands."""
     workload = recovery.workload
     payload = {"id": recovery.pk, "workload_id": workload.pk, "workload": workload.name,
-               "step": step, "outcome": outcome, "detail": detail}
+               "step": recovery.step, "outcome": recovery.outcome, "detail": recovery.detail,
+               "resume_step": recovery.resume_step}
     publish_tenant(workload.tenant_id, "recovery", payload)
     publish(OPS_GROUP, "recovery", payload)
 
