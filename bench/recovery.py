@@ -129,10 +129,11 @@ def measure(nodes: int, heartbeat: float) -> dict:
 
     async def restarted_everywhere():
         """The moment every node of the job (the spare in, the victim out) holds attempt 1."""
-        holding = all(any(w["workload_id"] == job.pk and w["attempt"] == 1
+        holding = sum(any(w["workload_id"] == job.pk and w["attempt"] == 1
                           for w in agent.workload_report())
                       for agent in agents if agent.hostname != victim_name)
-        return holding and time.time()
+        curve.append((time.time(), holding))
+        return holding == nodes and time.time()
 
     async def run():
         nonlocal victim_name
@@ -146,7 +147,8 @@ def measure(nodes: int, heartbeat: float) -> dict:
         victim = await db(lambda: job.allocations.get(node_rank=nodes // 2, gpu_index=0).node)
         victim_name = victim.name
         await db(send_command, victim.pk, "inject_fault", code="xid-79", gpu_index=0)
-        pushed_at = await wait_for(restarted_everywhere, "every node to hold the restart")
+        pushed_at = await wait_for(restarted_everywhere, "every node to hold the restart",
+                                   every=0.2)
         await wait_for(lambda: _is(db(state), "running"), "the job to run again", every=0.05)
         fault = await db(lambda: FaultEvent.objects.get(node=victim))
         recovery = await db(lambda: Recovery.objects.get(workload_id=job.pk))
@@ -155,7 +157,7 @@ def measure(nodes: int, heartbeat: float) -> dict:
             task.cancel()
         return fault, recovery, pushed_at
 
-    victim_name = ""
+    victim_name, curve = "", []
     try:
         fault, recovery, pushed_at = asyncio.run(run())
     finally:
@@ -163,6 +165,8 @@ def measure(nodes: int, heartbeat: float) -> dict:
             child.terminate()
             child.wait(timeout=15)
     t0 = fault.occurred_at.timestamp()
+    print("nodes holding the restart, by seconds after the fault:",
+          " ".join(f"{t - t0:.1f}:{n}" for t, n in curve if n), file=sys.stderr)
     saved = recovery.restart_pushed_at.timestamp() - t0
     all_acks = recovery.finished_at.timestamp() - t0
     return {"nodes": nodes, "save_s": round(saved, 2),

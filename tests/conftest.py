@@ -98,10 +98,18 @@ def celery_worker(django_db_setup, django_db_blocker):
 def clean_redis():
     """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
     FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
-    from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, SAVES_SEEN, TELEMETRY
+    from portal.cluster.summary import (
+        BUSY,
+        HISTORY,
+        LAST_SEEN,
+        REPORTED,
+        SAVES_SEEN,
+        TELEMETRY,
+    )
     from portal.core.redis import client
 
     redis = client()
-    redis.delete(TELEMETRY, BUSY, LAST_SEEN, HISTORY, "wanka:cycle:lock", "wanka:cycle:again",
+    redis.delete(TELEMETRY, BUSY, LAST_SEEN, HISTORY, REPORTED, "wanka:cycle:lock",
+                 "wanka:cycle:again",
                  *redis.scan_iter(f"{SAVES_SEEN}*"))
     return redis

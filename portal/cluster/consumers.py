@@ -13,7 +13,7 @@ from portal.cluster import commands, fanin
 from portal.cluster.agents import desired_state
 from portal.cluster.faults import classify, record_fault
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, SAVES_SEEN, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, SAVES_SEEN, TELEMETRY
 from portal.core.consumers import DirectDispatch
 from portal.core.live import node_group
 from portal.core.redis import aclient
@@ -49,6 +49,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             return
         # (workload, attempt) pairs this connection already reported, so heartbeats cost no SQL.
         self.started, self.exited = set(), set()
+        self.attempts = {}  # workload -> the newest attempt sent to this agent
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         await self.channel_layer.group_add(node_group(self.node.id), self.channel_name)
         await self.accept()
@@ -92,13 +93,10 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             pipe.hset(TELEMETRY, self.node.id, json.dumps({"ts": now, "gpus": message["gpus"]}))
             pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
             pipe.zadd(LAST_SEEN, {self.node.id: now})
+            # The generation the agent has converged to: live here, in the database at hello.
+            pipe.hset(REPORTED, self.node.id, message["generation"])
             await pipe.execute()
         await self.on_workloads(message["workloads"])
-        if message["generation"] != self.node.reported_generation:
-            self.node.reported_generation = message["generation"]
-            await in_db(Node.objects.filter(pk=self.node.id).update)(
-                reported_generation=message["generation"]
-            )
 
     async def on_workloads(self, workloads):
         """Level-triggered: a heartbeat's list of workloads is as good as the events."""
@@ -109,14 +107,22 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             elif item["state"] == "exited" and run not in self.exited:
                 await self.on_exited(*run, item["exit_code"])
 
+    def replaced(self, workload_id, attempt) -> bool:
+        """Whether this connection has already sent a newer attempt of the workload: then a
+        report about this one decides nothing, and costs no trip to the database (a restart of
+        a 1,000-node job brings 1,000 of them)."""
+        return attempt < self.attempts.get(workload_id, attempt)
+
     async def on_started(self, workload_id, attempt):
         self.started.add((workload_id, attempt))
-        await in_db(lifecycle.mark_started)(workload_id, self.node.id, attempt)
+        if not self.replaced(workload_id, attempt):
+            await in_db(lifecycle.mark_started)(workload_id, self.node.id, attempt)
 
     async def on_exited(self, workload_id, attempt, exit_code):
         self.exited.add((workload_id, attempt))
         code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
-        await in_db(lifecycle.finish)(workload_id, self.node.id, code, attempt)
+        if not self.replaced(workload_id, attempt):
+            await in_db(lifecycle.finish)(workload_id, self.node.id, code, attempt)
 
     async def on_event(self, message):
         kind, workload_id, detail = message["kind"], message["workload_id"], message["detail"]
@@ -175,6 +181,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def send_state(self, state):
         self.sent_generation = state["generation"]
+        self.attempts.update((a["workload_id"], a["attempt"]) for a in state["assignments"])
         await self.send(protocol.encode("desired_state", **state))
 
     async def agent_command(self, event):

@@ -103,6 +103,7 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # Level-triggered desired state: bumped whenever the node's assignments change.
     generation = models.PositiveBigIntegerField(default=0)
+    # As of the agent's last hello; the live value is in Redis (summary.REPORTED).
     reported_generation = models.PositiveBigIntegerField(default=0)
 
     class Meta:

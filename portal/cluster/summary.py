@@ -18,6 +18,7 @@ HISTORY = "utilization:history"  # Redis list of cluster utilization points, new
 HISTORY_POINTS = 900  # 30 minutes at one point every 2 s
 STALE_S = 30  # telemetry older than this no longer counts as busy
 LAST_SEEN = "heartbeats"  # Redis sorted set: node id by time of its last heartbeat
+REPORTED = "reported_generation"  # Redis hash: node id -> the generation its agent reached
 SAVES_SEEN = "checkpoint:"  # Redis keys "<prefix><workload>:<step>": a save already recorded
 
 

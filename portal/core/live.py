@@ -32,9 +32,20 @@ def send_many(messages: list[tuple[str, dict]]) -> None:
         async_to_sync(_send_many)(messages)
 
 
+# At most this many sends in flight: outside an ASGI server each call runs on a fresh event
+# loop, where every concurrent send would open a Redis connection of its own.
+SENDS_IN_FLIGHT = 32
+
+
 async def _send_many(messages: list[tuple[str, dict]]) -> None:
     layer = get_channel_layer()
-    await asyncio.gather(*(layer.group_send(group, message) for group, message in messages))
+    gate = asyncio.Semaphore(SENDS_IN_FLIGHT)
+
+    async def send(group: str, message: dict) -> None:
+        async with gate:
+            await layer.group_send(group, message)
+
+    await asyncio.gather(*(send(group, message) for group, message in messages))
 
 
 def publish(group: str, event: str, payload: dict) -> None:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from portal.cluster.agents import sync_nodes
 from portal.cluster.models import Node
-from portal.workloads.choices import HOLDING, RecoveryStep, State
+from portal.workloads.choices import HOLDING, State
 from portal.workloads.models import Allocation, UsageRecord, Workload, note, transition
 
 
@@ -85,11 +85,11 @@ def _ends(workload: Workload | None, attempt: int) -> bool:
 
 
 def _startable(workload: Workload | None, attempt: int) -> bool:
-    if not _current(workload, attempt):
-        return False
-    if workload.state == State.RECOVERING:
-        return workload.recoveries.filter(step=RecoveryStep.RESTARTING).exists()
-    return workload.state in (State.ADMITTED, State.STARTING)
+    """Whether a start report counts: about the current attempt of a workload being started.
+    (A recovering workload's attempt is bumped only when its restart is pushed, so a report
+    about the current attempt of one is about the restart.)"""
+    return _current(workload, attempt) and workload.state in (
+        State.ADMITTED, State.STARTING, State.RECOVERING)
 
 
 def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:

@@ -9,6 +9,8 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from portal.cluster.models import FaultEvent, Gpu, Node
+from portal.cluster.summary import REPORTED
+from portal.core.redis import client
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
@@ -68,8 +70,8 @@ def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url,
         assert usage.gpus == 8 and usage.gpu_hours > 0
         states = list(workload.events.values_list("to_state", flat=True))
         assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
-        wait_until(lambda: _refreshed(node).reported_generation == node.generation, 10,
-                   "the agent to report the latest generation")
+        wait_until(lambda: int(client().hget(REPORTED, node.pk) or -1)
+                   == _refreshed(node).generation, 10, "the agent to report the latest generation")
     finally:
         agent.stop()
     wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")
