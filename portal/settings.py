@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "portal.cluster",
     "portal.quotas",
     "portal.workloads",
+    "portal.whatif",
     "portal.dashboard",
 ]
 

@@ -25,5 +25,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    path("ops/whatif/", include("portal.whatif.urls")),
     path("", include("portal.dashboard.urls")),
 ]

@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import pairwise
+from operator import attrgetter
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Node, Placement, TopologyLevel, Workload
@@ -86,13 +87,19 @@ class Capacity:
     work runs only in its own region."""
 
     def __init__(self, nodes: Iterable[Node]) -> None:
+        nodes = list(nodes)
+        pool_key = attrgetter("region", "gpu_model")
+        keys = set(map(pool_key, nodes))
         by_model: dict[tuple[str, str], list[Node]] = defaultdict(list)
-        for node in nodes:
-            by_model[node.region, node.gpu_model].append(node)
+        if len(keys) == 1:  # the common case, without a loop in Python
+            by_model[keys.pop()] = nodes
+        else:
+            for node in nodes:
+                by_model[pool_key(node)].append(node)
         self._pools = {key: Pool(key[1], members) for key, members in sorted(by_model.items())}
-        self._pool_of_node = {
-            node.id: pool for pool in self._pools.values() for node in pool.nodes()
-        }
+        self._pool_of_node: dict[int, Pool] = {}
+        for pool in self._pools.values():
+            self._pool_of_node.update(dict.fromkeys(pool.node_ids(), pool))
 
     def pool(self, region: str, gpu_model: str) -> Pool:
         """The nodes of `gpu_model` in `region`, or Inadmissible when there are none."""
@@ -108,9 +115,12 @@ class Capacity:
 
     def take(self, placements: Iterable[Placement]) -> None:
         """Mark these GPUs used; GPUs of unknown or unschedulable nodes are ignored."""
+        pool_of = self._pool_of_node.get
         for placement in placements:
-            pool = self._pool_of_node.get(placement.node_id)
-            if pool is not None:
+            pool = pool_of(placement.node_id)
+            # Mostly running work whose GPUs the snapshot lists as taken already: skip quickly.
+            if pool is not None and not pool._free[placement.node_id].isdisjoint(
+                    placement.gpu_indices):
                 pool.take(placement)
 
 
@@ -161,8 +171,8 @@ class Pool:
     def __init__(self, gpu_model: str, nodes: list[Node]) -> None:
         self.gpu_model = gpu_model
         # Unschedulable nodes still tell the node size, so a badly shaped job hears why.
-        self.node_size = max(node.gpus for node in nodes)
-        self._free: dict[int, set[int]] = {}
+        self.node_size = max(map(attrgetter("gpus"), nodes))
+        self._free: dict[int, set[int] | frozenset[int]] = {}  # see `_add_all`
         self._nodes: dict[int, Node] = {}
         self._domains: dict[int, tuple[Domain, ...]] = {}  # node id -> its domains
         self._free_gpus: Counter[Domain] = Counter()
@@ -175,7 +185,7 @@ class Pool:
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
         self._changes = 0  # bumped whenever a node's free GPUs change
         self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
-        whole = self._add_all(sorted(nodes, key=lambda node: (node.name, node.id)))
+        whole = self._add_all(sorted(nodes, key=attrgetter("name", "id")))
         self._wholes = WholeCounts(whole)
         self._whole = self._wholes.count  # free whole nodes per domain
         self._domains_at = {
@@ -183,36 +193,52 @@ class Pool:
         }
 
     def _add_all(self, nodes: list[Node]) -> Counter[Domain]:
-        """Index the schedulable nodes (in name order); free whole nodes per domain."""
-        paths: dict[tuple[str, str, str], tuple[Domain, ...]] = {}
-        whole: Counter[Domain] = Counter()
-        leaf_free: Counter[tuple[Domain, ...]] = Counter()
+        """Index the schedulable nodes (in name order); free whole nodes per domain.
+
+        This runs for every node of every cycle, so it is kept lean. Nodes with the same free
+        GPUs share one frozen set of them (most nodes are all free or all taken) until a GPU of
+        theirs is taken or given back (`_editable`); each leaf's domains, free GPUs and whole
+        nodes are gathered in one small record per leaf (so the nested domain tuples are
+        hashed once per leaf, not once per node).
+        """
+        size = self.node_size
+        # (free GPU tuple, node size) -> (shared frozen set, its size, whether a whole node)
+        shared: dict[tuple[tuple[int, ...], int], tuple[frozenset[int], int, bool]] = {}
+        # (datacenter, pod, leaf) -> [its domains, free GPUs, free whole nodes, its node list]
+        leaves: dict[tuple[str, str, str], list] = {}
+        nodes_of, free_of, domains_of_node = self._nodes, self._free, self._domains
         for node in nodes:
             if not node.schedulable:
                 continue
-            domains = paths.get((node.datacenter, node.pod, node.leaf))
-            if domains is None:
-                domains = paths[node.datacenter, node.pod, node.leaf] = domains_of(node)
-            free = self._free[node.id] = set(node.free)
-            if free and (min(free) < 0 or max(free) >= node.gpus):
-                free.intersection_update(range(node.gpus))
-            self._nodes[node.id] = node
-            self._domains[node.id] = domains
-            self._domain_nodes[domains[3]].append(node)
-            leaf_free[domains] += len(free)
-            if node.gpus == self.node_size == len(free):
-                whole[domains] += 1
-            elif free:
-                heapq.heappush(self._partial[len(free)], (node.name, node.id))
-        for domains in paths.values():
+            node_id = node.id
+            entry = shared.get((node.free, node.gpus))
+            if entry is None:
+                # Indices the node does not have are not free.
+                free = frozenset(node.free) & frozenset(range(node.gpus))
+                entry = shared[node.free, node.gpus] = (free, len(free),
+                                                        node.gpus == size == len(free))
+            free_of[node_id], count, whole = entry
+            nodes_of[node_id] = node
+            leaf = leaves.get((node.datacenter, node.pod, node.leaf))
+            if leaf is None:
+                domains = domains_of(node)
+                leaf = leaves[node.datacenter, node.pod, node.leaf] = [
+                    domains, 0, 0, self._domain_nodes[domains[3]]]
+            domains_of_node[node_id] = leaf[0]
+            leaf[3].append(node)
+            leaf[1] += count
+            if whole:
+                leaf[2] += 1
+            elif count:
+                heapq.heappush(self._partial[count], (node.name, node_id))
+        counts: Counter[Domain] = Counter()
+        for domains, free_gpus, whole, _ in leaves.values():
             for parent, child in pairwise(domains):
                 self._children[parent].add(child)
             for domain in domains:
-                self._free_gpus[domain] += leaf_free[domains]
-        counts: Counter[Domain] = Counter()
-        for domains, count in whole.items():
-            for domain in domains:
-                counts[domain] += count
+                self._free_gpus[domain] += free_gpus
+                if whole:
+                    counts[domain] += whole
         return counts
 
     # -- reading -----------------------------------------------------------------------------
@@ -221,11 +247,15 @@ class Pool:
         """The schedulable nodes of this pool."""
         return self._nodes.values()
 
+    def node_ids(self) -> Iterable[int]:
+        """The ids of the schedulable nodes of this pool."""
+        return self._nodes.keys()
+
     def node(self, node_id: int) -> Node | None:
         """A schedulable node of this pool by id."""
         return self._nodes.get(node_id)
 
-    def free(self, node_id: int) -> set[int]:
+    def free(self, node_id: int) -> set[int] | frozenset[int]:
         """The free GPU indices of a node of this pool (do not modify)."""
         return self._free[node_id]
 
@@ -303,7 +333,9 @@ class Pool:
         node = self._nodes.get(placement.node_id)
         if node is None:
             return
-        free = self._free[node.id]
+        if self._free[node.id].isdisjoint(placement.gpu_indices):
+            return  # nothing of it is free (e.g. a running workload's GPUs): nothing changes
+        free = self._editable(node.id)
         was_whole = self.is_whole(node)
         before = len(free)
         free.difference_update(placement.gpu_indices)
@@ -314,11 +346,18 @@ class Pool:
         node = self._nodes.get(placement.node_id)
         if node is None:
             return
-        free = self._free[node.id]
+        free = self._editable(node.id)
         was_whole = self.is_whole(node)
         before = len(free)
         free.update(i for i in placement.gpu_indices if 0 <= i < node.gpus)
         self._recount(node, before, was_whole)
+
+    def _editable(self, node_id: int) -> set[int]:
+        """The node's own set of free GPUs, copied from the shared frozen one at first."""
+        free = self._free[node_id]
+        if type(free) is frozenset:
+            free = self._free[node_id] = set(free)
+        return free  # type: ignore[return-value]
 
     def _recount(self, node: Node, before: int, was_whole: bool) -> None:
         after = len(self._free[node.id])

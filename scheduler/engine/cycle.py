@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from itertools import chain
 from enum import IntEnum
+from operator import attrgetter
 from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
@@ -129,12 +131,17 @@ class Cycle:
         self.ledger = QuotaLedger(snapshot.queues, snapshot.cohorts)
         self.capacity = Capacity(snapshot.nodes)
         self.occupancy = Occupancy(self.capacity, now)
-        for workload in sorted((w for w in snapshot.workloads if w.is_running),
-                               key=lambda w: w.id):
-            self.capacity.take(workload.placements)
-            self.occupancy.add_running(workload)
+        running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
+        self.capacity.take(chain.from_iterable(w.placements for w in running))
+        self.occupancy.add_running(running)
+        charges: dict[tuple[int, str], int] = {}
+        for workload in running:
             if not workload.preempting:  # a stopping workload's quota is free already
-                self.ledger.charge(workload.queue_id, workload.gpu_model, workload.held)
+                key = (workload.queue_id, workload.gpu_model)
+                charges[key] = charges.get(key, 0) + workload.held
+        # Charged once per queue and model: the sum is what charging each workload gives.
+        for (queue_id, gpu_model), gpus in charges.items():
+            self.ledger.charge(queue_id, gpu_model, gpus)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.shrinks: list[Shrink] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from scheduler.engine.capacity import Capacity, Pool
 from scheduler.engine.model import Node, Placement, Workload
@@ -23,10 +23,11 @@ class Occupancy:
         self.now = now
         self._node_end: dict[int, float] = {}  # node -> when its work ends (inf: unknown)
         # Running workloads that may still be chosen as victims, per pool and queue id.
-        self.candidates: dict[Pool, dict[int, dict[int, Workload]]] = defaultdict(
+        self._candidates: dict[Pool, dict[int, dict[int, Workload]]] = defaultdict(
             lambda: defaultdict(dict)
         )
-        self.releasing: dict[Pool, dict[int, Workload]] = defaultdict(dict)
+        self._releasing: dict[Pool, dict[int, Workload]] = defaultdict(dict)
+        self._unindexed: list[Workload] = []  # running work noted but not indexed yet
         self._values: dict[int, tuple] = {}
         self._held_on: dict[int, dict[int, int]] = {}
         self._ordered: dict[tuple[Pool, int], list[Workload]] = {}
@@ -64,17 +65,38 @@ class Occupancy:
             found = self._values[workload.id] = value(workload, self.now)
         return found
 
-    def add_running(self, workload: Workload) -> None:
-        """Index a workload that holds GPUs in the snapshot."""
-        end = workload.ends_at
-        pool = self._record(workload.placements, self.now if workload.preempting
-                            else math.inf if end is None else end)
-        if pool is None:
+    @property
+    def candidates(self) -> dict[Pool, dict[int, dict[int, Workload]]]:
+        """Running workloads that may still be chosen as victims, per pool and queue id."""
+        self._index()
+        return self._candidates
+
+    @property
+    def releasing(self) -> dict[Pool, dict[int, Workload]]:
+        """Running workloads already told to stop, per pool."""
+        self._index()
+        return self._releasing
+
+    def add_running(self, workloads: Iterable[Workload]) -> None:
+        """Note workloads that hold GPUs in the snapshot. They are indexed when the index is
+        first read, in the order noted: most cycles only admit on free GPUs and never read
+        it, and indexing every running workload would cost them more than the rest."""
+        self._unindexed.extend(workloads)
+
+    def _index(self) -> None:
+        if not self._unindexed:
             return
-        if workload.preempting:
-            self.releasing[pool][workload.id] = workload
-        else:
-            self.candidates[pool][workload.queue_id][workload.id] = workload
+        noted, self._unindexed = self._unindexed, []
+        for workload in noted:
+            end = workload.ends_at
+            pool = self._record(workload.placements, self.now if workload.preempting
+                                else math.inf if end is None else end)
+            if pool is None:
+                continue
+            if workload.preempting:
+                self._releasing[pool][workload.id] = workload
+            else:
+                self._candidates[pool][workload.queue_id][workload.id] = workload
 
     def add_admitted(self, workload: Workload, placements: tuple[Placement, ...]) -> None:
         """Index a workload this cycle admits: never a victim this cycle, but it occupies nodes
@@ -94,6 +116,7 @@ class Occupancy:
         once a cycle."""
         cached = self._soonest.get(pool)
         if cached is None:
+            self._index()
             cached = []
             for node in pool.nodes():
                 when = self._node_end.get(node.id, math.inf)

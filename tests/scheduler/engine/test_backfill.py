@@ -30,14 +30,14 @@ ops = make_queue("ops", h800=1000)
 
 def busy(workload_id: int, *nodes, ends_in: float | None = None, queue=ops) -> Workload:
     """Work holding whole nodes, stopped by its time limit `ends_in` seconds from now."""
-    return make_running(workload_id, queue, *(on(node) for node in nodes), started_at=NOW,
-                        time_limit_s=ends_in)
+    return make_running(
+        workload_id, queue, *(on(node) for node in nodes), started_at=NOW, time_limit_s=ends_in
+    )
 
 
 def gang(workload_id: int = 1, nodes: int = 4) -> Workload:
     """A gang of `train` that needs `nodes` whole nodes in one leaf."""
-    return make_workload(workload_id, train, 8 * nodes, topology=TopologyLevel.LEAF,
-                         required=True)
+    return make_workload(workload_id, train, 8 * nodes, topology=TopologyLevel.LEAF, required=True)
 
 
 def reservations(result: Plan) -> list[tuple[int, tuple[str, ...], tuple[int, ...], float | None]]:
@@ -116,8 +116,10 @@ def test_borrowed_work_the_gang_could_reclaim_may_use_the_reserved_nodes() -> No
     train_c = make_queue("train", h800=64, priority=5, cohort="lab")
     ops_c = make_queue("infer", h800=0, cohort="lab")  # all it runs is borrowed from train
     running = [busy(90, *L1), busy(91, *L2[:2], ends_in=HOUR, queue=train_c)]
-    pending = [make_workload(1, train_c, 32, topology=TopologyLevel.LEAF, required=True),
-               make_workload(2, ops_c, 8)]
+    pending = [
+        make_workload(1, train_c, 32, topology=TopologyLevel.LEAF, required=True),
+        make_workload(2, ops_c, 8),
+    ]
     snapshot = make_snapshot(NODES, [train_c, ops_c, ops], [*running, *pending])
     assert outcome(plan(snapshot, now=NOW), snapshot)[2] == "dc1-p1-l2-n3"
 
@@ -134,8 +136,10 @@ def test_reservations_per_pool_are_capped_and_do_not_share_nodes() -> None:
     big = make_cluster(leaves=MAX_PER_POOL + 2, nodes=4)
     queues = [make_queue(f"q{i}", h800=1000, priority=10 - i) for i in range(MAX_PER_POOL + 1)]
     holder = make_running(90, ops, *(on(node) for node in big if node.name.endswith("n4")))
-    gangs = [make_workload(i + 1, queue, 32, topology=TopologyLevel.LEAF, required=True)
-             for i, queue in enumerate(queues)]
+    gangs = [
+        make_workload(i + 1, queue, 32, topology=TopologyLevel.LEAF, required=True)
+        for i, queue in enumerate(queues)
+    ]
     result = plan(make_snapshot(big, [*queues, ops], [holder, *gangs]), now=NOW)
     assert [r.workload_id for r in result.reservations] == list(range(1, MAX_PER_POOL + 1))
     reserved = [node for r in result.reservations for node in r.nodes]
@@ -150,10 +154,15 @@ def test_a_gang_that_could_never_fit_reserves_nothing() -> None:
 
 def test_a_reservation_is_a_plan_output_with_the_reason() -> None:
     running = [busy(90, *L1), busy(91, *L2[:2], ends_in=HOUR)]
-    (reservation,) = plan(make_snapshot(NODES, [train, ops], [*running, gang()]),
-                          now=NOW).reservations
+    (reservation,) = plan(
+        make_snapshot(NODES, [train, ops], [*running, gang()]), now=NOW
+    ).reservations
     assert reservation == Reservation(
-        1, TopologyLevel.LEAF, ("dc1", "p1", "l2"), (5, 6, 7, 8), NOW + HOUR,
+        1,
+        TopologyLevel.LEAF,
+        ("dc1", "p1", "l2"),
+        (5, 6, 7, 8),
+        NOW + HOUR,
         "reserved leaf dc1/p1/l2 for it: 2 of the 4 nodes it needs free now, the rest expected "
         "free in 60 min",
     )
@@ -165,8 +174,7 @@ def test_a_gang_is_not_starved_by_small_work_over_cycles() -> None:
     workloads = [*running, gang()]
     snapshot = make_snapshot(NODES, [train, ops], workloads)
     assert plan(snapshot, now=NOW).admissions == []
-    later = replace(snapshot, workloads=(
-        busy(90, *L1), make_workload(3, ops, 8), gang()))
+    later = replace(snapshot, workloads=(busy(90, *L1), make_workload(3, ops, 8), gang()))
     later = make_snapshot(NODES, [train, ops], later.workloads)
     result = plan(later, now=NOW + HOUR)
     assert [a.workload_id for a in result.admissions] == [1]

@@ -33,38 +33,58 @@ SHARE_CASES = [
     pytest.param(
         [lender, cv, speech],
         [running(90, cv, 1, 2), make_workload(1, cv, 8), make_workload(2, speech, 8)],
-        {2: "dc1-p1-l2-n1", 1: "queue cv would exceed its H800 quota (16/0 in use, job needs 8; "
-         "cohort research has 0 idle to lend)"},
+        {
+            2: "dc1-p1-l2-n1",
+            1: "queue cv would exceed its H800 quota (16/0 in use, job needs 8; "
+            "cohort research has 0 idle to lend)",
+        },
         id="borrowing goes first to the queue that borrows least",
     ),
     pytest.param(
         [lender, make_queue("cv", h800=0, cohort="research", weight=3.0), speech],
-        [running(90, cv, 1, 1), make_workload(1, cv, 8), make_workload(2, speech, 8),
-         make_workload(3, speech, 8)],
-        {1: "dc1-p1-l2-n1", 2: "dc1-p1-l2-n2",
-         3: "queue speech would exceed its H800 quota (8/0 in use, job needs 8; "
-         "cohort research has 0 idle to lend)"},
+        [
+            running(90, cv, 1, 1),
+            make_workload(1, cv, 8),
+            make_workload(2, speech, 8),
+            make_workload(3, speech, 8),
+        ],
+        {
+            1: "dc1-p1-l2-n1",
+            2: "dc1-p1-l2-n2",
+            3: "queue speech would exceed its H800 quota (8/0 in use, job needs 8; "
+            "cohort research has 0 idle to lend)",
+        },
         id="a larger weight lets a queue borrow more before others",
     ),
     pytest.param(
         [lender, make_queue("cv", h800=0, cohort="research", priority=10), speech],
         [running(90, cv, 1, 2), make_workload(1, cv, 8), make_workload(2, speech, 8)],
-        {2: "dc1-p1-l2-n1", 1: "queue cv would exceed its H800 quota (16/0 in use, job needs 8; "
-         "cohort research has 0 idle to lend)"},
+        {
+            2: "dc1-p1-l2-n1",
+            1: "queue cv would exceed its H800 quota (16/0 in use, job needs 8; "
+            "cohort research has 0 idle to lend)",
+        },
         id="queue priority does not buy a larger share of borrowed quota",
     ),
     pytest.param(
         [make_queue("lender", h800=8, cohort="research"), cv],
-        [make_workload(1, cv, 8), make_workload(2, make_queue("lender", h800=8,
-                                                             cohort="research"), 8)],
-        {2: "dc1-p1-l1-n1", 1: "queue cv would exceed its H800 quota (0/0 in use, job needs 8; "
-         "cohort research has 0 idle to lend)"},
+        [
+            make_workload(1, cv, 8),
+            make_workload(2, make_queue("lender", h800=8, cohort="research"), 8),
+        ],
+        {
+            2: "dc1-p1-l1-n1",
+            1: "queue cv would exceed its H800 quota (0/0 in use, job needs 8; "
+            "cohort research has 0 idle to lend)",
+        },
         id="work within its nominal quota goes before any borrowing, whatever the submit time",
     ),
     pytest.param(
         [make_queue("a", h800=8, priority=5), make_queue("b", h800=8)],
-        [make_workload(1, make_queue("b", h800=8), 8),
-         make_workload(2, make_queue("a", h800=8, priority=5), 8)],
+        [
+            make_workload(1, make_queue("b", h800=8), 8),
+            make_workload(2, make_queue("a", h800=8, priority=5), 8),
+        ],
         {2: "dc1-p1-l1-n1", 1: "dc1-p1-l1-n2"},
         id="within nominal quota, queue priority decides",
     ),
@@ -100,26 +120,39 @@ TREE_CASES = [
         id="a queue borrows a cousin's idle quota through the parent cohort",
     ),
     pytest.param(
-        [make_cohort("org"), make_cohort("research", "org", h800_borrowing_limit=4),
-         make_cohort("product", "org")],
+        [
+            make_cohort("org"),
+            make_cohort("research", "org", h800_borrowing_limit=4),
+            make_cohort("product", "org"),
+        ],
         [nlp, ads],
         [make_workload(1, nlp, 16)],
-        {1: "queue nlp would exceed its H800 quota (0/8 in use, job needs 16; "
-            "cohort research has 4 idle to lend)"},
+        {
+            1: "queue nlp would exceed its H800 quota (0/8 in use, job needs 16; "
+            "cohort research has 4 idle to lend)"
+        },
         id="a cohort's borrowing limit caps what its queues take from the parent",
     ),
     pytest.param(
-        [make_cohort("org"), make_cohort("research", "org"),
-         make_cohort("product", "org", h800_lending_limit=8)],
+        [
+            make_cohort("org"),
+            make_cohort("research", "org"),
+            make_cohort("product", "org", h800_lending_limit=8),
+        ],
         [nlp, ads],
         [make_workload(1, nlp, 24)],
-        {1: "queue nlp would exceed its H800 quota (0/8 in use, job needs 24; "
-            "cohort research has 8 idle to lend)"},
+        {
+            1: "queue nlp would exceed its H800 quota (0/8 in use, job needs 24; "
+            "cohort research has 8 idle to lend)"
+        },
         id="a cohort's lending limit caps what it lends to other branches",
     ),
     pytest.param(
-        [make_cohort("org"), make_cohort("research", "org", h800=16),
-         make_cohort("product", "org")],
+        [
+            make_cohort("org"),
+            make_cohort("research", "org", h800=16),
+            make_cohort("product", "org"),
+        ],
         [make_queue("nlp", h800=0, cohort="research", borrowing_limit=16), ads],
         [make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16)],
         {1: "dc1-p1-l1-n1 dc1-p1-l1-n2"},
@@ -136,8 +169,9 @@ TREE_CASES = [
 
 
 @pytest.mark.parametrize(("cohorts", "queues", "workloads", "expected"), TREE_CASES)
-def test_nested_cohorts(cohorts: list[Cohort], queues: list[Queue], workloads: list[Workload],
-                        expected: dict) -> None:
+def test_nested_cohorts(
+    cohorts: list[Cohort], queues: list[Queue], workloads: list[Workload], expected: dict
+) -> None:
     snapshot = make_snapshot(NODES, queues, workloads, cohorts)
     assert outcome(plan(snapshot, now=0.0), snapshot) == expected
 
@@ -159,19 +193,24 @@ BEST = make_queue("best", h800=1000)
     [
         pytest.param(
             STRICT,
-            {1: "needs 20 whole H800 nodes in one data center; the best data center has 16 free",
-             2: "waits behind workload 1, the head of strict-FIFO queue strict"},
+            {
+                1: "needs 20 whole H800 nodes in one data center; the best data center has 16 free",
+                2: "waits behind workload 1, the head of strict-FIFO queue strict",
+            },
             id="a strict FIFO queue starts nothing behind a head that waits",
         ),
         pytest.param(
             BEST,
-            {1: "needs 20 whole H800 nodes in one data center; the best data center has 16 free",
-             2: "dc1-p1-l1-n1"},
+            {
+                1: "needs 20 whole H800 nodes in one data center; the best data center has 16 free",
+                2: "dc1-p1-l1-n1",
+            },
             id="a best-effort FIFO queue lets later work start meanwhile",
         ),
     ],
 )
 def test_fifo_strategies(queue: Queue, expected: dict) -> None:
-    snapshot = make_snapshot(NODES, [queue], [make_workload(1, queue, 160),
-                                              make_workload(2, queue, 8)])
+    snapshot = make_snapshot(
+        NODES, [queue], [make_workload(1, queue, 160), make_workload(2, queue, 8)]
+    )
     assert outcome(plan(snapshot, now=0.0), snapshot) == expected

@@ -181,8 +181,9 @@ def crowded_cohorts(draw: st.DrawFn) -> Snapshot:
     gpus = iter([(node.id, index) for node in cluster for index in range(8)])
     held = {queue.id: draw(st.sampled_from([0, 0, 4, 8, 12])) for queue in all_queues}
     running = [
-        running_details(draw, running_on([next(gpus) for _ in range(count)], 100 + queue_id,
-                                         queue_id))
+        running_details(
+            draw, running_on([next(gpus) for _ in range(count)], 100 + queue_id, queue_id)
+        )
         for queue_id, count in held.items()
         if count
     ]

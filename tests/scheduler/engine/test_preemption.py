@@ -65,52 +65,71 @@ CASES = [
     ),
     pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research")],
-        [busy(90, make_queue("cv", h800=16, cohort="research"), *LEAF),
-         make_workload(1, nlp, 16)],
+        [busy(90, make_queue("cv", h800=16, cohort="research"), *LEAF), make_workload(1, nlp, 16)],
         stops(90),
         id="borrowed work is reclaimed even when it also holds the lender's nominal share",
     ),
     pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
-        [busy(90, make_queue("cv", h800=16, cohort="research", guarantee=16), *LEAF),
-         make_workload(1, nlp, 16)],
+        [
+            busy(90, make_queue("cv", h800=16, cohort="research", guarantee=16), *LEAF),
+            make_workload(1, nlp, 16),
+        ],
         stops(),
         id="work inside its queue's guarantee is never preempted",
     ),
     pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
-        [*(busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
-           for i, node in enumerate(LEAF)),
-         make_workload(1, nlp, 16)],
+        [
+            *(
+                busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
+                for i, node in enumerate(LEAF)
+            ),
+            make_workload(1, nlp, 16),
+        ],
         stops(90, 91),
         id="a queue above its guarantee loses what lies beyond it",
     ),
     pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
-        [*(busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
-           for i, node in enumerate(LEAF)),
-         make_workload(1, nlp, 24)],
+        [
+            *(
+                busy(90 + i, make_queue("cv", h800=16, cohort="research", guarantee=16), node)
+                for i, node in enumerate(LEAF)
+            ),
+            make_workload(1, nlp, 24),
+        ],
         stops(),
         id="a claimant that would need work inside a guarantee preempts nothing",
     ),
     pytest.param(
         [nlp, cv, make_queue("cv2", h800=0, cohort="vision")],
-        [busy(90, make_queue("cv2", h800=0, cohort="vision"), N1, N2),
-         busy(91, cv, N3, N4), make_workload(1, nlp, 32)],
+        [
+            busy(90, make_queue("cv2", h800=0, cohort="vision"), N1, N2),
+            busy(91, cv, N3, N4),
+            make_workload(1, nlp, 32),
+        ],
         stops(),
         id="queues of another cohort are not reclaimed from",
     ),
     pytest.param(
         [nlp, cv, speech],
-        [busy(90, cv, N1, lost=500), busy(91, cv, N2, lost=500), busy(92, speech, N3, lost=1),
-         busy(93, nlp, N4), make_workload(1, nlp, 8)],
+        [
+            busy(90, cv, N1, lost=500),
+            busy(91, cv, N2, lost=500),
+            busy(92, speech, N3, lost=1),
+            busy(93, nlp, N4),
+            make_workload(1, nlp, 8),
+        ],
         stops(90),
         id="reclaim takes first from the queue with the highest fair share",
     ),
     pytest.param(
         [solo],
-        [*(busy(90 + i, solo, node, lost=10.0 * (4 - i)) for i, node in enumerate(LEAF)),
-         make_workload(1, solo, 8, priority=5)],
+        [
+            *(busy(90 + i, solo, node, lost=10.0 * (4 - i)) for i, node in enumerate(LEAF)),
+            make_workload(1, solo, 8, priority=5),
+        ],
         stops(93),
         id="a higher-priority job preempts lower-priority work of its own queue",
     ),
@@ -122,40 +141,65 @@ CASES = [
     ),
     pytest.param(
         [solo],
-        [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
-         make_workload(1, solo, 16, priority=5, topology=TopologyLevel.NODE, required=True)],
+        [
+            *(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
+            make_workload(1, solo, 16, priority=5, topology=TopologyLevel.NODE, required=True),
+        ],
         stops(),
         id="nothing is preempted for a job that could never fit",
     ),
     pytest.param(
         [replace(solo, preemption=PreemptionPolicy(within_queue=False))],
-        [*(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
-         make_workload(1, solo, 8, priority=5)],
+        [
+            *(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
+            make_workload(1, solo, 8, priority=5),
+        ],
         stops(),
         id="a queue can switch priority preemption off",
     ),
     pytest.param(
         [make_queue("solo", h800=16)],
-        [busy(90, solo, N1, lost=5), busy(91, solo, N2, lost=1),
-         make_workload(1, solo, 8, priority=5)],
+        [
+            busy(90, solo, N1, lost=5),
+            busy(91, solo, N2, lost=1),
+            make_workload(1, solo, 8, priority=5),
+        ],
         stops(91),
         id="a higher-priority job preempts for quota when GPUs are free but its quota is used",
     ),
     pytest.param(
-        [make_queue("nlp", h800=0, cohort="research",
-                    preemption=PreemptionPolicy(borrow_below_priority=5)),
-         make_queue("idle", h800=32, cohort="research"), cv],
-        [*(busy(90 + i, cv, node, priority=1) for i, node in enumerate(LEAF)),
-         make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3)],
+        [
+            make_queue(
+                "nlp",
+                h800=0,
+                cohort="research",
+                preemption=PreemptionPolicy(borrow_below_priority=5),
+            ),
+            make_queue("idle", h800=32, cohort="research"),
+            cv,
+        ],
+        [
+            *(busy(90 + i, cv, node, priority=1) for i, node in enumerate(LEAF)),
+            make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3),
+        ],
         stops(90, 91),
         id="a borrowing job evicts borrowed work below its queue's priority threshold",
     ),
     pytest.param(
-        [make_queue("nlp", h800=0, cohort="research",
-                    preemption=PreemptionPolicy(borrow_below_priority=5)),
-         make_queue("idle", h800=32, cohort="research"), cv],
-        [*(busy(90 + i, cv, node, priority=4) for i, node in enumerate(LEAF)),
-         make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3)],
+        [
+            make_queue(
+                "nlp",
+                h800=0,
+                cohort="research",
+                preemption=PreemptionPolicy(borrow_below_priority=5),
+            ),
+            make_queue("idle", h800=32, cohort="research"),
+            cv,
+        ],
+        [
+            *(busy(90 + i, cv, node, priority=4) for i, node in enumerate(LEAF)),
+            make_workload(1, make_queue("nlp", h800=0, cohort="research"), 16, priority=3),
+        ],
         stops(),
         id="borrowed work of higher priority than the borrowing job stays",
     ),
@@ -167,18 +211,24 @@ CASES = [
     ),
     pytest.param(
         [nlp, cv],
-        [busy(90, cv, N1, N2, min_gpus=8, lost=100), busy(91, cv, N3, lost=50),
-         busy(92, cv, N4, lost=9),
-         make_workload(1, nlp, 16)],
+        [
+            busy(90, cv, N1, N2, min_gpus=8, lost=100),
+            busy(91, cv, N3, lost=50),
+            busy(92, cv, N4, lost=9),
+            make_workload(1, nlp, 16),
+        ],
         stops(92, s90=8),
         id="an elastic job shrinks to its minimum, then the cheapest other victim goes",
     ),
     pytest.param(
         [nlp, cv],
-        [busy(90, nlp, N1, N2), busy(91, cv, N3),
-         make_running(92, cv, on(N4, 0, 1, 2, 3), started_at=NOW),
-         make_running(93, cv, on(N4, 4, 5, 6, 7), started_at=NOW, min_gpus=2),
-         make_workload(1, nlp, 16)],
+        [
+            busy(90, nlp, N1, N2),
+            busy(91, cv, N3),
+            make_running(92, cv, on(N4, 0, 1, 2, 3), started_at=NOW),
+            make_running(93, cv, on(N4, 4, 5, 6, 7), started_at=NOW, min_gpus=2),
+            make_workload(1, nlp, 16),
+        ],
         stops(91, 92, 93),
         id="an elastic job whose shrink does not free its node is evicted instead",
     ),
@@ -199,14 +249,18 @@ CHOICE_CASES = [
         id="victims: the lowest priority first",
     ),
     pytest.param(
-        [busy(90, solo, M1, started_at=10.0, last_checkpoint_at=995.0),
-         busy(91, solo, M2, started_at=940.0)],
+        [
+            busy(90, solo, M1, started_at=10.0, last_checkpoint_at=995.0),
+            busy(91, solo, M2, started_at=940.0),
+        ],
         90,
         id="victims: then the least work lost since the last checkpoint",
     ),
     pytest.param(
-        [busy(90, solo, M1, started_at=10.0, last_checkpoint_at=990.0),
-         busy(91, solo, M2, started_at=40.0, last_checkpoint_at=990.0)],
+        [
+            busy(90, solo, M1, started_at=10.0, last_checkpoint_at=990.0),
+            busy(91, solo, M2, started_at=40.0, last_checkpoint_at=990.0),
+        ],
         91,
         id="victims: then the most recently started",
     ),
@@ -243,8 +297,13 @@ def test_victims_sit_together_in_one_leaf_rather_than_cheapest_and_scattered() -
         busy(90 + i, cv, node, lost=lost[node.leaf][(node.id - 1) % 4])
         for i, node in enumerate(TWO_LEAVES)
     ]
-    claimant = make_workload(1, make_queue("nlp", h800=64, cohort="research"), 16,
-                             topology=TopologyLevel.LEAF, required=True)
+    claimant = make_workload(
+        1,
+        make_queue("nlp", h800=64, cohort="research"),
+        16,
+        topology=TopologyLevel.LEAF,
+        required=True,
+    )
     queues = [make_queue("nlp", h800=64, cohort="research"), cv]
     result = plan(make_snapshot(TWO_LEAVES, queues, [*running, claimant]), now=NOW)
     assert decided(result) == stops(90, 91)  # dc1-p1-l1-n1 and n2, not l2-n1 (the cheapest)
@@ -267,8 +326,9 @@ def test_the_claimant_waits_with_its_cause_and_each_victim_hears_why() -> None:
 
 
 def test_a_shrink_gives_back_whole_nodes_and_says_why() -> None:
-    snapshot = make_snapshot(LEAF, [nlp, cv], [busy(90, cv, *LEAF, min_gpus=16),
-                                               make_workload(1, nlp, 16)])
+    snapshot = make_snapshot(
+        LEAF, [nlp, cv], [busy(90, cv, *LEAF, min_gpus=16), make_workload(1, nlp, 16)]
+    )
     (shrink,) = plan(snapshot, now=NOW).shrinks
     assert shrink.released == (on(N3), on(N4))
     assert shrink.reason == (
@@ -291,8 +351,9 @@ def test_work_already_stopping_is_waited_for_not_preempted_again() -> None:
 def test_room_held_for_a_claimant_is_not_given_to_later_work() -> None:
     ops = make_queue("ops", h800=8)
     running = [busy(91, cv, N2), busy(92, cv, N3), busy(93, cv, N4)]
-    snapshot = make_snapshot(LEAF, [nlp, cv, ops],
-                             [*running, make_workload(1, nlp, 16), make_workload(2, ops, 8)])
+    snapshot = make_snapshot(
+        LEAF, [nlp, cv, ops], [*running, make_workload(1, nlp, 16), make_workload(2, ops, 8)]
+    )
     result = plan(snapshot, now=NOW)
     assert decided(result) == stops(91)
     assert [(r.workload_id, r.nodes) for r in result.reservations] == [(1, (1, 2))]

@@ -14,8 +14,12 @@ from scheduler.engine.testing import apply_plan, make_cluster, make_queue, make_
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 POLICIES = st.sampled_from(
-    [PreemptionPolicy(), PreemptionPolicy(reclaim=False), PreemptionPolicy(within_queue=False),
-     PreemptionPolicy(borrow_below_priority=3)]
+    [
+        PreemptionPolicy(),
+        PreemptionPolicy(reclaim=False),
+        PreemptionPolicy(within_queue=False),
+        PreemptionPolicy(borrow_below_priority=3),
+    ]
 )
 CYCLES = 30
 
@@ -35,25 +39,40 @@ def fill(draw: st.DrawFn, nodes, queues: list[Queue], first_id: int) -> list[Wor
             index += 1
             if shape == "empty":
                 continue
-            parts = ([(on(node),)] if shape != "halves"
-                     else [(on(node, 0, 1, 2, 3),), (on(node, 4, 5, 6, 7),)])
+            parts = (
+                [(on(node),)]
+                if shape != "halves"
+                else [(on(node, 0, 1, 2, 3),), (on(node, 4, 5, 6, 7),)]
+            )
         for placements in parts:
             gpus = sum(len(p.gpu_indices) for p in placements)
-            running.append(Workload(
-                first_id + len(running), draw(st.sampled_from(queues)).id, "H800", gpus, 0.0,
-                priority=draw(st.integers(0, 2)), placements=placements,
-                started_at=float(draw(st.integers(-500, 0))),
-                last_checkpoint_at=draw(st.sampled_from([None, -50.0])),
-                min_gpus=draw(st.sampled_from([None, None, gpus // 2])),
-            ))
+            running.append(
+                Workload(
+                    first_id + len(running),
+                    draw(st.sampled_from(queues)).id,
+                    "H800",
+                    gpus,
+                    0.0,
+                    priority=draw(st.integers(0, 2)),
+                    placements=placements,
+                    started_at=float(draw(st.integers(-500, 0))),
+                    last_checkpoint_at=draw(st.sampled_from([None, -50.0])),
+                    min_gpus=draw(st.sampled_from([None, None, gpus // 2])),
+                )
+            )
     return running
 
 
 def pending(draw: st.DrawFn, queues: list[Queue], count: int) -> list[Workload]:
     return [
-        Workload(wid, draw(st.sampled_from(queues)).id, "H800",
-                 draw(st.sampled_from([1, 2, 4, 8, 16])), float(wid),
-                 priority=draw(st.integers(0, 3)))
+        Workload(
+            wid,
+            draw(st.sampled_from(queues)).id,
+            "H800",
+            draw(st.sampled_from([1, 2, 4, 8, 16])),
+            float(wid),
+            priority=draw(st.integers(0, 3)),
+        )
         for wid in range(1, count + 1)
     ]
 
@@ -66,10 +85,16 @@ def churn(draw: st.DrawFn) -> Snapshot:
     queues = []
     for name in ("q1", "q2", "q3")[: draw(st.integers(2, 3))]:
         nominal = draw(st.sampled_from([0, 8, 16, 24, 32]))
-        queues.append(make_queue(
-            name, h800=nominal, guarantee=draw(st.sampled_from([0, nominal // 2])),
-            cohort=draw(st.sampled_from(["lab", "lab", None])), preemption=draw(POLICIES),
-            priority=draw(st.sampled_from([0, 0, 1]))))
+        queues.append(
+            make_queue(
+                name,
+                h800=nominal,
+                guarantee=draw(st.sampled_from([0, nominal // 2])),
+                cohort=draw(st.sampled_from(["lab", "lab", None])),
+                preemption=draw(POLICIES),
+                priority=draw(st.sampled_from([0, 0, 1])),
+            )
+        )
     workloads = [*fill(draw, nodes, queues, 100), *pending(draw, queues, draw(st.integers(1, 5)))]
     return make_snapshot(nodes, queues, workloads)
 
@@ -95,9 +120,11 @@ def test_no_queue_is_preempted_below_its_guarantee(snapshot: Snapshot) -> None:
         after[workloads[preemption.workload_id].queue_id] -= workloads[preemption.workload_id].held
     for shrink in result.shrinks:
         after[workloads[shrink.workload_id].queue_id] -= sum(
-            len(p.gpu_indices) for p in shrink.released)
+            len(p.gpu_indices) for p in shrink.released
+        )
     claimants = {p.for_workload_id for p in result.preemptions} | {
-        s.for_workload_id for s in result.shrinks}
+        s.for_workload_id for s in result.shrinks
+    }
     starting = claimants | {a.workload_id for a in result.admissions}
     for workload_id in starting:
         after[workloads[workload_id].queue_id] += workloads[workload_id].gpus
@@ -115,8 +142,8 @@ def test_every_victim_is_one_the_rules_allow(snapshot: Snapshot) -> None:
     admitted = {a.workload_id for a in result.admissions}
     # What each queue used at most while the plan was made: before it, plus what it admitted.
     most = usage_before(snapshot) + Counter(
-        {q: sum(workloads[a].gpus for a in admitted if workloads[a].queue_id == q)
-         for q in queues})
+        {q: sum(workloads[a].gpus for a in admitted if workloads[a].queue_id == q) for q in queues}
+    )
     for victim_id, claimant_id in [(p.workload_id, p.for_workload_id) for p in result.preemptions]:
         victim, claimant = workloads[victim_id], workloads[claimant_id]
         assert victim.is_running and not victim.preempting
@@ -151,20 +178,29 @@ def test_room_held_for_a_claimant_is_still_enough_once_its_victims_stop(
     for shrink in result.shrinks:
         for placement in shrink.released:
             freed[shrink.for_workload_id, placement.node_id] += len(placement.gpu_indices)
-    taken = Counter(p.node_id for a in result.admissions for p in a.placements
-                    for _ in p.gpu_indices)
-    stopping = Counter(p.node_id for w in snapshot.workloads if w.preempting
-                       for p in w.placements for _ in p.gpu_indices)
+    taken = Counter(
+        p.node_id for a in result.admissions for p in a.placements for _ in p.gpu_indices
+    )
+    stopping = Counter(
+        p.node_id
+        for w in snapshot.workloads
+        if w.preempting
+        for p in w.placements
+        for _ in p.gpu_indices
+    )
     claimants = {p.for_workload_id for p in result.preemptions} | {
-        s.for_workload_id for s in result.shrinks}
+        s.for_workload_id for s in result.shrinks
+    }
     reserved = [node for r in result.reservations for node in r.nodes]
     assert len(reserved) == len(set(reserved))
     for reservation in result.reservations:
         if reservation.workload_id not in claimants:
             continue
         claimant = workloads[reservation.workload_id]
-        room = {n: len(nodes[n].free) - taken[n] + stopping[n] + freed[claimant.id, n]
-                for n in reservation.nodes}
+        room = {
+            n: len(nodes[n].free) - taken[n] + stopping[n] + freed[claimant.id, n]
+            for n in reservation.nodes
+        }
         if claimant.gpus >= 8:
             assert all(room[n] == nodes[n].gpus for n in reservation.nodes)
             assert 8 * len(reservation.nodes) == claimant.gpus
@@ -203,16 +239,22 @@ def reclaimable(draw: st.DrawFn) -> tuple[Snapshot, int]:
     own_nodes = draw(st.integers(0, len(nodes) - 1))
     nominal = 8 * draw(st.integers(own_nodes + 1, len(nodes)))
     owner = make_queue("owner", h800=nominal, cohort="lab")
-    borrowers = [make_queue(name, h800=0, cohort="lab", preemption=draw(POLICIES))
-                 for name in ("b1", "b2")[: draw(st.integers(1, 2))]]
+    borrowers = [
+        make_queue(name, h800=0, cohort="lab", preemption=draw(POLICIES))
+        for name in ("b1", "b2")[: draw(st.integers(1, 2))]
+    ]
     room = min(nominal - 8 * own_nodes, 8 * (len(nodes) - own_nodes))
     gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8, 16, 24, 32) if g <= room]))
-    mine = [Workload(90 + i, owner.id, "H800", 8, 0.0, placements=(on(node),))
-            for i, node in enumerate(nodes[:own_nodes])]
+    mine = [
+        Workload(90 + i, owner.id, "H800", 8, 0.0, placements=(on(node),))
+        for i, node in enumerate(nodes[:own_nodes])
+    ]
     theirs = fill(draw, nodes[own_nodes:], borrowers, 100)
     job = Workload(1, owner.id, "H800", gpus, 5.0, priority=draw(st.integers(0, 2)))
-    others = [Workload(2 + i, w.queue_id, "H800", w.gpus, 0.0 + i, priority=w.priority)
-              for i, w in enumerate(pending(draw, borrowers, draw(st.integers(0, 3))))]
+    others = [
+        Workload(2 + i, w.queue_id, "H800", w.gpus, 0.0 + i, priority=w.priority)
+        for i, w in enumerate(pending(draw, borrowers, draw(st.integers(0, 3))))
+    ]
     return make_snapshot(nodes, [owner, *borrowers], [*mine, *theirs, job, *others]), 1
 
 
@@ -227,4 +269,5 @@ def test_a_queue_under_its_nominal_quota_gets_its_job_within_two_cycles(
         return
     second = plan(apply_plan(snapshot, first, now=0.0), now=1.0)
     assert job in {a.workload_id for a in second.admissions}, {
-        p.workload_id: p.reason for p in second.pending}.get(job)
+        p.workload_id: p.reason for p in second.pending
+    }.get(job)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WhatifConfig(AppConfig):
+    name = "portal.whatif"
+    verbose_name = "What-if simulations"

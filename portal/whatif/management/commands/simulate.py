@@ -1,0 +1,75 @@
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.whatif.choices import ClusterSource, TraceSource
+from portal.whatif.models import WhatIfRun
+from portal.whatif.runs import inputs
+from scheduler.sim.policies import POLICIES
+from scheduler.sim.report import write_html
+from scheduler.sim.runner import run
+from scheduler.sim.simulator import SimConfig
+from scheduler.sim.spec import SpecError
+from scheduler.sim.trace import TraceError
+
+
+class Command(BaseCommand):
+    help = ("Run a what-if simulation with the production engine and write a report. "
+            "--trace philly|synthetic|FILE.csv, --cluster trace|current|FILE.json.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--trace", required=True)
+        parser.add_argument("--cluster", default=None,
+                            help="trace (its own), current (this cluster) or a spec JSON")
+        parser.add_argument("--policy", action="append", choices=list(POLICIES))
+        parser.add_argument("--days", type=float, help="only the trace's first days")
+        parser.add_argument("--gpus", type=int, help="synthetic: the site's GPUs")
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--report", type=Path)
+        parser.add_argument("--json", type=Path, dest="json_path")
+
+    def handle(self, *args, trace, cluster, policy, days, gpus, seed, report, json_path,
+               **options):
+        whatif = WhatIfRun(seed=seed, days=days, gpus=gpus, policies=policy or list(POLICIES))
+        if trace in TraceSource.values and trace != TraceSource.CSV:
+            whatif.trace = trace
+        else:
+            whatif.trace, whatif.trace_csv = TraceSource.CSV, _read(trace)
+        if cluster in (None, ClusterSource.TRACE, ClusterSource.CURRENT):
+            whatif.cluster = cluster or ClusterSource.TRACE
+        else:
+            whatif.cluster, whatif.cluster_json = ClusterSource.JSON, _read(cluster)
+        try:
+            jobs, spec = inputs(whatif)
+            results = run(jobs, spec, whatif.policies, config=SimConfig(seed=seed),
+                          on_progress=self._progress)
+        except (TraceError, SpecError, ValueError) as error:
+            raise CommandError(str(error)) from None
+        self.stderr.write("")
+        if report:
+            write_html(results, report)
+            self.stdout.write(f"report: {report}")
+        if json_path:
+            json_path.write_text(json.dumps(results, indent=1, sort_keys=True))
+            self.stdout.write(f"figures: {json_path}")
+        for name, figures in results["policies"].items():
+            self.stdout.write(f"{name}: {_line(figures)}")
+
+    def _progress(self, fraction: float, message: str) -> None:
+        bar = "#" * int(30 * fraction)
+        self.stderr.write(f"\r[{bar:<30}] {100 * fraction:5.1f}% {message:<40}", ending="")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as error:
+        raise CommandError(f"{path}: {error.strerror}") from None
+
+
+def _line(figures: dict) -> str:
+    waits = figures["wait_s"]
+    return (f"{figures['finished']:,} of {figures['jobs']:,} jobs finished, GPUs allocated "
+            f"{100 * figures['utilization']['allocated']:.1f} %, wait mean "
+            f"{waits['mean']:.0f} s, p95 {waits['p95']:.0f} s")

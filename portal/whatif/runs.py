@@ -1,0 +1,116 @@
+"""Running a what-if simulation for the portal: inputs from the run's row (or this cluster's
+own nodes and queues), progress on the row and live to operators, the report on disk."""
+
+import json
+import logging
+import time
+
+from django.db.models import F
+from django.utils import timezone
+
+from portal.core.live import OPS_GROUP, publish, send_now
+from portal.whatif.choices import ClusterSource, RunState, TraceSource
+from portal.whatif.models import WhatIfRun
+from scheduler.engine import Node
+from scheduler.sim.philly import load_philly
+from scheduler.sim.report import write_html
+from scheduler.sim.runner import run
+from scheduler.sim.simulator import SimConfig
+from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
+from scheduler.sim.synthetic import mixed_month
+from scheduler.sim.trace import TraceError, TraceJob, read_csv
+
+log = logging.getLogger(__name__)
+
+# How often progress is written down and pushed: a month of a 100,000-GPU site reports
+# progress tens of thousands of times.
+PROGRESS_EVERY_S = 0.5
+
+
+def current_cluster() -> ClusterSpec:
+    """This cluster as the simulator sees it: its nodes, all free, and its queues and cohorts."""
+    from portal.workloads.cycle import build_snapshot
+
+    snapshot = build_snapshot()
+    nodes = tuple(Node(id=n.id, name=n.name, gpu_model=n.gpu_model, datacenter=n.datacenter,
+                       pod=n.pod, leaf=n.leaf, gpus=n.gpus, free=tuple(range(n.gpus)),
+                       region=n.region)
+                  for n in snapshot.nodes)
+    return ClusterSpec(name="this cluster", nodes=nodes, queues=snapshot.queues,
+                       cohorts=snapshot.cohorts)
+
+
+def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
+    """The trace and cluster the run names. Raises TraceError or SpecError naming the fault."""
+    own = None
+    if whatif.trace == TraceSource.CSV and whatif.cluster == ClusterSource.TRACE:
+        raise SpecError("a trace CSV needs a cluster: this cluster or a spec JSON")
+    if whatif.trace == TraceSource.PHILLY:
+        jobs, own = load_philly()
+    elif whatif.trace == TraceSource.SYNTHETIC:
+        jobs, own = mixed_month(gpus=whatif.gpus or 100_000, days=whatif.days or 30.0,
+                                seed=whatif.seed)
+    else:
+        jobs = read_csv(whatif.trace_csv.splitlines())
+    if whatif.cluster == ClusterSource.CURRENT:
+        spec = current_cluster()
+    elif whatif.cluster == ClusterSource.JSON:
+        try:
+            spec = parse_spec(json.loads(whatif.cluster_json))
+        except json.JSONDecodeError as error:
+            raise SpecError(
+                f"cluster spec: not JSON ({error.msg} at line {error.lineno})") from None
+    else:
+        spec = own
+    if whatif.days and whatif.trace != TraceSource.SYNTHETIC:
+        first = min((job.submit_s for job in jobs), default=0.0)
+        jobs = [job for job in jobs if job.submit_s - first < whatif.days * 86400]
+    return jobs, spec
+
+
+def execute(run_id: int) -> None:
+    """Run the simulation of a pending run (a second worker given the same run does nothing)."""
+    if not WhatIfRun.objects.filter(pk=run_id, state=RunState.PENDING).update(
+        state=RunState.RUNNING, started_at=timezone.now(), message="loading the inputs"
+    ):
+        return
+    whatif = WhatIfRun.objects.get(pk=run_id)
+    try:
+        jobs, spec = inputs(whatif)
+        results = run(jobs, spec, whatif.policies, config=SimConfig(seed=whatif.seed),
+                      on_progress=_reporter(run_id))
+        whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
+        write_html(results, whatif.report_path, title=f"What-if {run_id}: {whatif}")
+    except (TraceError, SpecError, ValueError) as error:
+        _finish(run_id, RunState.FAILED, str(error)[:300])
+        return
+    except Exception:
+        log.exception("what-if %s failed", run_id)
+        _finish(run_id, RunState.FAILED, "the simulation failed; the worker's log says why")
+        raise
+    _finish(run_id, RunState.DONE, f"{len(jobs):,} jobs on {spec.gpus:,} GPUs", results=results)
+
+
+def _reporter(run_id: int):
+    last = 0.0
+
+    def report(fraction: float, message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_EVERY_S:
+            return
+        last = now
+        WhatIfRun.objects.filter(pk=run_id).update(progress=fraction, message=message[:300])
+        send_now(OPS_GROUP, {"type": "live.event", "event": "whatif.progress", "payload": {
+            "id": run_id, "state": RunState.RUNNING, "progress": fraction,
+            "message": message}})
+
+    return report
+
+
+def _finish(run_id: int, state: RunState, message: str, results=None) -> None:
+    WhatIfRun.objects.filter(pk=run_id).update(
+        state=state, message=message, results=results, finished_at=timezone.now(),
+        progress=1.0 if state == RunState.DONE else F("progress"))
+    publish(OPS_GROUP, "whatif.progress", {"id": run_id, "state": state, "message": message,
+                                           "progress": 1.0 if state == RunState.DONE else None})

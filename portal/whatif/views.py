@@ -1,0 +1,102 @@
+"""The operators' what-if page: start a simulation, watch its progress, read its report."""
+
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.db import transaction
+from django.http import FileResponse, Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+
+from portal.core.models import audit
+from portal.whatif.choices import ClusterSource, RunState, TraceSource
+from portal.whatif.models import WhatIfRun
+from portal.whatif.tasks import run_whatif
+from scheduler.sim.policies import POLICIES
+
+MAX_UPLOAD = 20 * 1024 * 1024
+
+
+@staff_member_required
+def whatif_list(request):
+    errors = {}
+    if request.method == "POST":
+        whatif, errors = _from_form(request)
+        if not errors:
+            with transaction.atomic():
+                whatif.save()
+                audit("whatif.started", whatif, actor=request.user)
+                transaction.on_commit(lambda: run_whatif.delay(whatif.pk))
+            messages.success(request, f"What-if {whatif.pk} started.")
+            return redirect("whatif-detail", pk=whatif.pk)
+    return render(request, "whatif/list.html", {
+        "runs": WhatIfRun.objects.defer("results", "trace_csv", "cluster_json")[:30],
+        "traces": TraceSource.choices, "clusters": ClusterSource.choices,
+        "policies": list(POLICIES), "errors": errors, "data": request.POST,
+    })
+
+
+def _from_form(request) -> tuple[WhatIfRun, dict]:
+    post, files, errors = request.POST, request.FILES, {}
+    policies = [p for p in post.getlist("policies") if p in POLICIES]
+    whatif = WhatIfRun(created_by=request.user, trace=post.get("trace", ""),
+                       cluster=post.get("cluster", ""), policies=policies)
+    if whatif.trace not in TraceSource.values:
+        errors["trace"] = "Choose a trace."
+    if whatif.cluster not in ClusterSource.values:
+        errors["cluster"] = "Choose a cluster."
+    if not policies:
+        errors["policies"] = "Choose at least one policy."
+    for field, cast in (("days", float), ("gpus", int), ("seed", int)):
+        if post.get(field):
+            try:
+                value = cast(post[field])
+            except ValueError:
+                value = 0
+            if value > 0:
+                setattr(whatif, field, value)
+            else:
+                errors[field] = "Must be a positive number."
+    for field, wanted in (("trace_csv", whatif.trace == TraceSource.CSV),
+                          ("cluster_json", whatif.cluster == ClusterSource.JSON)):
+        upload = files.get(field)
+        if wanted and upload is None:
+            errors[field] = "Upload the file."
+        elif wanted and upload.size > MAX_UPLOAD:
+            errors[field] = "At most 20 MB."
+        elif wanted:
+            setattr(whatif, field, upload.read().decode("utf-8", errors="replace"))
+    return whatif, errors
+
+
+@staff_member_required
+def whatif_detail(request, pk):
+    whatif = get_object_or_404(WhatIfRun.objects.defer("trace_csv", "cluster_json"), pk=pk)
+    return render(request, "whatif/detail.html", {"run": whatif, "done": RunState.DONE})
+
+
+@staff_member_required
+@xframe_options_sameorigin  # the run's page shows the report in an iframe
+def whatif_report(request, pk):
+    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state"), pk=pk)
+    if whatif.state != RunState.DONE or not whatif.report_path.exists():
+        raise Http404("No report yet.")
+    return FileResponse(whatif.report_path.open("rb"), content_type="text/html")
+
+
+@staff_member_required
+def whatif_results(request, pk):
+    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "results"), pk=pk)
+    if whatif.state != RunState.DONE:
+        raise Http404("No results yet.")
+    response = JsonResponse(whatif.results)
+    response["Content-Disposition"] = f'attachment; filename="whatif-{pk}.json"'
+    return response
+
+
+@staff_member_required
+def whatif_status(request, pk):
+    """Where the run stands, for a page that opened its live connection after an event."""
+    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "progress", "message"),
+                               pk=pk)
+    return JsonResponse({"id": whatif.pk, "state": whatif.state, "progress": whatif.progress,
+                         "message": whatif.message})

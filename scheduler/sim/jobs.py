@@ -1,0 +1,298 @@
+"""One job's life in the simulator: computing, checkpointing, failing, recovering, finishing.
+
+A job's work is its trace duration at its requested size; on fewer GPUs (an elastic job that
+was shrunk) it progresses in proportion, `held / gpus` seconds of work per second. While it
+holds GPUs it is in one phase at a time:
+
+- COMPUTE: work advances; after `interval_s` seconds of compute a routine checkpoint is due;
+- STALL: a routine checkpoint's stall (a periodic stop-the-world save, or an async copy to host
+  memory after which the copy persists in the background for `persist_s` while it computes);
+- SAVE: a fault-triggered save from GPU memory (`Costs.triggered_save_s`);
+- RECOVER: a restart (`Costs.restart_s`), after a fault, on resuming after a preemption, and
+  after a shrink (the ranks re-plan their parallelism from memory, losing nothing).
+
+Only a complete checkpoint counts: a periodic save completes at the end of its stall, an async
+one when its persist ends. A fault stops the job (if its kind kills jobs) and rolls its work
+back to the newest complete checkpoint, unless the policy is `triggered` and the save from
+memory is possible, which keeps the work up to the last whole training step. A fault while
+saving or restarting falls back to the newest complete checkpoint and restarts again. The job
+keeps its GPUs through a fault: the failed node is swapped for a hot spare (issue 5's
+recovery), so the engine sees no change. These are the assumptions of Daly's model, so a long
+periodic run matches `checkpointing.daly_ettr`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+
+from scheduler.checkpointing import Costs, Policy, PolicyKind, interval_for
+from scheduler.engine import Placement
+from scheduler.sim.trace import TraceJob
+
+EPS = 1e-6  # seconds of work below which a job counts as done (float rounding)
+
+
+class Phase(IntEnum):
+    """Where a job stands; RUNNING phases hold GPUs."""
+
+    PENDING = 0  # waiting for the engine to admit it
+    COMPUTE = 1  # running and making progress
+    STALL = 2  # a routine checkpoint's stall
+    SAVE = 3  # a fault-triggered save from memory
+    RECOVER = 4  # restarting
+    DONE = 5  # finished
+
+
+class Cause(IntEnum):
+    """Why a job is restarting, for the accounting of lost GPU time."""
+
+    FAULT = 0
+    PREEMPTION = 1
+    RESIZE = 2
+
+
+PHASES, CAUSES = len(Phase), len(Cause)
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """A job's checkpoint policy resolved to numbers: routine checkpoints every `interval_s`
+    seconds of compute (None: never), each stalling `stall_s`, complete `persist_s` later."""
+
+    kind: PolicyKind
+    interval_s: float | None
+    stall_s: float
+    persist_s: float
+
+    @classmethod
+    def resolve(cls, policy: Policy, gpus: int, costs: Costs,
+                failures_per_gpu_hour: float) -> Checkpointing:
+        """The numbers for `policy` on `gpus` GPUs; an interval left None is the advisor's."""
+        interval = policy.interval_s
+        if interval is None and failures_per_gpu_hour > 0:
+            interval = interval_for(policy.kind, gpus, costs, failures_per_gpu_hour)
+        if policy.kind is PolicyKind.NONE:
+            return cls(policy.kind, None, 0.0, 0.0)
+        if policy.kind is PolicyKind.PERIODIC:
+            return cls(policy.kind, interval, costs.save_stall_s, 0.0)
+        return cls(policy.kind, interval, costs.async_stall_s, costs.async_persist_s)
+
+
+class Job:
+    """A trace job's state in one simulation, and its time accounting."""
+
+    def __init__(self, spec: TraceJob, checkpointing: Checkpointing, costs: Costs) -> None:
+        self.spec = spec
+        self.id = spec.id
+        self.ckpt = checkpointing
+        self.costs = costs
+        self.phase = Phase.PENDING
+        self.placements: tuple[Placement, ...] = ()
+        self.held = 0
+        self.rate = 0.0  # seconds of work per second of compute
+        self.progress = 0.0  # seconds of work done, as of `mark`
+        self.mark = spec.submit_s
+        self.saved = 0.0  # work kept by the newest complete checkpoint
+        self.last_checkpoint_at: float | None = None
+        self.to_checkpoint = math.inf  # seconds of compute until the next routine checkpoint
+        self.capture = 0.0  # work captured by the checkpoint being taken or persisted
+        self.persisting_until: float | None = None  # an async copy being persisted
+        self.due = False  # a routine checkpoint waits for the previous persist
+        self.phase_end: float | None = None
+        self.cause = Cause.FAULT
+        # Accounting.
+        self.started_at: float | None = None  # when it last started
+        self.first_start: float | None = None
+        self.finished_at: float | None = None
+        self.waiting_since = spec.submit_s
+        self.queued_s = 0.0
+        self.compute_s = 0.0
+        self.lost_compute_s = 0.0
+        self.phase_s = [0.0] * PHASES
+        self.lost_gpu_s = [0.0] * CAUSES
+        self.faults = 0
+        self.preemptions = 0
+        self.shrinks = 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def work(self) -> float:
+        return self.spec.duration_s
+
+    @property
+    def running(self) -> bool:
+        return Phase.PENDING < self.phase < Phase.DONE
+
+    def next_phase_at(self) -> float:
+        """When the current phase ends (COMPUTE: the next checkpoint or the finish)."""
+        if self.phase != Phase.COMPUTE:
+            return self.phase_end  # type: ignore[return-value]
+        finish = (self.work - self.progress) / self.rate
+        return self.mark + min(finish, self.to_checkpoint)
+
+    def ettr(self, end: float) -> float | None:
+        """Productive compute time over wall time since first admission, up to `end` (its
+        finish, or the end of the simulation); None if it never started."""
+        if self.first_start is None:
+            return None
+        wall = (self.finished_at if self.finished_at is not None else end) - self.first_start
+        productive = self.compute_s - self.lost_compute_s
+        return productive / wall if wall > 0 else 1.0
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Book the time since `mark` to the current phase (and progress, when computing)."""
+        elapsed = now - self.mark
+        if elapsed <= 0:
+            self.mark = max(self.mark, now)
+            return
+        if self.phase == Phase.COMPUTE:
+            self.progress = min(self.work, self.progress + elapsed * self.rate)
+            self.to_checkpoint -= elapsed
+            self.compute_s += elapsed
+        elif self.phase == Phase.RECOVER:
+            self.lost_gpu_s[self.cause] += elapsed * self.held
+        elif self.phase == Phase.SAVE:
+            self.lost_gpu_s[Cause.FAULT] += elapsed * self.held
+        self.phase_s[self.phase] += elapsed
+        self.mark = now
+
+    def start(self, now: float, placements: tuple[Placement, ...]) -> None:
+        """Start (or resume) on these GPUs; a resumed job restarts from its checkpoint first."""
+        self.advance(now)
+        self.queued_s += now - self.waiting_since
+        self._hold(placements)
+        self.started_at = now
+        if self.first_start is None:
+            self.first_start = now
+        self.to_checkpoint = self.ckpt.interval_s or math.inf
+        if self.progress > 0:
+            self._recover(now, Cause.PREEMPTION)
+        else:
+            self._enter(Phase.COMPUTE, None)
+
+    def resize(self, now: float, placements: tuple[Placement, ...]) -> None:
+        """Go on with fewer GPUs: the ranks re-plan from memory, one restart, nothing lost."""
+        self.advance(now)
+        self._hold(placements)
+        self.shrinks += 1
+        self._recover(now, Cause.RESIZE)
+
+    def preempt(self, now: float) -> None:
+        """Stop and wait again (keeping its submit time): work since the newest complete
+        checkpoint is lost."""
+        self.advance(now)
+        self.lost_gpu_s[Cause.PREEMPTION] += self._roll_back(self.saved) * self.spec.gpus
+        self.preemptions += 1
+        self._hold(())
+        self.started_at = None
+        self.waiting_since = now
+        self._enter(Phase.PENDING, None)
+
+    def finish(self, now: float) -> None:
+        self.advance(now)
+        self.finished_at = now
+        self._hold(())
+        self._enter(Phase.DONE, None)
+
+    def fault(self, now: float, triggered_save_possible: bool) -> None:
+        """A fault that kills the job: save from memory if the policy and the fault allow,
+        else fall back to the newest complete checkpoint; then restart."""
+        self.advance(now)
+        self.faults += 1
+        if self.phase == Phase.RECOVER and self.cause == Cause.FAULT:
+            self._recover(now, Cause.FAULT)  # nothing new to lose: restart again
+            return
+        if (self.ckpt.kind is PolicyKind.TRIGGERED and triggered_save_possible
+                and self.phase != Phase.SAVE):
+            step = self.costs.step_s
+            self.capture = math.floor(self.progress / step + EPS) * step
+            self._enter(Phase.SAVE, now + self.costs.triggered_save_s)
+            return
+        self._lose(self.saved)
+        self._recover(now, Cause.FAULT)
+
+    def phase_ended(self, now: float) -> bool:
+        """Move on from the phase that ends now; True when the job has finished its work."""
+        self.advance(now)
+        if self.phase == Phase.COMPUTE:
+            if self.work - self.progress <= EPS:
+                return True
+            if self.to_checkpoint <= EPS:
+                self._begin_checkpoint(now)
+        elif self.phase == Phase.STALL:
+            self._end_stall(now)
+        elif self.phase == Phase.SAVE:
+            self._lose(self.capture)
+            self._complete(now, self.capture)
+            self._recover(now, Cause.FAULT)
+        elif self.phase == Phase.RECOVER:
+            self._enter(Phase.COMPUTE, None)
+        return False
+
+    def persisted(self, now: float) -> None:
+        """The async copy being persisted is complete: it becomes the newest checkpoint."""
+        self.advance(now)
+        self._complete(now, self.capture)
+        if self.due:
+            self.due = False
+            self.to_checkpoint = 0.0  # the checkpoint that waited is taken when computing
+            if self.phase == Phase.COMPUTE:
+                self._begin_checkpoint(now)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _hold(self, placements: tuple[Placement, ...]) -> None:
+        self.placements = placements
+        self.held = sum(len(p.gpu_indices) for p in placements)
+        self.rate = self.held / self.spec.gpus
+
+    def _enter(self, phase: Phase, ends: float | None) -> None:
+        self.phase = phase
+        self.phase_end = ends
+
+    def _recover(self, now: float, cause: Cause) -> None:
+        self.cause = cause
+        self._enter(Phase.RECOVER, now + self.costs.restart_s)
+
+    def _roll_back(self, to: float) -> float:
+        """Set the work back to `to`, dropping any copy still persisting; the compute time
+        lost."""
+        lost = max(0.0, self.progress - to)
+        lost_compute = lost / self.rate if self.rate else 0.0
+        self.lost_compute_s += lost_compute
+        self.progress = min(self.progress, to)
+        self.persisting_until = None
+        self.due = False
+        self.to_checkpoint = self.ckpt.interval_s or math.inf
+        return lost
+
+    def _lose(self, to: float) -> None:
+        lost = self._roll_back(to)
+        self.lost_gpu_s[Cause.FAULT] += lost * self.spec.gpus
+
+    def _complete(self, now: float, work: float) -> None:
+        self.saved = min(work, self.progress)
+        self.last_checkpoint_at = now
+        self.persisting_until = None
+
+    def _begin_checkpoint(self, now: float) -> None:
+        if self.persisting_until is not None:
+            self.due = True  # one copy persists at a time: wait for it
+            self.to_checkpoint = math.inf
+            return
+        self.due = False
+        self.capture = self.progress
+        self._enter(Phase.STALL, now + self.ckpt.stall_s)
+
+    def _end_stall(self, now: float) -> None:
+        self.to_checkpoint = self.ckpt.interval_s or math.inf
+        if self.ckpt.persist_s > 0:
+            self.persisting_until = now + self.ckpt.persist_s
+        else:
+            self._complete(now, self.capture)
+        self._enter(Phase.COMPUTE, None)

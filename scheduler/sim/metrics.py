@@ -1,0 +1,232 @@
+"""What a simulation records as it runs: GPUs in use over time, each queue's share and whether
+it gets its guarantee, fragmentation, and each job's outcome. `summary` turns it into figures.
+
+Definitions:
+- allocated GPUs: held by running jobs; busy GPUs: held by jobs computing (not stalled for a
+  checkpoint, saving or restarting).
+- a queue's guarantee, for the share figures and the guarantee check, is its nominal quota
+  (what reclaim gives back), not the engine's never-lent `Quota.guarantee`.
+- guarantee check: a queue is starved while it has a pending job that fits in what is left of
+  its guarantee (used + the job's GPUs <= nominal), seen at the start of each cycle. A starved
+  spell that still holds at a cycle starting two cycle periods or more after the spell began
+  is a violation: the queue did not get its guarantee within two cycles.
+- fragmentation: free GPUs that no pending job of their GPU model could use (a node with fewer
+  free GPUs than the smallest pending job smaller than a node, or a partly used node when every
+  pending job needs whole nodes), while work is pending; 0 while nothing is pending.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from scheduler.sim.jobs import Cause, Job
+from scheduler.sim.state import Allocations
+
+STARVED_CYCLES = 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One job's outcome, as the summary needs it."""
+
+    id: int
+    queue: str
+    gpus: int
+    submit_s: float
+    duration_s: float
+    status: str  # finished, running (at the horizon) or never-started; jobs submitted
+    # after the horizon are left out
+    wait_s: float  # time pending, all spells
+    first_start_s: float | None  # when it was first admitted
+    jct_s: float | None
+    ettr: float | None
+    faults: int
+    preemptions: int
+    lost_fault_gpu_s: float
+    lost_preemption_gpu_s: float
+    productive_gpu_s: float
+    wall_gpu_s: float  # GPUs asked x wall time since first admission
+
+
+class Series:
+    """A step function of time, averaged into buckets of `step_s` seconds."""
+
+    def __init__(self, step_s: float, start: float) -> None:
+        self.step_s = step_s
+        self.start = start
+        self.value = 0.0
+        self.at = start
+        self.integral = 0.0
+        self.buckets: dict[int, float] = defaultdict(float)
+
+    def set(self, now: float, value: float) -> None:
+        self.advance(now)
+        self.value = value
+
+    def add(self, now: float, delta: float) -> None:
+        self.set(now, self.value + delta)
+
+    def advance(self, now: float) -> None:
+        if now <= self.at:
+            return
+        self.integral += self.value * (now - self.at)
+        if self.value:
+            step, start = self.step_s, self.start
+            first = int((self.at - start) // step)
+            last = int((now - start) // step)
+            if first == last:
+                self.buckets[first] += self.value * (now - self.at)
+            else:
+                self.buckets[first] += self.value * (start + (first + 1) * step - self.at)
+                for bucket in range(first + 1, last):
+                    self.buckets[bucket] += self.value * step
+                self.buckets[last] += self.value * (now - (start + last * step))
+        self.at = now
+
+    def integral_to(self, end: float) -> float:
+        """The integral of the value from the start to `end`."""
+        self.advance(end)
+        return self.integral
+
+    def averages(self, end: float) -> list[tuple[float, float]]:
+        """(bucket start, mean value) of every bucket up to `end`."""
+        self.advance(end)
+        count = int((end - self.start) // self.step_s) + 1
+        return [(self.start + i * self.step_s, self.buckets.get(i, 0.0) / self.step_s)
+                for i in range(count)]
+
+
+class Recorder:
+    """Collects a run's figures; the simulator calls it on every change."""
+
+    def __init__(self, allocations: Allocations, nominal: dict[tuple[str, str], int],
+                 cycle_s: float, start: float, step_s: float) -> None:
+        self.allocations = allocations
+        self.nominal = nominal  # (queue, model) -> nominal quota
+        self.cycle_s = cycle_s
+        self.allocated = Series(step_s, start)
+        self.busy = Series(step_s, start)
+        self.fragmented = Series(step_s, start)
+        self.queue_used: dict[str, Series] = {}
+        self.used: Counter[tuple[str, str]] = Counter()
+        self.pending: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+        self.pending_by_model: dict[str, Counter[int]] = defaultdict(Counter)
+        self.starved_since: dict[tuple[str, str], float] = {}
+        self.violated: set[tuple[str, str]] = set()
+        self.violations: Counter[str] = Counter()
+        self.longest_starved: dict[str, float] = defaultdict(float)
+        self.outcomes: list[Outcome] = []
+        self.cycles = 0
+        self.preemptions = 0
+        self.shrinks = 0
+        self.faults: Counter[str] = Counter()
+
+    # -- GPUs --------------------------------------------------------------------------------
+
+    def gpus_changed(self, now: float, job: Job, delta: int) -> None:
+        """Job `job` took (`delta` > 0) or gave back GPUs."""
+        if not delta:
+            return
+        key = (job.spec.queue, job.spec.gpu_model)
+        self.used[key] += delta
+        self.allocated.add(now, delta)
+        series = self.queue_used.get(job.spec.queue)
+        if series is None:
+            series = self.queue_used[job.spec.queue] = Series(self.allocated.step_s,
+                                                               self.allocated.start)
+        series.add(now, delta)
+
+    def busy_changed(self, now: float, delta: int) -> None:
+        if delta:
+            self.busy.add(now, delta)
+
+    # -- pending work ------------------------------------------------------------------------
+
+    def pending_added(self, job: Job) -> None:
+        self.pending[job.spec.queue, job.spec.gpu_model][job.spec.gpus] += 1
+        self.pending_by_model[job.spec.gpu_model][job.spec.gpus] += 1
+
+    def pending_removed(self, job: Job) -> None:
+        for sizes in (self.pending[job.spec.queue, job.spec.gpu_model],
+                      self.pending_by_model[job.spec.gpu_model]):
+            sizes[job.spec.gpus] -= 1
+            if not sizes[job.spec.gpus]:
+                del sizes[job.spec.gpus]
+
+    # -- cycles ------------------------------------------------------------------------------
+
+    def cycle_started(self, now: float) -> None:
+        """The guarantee check (see the module docstring), before the engine runs: start a
+        starved spell, or count it as a violation once it has lasted two cycle periods."""
+        self.cycles += 1
+        for key in list(self.pending):
+            if not self._starved(key):
+                continue
+            since = self.starved_since.setdefault(key, now)
+            if now - since >= STARVED_CYCLES * self.cycle_s - 1e-9 and key not in self.violated:
+                self.violated.add(key)
+                self.violations[key[0]] += 1
+
+    def cycle_ended(self, now: float) -> None:
+        """End the starved spells the plan resolved; fragmentation after the plan."""
+        for key in list(self.starved_since):
+            if not self._starved(key):
+                self._end_starved(key, now)
+        self.fragmented.set(now, self._fragmented())
+
+    def _starved(self, key: tuple[str, str]) -> bool:
+        """Whether the queue has a pending job (of the model) that fits in its guarantee."""
+        sizes = self.pending.get(key)
+        return bool(sizes) and min(sizes) <= self.nominal.get(key, 0) - self.used[key]
+
+    def _end_starved(self, key: tuple[str, str], now: float) -> None:
+        since = self.starved_since.pop(key)
+        self.violated.discard(key)
+        self.longest_starved[key[0]] = max(self.longest_starved[key[0]], now - since)
+
+    def _fragmented(self) -> int:
+        fragmented = 0
+        for (model, free, size), nodes in self.allocations.by_free.items():
+            sizes = self.pending_by_model.get(model)
+            if not nodes or not free or not sizes:
+                continue
+            smallest_part = min((g for g in sizes if g < size), default=None)
+            whole_wanted = any(g >= size for g in sizes)
+            if free == size:
+                usable = whole_wanted or smallest_part is not None
+            else:
+                usable = smallest_part is not None and smallest_part <= free
+            if not usable:
+                fragmented += free * nodes
+        return fragmented
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def job_ended(self, job: Job, now: float) -> None:
+        """Book a job's outcome: finished, or still running or never started at the end."""
+        spec = job.spec
+        if spec.submit_s > now:
+            return  # not submitted before the end: not part of this run
+        if job.finished_at is not None:
+            status, jct = "finished", job.finished_at - spec.submit_s
+        else:
+            status, jct = ("running" if job.first_start is not None else "never-started"), None
+        wait = job.queued_s + (now - job.waiting_since if job.first_start is None
+                               or (not job.running and job.finished_at is None) else 0.0)
+        end = job.finished_at if job.finished_at is not None else now
+        wall = (end - job.first_start) * spec.gpus if job.first_start is not None else 0.0
+        self.outcomes.append(Outcome(
+            spec.id, spec.queue, spec.gpus, spec.submit_s, spec.duration_s, status, wait,
+            job.first_start, jct,
+            job.ettr(now), job.faults, job.preemptions, job.lost_gpu_s[Cause.FAULT],
+            job.lost_gpu_s[Cause.PREEMPTION],
+            (job.compute_s - job.lost_compute_s) * spec.gpus, wall))
+
+    def finish(self, now: float) -> None:
+        """Close the starved spells still open at the end."""
+        for key in list(self.starved_since):
+            if now - self.starved_since[key] >= STARVED_CYCLES * self.cycle_s - 1e-9 and (
+                    key not in self.violated):
+                self.violations[key[0]] += 1
+            self._end_starved(key, now)

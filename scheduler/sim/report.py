@@ -1,0 +1,216 @@
+"""A self-contained HTML report of a simulation's results, with Plotly figures.
+
+Figures: allocated GPUs over time, the queueing-delay CDF and the ETTR of each policy, and each
+queue's mean GPUs against its guarantee; a table of the headline figures per policy above
+them. Plotly.js comes from the plotly package: by default embedded once, gzipped and
+base64-encoded, and unpacked by the browser (`DecompressionStream`), which keeps the file near
+2 MB instead of the 4.8 MB of the plain library; `plotlyjs="inline"` embeds it as is, for
+browsers without `DecompressionStream`.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+from pathlib import Path
+
+import plotly
+import plotly.graph_objects as go
+
+MAX_POINTS = 1500  # per line of a time series figure
+TEMPLATE = "plotly_white"
+
+
+def write_html(results: dict, path: str | Path, title: str = "Wanka what-if simulation",
+               plotlyjs: str = "gzip") -> None:
+    """Write the report of `runner.run`'s results to `path`."""
+    Path(path).write_text(render(results, title, plotlyjs))
+
+
+def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
+    """The report as one HTML page."""
+    figures = {
+        "utilization": utilization_figure(results),
+        "waits": wait_cdf_figure(results),
+        "shares": share_figure(results),
+        "ettr": ettr_figure(results),
+    }
+    divs = "\n".join(f'<div id="{name}" class="figure"></div>' for name in figures)
+    specs = json.dumps({name: json.loads(fig.to_json()) for name, fig in figures.items()},
+                       sort_keys=True, separators=(",", ":"))
+    return PAGE.format(title=html.escape(title), summary=summary_table(results),
+                       setup=setup_text(results), divs=divs, figures=specs,
+                       plotly=plotly_script(plotlyjs))
+
+
+def plotly_script(mode: str) -> str:
+    """The script tags that define `window.Plotly` and then call `drawFigures()`."""
+    source = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
+    if mode == "inline":
+        return f"<script>{source.decode()}</script><script>drawFigures()</script>"
+    if mode != "gzip":
+        raise ValueError(f"plotlyjs must be gzip or inline, not {mode!r}")
+    packed = base64.b64encode(gzip.compress(source, compresslevel=9, mtime=0)).decode()
+    return f'<script id="plotly-gz" type="text/plain">{packed}</script>\n<script>{UNPACK}</script>'
+
+
+UNPACK = """(async () => {
+  const text = document.getElementById("plotly-gz").textContent;
+  const bytes = Uint8Array.from(atob(text), c => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  const script = document.createElement("script");
+  script.textContent = await new Response(stream).text();
+  document.head.appendChild(script);
+  drawFigures();
+})();"""
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 0.3em 0.7em; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+.figure {{ height: 420px; margin: 1.5em 0; }}
+</style></head><body>
+<h1>{title}</h1>
+{setup}
+{summary}
+{divs}
+<script>
+const FIGURES = {figures};
+function drawFigures() {{
+  for (const [id, fig] of Object.entries(FIGURES)) {{
+    Plotly.newPlot(id, fig.data, fig.layout, {{responsive: true, displaylogo: false}});
+  }}
+}}
+</script>
+{plotly}
+</body></html>
+"""
+
+
+def setup_text(results: dict) -> str:
+    cluster, trace, config = results["cluster"], results["trace"], results["config"]
+    gpus = ", ".join(f"{count:,} {model}" for model, count in cluster["gpus"].items())
+    return (f"<p>Cluster <b>{html.escape(cluster['name'])}</b>: {cluster['nodes']:,} nodes "
+            f"({gpus}) in {cluster['datacenters']} data center(s), {cluster['pods']} pods, "
+            f"{cluster['leaves']} leaves; {len(cluster['queues'])} queues. Trace: "
+            f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
+            f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
+            f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
+            f" seed {config['seed']}.</p>")
+
+
+ROWS = (
+    ("GPUs allocated (mean)", lambda p: f"{p['utilization']['allocated']:.1%}"),
+    ("GPUs busy (mean)", lambda p: f"{p['utilization']['busy']:.1%}"),
+    ("queueing delay, mean", lambda p: _duration(p["wait_s"]["mean"])),
+    ("queueing delay, median", lambda p: _duration(p["wait_s"]["median"])),
+    ("queueing delay, p95", lambda p: _duration(p["wait_s"]["p95"])),
+    ("queueing delay, p99", lambda p: _duration(p["wait_s"]["p99"])),
+    ("large gangs' wait, mean", lambda p: _duration(p["large_gangs"]["wait_s"]["mean"])),
+    ("JCT, mean", lambda p: _duration(p["jct_s"]["mean"])),
+    ("makespan", lambda p: _duration(p["makespan_s"])),
+    ("jobs finished / never started", lambda p: f"{p['finished']:,} / {p['never_started']:,}"),
+    ("preemptions (GPU-h lost)",
+     lambda p: f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})"),
+    ("faults (GPU-h lost)",
+     lambda p: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})"),
+    ("ETTR, overall", lambda p: f"{p['ettr']['overall'] or 0:.3f}"),
+    ("finish-time fairness rho, mean / p95",
+     lambda p: f"{p['fairness_rho']['mean']:.2f} / {p['fairness_rho']['p95']:.2f}"),
+    ("fragmented GPUs (mean)", lambda p: f"{p['fragmentation']['mean_gpus']:,.1f}"),
+    ("guarantee violations", lambda p: f"{p['guarantee']['violations']:,}"),
+)
+
+
+def summary_table(results: dict) -> str:
+    policies = results["policies"]
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in policies)
+    rows = "".join(
+        f"<tr><td>{label}</td>" + "".join(f"<td>{cell(p)}</td>" for p in policies.values())
+        + "</tr>" for label, cell in ROWS)
+    return f"<table><tr><th></th>{head}</tr>{rows}</table>"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 4 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _layout(title: str, xaxis: dict, yaxis: dict) -> dict:
+    return {"title": {"text": title}, "xaxis": xaxis, "yaxis": yaxis, "template": TEMPLATE,
+            "legend": {"orientation": "h", "y": -0.2}, "margin": {"t": 50}}
+
+
+def utilization_figure(results: dict) -> go.Figure:
+    fig = go.Figure(layout=_layout("GPUs allocated over time", {"title": {"text": "day"}},
+                                   {"title": {"text": "share of GPUs"}, "tickformat": ".0%"}))
+    for name, figures in results["policies"].items():
+        series = figures["series"]
+        days, values = _downsample([t / 86400 for t in series["t_s"]], series["allocated"])
+        fig.add_trace(go.Scatter(x=days, y=values, name=name, mode="lines"))
+    return fig
+
+
+def _downsample(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """At most MAX_POINTS points: means of equal runs of consecutive points."""
+    if len(xs) <= MAX_POINTS:
+        return xs, ys
+    step = -(-len(xs) // MAX_POINTS)
+    chunks = range(0, len(xs), step)
+    return ([round(xs[i], 4) for i in chunks],
+            [round(sum(ys[i:i + step]) / len(ys[i:i + step]), 6) for i in chunks])
+
+
+def wait_cdf_figure(results: dict) -> go.Figure:
+    fig = go.Figure(layout=_layout(
+        "Queueing delay, CDF (delays under 1 s drawn at 1 s)",
+        {"title": {"text": "queueing delay (s)"}, "type": "log"},
+        {"title": {"text": "share of jobs"}, "tickformat": ".0%"}))
+    for name, figures in results["policies"].items():
+        points = figures["wait_cdf_s"]
+        share = [i / (len(points) - 1) for i in range(len(points))] if len(points) > 1 else []
+        fig.add_trace(go.Scatter(x=[max(1.0, w) for w in points], y=share, name=name,
+                                 mode="lines", line={"shape": "hv"}))
+    return fig
+
+
+def share_figure(results: dict) -> go.Figure:
+    policies = results["policies"]
+    queues = sorted(results["cluster"]["queues"])
+    fig = go.Figure(layout=_layout("Mean GPUs per queue, against its guarantee",
+                                   {"title": {"text": "queue"}},
+                                   {"title": {"text": "GPUs"}}))
+    fig.update_layout(barmode="group")
+    for name, figures in policies.items():
+        by_queue = figures["by_queue"]
+        fig.add_trace(go.Bar(x=queues, y=[by_queue.get(q, {}).get("mean_gpus", 0)
+                                          for q in queues], name=name))
+    first = next(iter(policies.values()), {"by_queue": {}})["by_queue"]
+    fig.add_trace(go.Scatter(x=queues, y=[first.get(q, {}).get("guarantee_gpus", 0)
+                                          for q in queues],
+                             name="guarantee", mode="markers",
+                             marker={"symbol": "line-ew-open", "size": 24, "color": "black"}))
+    return fig
+
+
+def ettr_figure(results: dict) -> go.Figure:
+    fig = go.Figure(layout=_layout("Effective training time ratio by job size",
+                                   {"title": {"text": "GPUs per job"}},
+                                   {"title": {"text": "ETTR"}, "range": [0, 1]}))
+    fig.update_layout(barmode="group")
+    for name, figures in results["policies"].items():
+        ettr = figures["ettr"]
+        labels = ["all", *ettr["by_size"]]
+        values = [ettr["overall"] or 0, *ettr["by_size"].values()]
+        fig.add_trace(go.Bar(x=labels, y=values, name=name))
+    return fig

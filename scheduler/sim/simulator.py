@@ -1,0 +1,331 @@
+"""The discrete-event simulator: a simulated clock, an event heap, and the production engine.
+
+Events, at equal times in this order: job events (a phase ends, an async copy is persisted, a
+fault), arrivals, then the engine cycle, so a cycle sees everything that happened at its time.
+Ties within a kind go by the order they were scheduled in.
+
+A cycle runs only when something changed that could change the plan (an arrival, a finish, or
+a plan that admitted, preempted or shrank work while work still waits) and something is pending
+(the engine admits nothing else). A fault is no such change: the job restarts on the GPUs it
+holds (a hot spare replaces the failed node), so what the engine sees held stays the same.
+Changes within one period are coalesced: a change at time t runs a cycle at
+max(t, previous cycle + `cycle_s`). The plan takes effect at once: preempted jobs stop and
+wait again, shrunk jobs give back GPUs, admitted jobs start.
+
+Everything random (fault times, kinds, whether a triggered save is possible) comes from one
+generator seeded with `SimConfig.seed`, drawn in event order, so the same inputs and seed give
+the same result, bit for bit.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import math
+import random
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
+from scheduler.engine import Placement, Plan
+from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
+from scheduler.sim.jobs import Checkpointing, Job, Phase
+from scheduler.sim.metrics import Recorder
+from scheduler.sim.policies import SchedulingPolicy
+from scheduler.sim.spec import ClusterSpec
+from scheduler.sim.state import Allocations, SimulationError, Workloads
+from scheduler.sim.trace import TraceJob
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to simulate; every field has the reference value by default."""
+
+    seed: int = 1
+    cycle_s: float = 10.0  # the shortest time between two engine cycles
+    costs: Costs = field(default_factory=Costs)
+    failures_per_gpu_hour: float = FAILURES_PER_GPU_HOUR  # 0 for no faults
+    fault_mix: tuple[tuple[str, float], ...] = LLAMA3_MIX
+    checkpoint: Policy = Policy(PolicyKind.PERIODIC)  # for jobs whose trace names none
+    time_limits: bool = False  # tell the engine each job's trace duration as its time limit
+    horizon_s: float | None = None  # stop at this simulated time; None: when all is done
+    series_step_s: float = 3600.0  # time series are averaged into buckets this long
+
+
+class Kind(IntEnum):
+    """Event kinds; the value orders events of equal time."""
+
+    PHASE = 0  # a job's phase ends
+    PERSIST = 1  # a job's async copy is persisted
+    FAULT = 2  # a job is hit by a fault
+    ARRIVAL = 3
+    CYCLE = 4
+
+
+Hook = Callable[["Simulator"], None]
+
+
+class Simulator:
+    """One policy's run over one trace on one cluster."""
+
+    def __init__(self, trace: Sequence[TraceJob], spec: ClusterSpec, policy: SchedulingPolicy,
+                 config: SimConfig = SimConfig(), on_event: Hook | None = None) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.config = config
+        self.on_event = on_event
+        self.rng = random.Random(config.seed)
+        self.faults = FaultModel(config.failures_per_gpu_hour, config.fault_mix)
+        self.allocations = Allocations(spec)
+        self.workloads = Workloads(spec, policy, config.time_limits)
+        self.start = min((job.submit_s for job in trace), default=0.0)
+        self.now = self.end = self.start  # `end`: where the run stopped, once it has
+        self.jobs = {job.id: self._job(job) for job in trace}
+        if len(self.jobs) != len(trace):
+            raise SimulationError("job ids in the trace are not unique")
+        nominal = {(q.name, quota.gpu_model): quota.nominal
+                   for q in spec.queues for quota in q.quotas}
+        self.recorder = Recorder(self.allocations, nominal, config.cycle_s, self.start,
+                                 config.series_step_s)
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._versions: dict[tuple[int, Kind], int] = {}
+        self.pending: set[int] = set()
+        self.ended: set[int] = set()
+        self.events = 0
+        self._last_cycle = -math.inf
+        self._cycle_at: float | None = None
+        self.last_plan: Plan | None = None  # the latest cycle's plan, for hooks
+        for job in trace:
+            self._push(job.submit_s, Kind.ARRIVAL, job.id, 0)
+
+    def _job(self, spec: TraceJob) -> Job:
+        if spec.queue not in self.spec.queue_ids:
+            raise SimulationError(f"job {spec.id} names queue {spec.queue!r}, which the cluster "
+                                  f"{self.spec.name} does not have")
+        policy = spec.checkpoint or self.config.checkpoint
+        ckpt = Checkpointing.resolve(policy, spec.gpus, self.config.costs,
+                                     self.config.failures_per_gpu_hour)
+        return Job(spec, ckpt, self.config.costs)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, on_progress: Callable[[float], None] | None = None) -> Recorder:
+        """Run until nothing is left to happen (or the horizon); the recorder holds the
+        figures. `on_progress(simulated time)` is called now and then."""
+        with _quiet_collector():
+            self._loop(on_progress)
+        return self.recorder
+
+    def _loop(self, on_progress: Callable[[float], None] | None) -> None:
+        horizon = self.config.horizon_s
+        stopped = False
+        while self._heap:
+            when, kind, _, job_id, version = heapq.heappop(self._heap)
+            if horizon is not None and when > horizon:
+                stopped = True
+                break
+            if kind != Kind.ARRIVAL and kind != Kind.CYCLE and (
+                    self._versions.get((job_id, kind)) != version):
+                continue  # superseded
+            self.now = when
+            self.events += 1
+            self._dispatch(kind, job_id)
+            if self.on_event is not None:
+                self.on_event(self)
+            if on_progress is not None and not self.events % 4096:
+                on_progress(self.now)
+        self._close(stopped)
+
+    def _dispatch(self, kind: Kind, job_id: int) -> None:
+        if kind == Kind.CYCLE:
+            self._cycle()
+        elif kind == Kind.ARRIVAL:
+            self._arrive(self.jobs[job_id])
+        else:
+            job = self.jobs[job_id]
+            with self._tracking(job, faults=kind == Kind.FAULT):
+                if kind == Kind.PHASE:
+                    if job.phase_ended(self.now):
+                        self._finish(job)
+                elif kind == Kind.PERSIST:
+                    job.persisted(self.now)
+                else:
+                    self._fault(job)
+
+    def _close(self, stopped: bool) -> None:
+        """Book the jobs still pending or running at the end: the horizon if the run stopped
+        there, else the last event."""
+        end = self.config.horizon_s if stopped else self.now
+        for job in self.jobs.values():
+            if job.id not in self.ended:
+                job.advance(end)
+                self.recorder.job_ended(job, end)
+                self.ended.add(job.id)
+        self.recorder.finish(end)
+        self.end = end
+
+    # -- scheduling events -------------------------------------------------------------------
+
+    def _push(self, when: float, kind: Kind, job_id: int, version: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, kind, self._seq, job_id, version))
+
+    def _schedule(self, job: Job, kind: Kind, when: float | None) -> None:
+        """(Re)schedule one of a job's event streams; None cancels it."""
+        key = (job.id, kind)
+        version = self._versions.get(key, 0) + 1
+        self._versions[key] = version
+        if when is not None:
+            self._push(when, kind, job.id, version)
+
+    def _reschedule(self, job: Job, faults: bool, persist: bool) -> None:
+        """Schedule the job's next phase end; its persist and next fault when asked (a new
+        fault time is drawn whenever the GPUs it holds change, or after a fault)."""
+        running = job.running
+        self._schedule(job, Kind.PHASE, job.next_phase_at() if running else None)
+        if persist or not running:
+            self._schedule(job, Kind.PERSIST, job.persisting_until if running else None)
+        if faults or not running:
+            when = None
+            if running and self.faults.enabled:
+                when = self.now + self.faults.next_in(self.rng, job.held)
+            self._schedule(job, Kind.FAULT, when)
+
+    def _tracking(self, job: Job, faults: bool = False) -> _Tracking:
+        return _Tracking(self, job, faults)
+
+    def request_cycle(self) -> None:
+        """Ask for a cycle: now, or one period after the last, unless one is coming."""
+        if self._cycle_at is not None or not self.pending:
+            return
+        self._cycle_at = max(self.now, self._last_cycle + self.config.cycle_s)
+        self._push(self._cycle_at, Kind.CYCLE, 0, 0)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _arrive(self, job: Job) -> None:
+        self.pending.add(job.id)
+        self.recorder.pending_added(job)
+        self.workloads.changed(job)
+        self.request_cycle()
+
+    def _finish(self, job: Job) -> None:
+        self.allocations.give(job.placements)
+        job.finish(self.now)
+        self.workloads.changed(job)
+        self.recorder.job_ended(job, self.now)
+        self.ended.add(job.id)
+        self.request_cycle()
+
+    def _fault(self, job: Job) -> None:
+        kind = self.faults.kind(self.rng)
+        self.recorder.faults[kind.code] += 1
+        if kind.kills_job:
+            # The job restarts on the same GPUs (a hot spare replaces the failed node), so the
+            # engine would see no change in what is held: no cycle is needed.
+            possible = self.rng.random() < self.config.costs.triggered_success
+            job.fault(self.now, possible)
+            self.workloads.changed(job)
+
+    def _cycle(self) -> None:
+        self._cycle_at = None
+        self._last_cycle = self.now
+        if not self.pending:
+            return
+        self.recorder.cycle_started(self.now)
+        snapshot = self.workloads.snapshot(self.allocations)
+        plan = self.last_plan = self.policy.plan(snapshot, self.now)
+        self._apply(plan)
+        self.recorder.cycle_ended(self.now)
+        if plan.admissions or plan.preemptions or plan.shrinks:
+            self.request_cycle()
+
+    def _apply(self, plan: Plan) -> None:
+        """Preempted jobs stop and wait again, shrunk ones give back GPUs, admitted ones
+        start; in that order, so GPUs are freed before any are taken."""
+        for preemption in plan.preemptions:
+            job = self.jobs[preemption.workload_id]
+            with self._tracking(job):
+                self.allocations.give(job.placements)
+                job.preempt(self.now)
+                self.pending.add(job.id)
+                self.recorder.pending_added(job)
+            self.recorder.preemptions += 1
+        for shrink in plan.shrinks:
+            job = self.jobs[shrink.workload_id]
+            with self._tracking(job, faults=True):
+                self.allocations.give(shrink.released)
+                job.resize(self.now, _without(job.placements, shrink.released))
+            self.recorder.shrinks += 1
+        for admission in plan.admissions:
+            job = self.jobs[admission.workload_id]
+            if job.id not in self.pending:
+                raise SimulationError(f"the plan admits job {job.id}, which is not pending")
+            with self._tracking(job, faults=True):
+                self.allocations.take(admission.placements, job.id)
+                job.start(self.now, admission.placements)
+                self.pending.discard(job.id)
+                self.recorder.pending_removed(job)
+
+
+@contextmanager
+def _quiet_collector() -> Iterator[None]:
+    """Keep Python's cyclic garbage collector from scanning the simulation's state over and
+    over: each cycle allocates a snapshot's worth of objects, which would trigger full
+    collections that walk every live job. The state is frozen out of the collector's sight and
+    collections are made rarer for the run (the objects a cycle makes are freed by reference
+    counting anyway); both are restored after."""
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
+class _Tracking:
+    """Around a change to one job: book the GPUs it takes or gives back, the change in busy
+    GPUs, rebuild its workload and reschedule its events."""
+
+    def __init__(self, sim: Simulator, job: Job, faults: bool = False) -> None:
+        self.sim = sim
+        self.job = job
+        self.faults = faults
+
+    def __enter__(self) -> None:
+        job = self.job
+        self.held = job.held
+        self.busy = job.held if job.phase == Phase.COMPUTE else 0
+        self.checkpoint = job.last_checkpoint_at
+        self.persisting = job.persisting_until
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            return
+        sim, job = self.sim, self.job
+        recorder = sim.recorder
+        recorder.gpus_changed(sim.now, job, job.held - self.held)
+        recorder.busy_changed(sim.now, (job.held if job.phase == Phase.COMPUTE else 0)
+                              - self.busy)
+        if job.held != self.held or job.last_checkpoint_at != self.checkpoint:
+            sim.workloads.changed(job)
+        sim._reschedule(job, self.faults or job.held != self.held,
+                        job.persisting_until != self.persisting)
+
+
+def _without(placements: tuple[Placement, ...],
+             released: tuple[Placement, ...]) -> tuple[Placement, ...]:
+    """Placements less the GPUs released by a shrink."""
+    gone = {(p.node_id, i) for p in released for i in p.gpu_indices}
+    kept = []
+    for placement in placements:
+        indices = tuple(i for i in placement.gpu_indices if (placement.node_id, i) not in gone)
+        if indices:
+            kept.append(Placement(placement.node_id, indices))
+    return tuple(kept)

@@ -1,0 +1,248 @@
+"""Cluster specs: the nodes, queues and cohorts a simulation runs on, from JSON.
+
+    {
+      "name": "example",
+      "datacenters": [
+        {"name": "dc1", "region": "", "pods": [
+          {"name": "p", "count": 2, "leaves": 4, "nodes_per_leaf": 32,
+           "gpu_model": "H800", "gpus_per_node": 8},
+          {"name": "h20", "leaves": [{"name": "l1", "nodes": 16, "gpu_model": "H20"}]}
+        ]}
+      ],
+      "cohorts": [{"name": "research", "parent": null, "quotas": {"H800": 0}}],
+      "queues": [
+        {"name": "nlp", "cohort": "research", "priority": 0, "weight": 1.0,
+         "strategy": "best_effort_fifo",
+         "quotas": {"H800": {"nominal": 512, "guarantee": 128, "borrowing_limit": null,
+                             "lending_limit": null}},
+         "preemption": {"reclaim": true, "within_queue": true, "borrow_below_priority": null}},
+        {"name": "cv", "cohort": "research", "quotas": {"H800": 256}}
+      ]
+    }
+
+A pod with `count` n stands for n pods named `<name>1` ... `<name>n`. Leaves are given as a
+count (with `nodes_per_leaf`, `gpu_model` and `gpus_per_node`, default 8) or as a list of
+leaves, each with its own `nodes` and `gpu_model`. Nodes are named `dc1-p1-l1-n1` and numbered
+from 1 in spec order; queues are numbered from 1 in spec order. A quota given as a number is
+the nominal quota. Omitted queue fields take the engine's defaults. A bad spec raises
+`SpecError` naming the place, e.g. `queues[2].quotas.H800.nominal: must be a whole number`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from scheduler.engine import Cohort, Node, PreemptionPolicy, Queue, Quota, Strategy
+
+
+class SpecError(ValueError):
+    """A cluster spec that cannot be read, naming the place at fault."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster for the simulator: engine nodes (all GPUs free), queues and cohorts."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    cohorts: tuple[Cohort, ...] = ()
+
+    @cached_property
+    def capacity(self) -> dict[str, int]:
+        """GPUs per GPU model."""
+        total: Counter[str] = Counter()
+        for node in self.nodes:
+            total[node.gpu_model] += node.gpus
+        return dict(sorted(total.items()))
+
+    @cached_property
+    def queue_ids(self) -> dict[str, int]:
+        """Queue id by name."""
+        return {queue.name: queue.id for queue in self.queues}
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.capacity.values())
+
+
+def load_spec(path: str | Path) -> ClusterSpec:
+    """The cluster spec in a JSON file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as why:
+        raise SpecError(f"{path}: not JSON ({why})") from None
+    return parse_spec(data)
+
+
+def parse_spec(data: dict[str, Any]) -> ClusterSpec:
+    """The cluster spec of a JSON-like dict (see the module docstring)."""
+    if not isinstance(data, dict):
+        raise SpecError("the spec must be a JSON object")
+    nodes = _nodes(_list(data, "datacenters", "datacenters"))
+    if not nodes:
+        raise SpecError("datacenters: the cluster has no nodes")
+    cohorts = tuple(_cohort(c, f"cohorts[{i}]") for i, c in enumerate(data.get("cohorts", [])))
+    queues = tuple(_queue(q, i + 1, f"queues[{i}]")
+                   for i, q in enumerate(_list(data, "queues", "queues")))
+    names = Counter(queue.name for queue in queues)
+    twice = sorted(name for name, count in names.items() if count > 1)
+    if twice:
+        raise SpecError(f"queues: names used twice: {', '.join(twice)}")
+    return ClusterSpec(str(data.get("name", "cluster")), tuple(nodes), queues, cohorts)
+
+
+def layout(nodes: int, *, gpu_model: str, nodes_per_leaf: int, leaves_per_pod: int,
+           datacenters: int = 1, gpus_per_node: int = 8) -> list[dict]:
+    """The `datacenters` part of a spec for `nodes` nodes in full leaves and pods (the last
+    leaf and pod take the rest), the pods shared out evenly between the data centers."""
+    leaves = [min(nodes_per_leaf, nodes - at) for at in range(0, nodes, nodes_per_leaf)]
+    pods = [leaves[at:at + leaves_per_pod] for at in range(0, len(leaves), leaves_per_pod)]
+    share = -(-len(pods) // datacenters)
+    return [
+        {"name": f"dc{d + 1}", "pods": [
+            {"name": f"p{p}", "leaves": [
+                {"name": f"l{i}", "nodes": count, "gpu_model": gpu_model,
+                 "gpus_per_node": gpus_per_node} for i, count in enumerate(pod, start=1)]}
+            for p, pod in enumerate(pods[d * share:(d + 1) * share], start=1)]}
+        for d in range(datacenters) if pods[d * share:(d + 1) * share]]
+
+
+def _list(data: dict, key: str, where: str) -> list:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: must be a list")
+    return value
+
+
+def _whole(value: Any, where: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"{where}: must be a whole number of at least {minimum}, not {value!r}")
+    return value
+
+
+def _optional_whole(value: Any, where: str) -> int | None:
+    return None if value is None else _whole(value, where)
+
+
+def _nodes(datacenters: list) -> list[Node]:
+    nodes: list[Node] = []
+    for d, dc in enumerate(datacenters):
+        where = f"datacenters[{d}]"
+        dc_name = str(dc.get("name", f"dc{d + 1}"))
+        region = str(dc.get("region", ""))
+        for p, pod in enumerate(_list(dc, "pods", f"{where}.pods")):
+            for pod_name, pod_spec in _pods(pod, f"{where}.pods[{p}]", p):
+                for leaf_name, model, count, size in _leaves(pod_spec, f"{where}.pods[{p}]"):
+                    for n in range(1, count + 1):
+                        name = f"{dc_name}-{pod_name}-{leaf_name}-n{n}"
+                        nodes.append(Node(len(nodes) + 1, name, model, dc_name, pod_name,
+                                          leaf_name, size, tuple(range(size)), region=region))
+    return nodes
+
+
+def _pods(pod: dict, where: str, index: int) -> list[tuple[str, dict]]:
+    count = _whole(pod.get("count", 1), f"{where}.count", 1)
+    name = str(pod.get("name", f"p{index + 1}" if "count" not in pod else "p"))
+    if "count" not in pod:
+        return [(name, pod)]
+    return [(f"{name}{i}", pod) for i in range(1, count + 1)]
+
+
+def _leaves(pod: dict, where: str) -> list[tuple[str, str, int, int]]:
+    """(leaf name, GPU model, nodes, GPUs per node) of each leaf of a pod."""
+    leaves = pod.get("leaves")
+    if isinstance(leaves, int) and not isinstance(leaves, bool):
+        count = _whole(pod.get("nodes_per_leaf"), f"{where}.nodes_per_leaf", 1)
+        size = _whole(pod.get("gpus_per_node", 8), f"{where}.gpus_per_node", 1)
+        model = _model(pod, where)
+        return [(f"l{i}", model, count, size) for i in range(1, leaves + 1)]
+    if not isinstance(leaves, list):
+        raise SpecError(f"{where}.leaves: must be a count or a list of leaves")
+    found = []
+    for i, leaf in enumerate(leaves):
+        at = f"{where}.leaves[{i}]"
+        found.append((str(leaf.get("name", f"l{i + 1}")), _model(leaf, at),
+                      _whole(leaf.get("nodes"), f"{at}.nodes", 1),
+                      _whole(leaf.get("gpus_per_node", 8), f"{at}.gpus_per_node", 1)))
+    return found
+
+
+def _model(data: dict, where: str) -> str:
+    model = data.get("gpu_model")
+    if not isinstance(model, str) or not model:
+        raise SpecError(f"{where}.gpu_model: must name a GPU model")
+    return model
+
+
+def _quotas(data: Any, where: str) -> tuple[Quota, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: must map GPU models to quotas")
+    quotas = []
+    for model, value in sorted(data.items()):
+        at = f"{where}.{model}"
+        if not isinstance(value, dict):
+            quotas.append(Quota(model, _whole(value, at)))
+            continue
+        nominal = _whole(value.get("nominal", 0), f"{at}.nominal")
+        guarantee = _whole(value.get("guarantee", 0), f"{at}.guarantee")
+        if guarantee > nominal:
+            raise SpecError(f"{at}.guarantee: {guarantee} is more than the nominal {nominal}")
+        quotas.append(Quota(model, nominal, guarantee=guarantee,
+                            borrowing_limit=_optional_whole(value.get("borrowing_limit"),
+                                                            f"{at}.borrowing_limit"),
+                            lending_limit=_optional_whole(value.get("lending_limit"),
+                                                          f"{at}.lending_limit")))
+    return tuple(quotas)
+
+
+def _cohort(data: dict, where: str) -> Cohort:
+    if not isinstance(data, dict) or not data.get("name"):
+        raise SpecError(f"{where}: must be an object with a name")
+    parent = data.get("parent")
+    return Cohort(str(data["name"]), None if parent is None else str(parent),
+                  _quotas(data.get("quotas"), f"{where}.quotas"))
+
+
+def _queue(data: dict, queue_id: int, where: str) -> Queue:
+    if not isinstance(data, dict) or not data.get("name"):
+        raise SpecError(f"{where}: must be an object with a name")
+    try:
+        strategy = Strategy(data.get("strategy", Strategy.BEST_EFFORT_FIFO.value))
+    except ValueError:
+        raise SpecError(f"{where}.strategy: {data.get('strategy')!r} is not a strategy "
+                        f"({', '.join(s.value for s in Strategy)})") from None
+    weight = data.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+        raise SpecError(f"{where}.weight: must be a number of at least 0")
+    cohort = data.get("cohort")
+    return Queue(queue_id, str(data["name"]), _quotas(data.get("quotas"), f"{where}.quotas"),
+                 cohort=None if cohort is None else str(cohort),
+                 priority=_int(data.get("priority", 0), f"{where}.priority"),
+                 weight=float(weight), region=str(data.get("region", "")), strategy=strategy,
+                 preemption=_preemption(data.get("preemption", {}), f"{where}.preemption"))
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: must be a whole number, not {value!r}")
+    return value
+
+
+def _preemption(data: dict, where: str) -> PreemptionPolicy:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: must be an object")
+    below = data.get("borrow_below_priority")
+    return PreemptionPolicy(
+        reclaim=bool(data.get("reclaim", True)),
+        within_queue=bool(data.get("within_queue", True)),
+        borrow_below_priority=None if below is None else _int(below, f"{where}.borrow_below"
+                                                                     "_priority"),
+    )

@@ -1,0 +1,120 @@
+"""The simulated cluster's allocations, and the engine snapshot built from them cheaply.
+
+Node and workload objects are frozen, so they are rebuilt only when they change: a node when
+GPUs on it are taken or given back, a workload when its job starts, stops, shrinks or completes
+a checkpoint. A snapshot is then two tuples of the cached objects.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from scheduler.engine import Node, Placement, Snapshot, Workload
+from scheduler.sim.jobs import Job, Phase
+from scheduler.sim.policies import SchedulingPolicy
+from scheduler.sim.spec import ClusterSpec
+
+
+class SimulationError(RuntimeError):
+    """The simulation reached an impossible state (a bug): e.g. a GPU given out twice."""
+
+
+class Allocations:
+    """Free GPUs per node, with a count of nodes per free-GPU count for each GPU model."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.nodes = {node.id: node for node in spec.nodes}
+        self.free: dict[int, set[int]] = {node.id: set(range(node.gpus)) for node in spec.nodes}
+        self._index = {node.id: i for i, node in enumerate(spec.nodes)}
+        self._objects: list[Node] = list(spec.nodes)
+        self._changed: set[int] = set()
+        self.used: Counter[str] = Counter()  # GPUs in use per model
+        # Nodes per (model, free GPUs, node size): what fragmentation is measured from.
+        self.by_free: Counter[tuple[str, int, int]] = Counter(
+            (node.gpu_model, node.gpus, node.gpus) for node in spec.nodes)
+
+    def take(self, placements: Iterable[Placement], owner: int) -> None:
+        """Mark GPUs used by job `owner`; SimulationError if one is not free."""
+        for placement in placements:
+            free = self.free.get(placement.node_id)
+            wanted = set(placement.gpu_indices)
+            if free is None or not wanted <= free or len(wanted) != len(placement.gpu_indices):
+                raise SimulationError(
+                    f"job {owner} was given GPUs {placement.gpu_indices} of node "
+                    f"{placement.node_id}, which are not all free")
+            self._change(placement.node_id, lambda f, w=wanted: f.difference_update(w))
+
+    def give(self, placements: Iterable[Placement]) -> None:
+        """Mark GPUs free again."""
+        for placement in placements:
+            self._change(placement.node_id,
+                         lambda f, p=placement: f.update(p.gpu_indices))
+
+    def _change(self, node_id: int, edit) -> None:
+        node = self.nodes[node_id]
+        free = self.free[node_id]
+        before = len(free)
+        edit(free)
+        after = len(free)
+        self.used[node.gpu_model] += before - after
+        self.by_free[node.gpu_model, before, node.gpus] -= 1
+        self.by_free[node.gpu_model, after, node.gpus] += 1
+        self._changed.add(node_id)
+
+    def node_objects(self) -> tuple[Node, ...]:
+        """Engine nodes with their current free GPUs; only changed ones are rebuilt."""
+        for node_id in self._changed:
+            old = self.nodes[node_id]
+            self._objects[self._index[node_id]] = Node(
+                old.id, old.name, old.gpu_model, old.datacenter, old.pod, old.leaf, old.gpus,
+                tuple(sorted(self.free[node_id])), old.schedulable, old.region)
+        self._changed.clear()
+        return tuple(self._objects)
+
+
+class Workloads:
+    """The engine's view of every job that is pending or running, under one policy."""
+
+    def __init__(self, spec: ClusterSpec, policy: SchedulingPolicy,
+                 time_limits: bool = False) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.time_limits = time_limits
+        self._objects: dict[int, Workload] = {}
+        self._changed: dict[int, Job] = {}
+
+    def changed(self, job: Job) -> None:
+        """The job's state changed: rebuild its workload for the next snapshot."""
+        self._changed[job.id] = job
+
+    def snapshot(self, allocations: Allocations) -> Snapshot:
+        for job_id, job in self._changed.items():
+            if job.phase == Phase.DONE:
+                self._objects.pop(job_id, None)
+            else:
+                self._objects[job_id] = self._workload(job)
+        self._changed.clear()
+        return Snapshot(allocations.node_objects(), self.policy.queues,
+                        tuple(self._objects.values()), self.policy.cohorts)
+
+    def _workload(self, job: Job) -> Workload:
+        spec = job.spec
+        running = job.running
+        elastic = spec.min_gpus is not None and spec.min_gpus < spec.gpus
+        # The trace duration as the user's time limit: an exact estimate, for backfill.
+        limit = spec.duration_s if self.time_limits else None
+        return Workload(
+            spec.id,
+            self.policy.queue_id(spec, self.spec),
+            spec.gpu_model,
+            job.held if running else spec.gpus,
+            spec.submit_s,
+            priority=self.policy.priority(spec),
+            placements=job.placements,
+            min_gpus=spec.min_gpus if elastic else None,
+            max_gpus=spec.gpus if elastic else None,
+            started_at=job.started_at,
+            last_checkpoint_at=job.last_checkpoint_at,
+            time_limit_s=limit,
+        )

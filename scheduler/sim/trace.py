@@ -1,0 +1,207 @@
+"""Workload traces: the jobs a simulation replays, and the generic trace CSV format.
+
+A trace is a list of `TraceJob`s, sorted by submit time. The generic CSV has one job per row
+and a header naming its columns, in any order (unknown columns are ignored); the format is
+documented in `docs/sim-trace-format.md`:
+
+- required: `submit_s` (seconds from the start of the trace), `gpus` (its maximum when
+  elastic), `gpu_model` (as in the cluster spec), `duration_s` (run time on `gpus` GPUs
+  without faults or preemption), `queue` or `tenant` (the queue it is submitted to);
+- optional: `id` (unique whole number; default the row's number), `priority` (default 0),
+  `status` (the source's final status, kept for reports), `min_gpus` (elastic when below
+  `gpus`), `checkpoint` (`periodic`, `async`, `triggered` or `none`, with an optional interval
+  in seconds: `periodic:3600`; default the run's policy, interval from the advisor).
+
+Empty optional cells take their default. A bad row raises `TraceError` naming the line and
+column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.checkpointing import Policy, PolicyKind
+
+REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read, with the line and column at fault."""
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a trace. Times are seconds from the start of the trace."""
+
+    id: int
+    submit_s: float
+    gpus: int
+    gpu_model: str
+    duration_s: float
+    queue: str
+    priority: int = 0
+    status: str = ""
+    min_gpus: int | None = None  # None: `gpus` (not elastic)
+    checkpoint: Policy | None = None  # None: the run's default policy
+
+    @property
+    def fewest_gpus(self) -> int:
+        return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
+
+
+def load_csv(path: str | Path) -> list[TraceJob]:
+    """The jobs of a generic trace CSV (see the module docstring), sorted by submit time and
+    id. Raises TraceError for a bad row or header."""
+    with open(path, newline="") as f:
+        return read_csv(f)
+
+
+def read_csv(lines: Iterable[str]) -> list[TraceJob]:
+    """The jobs of a generic trace CSV given as lines of text."""
+    reader = csv.DictReader(lines)
+    header = reader.fieldnames or []
+    missing = [name for name in REQUIRED if name not in header]
+    if "queue" not in header and "tenant" not in header:
+        missing.append("queue (or tenant)")
+    if missing:
+        raise TraceError(f"line 1: missing column(s) {', '.join(missing)}")
+    jobs = [_job(row, reader.line_num, index) for index, row in enumerate(reader, start=1)]
+    _check_unique(jobs)
+    return sorted(jobs, key=lambda job: (job.submit_s, job.id))
+
+
+def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
+    cell = _Cells(row, line)
+    gpus = cell.whole("gpus", minimum=1)
+    min_gpus = cell.whole("min_gpus", minimum=1, optional=True)
+    if min_gpus is not None and min_gpus > gpus:
+        raise TraceError(f"line {line}, column min_gpus: {min_gpus} is more than gpus ({gpus})")
+    queue = (row.get("queue") or "").strip() or (row.get("tenant") or "").strip()
+    if not queue:
+        raise TraceError(f"line {line}, column queue: empty (give a queue or a tenant)")
+    given_id = cell.whole("id", minimum=0, optional=True)
+    return TraceJob(
+        id=index if given_id is None else given_id,
+        submit_s=cell.number("submit_s"),
+        gpus=gpus,
+        gpu_model=cell.text("gpu_model"),
+        duration_s=cell.number("duration_s", positive=True),
+        queue=queue,
+        priority=cell.whole("priority", optional=True) or 0,
+        status=(row.get("status") or "").strip().lower(),
+        min_gpus=min_gpus,
+        checkpoint=cell.checkpoint("checkpoint"),
+    )
+
+
+def _check_unique(jobs: list[TraceJob]) -> None:
+    seen: set[int] = set()
+    for job in jobs:
+        if job.id in seen:
+            raise TraceError(f"column id: job id {job.id} appears twice")
+        seen.add(job.id)
+
+
+class _Cells:
+    """Typed access to one row's cells, raising TraceError with line and column."""
+
+    def __init__(self, row: dict[str, str], line: int) -> None:
+        self.row = row
+        self.line = line
+
+    def _raw(self, column: str, optional: bool) -> str | None:
+        value = (self.row.get(column) or "").strip()
+        if value:
+            return value
+        if optional:
+            return None
+        raise self.error(column, "empty")
+
+    def error(self, column: str, why: str) -> TraceError:
+        return TraceError(f"line {self.line}, column {column}: {why}")
+
+    def text(self, column: str) -> str:
+        return self._raw(column, optional=False)  # type: ignore[return-value]
+
+    def number(self, column: str, positive: bool = False) -> float:
+        raw = self._raw(column, optional=False)
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except ValueError:
+            raise self.error(column, f"{raw!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "more than 0" if positive else "0 or more"
+            raise self.error(column, f"{raw!r} must be a finite number {bound}")
+        return value
+
+    def whole(self, column: str, minimum: int | None = None, optional: bool = False) -> int | None:
+        raw = self._raw(column, optional)
+        if raw is None:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise self.error(column, f"{raw!r} is not a whole number") from None
+        if minimum is not None and value < minimum:
+            raise self.error(column, f"{value} is less than {minimum}")
+        return value
+
+    def checkpoint(self, column: str) -> Policy | None:
+        raw = self._raw(column, optional=True)
+        if raw is None:
+            return None
+        try:
+            return parse_policy(raw)
+        except ValueError as why:
+            raise self.error(column, str(why)) from None
+
+
+def parse_policy(text: str) -> Policy:
+    """A checkpoint policy from `kind` or `kind:interval_s`, e.g. `periodic:3600`; the interval
+    is left None (the advisor's) when not given."""
+    kind_text, _, interval_text = text.strip().lower().partition(":")
+    try:
+        kind = PolicyKind(kind_text)
+    except ValueError:
+        known = ", ".join(k.value for k in PolicyKind)
+        raise ValueError(f"{text!r} is not a checkpoint policy ({known})") from None
+    if not interval_text:
+        return Policy(kind)
+    try:
+        interval = float(interval_text)
+    except ValueError:
+        raise ValueError(f"{interval_text!r} is not an interval in seconds") from None
+    if not math.isfinite(interval) or interval <= 0:
+        raise ValueError(f"interval {interval_text!r} must be more than 0 seconds")
+    return Policy(kind, interval)
+
+
+def format_policy(policy: Policy | None) -> str:
+    """The CSV cell for a checkpoint policy (the inverse of `parse_policy`)."""
+    if policy is None:
+        return ""
+    if policy.interval_s is None:
+        return policy.kind.value
+    return f"{policy.kind.value}:{policy.interval_s:g}"
+
+
+COLUMNS = ("id", "submit_s", "gpus", "gpu_model", "duration_s", "queue", "priority", "status",
+           "min_gpus", "checkpoint")
+
+
+def write_csv(jobs: Iterable[TraceJob]) -> str:
+    """The jobs as a generic trace CSV (every column), for saving a synthetic trace."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for job in jobs:
+        writer.writerow([job.id, f"{job.submit_s:g}", job.gpus, job.gpu_model,
+                         f"{job.duration_s:g}", job.queue, job.priority, job.status,
+                         "" if job.min_gpus is None else job.min_gpus,
+                         format_policy(job.checkpoint)])
+    return out.getvalue()

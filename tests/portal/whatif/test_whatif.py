@@ -1,0 +1,132 @@
+"""What-if simulations from the operator's page, the Celery task and `manage.py simulate`."""
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
+
+from portal.whatif.choices import RunState
+from portal.whatif.models import WhatIfRun
+from portal.whatif.runs import current_cluster, execute
+from tests.builders import make_queue
+from tests.portal.live_client import LiveClient
+
+TRACE = """submit_s,gpus,gpu_model,duration_s,queue
+0,8,H800,3600,llm
+60,16,H800,1800,llm
+120,64,H800,7200,llm
+"""
+
+
+@pytest.fixture
+def staff(client, operator):
+    client.force_login(operator)
+    return client
+
+
+def test_only_operators_reach_the_page(client, bob):
+    client.force_login(bob)
+    assert client.get("/ops/whatif/").status_code == 302
+
+
+def test_a_philly_run_from_the_page_to_its_report(staff):
+    response = staff.post("/ops/whatif/", {"trace": "philly", "cluster": "trace", "days": 20,
+                                           "policies": ["wanka", "fifo"], "seed": 3})
+    whatif = WhatIfRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/ops/whatif/{whatif.pk}/"
+    assert (whatif.state, whatif.policies, whatif.seed) == (RunState.PENDING, ["wanka", "fifo"], 3)
+    execute(whatif.pk)  # what the Celery task does (the cross-process path is tested below)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.DONE and whatif.progress == 1.0
+    assert set(whatif.results["policies"]) == {"wanka", "fifo"}
+    assert whatif.results["policies"]["wanka"]["jobs"] == whatif.results["trace"]["jobs"] > 0
+    report = b"".join(staff.get(f"/ops/whatif/{whatif.pk}/report/").streaming_content)
+    assert b"plotly" in report.lower() and b"wanka" in report
+    figures = staff.get(f"/ops/whatif/{whatif.pk}/results.json").json()
+    assert figures["policies"]["fifo"]["preemptions"]["count"] == 0
+    execute(whatif.pk)  # a second delivery of the task does nothing
+    assert WhatIfRun.objects.get(pk=whatif.pk).finished_at == whatif.finished_at
+
+
+def test_an_uploaded_trace_on_this_cluster(staff, acme):
+    from tests.builders import make_cluster
+
+    make_cluster()
+    make_queue(acme, "llm", h800=64)
+    staff.post("/ops/whatif/", {
+        "trace": "csv", "cluster": "current", "policies": ["wanka"],
+        "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv")})
+    whatif = WhatIfRun.objects.get()
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.DONE, whatif.message
+    assert whatif.results["policies"]["wanka"]["finished"] == 3
+
+
+@pytest.mark.parametrize(("form", "field"), [
+    ({"trace": "csv", "cluster": "current", "policies": ["wanka"]}, "trace_csv"),
+    ({"trace": "philly", "cluster": "trace"}, "policies"),
+    ({"trace": "philly", "cluster": "trace", "policies": ["wanka"], "days": "-2"}, "days"),
+    ({"trace": "nonsense", "cluster": "trace", "policies": ["wanka"]}, "trace"),
+], ids=["a CSV trace needs its file", "at least one policy", "days must be positive",
+        "an unknown trace"])
+def test_bad_forms_say_what_is_wrong_and_start_nothing(staff, form, field):
+    page = staff.post("/ops/whatif/", form)
+    assert page.status_code == 200 and field in page.context["errors"]
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_bad_trace_fails_the_run_with_the_line_at_fault(staff, acme):
+    staff.post("/ops/whatif/", {
+        "trace": "csv", "cluster": "trace", "policies": ["wanka"],
+        "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv")})
+    whatif = WhatIfRun.objects.get()
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.FAILED and "cluster" in whatif.message
+    bad = TRACE.replace("60,16", "60,sixteen")
+    staff.post("/ops/whatif/", {"trace": "csv", "cluster": "current", "policies": ["wanka"],
+                                "trace_csv": SimpleUploadedFile("b.csv", bad.encode())})
+    whatif = WhatIfRun.objects.latest("pk")
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.FAILED and "line 3" in whatif.message
+
+
+def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
+    make_queue(acme, "llm", h800=64)
+    spec = current_cluster()
+    assert spec.gpus == 16 * 8 and [q.name for q in spec.queues] == ["llm"]
+    assert all(node.free == tuple(range(node.gpus)) for node in spec.nodes)
+
+
+def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
+    report, figures = tmp_path / "r.html", tmp_path / "r.json"
+    call_command("simulate", "--trace", "philly", "--days", "20", "--policy", "wanka",
+                 "--policy", "static", "--report", str(report), "--json", str(figures))
+    assert report.read_text().lower().count("plotly") > 1
+    assert set(json.loads(figures.read_text())["policies"]) == {"wanka", "static"}
+    with pytest.raises(CommandError, match="cluster"):
+        call_command("simulate", "--trace", str(report))  # a CSV without a cluster
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_runs_it_and_the_page_follows_live(portal_server, celery_worker,
+                                                      clean_redis, operator):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(operator)
+    live = LiveClient(portal_server, browser)
+    try:
+        browser.post("/ops/whatif/", {"trace": "philly", "cluster": "trace", "days": 20,
+                                      "policies": ["wanka", "fifo", "static", "no-reclaim"]})
+        whatif = WhatIfRun.objects.get()
+        done = live.wait_for("whatif.progress", lambda p: p["state"] == "done", 120)
+    finally:
+        live.close()
+    assert done["id"] == whatif.pk
+    assert WhatIfRun.objects.get(pk=whatif.pk).report_path.exists()
+    page = browser.get(f"/ops/whatif/{whatif.pk}/").content.decode()
+    assert 'id="whatif-progress"' in page and "All figures (JSON)" in page
