@@ -34,8 +34,10 @@ def checks(results: list[EttrResult]) -> list[str]:
     for r in results:
         must_match = r.kind is PolicyKind.PERIODIC or r.gpus == SIZES[0]
         if must_match and r.error > TOLERANCE:
-            failed.append(f"{r.kind.value} at {r.gpus:,} GPUs: simulated {r.simulated:.4f}, "
-                          f"model {r.model:.4f}")
+            failed.append(
+                f"{r.kind.value} at {r.gpus:,} GPUs: simulated {r.simulated:.4f}, "
+                f"model {r.model:.4f}"
+            )
         floor = TRIGGERED_FLOOR.get(r.gpus)
         if r.kind is PolicyKind.TRIGGERED and floor is not None and r.simulated < floor:
             failed.append(f"triggered at {r.gpus:,} GPUs: {r.simulated:.4f} < {floor}")
@@ -51,34 +53,56 @@ def table(results: list[EttrResult]) -> str:
         row = [kind.value]
         for gpus in SIZES:
             r = next(r for r in results if r.kind is kind and r.gpus == gpus)
-            row += [duration(r.interval_s) if r.interval_s else "-", f"{r.simulated:.3f}",
-                    f"{r.model:.3f}"]
+            row += [
+                duration(r.interval_s) if r.interval_s else "-",
+                f"{r.simulated:.3f}",
+                f"{r.model:.3f}",
+            ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--days", type=float, default=2000.0,
-                        help="simulated days per policy and size (default 2000)")
+    parser.add_argument(
+        "--days",
+        type=float,
+        default=2000.0,
+        help="simulated days per policy and size (default 2000)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = [simulated_ettr(kind, gpus, days=args.days, seed=args.seed)
-               for gpus in SIZES for kind in PolicyKind]
+    results = [
+        simulated_ettr(kind, gpus, days=args.days, seed=args.seed)
+        for gpus in SIZES
+        for kind in PolicyKind
+    ]
     print(table(results))
     failed = checks(results)
     for failure in failed:
         print(f"check failed: {failure}", file=sys.stderr)
-    print(json.dumps({
-        "days": args.days,
-        "seed": args.seed,
-        "results": [{"policy": r.kind.value, "gpus": r.gpus, "interval_s": r.interval_s,
-                     "simulated": round(r.simulated, 4), "model": round(r.model, 4),
-                     "faults": r.faults} for r in results],
-        "checks_passed": not failed,
-        "wall_s": round(time.perf_counter() - started, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "days": args.days,
+                "seed": args.seed,
+                "results": [
+                    {
+                        "policy": r.kind.value,
+                        "gpus": r.gpus,
+                        "interval_s": r.interval_s,
+                        "simulated": round(r.simulated, 4),
+                        "model": round(r.model, 4),
+                        "faults": r.faults,
+                    }
+                    for r in results
+                ],
+                "checks_passed": not failed,
+                "wall_s": round(time.perf_counter() - started, 1),
+            }
+        )
+    )
     return 1 if failed else 0
 
 

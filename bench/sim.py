@@ -72,9 +72,21 @@ def main(argv: list[str] | None = None) -> int:
         if case not in CASES:
             parser.error(f"unknown case {case!r}; known: {', '.join(CASES)}")
         child = subprocess.run(
-            [sys.executable, "-m", "bench.sim", "--one", case, "--seed", str(args.seed),
-             "--month-cycle-s", str(args.month_cycle_s)],
-            capture_output=True, text=True, check=True)
+            [
+                sys.executable,
+                "-m",
+                "bench.sim",
+                "--one",
+                case,
+                "--seed",
+                str(args.seed),
+                "--month-cycle-s",
+                str(args.month_cycle_s),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         figures[case] = json.loads(child.stdout.strip().splitlines()[-1])
         print(" ".join(f"{key}={value}" for key, value in figures[case].items()), flush=True)
     print(json.dumps(figures))

@@ -32,52 +32,99 @@ from scheduler.sim.trace import TraceError, parse_policy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.sim",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", required=True, help="philly, synthetic:month[...] or a CSV")
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.sim", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--trace", help="philly, synthetic:month[...] or a CSV")
     parser.add_argument("--cluster", help="cluster spec JSON")
-    parser.add_argument("--policy", action="append", choices=list(POLICIES),
-                        help="a policy to run (repeat for several; default: all)")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=list(POLICIES),
+        help="a policy to run (repeat for several; default: all)",
+    )
     parser.add_argument("--report", type=Path, help="write the HTML report here")
     parser.add_argument("--json", type=Path, help="write every figure as JSON here")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--cycle-s", type=float, default=10.0,
-                        help="shortest time between engine cycles (default 10)")
-    parser.add_argument("--failures-per-gpu-hour", type=float, default=FAILURES_PER_GPU_HOUR,
-                        help="fault rate (default Llama 3's, 1/50,700; 0 for none)")
-    parser.add_argument("--checkpoint", default="periodic",
-                        help="policy of jobs whose trace names none, e.g. async or "
-                             "periodic:3600 (default periodic, interval from the advisor)")
-    parser.add_argument("--time-limits", action="store_true",
-                        help="tell the engine each job's duration as its time limit")
+    parser.add_argument(
+        "--cycle-s",
+        type=float,
+        default=10.0,
+        help="shortest time between engine cycles (default 10)",
+    )
+    parser.add_argument(
+        "--failures-per-gpu-hour",
+        type=float,
+        default=FAILURES_PER_GPU_HOUR,
+        help="fault rate (default Llama 3's, 1/50,700; 0 for none)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default="periodic",
+        help="policy of jobs whose trace names none, e.g. async or "
+        "periodic:3600 (default periodic, interval from the advisor)",
+    )
+    parser.add_argument(
+        "--time-limits",
+        action="store_true",
+        help="tell the engine each job's duration as its time limit",
+    )
     parser.add_argument("--horizon-days", type=float, help="stop after this many days")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    return parser.parse_args(argv)
+    parser.add_argument("--title", help="the report's title")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="draw the report from a JSON written by --json earlier, without simulating",
+    )
+    args = parser.parse_args(argv)
+    if not args.trace and not args.results:
+        parser.error("give --trace (or --results to redraw a report)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.results:
+        results = json.loads(args.results.read_text())
+        write_html(
+            results,
+            args.report or args.results.with_suffix(".html"),
+            title=args.title or f"What-if: {results['cluster']['name']}",
+        )
+        return 0
     try:
         trace, spec = load_inputs(args.trace, args.cluster)
-        config = SimConfig(seed=args.seed, cycle_s=args.cycle_s,
-                           failures_per_gpu_hour=args.failures_per_gpu_hour,
-                           checkpoint=parse_policy(args.checkpoint),
-                           time_limits=args.time_limits,
-                           horizon_s=None if args.horizon_days is None
-                           else args.horizon_days * 86400)
+        config = SimConfig(
+            seed=args.seed,
+            cycle_s=args.cycle_s,
+            failures_per_gpu_hour=args.failures_per_gpu_hour,
+            checkpoint=parse_policy(args.checkpoint),
+            time_limits=args.time_limits,
+            horizon_s=None if args.horizon_days is None else args.horizon_days * 86400,
+        )
     except (TraceError, SpecError, ValueError, OSError) as why:
         print(f"error: {why}", file=sys.stderr)
         return 2
-    results = run(trace, spec, args.policy or list(POLICIES), config=config,
-                  on_progress=None if args.quiet else _print_progress)
+    results = run(
+        trace,
+        spec,
+        args.policy or list(POLICIES),
+        config=config,
+        on_progress=None if args.quiet else _print_progress,
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     if args.report:
-        write_html(results, args.report, title=f"What-if: {args.trace} on {spec.name}")
+        write_html(
+            results, args.report, title=args.title or f"What-if: {args.trace} on {spec.name}"
+        )
     for name, figures in results["policies"].items():
-        print(f"{name}: allocated {figures['utilization']['allocated']:.1%}, mean wait "
-              f"{figures['wait_s']['mean']:.0f} s, p95 {figures['wait_s']['p95']:.0f} s, "
-              f"large gangs {figures['large_gangs']['wait_s']['mean']:.0f} s")
+        print(
+            f"{name}: allocated {figures['utilization']['allocated']:.1%}, mean wait "
+            f"{figures['wait_s']['mean']:.0f} s, p95 {figures['wait_s']['p95']:.0f} s, "
+            f"large gangs {figures['large_gangs']['wait_s']['mean']:.0f} s"
+        )
     return 0
 
 

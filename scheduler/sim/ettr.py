@@ -54,32 +54,50 @@ def job_cluster(gpus: int) -> ClusterSpec:
     """A cluster of exactly `gpus` GPUs (8 a node) with one queue that may use them all."""
     if gpus % 8:
         raise ValueError(f"the job needs whole 8-GPU nodes, not {gpus} GPUs")
-    return parse_spec({
-        "name": f"job-{gpus}",
-        "datacenters": layout(gpus // 8, gpu_model=GPU_MODEL, nodes_per_leaf=32,
-                              leaves_per_pod=16),
-        "queues": [{"name": "train", "quotas": {GPU_MODEL: gpus}}],
-    })
+    return parse_spec(
+        {
+            "name": f"job-{gpus}",
+            "datacenters": layout(
+                gpus // 8, gpu_model=GPU_MODEL, nodes_per_leaf=32, leaves_per_pod=16
+            ),
+            "queues": [{"name": "train", "quotas": {GPU_MODEL: gpus}}],
+        }
+    )
 
 
-def simulated_ettr(kind: PolicyKind, gpus: int, *, days: float, seed: int = 1,
-                   costs: Costs = REFERENCE,
-                   failures_per_gpu_hour: float = FAILURES_PER_GPU_HOUR) -> EttrResult:
+def simulated_ettr(
+    kind: PolicyKind,
+    gpus: int,
+    *,
+    days: float,
+    seed: int = 1,
+    costs: Costs = REFERENCE,
+    failures_per_gpu_hour: float = FAILURES_PER_GPU_HOUR,
+) -> EttrResult:
     """Simulate the reference job for `days` and compare with `checkpointing.expected_ettr`."""
     policy = Policy(kind, interval_for(kind, gpus, costs, failures_per_gpu_hour))
     horizon = days * DAY
     if kind is PolicyKind.NONE:
         count = math.ceil(horizon / (JOB_HOURS * 3600)) + 1
-        trace = [TraceJob(i, 0.0, gpus, GPU_MODEL, JOB_HOURS * 3600, "train", checkpoint=policy)
-                 for i in range(1, count + 1)]
+        trace = [
+            TraceJob(i, 0.0, gpus, GPU_MODEL, JOB_HOURS * 3600, "train", checkpoint=policy)
+            for i in range(1, count + 1)
+        ]
     else:
         trace = [TraceJob(1, 0.0, gpus, GPU_MODEL, 2 * horizon, "train", checkpoint=policy)]
-    config = SimConfig(seed=seed, costs=costs, failures_per_gpu_hour=failures_per_gpu_hour,
-                       horizon_s=horizon)
+    config = SimConfig(
+        seed=seed, costs=costs, failures_per_gpu_hour=failures_per_gpu_hour, horizon_s=horizon
+    )
     recorder = simulate(trace, job_cluster(gpus), "wanka", config).recorder
     started = [o for o in recorder.outcomes if o.first_start_s is not None]
     productive = math.fsum(o.productive_gpu_s for o in started)
     wall = math.fsum(o.wall_gpu_s for o in started)
-    return EttrResult(kind, gpus, policy.interval_s, productive / wall if wall else 0.0,
-                      expected_ettr(policy, gpus, costs, failures_per_gpu_hour),
-                      sum(recorder.faults.values()), days)
+    return EttrResult(
+        kind,
+        gpus,
+        policy.interval_s,
+        productive / wall if wall else 0.0,
+        expected_ettr(policy, gpus, costs, failures_per_gpu_hour),
+        sum(recorder.faults.values()),
+        days,
+    )

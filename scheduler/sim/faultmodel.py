@@ -42,8 +42,11 @@ LLAMA3_MIX: tuple[tuple[str, float], ...] = (
 class FaultModel:
     """Fault times and kinds, drawn from the simulation's random generator."""
 
-    def __init__(self, failures_per_gpu_hour: float = FAILURES_PER_GPU_HOUR,
-                 mix: Sequence[tuple[str, float]] = LLAMA3_MIX) -> None:
+    def __init__(
+        self,
+        failures_per_gpu_hour: float = FAILURES_PER_GPU_HOUR,
+        mix: Sequence[tuple[str, float]] = LLAMA3_MIX,
+    ) -> None:
         if failures_per_gpu_hour < 0:
             raise ValueError(f"the failure rate must not be negative, not {failures_per_gpu_hour}")
         if not mix or any(weight < 0 for _, weight in mix) or sum(w for _, w in mix) <= 0:

@@ -48,5 +48,6 @@ def synthetic(text: str) -> tuple[list[TraceJob], ClusterSpec]:
             values[key] = type(values[key])(value)
         except ValueError:
             raise TraceError(f"synthetic:month option {key}: {value!r} is not a number") from None
-    return mixed_month(gpus=int(values["gpus"]), days=float(values["days"]),
-                       seed=int(values["seed"]))
+    return mixed_month(
+        gpus=int(values["gpus"]), days=float(values["days"]), seed=int(values["seed"])
+    )

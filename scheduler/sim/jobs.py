@@ -67,8 +67,9 @@ class Checkpointing:
     persist_s: float
 
     @classmethod
-    def resolve(cls, policy: Policy, gpus: int, costs: Costs,
-                failures_per_gpu_hour: float) -> Checkpointing:
+    def resolve(
+        cls, policy: Policy, gpus: int, costs: Costs, failures_per_gpu_hour: float
+    ) -> Checkpointing:
         """The numbers for `policy` on `gpus` GPUs; an interval left None is the advisor's."""
         interval = policy.interval_s
         if interval is None and failures_per_gpu_hour > 0:
@@ -207,8 +208,11 @@ class Job:
         if self.phase == Phase.RECOVER and self.cause == Cause.FAULT:
             self._recover(now, Cause.FAULT)  # nothing new to lose: restart again
             return
-        if (self.ckpt.kind is PolicyKind.TRIGGERED and triggered_save_possible
-                and self.phase != Phase.SAVE):
+        if (
+            self.ckpt.kind is PolicyKind.TRIGGERED
+            and triggered_save_possible
+            and self.phase != Phase.SAVE
+        ):
             step = self.costs.step_s
             self.capture = math.floor(self.progress / step + EPS) * step
             self._enter(Phase.SAVE, now + self.costs.triggered_save_s)

@@ -93,15 +93,23 @@ class Series:
         """(bucket start, mean value) of every bucket up to `end`."""
         self.advance(end)
         count = int((end - self.start) // self.step_s) + 1
-        return [(self.start + i * self.step_s, self.buckets.get(i, 0.0) / self.step_s)
-                for i in range(count)]
+        return [
+            (self.start + i * self.step_s, self.buckets.get(i, 0.0) / self.step_s)
+            for i in range(count)
+        ]
 
 
 class Recorder:
     """Collects a run's figures; the simulator calls it on every change."""
 
-    def __init__(self, allocations: Allocations, nominal: dict[tuple[str, str], int],
-                 cycle_s: float, start: float, step_s: float) -> None:
+    def __init__(
+        self,
+        allocations: Allocations,
+        nominal: dict[tuple[str, str], int],
+        cycle_s: float,
+        start: float,
+        step_s: float,
+    ) -> None:
         self.allocations = allocations
         self.nominal = nominal  # (queue, model) -> nominal quota
         self.cycle_s = cycle_s
@@ -133,8 +141,9 @@ class Recorder:
         self.allocated.add(now, delta)
         series = self.queue_used.get(job.spec.queue)
         if series is None:
-            series = self.queue_used[job.spec.queue] = Series(self.allocated.step_s,
-                                                               self.allocated.start)
+            series = self.queue_used[job.spec.queue] = Series(
+                self.allocated.step_s, self.allocated.start
+            )
         series.add(now, delta)
 
     def busy_changed(self, now: float, delta: int) -> None:
@@ -148,8 +157,10 @@ class Recorder:
         self.pending_by_model[job.spec.gpu_model][job.spec.gpus] += 1
 
     def pending_removed(self, job: Job) -> None:
-        for sizes in (self.pending[job.spec.queue, job.spec.gpu_model],
-                      self.pending_by_model[job.spec.gpu_model]):
+        for sizes in (
+            self.pending[job.spec.queue, job.spec.gpu_model],
+            self.pending_by_model[job.spec.gpu_model],
+        ):
             sizes[job.spec.gpus] -= 1
             if not sizes[job.spec.gpus]:
                 del sizes[job.spec.gpus]
@@ -212,21 +223,39 @@ class Recorder:
             status, jct = "finished", job.finished_at - spec.submit_s
         else:
             status, jct = ("running" if job.first_start is not None else "never-started"), None
-        wait = job.queued_s + (now - job.waiting_since if job.first_start is None
-                               or (not job.running and job.finished_at is None) else 0.0)
+        wait = job.queued_s + (
+            now - job.waiting_since
+            if job.first_start is None or (not job.running and job.finished_at is None)
+            else 0.0
+        )
         end = job.finished_at if job.finished_at is not None else now
         wall = (end - job.first_start) * spec.gpus if job.first_start is not None else 0.0
-        self.outcomes.append(Outcome(
-            spec.id, spec.queue, spec.gpus, spec.submit_s, spec.duration_s, status, wait,
-            job.first_start, jct,
-            job.ettr(now), job.faults, job.preemptions, job.lost_gpu_s[Cause.FAULT],
-            job.lost_gpu_s[Cause.PREEMPTION],
-            (job.compute_s - job.lost_compute_s) * spec.gpus, wall))
+        self.outcomes.append(
+            Outcome(
+                spec.id,
+                spec.queue,
+                spec.gpus,
+                spec.submit_s,
+                spec.duration_s,
+                status,
+                wait,
+                job.first_start,
+                jct,
+                job.ettr(now),
+                job.faults,
+                job.preemptions,
+                job.lost_gpu_s[Cause.FAULT],
+                job.lost_gpu_s[Cause.PREEMPTION],
+                (job.compute_s - job.lost_compute_s) * spec.gpus,
+                wall,
+            )
+        )
 
     def finish(self, now: float) -> None:
         """Close the starved spells still open at the end."""
         for key in list(self.starved_since):
             if now - self.starved_since[key] >= STARVED_CYCLES * self.cycle_s - 1e-9 and (
-                    key not in self.violated):
+                key not in self.violated
+            ):
                 self.violations[key[0]] += 1
             self._end_starved(key, now)

@@ -32,17 +32,27 @@ NODE_GPUS = 8
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "data" / "traces" / "philly"
 
 
-def load_philly(directory: str | Path = DEFAULT_DIR, *, nodes_per_leaf: int = 32,
-                leaves_per_pod: int = 4, scale: float = 1.0) -> tuple[list[TraceJob],
-                                                                    ClusterSpec]:
+def load_philly(
+    directory: str | Path = DEFAULT_DIR,
+    *,
+    nodes_per_leaf: int = 32,
+    leaves_per_pod: int = 4,
+    scale: float = 1.0,
+) -> tuple[list[TraceJob], ClusterSpec]:
     """The Philly trace and its cluster (see the module docstring). `scale` resizes every VC
     (at least one node each), for what-ifs on a smaller or larger cluster."""
     directory = Path(directory)
-    sizes = {vc: max(1, round(nodes * scale))
-             for vc, nodes in read_vc_nodes(directory / "philly_vc_nodes.csv").items()}
+    sizes = {
+        vc: max(1, round(nodes * scale))
+        for vc, nodes in read_vc_nodes(directory / "philly_vc_nodes.csv").items()
+    }
     trace = read_jobs(directory / "philly_pollux.csv")
-    return trace, philly_cluster(sizes, sorted({job.queue for job in trace}),
-                                 nodes_per_leaf=nodes_per_leaf, leaves_per_pod=leaves_per_pod)
+    return trace, philly_cluster(
+        sizes,
+        sorted({job.queue for job in trace}),
+        nodes_per_leaf=nodes_per_leaf,
+        leaves_per_pod=leaves_per_pod,
+    )
 
 
 def read_vc_nodes(path: Path) -> dict[str, int]:
@@ -68,16 +78,20 @@ def read_jobs(path: Path) -> list[TraceJob]:
             rows.append((_submit(row, reader.line_num), index, row, reader.line_num))
     rows.sort(key=lambda item: (item[0], item[1]))
     first = rows[0][0] if rows else 0.0
-    return [_job(number, submit - first, row, line)
-            for number, (submit, _, row, line) in enumerate(rows, start=1)]
+    return [
+        _job(number, submit - first, row, line)
+        for number, (submit, _, row, line) in enumerate(rows, start=1)
+    ]
 
 
 def _submit(row: dict[str, str], line: int) -> float:
     try:
         return datetime.fromisoformat(row["timestamp"].strip()).timestamp()
     except (KeyError, ValueError):
-        raise TraceError(f"line {line}, column timestamp: {row.get('timestamp')!r} is not "
-                         "a time like 2017-10-03 12:00:00") from None
+        raise TraceError(
+            f"line {line}, column timestamp: {row.get('timestamp')!r} is not "
+            "a time like 2017-10-03 12:00:00"
+        ) from None
 
 
 def _job(number: int, submit_s: float, row: dict[str, str], line: int) -> TraceJob:
@@ -93,17 +107,30 @@ def _job(number: int, submit_s: float, row: dict[str, str], line: int) -> TraceJ
     return TraceJob(number, submit_s, gpus, GPU_MODEL, duration, row["cluster"].strip())
 
 
-def philly_cluster(vc_nodes: dict[str, int], vcs: list[str], *, nodes_per_leaf: int = 32,
-                   leaves_per_pod: int = 4) -> ClusterSpec:
+def philly_cluster(
+    vc_nodes: dict[str, int], vcs: list[str], *, nodes_per_leaf: int = 32, leaves_per_pod: int = 4
+) -> ClusterSpec:
     """One data center holding the VCs' nodes in leaves and pods; a queue per VC (those of
     `vc_nodes` first, in its order, then the others of `vcs` by name), all in one cohort."""
     names = list(vc_nodes) + sorted(set(vcs) - set(vc_nodes))
-    return parse_spec({
-        "name": "philly",
-        "datacenters": layout(sum(vc_nodes.values()), gpu_model=GPU_MODEL,
-                              nodes_per_leaf=nodes_per_leaf, leaves_per_pod=leaves_per_pod,
-                              gpus_per_node=NODE_GPUS),
-        "cohorts": [{"name": "philly"}],
-        "queues": [{"name": vc, "cohort": "philly",
-                    "quotas": {GPU_MODEL: vc_nodes.get(vc, 0) * NODE_GPUS}} for vc in names],
-    })
+    return parse_spec(
+        {
+            "name": "philly",
+            "datacenters": layout(
+                sum(vc_nodes.values()),
+                gpu_model=GPU_MODEL,
+                nodes_per_leaf=nodes_per_leaf,
+                leaves_per_pod=leaves_per_pod,
+                gpus_per_node=NODE_GPUS,
+            ),
+            "cohorts": [{"name": "philly"}],
+            "queues": [
+                {
+                    "name": vc,
+                    "cohort": "philly",
+                    "quotas": {GPU_MODEL: vc_nodes.get(vc, 0) * NODE_GPUS},
+                }
+                for vc in names
+            ],
+        }
+    )

@@ -55,8 +55,14 @@ def wanka(spec: ClusterSpec) -> SchedulingPolicy:
 
 def fifo(spec: ClusterSpec) -> SchedulingPolicy:
     quotas = tuple(Quota(model, gpus) for model, gpus in spec.capacity.items())
-    queue = Queue(FIFO_QUEUE_ID, "fifo", quotas, strategy=Strategy.STRICT_FIFO,
-                  preemption=NO_PREEMPTION, region=_only_region(spec))
+    queue = Queue(
+        FIFO_QUEUE_ID,
+        "fifo",
+        quotas,
+        strategy=Strategy.STRICT_FIFO,
+        preemption=NO_PREEMPTION,
+        region=_only_region(spec),
+    )
     return SchedulingPolicy("fifo", (queue,), (), one_queue=True)
 
 
@@ -66,9 +72,12 @@ def static(spec: ClusterSpec) -> SchedulingPolicy:
 
 
 def no_reclaim(spec: ClusterSpec) -> SchedulingPolicy:
-    queues = tuple(replace(queue, preemption=replace(queue.preemption, reclaim=False,
-                                                     borrow_below_priority=None))
-                   for queue in spec.queues)
+    queues = tuple(
+        replace(
+            queue, preemption=replace(queue.preemption, reclaim=False, borrow_below_priority=None)
+        )
+        for queue in spec.queues
+    )
     return SchedulingPolicy("no-reclaim", queues, spec.cohorts)
 
 

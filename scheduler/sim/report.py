@@ -23,8 +23,9 @@ MAX_POINTS = 1500  # per line of a time series figure
 TEMPLATE = "plotly_white"
 
 
-def write_html(results: dict, path: str | Path, title: str = "Wanka what-if simulation",
-               plotlyjs: str = "gzip") -> None:
+def write_html(
+    results: dict, path: str | Path, title: str = "Wanka what-if simulation", plotlyjs: str = "gzip"
+) -> None:
     """Write the report of `runner.run`'s results to `path`."""
     Path(path).write_text(render(results, title, plotlyjs))
 
@@ -38,11 +39,21 @@ def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
         "ettr": ettr_figure(results),
     }
     divs = "\n".join(f'<div id="{name}" class="figure"></div>' for name in figures)
-    specs = json.dumps({name: json.loads(fig.to_json()) for name, fig in figures.items()},
-                       sort_keys=True, separators=(",", ":"))
-    return PAGE.format(title=html.escape(title), summary=summary_table(results),
-                       setup=setup_text(results), divs=divs, figures=specs,
-                       plotly=plotly_script(plotlyjs))
+    specs = json.dumps(
+        {name: json.loads(fig.to_json()) for name, fig in figures.items()},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    large = next(iter(results["policies"].values()), {}).get("large_gangs", {}).get("min_gpus")
+    return PAGE.format(
+        definitions=DEFINITIONS.format(large=large),
+        title=html.escape(title),
+        summary=summary_table(results),
+        setup=setup_text(results),
+        divs=divs,
+        figures=specs,
+        plotly=plotly_script(plotlyjs),
+    )
 
 
 def plotly_script(mode: str) -> str:
@@ -79,6 +90,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 {setup}
 {summary}
 {divs}
+{definitions}
 <script>
 const FIGURES = {figures};
 function drawFigures() {{
@@ -95,13 +107,15 @@ function drawFigures() {{
 def setup_text(results: dict) -> str:
     cluster, trace, config = results["cluster"], results["trace"], results["config"]
     gpus = ", ".join(f"{count:,} {model}" for model, count in cluster["gpus"].items())
-    return (f"<p>Cluster <b>{html.escape(cluster['name'])}</b>: {cluster['nodes']:,} nodes "
-            f"({gpus}) in {cluster['datacenters']} data center(s), {cluster['pods']} pods, "
-            f"{cluster['leaves']} leaves; {len(cluster['queues'])} queues. Trace: "
-            f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
-            f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
-            f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
-            f" seed {config['seed']}.</p>")
+    return (
+        f"<p>Cluster <b>{html.escape(cluster['name'])}</b>: {cluster['nodes']:,} nodes "
+        f"({gpus}) in {cluster['datacenters']} data center(s), {cluster['pods']} pods, "
+        f"{cluster['leaves']} leaves; {len(cluster['queues'])} queues. Trace: "
+        f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
+        f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
+        f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
+        f" seed {config['seed']}.</p>"
+    )
 
 
 ROWS = (
@@ -112,27 +126,55 @@ ROWS = (
     ("queueing delay, p95", lambda p: _duration(p["wait_s"]["p95"])),
     ("queueing delay, p99", lambda p: _duration(p["wait_s"]["p99"])),
     ("large gangs' wait, mean", lambda p: _duration(p["large_gangs"]["wait_s"]["mean"])),
+    ("large gangs' wait, p95", lambda p: _duration(p["large_gangs"]["wait_s"]["p95"])),
     ("JCT, mean", lambda p: _duration(p["jct_s"]["mean"])),
     ("makespan", lambda p: _duration(p["makespan_s"])),
     ("jobs finished / never started", lambda p: f"{p['finished']:,} / {p['never_started']:,}"),
-    ("preemptions (GPU-h lost)",
-     lambda p: f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})"),
-    ("faults (GPU-h lost)",
-     lambda p: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})"),
+    (
+        "preemptions (GPU-h lost)",
+        lambda p: f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})",
+    ),
+    (
+        "faults (GPU-h lost)",
+        lambda p: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})",
+    ),
     ("ETTR, overall", lambda p: f"{p['ettr']['overall'] or 0:.3f}"),
-    ("finish-time fairness rho, mean / p95",
-     lambda p: f"{p['fairness_rho']['mean']:.2f} / {p['fairness_rho']['p95']:.2f}"),
+    (
+        "finish-time fairness rho, mean / p95",
+        lambda p: f"{p['fairness_rho']['mean']:.2f} / {p['fairness_rho']['p95']:.2f}",
+    ),
     ("fragmented GPUs (mean)", lambda p: f"{p['fragmentation']['mean_gpus']:,.1f}"),
     ("guarantee violations", lambda p: f"{p['guarantee']['violations']:,}"),
 )
+
+
+DEFINITIONS = """<h2>Definitions</h2><ul>
+<li>Queueing delay: all the time a job waited, over every spell (a preempted job waits again), of
+the jobs that started; jobs that never started are counted apart.</li>
+<li>Large gangs: jobs of at least {large} GPUs.</li>
+<li>Guarantee: a queue's nominal quota, what reclaim gives back. A violation: a queue had a
+pending job that fit in what was left of its guarantee, and still had one two cycle periods
+later, at a cycle's start.</li>
+<li>ETTR: productive compute time (not lost to faults or preemptions) over wall time since the
+job was first admitted; overall weighted by GPUs.</li>
+<li>Finish-time fairness rho (Themis): a job's completion time over its duration alone (its trace
+duration: an empty cluster, no faults); 1 is ideal.</li>
+<li>Fragmented GPUs: free GPUs that no pending job of their GPU model could use, while work
+waits.</li>
+<li>Baselines: <b>fifo</b> one strict-FIFO queue, gangs, no preemption; <b>static</b> each queue
+only its own quota, no borrowing or lending; <b>no-reclaim</b> priority with borrowing, never
+reclaiming. All run the production engine.</li></ul>"""
 
 
 def summary_table(results: dict) -> str:
     policies = results["policies"]
     head = "".join(f"<th>{html.escape(name)}</th>" for name in policies)
     rows = "".join(
-        f"<tr><td>{label}</td>" + "".join(f"<td>{cell(p)}</td>" for p in policies.values())
-        + "</tr>" for label, cell in ROWS)
+        f"<tr><td>{label}</td>"
+        + "".join(f"<td>{cell(p)}</td>" for p in policies.values())
+        + "</tr>"
+        for label, cell in ROWS
+    )
     return f"<table><tr><th></th>{head}</tr>{rows}</table>"
 
 
@@ -147,13 +189,24 @@ def _duration(seconds: float) -> str:
 
 
 def _layout(title: str, xaxis: dict, yaxis: dict) -> dict:
-    return {"title": {"text": title}, "xaxis": xaxis, "yaxis": yaxis, "template": TEMPLATE,
-            "legend": {"orientation": "h", "y": -0.2}, "margin": {"t": 50}}
+    return {
+        "title": {"text": title},
+        "xaxis": xaxis,
+        "yaxis": yaxis,
+        "template": TEMPLATE,
+        "legend": {"orientation": "h", "y": -0.2},
+        "margin": {"t": 50},
+    }
 
 
 def utilization_figure(results: dict) -> go.Figure:
-    fig = go.Figure(layout=_layout("GPUs allocated over time", {"title": {"text": "day"}},
-                                   {"title": {"text": "share of GPUs"}, "tickformat": ".0%"}))
+    fig = go.Figure(
+        layout=_layout(
+            "GPUs allocated over time",
+            {"title": {"text": "day"}},
+            {"title": {"text": "share of GPUs"}, "tickformat": ".0%"},
+        )
+    )
     for name, figures in results["policies"].items():
         series = figures["series"]
         days, values = _downsample([t / 86400 for t in series["t_s"]], series["allocated"])
@@ -167,46 +220,72 @@ def _downsample(xs: list[float], ys: list[float]) -> tuple[list[float], list[flo
         return xs, ys
     step = -(-len(xs) // MAX_POINTS)
     chunks = range(0, len(xs), step)
-    return ([round(xs[i], 4) for i in chunks],
-            [round(sum(ys[i:i + step]) / len(ys[i:i + step]), 6) for i in chunks])
+    return (
+        [round(xs[i], 4) for i in chunks],
+        [round(sum(ys[i : i + step]) / len(ys[i : i + step]), 6) for i in chunks],
+    )
 
 
 def wait_cdf_figure(results: dict) -> go.Figure:
-    fig = go.Figure(layout=_layout(
-        "Queueing delay, CDF (delays under 1 s drawn at 1 s)",
-        {"title": {"text": "queueing delay (s)"}, "type": "log"},
-        {"title": {"text": "share of jobs"}, "tickformat": ".0%"}))
+    fig = go.Figure(
+        layout=_layout(
+            "Queueing delay, CDF (delays under 1 s drawn at 1 s)",
+            {"title": {"text": "queueing delay (s)"}, "type": "log"},
+            {"title": {"text": "share of jobs"}, "tickformat": ".0%"},
+        )
+    )
     for name, figures in results["policies"].items():
         points = figures["wait_cdf_s"]
         share = [i / (len(points) - 1) for i in range(len(points))] if len(points) > 1 else []
-        fig.add_trace(go.Scatter(x=[max(1.0, w) for w in points], y=share, name=name,
-                                 mode="lines", line={"shape": "hv"}))
+        fig.add_trace(
+            go.Scatter(
+                x=[max(1.0, w) for w in points],
+                y=share,
+                name=name,
+                mode="lines",
+                line={"shape": "hv"},
+            )
+        )
     return fig
 
 
 def share_figure(results: dict) -> go.Figure:
     policies = results["policies"]
     queues = sorted(results["cluster"]["queues"])
-    fig = go.Figure(layout=_layout("Mean GPUs per queue, against its guarantee",
-                                   {"title": {"text": "queue"}},
-                                   {"title": {"text": "GPUs"}}))
+    fig = go.Figure(
+        layout=_layout(
+            "Mean GPUs per queue, against its guarantee",
+            {"title": {"text": "queue"}},
+            {"title": {"text": "GPUs"}},
+        )
+    )
     fig.update_layout(barmode="group")
     for name, figures in policies.items():
         by_queue = figures["by_queue"]
-        fig.add_trace(go.Bar(x=queues, y=[by_queue.get(q, {}).get("mean_gpus", 0)
-                                          for q in queues], name=name))
+        fig.add_trace(
+            go.Bar(x=queues, y=[by_queue.get(q, {}).get("mean_gpus", 0) for q in queues], name=name)
+        )
     first = next(iter(policies.values()), {"by_queue": {}})["by_queue"]
-    fig.add_trace(go.Scatter(x=queues, y=[first.get(q, {}).get("guarantee_gpus", 0)
-                                          for q in queues],
-                             name="guarantee", mode="markers",
-                             marker={"symbol": "line-ew-open", "size": 24, "color": "black"}))
+    fig.add_trace(
+        go.Scatter(
+            x=queues,
+            y=[first.get(q, {}).get("guarantee_gpus", 0) for q in queues],
+            name="guarantee",
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 24, "color": "black"},
+        )
+    )
     return fig
 
 
 def ettr_figure(results: dict) -> go.Figure:
-    fig = go.Figure(layout=_layout("Effective training time ratio by job size",
-                                   {"title": {"text": "GPUs per job"}},
-                                   {"title": {"text": "ETTR"}, "range": [0, 1]}))
+    fig = go.Figure(
+        layout=_layout(
+            "Effective training time ratio by job size",
+            {"title": {"text": "GPUs per job"}},
+            {"title": {"text": "ETTR"}, "range": [0, 1]},
+        )
+    )
     fig.update_layout(barmode="group")
     for name, figures in results["policies"].items():
         ettr = figures["ettr"]

@@ -25,18 +25,30 @@ Progress = Callable[[float, str], None]
 DEFAULTS = SimConfig()
 
 
-def simulate(trace: Sequence[TraceJob], spec: ClusterSpec, policy: str,
-             config: SimConfig = DEFAULTS, on_progress: Callable[[float], None] | None = None,
-             hook: Hook | None = None) -> Simulator:
+def simulate(
+    trace: Sequence[TraceJob],
+    spec: ClusterSpec,
+    policy: str,
+    config: SimConfig = DEFAULTS,
+    on_progress: Callable[[float], None] | None = None,
+    hook: Hook | None = None,
+) -> Simulator:
     """One policy's run; the simulator, after running, holds the recorder and counters."""
     simulator = Simulator(trace, spec, make_policy(policy, spec), config, on_event=hook)
     simulator.run(on_progress)
     return simulator
 
 
-def run(trace: Sequence[TraceJob], spec: ClusterSpec, policies: Sequence[str] = ("wanka",), *,
-        config: SimConfig = DEFAULTS, on_progress: Progress | None = None,
-        large_gang_gpus: int | None = None, hook: Hook | None = None) -> dict:
+def run(
+    trace: Sequence[TraceJob],
+    spec: ClusterSpec,
+    policies: Sequence[str] = ("wanka",),
+    *,
+    config: SimConfig = DEFAULTS,
+    on_progress: Progress | None = None,
+    large_gang_gpus: int | None = None,
+    hook: Hook | None = None,
+) -> dict:
     """Every policy's figures for the trace on the cluster (see `summary` for what they mean).
 
     `on_progress(fraction, message)` is called as the runs go, with a fraction from 0 to 1.
@@ -48,14 +60,23 @@ def run(trace: Sequence[TraceJob], spec: ClusterSpec, policies: Sequence[str] = 
     nominal: Counter[str] = Counter()
     for queue in spec.queues:
         nominal[queue.name] += sum(q.nominal for q in queue.quotas)
-    results = {"cluster": describe_cluster(spec), "trace": describe_trace(trace),
-               "config": describe_config(config), "policies": {}}
+    results = {
+        "cluster": describe_cluster(spec),
+        "trace": describe_trace(trace),
+        "config": describe_config(config),
+        "policies": {},
+    }
     for index, name in enumerate(names):
         tell = _progress(on_progress, trace, index, len(names), name)
         simulator = simulate(trace, spec, name, config, tell, hook)
-        figures = summarize(simulator.recorder, start=simulator.start, end=simulator.end,
-                            capacity=spec.capacity, nominal=dict(nominal),
-                            large_gang_gpus=large)
+        figures = summarize(
+            simulator.recorder,
+            start=simulator.start,
+            end=simulator.end,
+            capacity=spec.capacity,
+            nominal=dict(nominal),
+            large_gang_gpus=large,
+        )
         figures["events"] = simulator.events
         results["policies"][name] = figures
         if on_progress is not None:
@@ -63,8 +84,9 @@ def run(trace: Sequence[TraceJob], spec: ClusterSpec, policies: Sequence[str] = 
     return results
 
 
-def _progress(on_progress: Progress | None, trace: Sequence[TraceJob], index: int, count: int,
-              name: str) -> Callable[[float], None] | None:
+def _progress(
+    on_progress: Progress | None, trace: Sequence[TraceJob], index: int, count: int, name: str
+) -> Callable[[float], None] | None:
     """A per-run callback turning simulated time into the fraction of all runs done."""
     if on_progress is None:
         return None
@@ -86,9 +108,14 @@ def describe_cluster(spec: ClusterSpec) -> dict:
         "datacenters": len({n.datacenter for n in spec.nodes}),
         "pods": len({(n.datacenter, n.pod) for n in spec.nodes}),
         "leaves": len({(n.datacenter, n.pod, n.leaf) for n in spec.nodes}),
-        "queues": {q.name: {"cohort": q.cohort, "priority": q.priority,
-                            "quotas": {x.gpu_model: x.nominal for x in q.quotas}}
-                   for q in spec.queues},
+        "queues": {
+            q.name: {
+                "cohort": q.cohort,
+                "priority": q.priority,
+                "quotas": {x.gpu_model: x.nominal for x in q.quotas},
+            }
+            for q in spec.queues
+        },
     }
 
 

@@ -70,8 +70,14 @@ Hook = Callable[["Simulator"], None]
 class Simulator:
     """One policy's run over one trace on one cluster."""
 
-    def __init__(self, trace: Sequence[TraceJob], spec: ClusterSpec, policy: SchedulingPolicy,
-                 config: SimConfig = SimConfig(), on_event: Hook | None = None) -> None:
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        spec: ClusterSpec,
+        policy: SchedulingPolicy,
+        config: SimConfig = SimConfig(),
+        on_event: Hook | None = None,
+    ) -> None:
         self.spec = spec
         self.policy = policy
         self.config = config
@@ -85,10 +91,12 @@ class Simulator:
         self.jobs = {job.id: self._job(job) for job in trace}
         if len(self.jobs) != len(trace):
             raise SimulationError("job ids in the trace are not unique")
-        nominal = {(q.name, quota.gpu_model): quota.nominal
-                   for q in spec.queues for quota in q.quotas}
-        self.recorder = Recorder(self.allocations, nominal, config.cycle_s, self.start,
-                                 config.series_step_s)
+        nominal = {
+            (q.name, quota.gpu_model): quota.nominal for q in spec.queues for quota in q.quotas
+        }
+        self.recorder = Recorder(
+            self.allocations, nominal, config.cycle_s, self.start, config.series_step_s
+        )
         self._heap: list[tuple] = []
         self._seq = 0
         self._versions: dict[tuple[int, Kind], int] = {}
@@ -103,11 +111,14 @@ class Simulator:
 
     def _job(self, spec: TraceJob) -> Job:
         if spec.queue not in self.spec.queue_ids:
-            raise SimulationError(f"job {spec.id} names queue {spec.queue!r}, which the cluster "
-                                  f"{self.spec.name} does not have")
+            raise SimulationError(
+                f"job {spec.id} names queue {spec.queue!r}, which the cluster "
+                f"{self.spec.name} does not have"
+            )
         policy = spec.checkpoint or self.config.checkpoint
-        ckpt = Checkpointing.resolve(policy, spec.gpus, self.config.costs,
-                                     self.config.failures_per_gpu_hour)
+        ckpt = Checkpointing.resolve(
+            policy, spec.gpus, self.config.costs, self.config.failures_per_gpu_hour
+        )
         return Job(spec, ckpt, self.config.costs)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -127,8 +138,11 @@ class Simulator:
             if horizon is not None and when > horizon:
                 stopped = True
                 break
-            if kind != Kind.ARRIVAL and kind != Kind.CYCLE and (
-                    self._versions.get((job_id, kind)) != version):
+            if (
+                kind != Kind.ARRIVAL
+                and kind != Kind.CYCLE
+                and (self._versions.get((job_id, kind)) != version)
+            ):
                 continue  # superseded
             self.now = when
             self.events += 1
@@ -311,16 +325,17 @@ class _Tracking:
         sim, job = self.sim, self.job
         recorder = sim.recorder
         recorder.gpus_changed(sim.now, job, job.held - self.held)
-        recorder.busy_changed(sim.now, (job.held if job.phase == Phase.COMPUTE else 0)
-                              - self.busy)
+        recorder.busy_changed(sim.now, (job.held if job.phase == Phase.COMPUTE else 0) - self.busy)
         if job.held != self.held or job.last_checkpoint_at != self.checkpoint:
             sim.workloads.changed(job)
-        sim._reschedule(job, self.faults or job.held != self.held,
-                        job.persisting_until != self.persisting)
+        sim._reschedule(
+            job, self.faults or job.held != self.held, job.persisting_until != self.persisting
+        )
 
 
-def _without(placements: tuple[Placement, ...],
-             released: tuple[Placement, ...]) -> tuple[Placement, ...]:
+def _without(
+    placements: tuple[Placement, ...], released: tuple[Placement, ...]
+) -> tuple[Placement, ...]:
     """Placements less the GPUs released by a shrink."""
     gone = {(p.node_id, i) for p in released for i in p.gpu_indices}
     kept = []

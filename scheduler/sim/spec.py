@@ -88,8 +88,9 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
     if not nodes:
         raise SpecError("datacenters: the cluster has no nodes")
     cohorts = tuple(_cohort(c, f"cohorts[{i}]") for i, c in enumerate(data.get("cohorts", [])))
-    queues = tuple(_queue(q, i + 1, f"queues[{i}]")
-                   for i, q in enumerate(_list(data, "queues", "queues")))
+    queues = tuple(
+        _queue(q, i + 1, f"queues[{i}]") for i, q in enumerate(_list(data, "queues", "queues"))
+    )
     names = Counter(queue.name for queue in queues)
     twice = sorted(name for name, count in names.items() if count > 1)
     if twice:
@@ -97,20 +98,42 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
     return ClusterSpec(str(data.get("name", "cluster")), tuple(nodes), queues, cohorts)
 
 
-def layout(nodes: int, *, gpu_model: str, nodes_per_leaf: int, leaves_per_pod: int,
-           datacenters: int = 1, gpus_per_node: int = 8) -> list[dict]:
+def layout(
+    nodes: int,
+    *,
+    gpu_model: str,
+    nodes_per_leaf: int,
+    leaves_per_pod: int,
+    datacenters: int = 1,
+    gpus_per_node: int = 8,
+) -> list[dict]:
     """The `datacenters` part of a spec for `nodes` nodes in full leaves and pods (the last
     leaf and pod take the rest), the pods shared out evenly between the data centers."""
     leaves = [min(nodes_per_leaf, nodes - at) for at in range(0, nodes, nodes_per_leaf)]
-    pods = [leaves[at:at + leaves_per_pod] for at in range(0, len(leaves), leaves_per_pod)]
+    pods = [leaves[at : at + leaves_per_pod] for at in range(0, len(leaves), leaves_per_pod)]
     share = -(-len(pods) // datacenters)
     return [
-        {"name": f"dc{d + 1}", "pods": [
-            {"name": f"p{p}", "leaves": [
-                {"name": f"l{i}", "nodes": count, "gpu_model": gpu_model,
-                 "gpus_per_node": gpus_per_node} for i, count in enumerate(pod, start=1)]}
-            for p, pod in enumerate(pods[d * share:(d + 1) * share], start=1)]}
-        for d in range(datacenters) if pods[d * share:(d + 1) * share]]
+        {
+            "name": f"dc{d + 1}",
+            "pods": [
+                {
+                    "name": f"p{p}",
+                    "leaves": [
+                        {
+                            "name": f"l{i}",
+                            "nodes": count,
+                            "gpu_model": gpu_model,
+                            "gpus_per_node": gpus_per_node,
+                        }
+                        for i, count in enumerate(pod, start=1)
+                    ],
+                }
+                for p, pod in enumerate(pods[d * share : (d + 1) * share], start=1)
+            ],
+        }
+        for d in range(datacenters)
+        if pods[d * share : (d + 1) * share]
+    ]
 
 
 def _list(data: dict, key: str, where: str) -> list:
@@ -141,8 +164,19 @@ def _nodes(datacenters: list) -> list[Node]:
                 for leaf_name, model, count, size in _leaves(pod_spec, f"{where}.pods[{p}]"):
                     for n in range(1, count + 1):
                         name = f"{dc_name}-{pod_name}-{leaf_name}-n{n}"
-                        nodes.append(Node(len(nodes) + 1, name, model, dc_name, pod_name,
-                                          leaf_name, size, tuple(range(size)), region=region))
+                        nodes.append(
+                            Node(
+                                len(nodes) + 1,
+                                name,
+                                model,
+                                dc_name,
+                                pod_name,
+                                leaf_name,
+                                size,
+                                tuple(range(size)),
+                                region=region,
+                            )
+                        )
     return nodes
 
 
@@ -167,9 +201,14 @@ def _leaves(pod: dict, where: str) -> list[tuple[str, str, int, int]]:
     found = []
     for i, leaf in enumerate(leaves):
         at = f"{where}.leaves[{i}]"
-        found.append((str(leaf.get("name", f"l{i + 1}")), _model(leaf, at),
-                      _whole(leaf.get("nodes"), f"{at}.nodes", 1),
-                      _whole(leaf.get("gpus_per_node", 8), f"{at}.gpus_per_node", 1)))
+        found.append(
+            (
+                str(leaf.get("name", f"l{i + 1}")),
+                _model(leaf, at),
+                _whole(leaf.get("nodes"), f"{at}.nodes", 1),
+                _whole(leaf.get("gpus_per_node", 8), f"{at}.gpus_per_node", 1),
+            )
+        )
     return found
 
 
@@ -195,11 +234,17 @@ def _quotas(data: Any, where: str) -> tuple[Quota, ...]:
         guarantee = _whole(value.get("guarantee", 0), f"{at}.guarantee")
         if guarantee > nominal:
             raise SpecError(f"{at}.guarantee: {guarantee} is more than the nominal {nominal}")
-        quotas.append(Quota(model, nominal, guarantee=guarantee,
-                            borrowing_limit=_optional_whole(value.get("borrowing_limit"),
-                                                            f"{at}.borrowing_limit"),
-                            lending_limit=_optional_whole(value.get("lending_limit"),
-                                                          f"{at}.lending_limit")))
+        quotas.append(
+            Quota(
+                model,
+                nominal,
+                guarantee=guarantee,
+                borrowing_limit=_optional_whole(
+                    value.get("borrowing_limit"), f"{at}.borrowing_limit"
+                ),
+                lending_limit=_optional_whole(value.get("lending_limit"), f"{at}.lending_limit"),
+            )
+        )
     return tuple(quotas)
 
 
@@ -207,8 +252,11 @@ def _cohort(data: dict, where: str) -> Cohort:
     if not isinstance(data, dict) or not data.get("name"):
         raise SpecError(f"{where}: must be an object with a name")
     parent = data.get("parent")
-    return Cohort(str(data["name"]), None if parent is None else str(parent),
-                  _quotas(data.get("quotas"), f"{where}.quotas"))
+    return Cohort(
+        str(data["name"]),
+        None if parent is None else str(parent),
+        _quotas(data.get("quotas"), f"{where}.quotas"),
+    )
 
 
 def _queue(data: dict, queue_id: int, where: str) -> Queue:
@@ -217,17 +265,25 @@ def _queue(data: dict, queue_id: int, where: str) -> Queue:
     try:
         strategy = Strategy(data.get("strategy", Strategy.BEST_EFFORT_FIFO.value))
     except ValueError:
-        raise SpecError(f"{where}.strategy: {data.get('strategy')!r} is not a strategy "
-                        f"({', '.join(s.value for s in Strategy)})") from None
+        raise SpecError(
+            f"{where}.strategy: {data.get('strategy')!r} is not a strategy "
+            f"({', '.join(s.value for s in Strategy)})"
+        ) from None
     weight = data.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
         raise SpecError(f"{where}.weight: must be a number of at least 0")
     cohort = data.get("cohort")
-    return Queue(queue_id, str(data["name"]), _quotas(data.get("quotas"), f"{where}.quotas"),
-                 cohort=None if cohort is None else str(cohort),
-                 priority=_int(data.get("priority", 0), f"{where}.priority"),
-                 weight=float(weight), region=str(data.get("region", "")), strategy=strategy,
-                 preemption=_preemption(data.get("preemption", {}), f"{where}.preemption"))
+    return Queue(
+        queue_id,
+        str(data["name"]),
+        _quotas(data.get("quotas"), f"{where}.quotas"),
+        cohort=None if cohort is None else str(cohort),
+        priority=_int(data.get("priority", 0), f"{where}.priority"),
+        weight=float(weight),
+        region=str(data.get("region", "")),
+        strategy=strategy,
+        preemption=_preemption(data.get("preemption", {}), f"{where}.preemption"),
+    )
 
 
 def _int(value: Any, where: str) -> int:
@@ -243,6 +299,7 @@ def _preemption(data: dict, where: str) -> PreemptionPolicy:
     return PreemptionPolicy(
         reclaim=bool(data.get("reclaim", True)),
         within_queue=bool(data.get("within_queue", True)),
-        borrow_below_priority=None if below is None else _int(below, f"{where}.borrow_below"
-                                                                     "_priority"),
+        borrow_below_priority=None
+        if below is None
+        else _int(below, f"{where}.borrow_below_priority"),
     )

@@ -32,7 +32,8 @@ class Allocations:
         self.used: Counter[str] = Counter()  # GPUs in use per model
         # Nodes per (model, free GPUs, node size): what fragmentation is measured from.
         self.by_free: Counter[tuple[str, int, int]] = Counter(
-            (node.gpu_model, node.gpus, node.gpus) for node in spec.nodes)
+            (node.gpu_model, node.gpus, node.gpus) for node in spec.nodes
+        )
 
     def take(self, placements: Iterable[Placement], owner: int) -> None:
         """Mark GPUs used by job `owner`; SimulationError if one is not free."""
@@ -42,14 +43,14 @@ class Allocations:
             if free is None or not wanted <= free or len(wanted) != len(placement.gpu_indices):
                 raise SimulationError(
                     f"job {owner} was given GPUs {placement.gpu_indices} of node "
-                    f"{placement.node_id}, which are not all free")
+                    f"{placement.node_id}, which are not all free"
+                )
             self._change(placement.node_id, lambda f, w=wanted: f.difference_update(w))
 
     def give(self, placements: Iterable[Placement]) -> None:
         """Mark GPUs free again."""
         for placement in placements:
-            self._change(placement.node_id,
-                         lambda f, p=placement: f.update(p.gpu_indices))
+            self._change(placement.node_id, lambda f, p=placement: f.update(p.gpu_indices))
 
     def _change(self, node_id: int, edit) -> None:
         node = self.nodes[node_id]
@@ -67,8 +68,17 @@ class Allocations:
         for node_id in self._changed:
             old = self.nodes[node_id]
             self._objects[self._index[node_id]] = Node(
-                old.id, old.name, old.gpu_model, old.datacenter, old.pod, old.leaf, old.gpus,
-                tuple(sorted(self.free[node_id])), old.schedulable, old.region)
+                old.id,
+                old.name,
+                old.gpu_model,
+                old.datacenter,
+                old.pod,
+                old.leaf,
+                old.gpus,
+                tuple(sorted(self.free[node_id])),
+                old.schedulable,
+                old.region,
+            )
         self._changed.clear()
         return tuple(self._objects)
 
@@ -76,8 +86,9 @@ class Allocations:
 class Workloads:
     """The engine's view of every job that is pending or running, under one policy."""
 
-    def __init__(self, spec: ClusterSpec, policy: SchedulingPolicy,
-                 time_limits: bool = False) -> None:
+    def __init__(
+        self, spec: ClusterSpec, policy: SchedulingPolicy, time_limits: bool = False
+    ) -> None:
         self.spec = spec
         self.policy = policy
         self.time_limits = time_limits
@@ -95,8 +106,12 @@ class Workloads:
             else:
                 self._objects[job_id] = self._workload(job)
         self._changed.clear()
-        return Snapshot(allocations.node_objects(), self.policy.queues,
-                        tuple(self._objects.values()), self.policy.cohorts)
+        return Snapshot(
+            allocations.node_objects(),
+            self.policy.queues,
+            tuple(self._objects.values()),
+            self.policy.cohorts,
+        )
 
     def _workload(self, job: Job) -> Workload:
         spec = job.spec

@@ -70,8 +70,15 @@ def r6(value: float) -> float:
     return round(value, 6)
 
 
-def summarize(recorder: Recorder, *, start: float, end: float, capacity: dict[str, int],
-              nominal: dict[str, int], large_gang_gpus: int) -> dict:
+def summarize(
+    recorder: Recorder,
+    *,
+    start: float,
+    end: float,
+    capacity: dict[str, int],
+    nominal: dict[str, int],
+    large_gang_gpus: int,
+) -> dict:
     """Every figure of one run (see the module docstrings of this module and `metrics`)."""
     outcomes = sorted(recorder.outcomes, key=lambda o: o.id)
     finished = [o for o in outcomes if o.status == "finished"]
@@ -91,18 +98,25 @@ def summarize(recorder: Recorder, *, start: float, end: float, capacity: dict[st
         },
         "wait_s": stats(o.wait_s for o in started),
         "jct_s": stats(o.jct_s for o in finished),
-        "large_gangs": {"min_gpus": large_gang_gpus,
-                        "wait_s": stats(o.wait_s for o in started if o.gpus >= large_gang_gpus),
-                        "never_started": sum(o.first_start_s is None
-                                             for o in outcomes if o.gpus >= large_gang_gpus)},
+        "large_gangs": {
+            "min_gpus": large_gang_gpus,
+            "wait_s": stats(o.wait_s for o in started if o.gpus >= large_gang_gpus),
+            "never_started": sum(
+                o.first_start_s is None for o in outcomes if o.gpus >= large_gang_gpus
+            ),
+        },
         "by_size": _grouped(outcomes, lambda o: size_class(o.gpus)),
         "by_queue": _by_queue(recorder, outcomes, nominal, end, span),
-        "preemptions": {"count": recorder.preemptions, "shrinks": recorder.shrinks,
-                        "gpu_hours_lost": r4(sum(o.lost_preemption_gpu_s for o in outcomes)
-                                             / 3600)},
-        "faults": {"count": sum(recorder.faults.values()),
-                   "by_kind": dict(sorted(recorder.faults.items())),
-                   "gpu_hours_lost": r4(sum(o.lost_fault_gpu_s for o in outcomes) / 3600)},
+        "preemptions": {
+            "count": recorder.preemptions,
+            "shrinks": recorder.shrinks,
+            "gpu_hours_lost": r4(sum(o.lost_preemption_gpu_s for o in outcomes) / 3600),
+        },
+        "faults": {
+            "count": sum(recorder.faults.values()),
+            "by_kind": dict(sorted(recorder.faults.items())),
+            "gpu_hours_lost": r4(sum(o.lost_fault_gpu_s for o in outcomes) / 3600),
+        },
         "ettr": _ettr(outcomes),
         "fairness_rho": stats(_rho(o) for o in finished),
         "fragmentation": {
@@ -133,9 +147,13 @@ def _ettr(outcomes: list[Outcome]) -> dict:
     return {
         "overall": r6(productive / wall) if wall > 0 else None,
         "per_job": stats(o.ettr for o in started),  # type: ignore[misc]
-        "by_size": {label: r6(math.fsum(o.productive_gpu_s for o in group)
-                              / max(1e-9, math.fsum(o.wall_gpu_s for o in group)))
-                    for label, group in _ordered_classes(by_size)},
+        "by_size": {
+            label: r6(
+                math.fsum(o.productive_gpu_s for o in group)
+                / max(1e-9, math.fsum(o.wall_gpu_s for o in group))
+            )
+            for label, group in _ordered_classes(by_size)
+        },
     }
 
 
@@ -148,15 +166,20 @@ def _grouped(outcomes: list[Outcome], key: Callable[[Outcome], str]) -> dict:
     groups: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[key(o)].append(o)
-    return {label: {"jobs": len(group),
-                    "never_started": sum(o.first_start_s is None for o in group),
-                    "wait_s": stats(o.wait_s for o in group if o.first_start_s is not None),
-                    "jct_s": stats(o.jct_s for o in group if o.jct_s is not None)}
-            for label, group in _ordered_classes(groups)}
+    return {
+        label: {
+            "jobs": len(group),
+            "never_started": sum(o.first_start_s is None for o in group),
+            "wait_s": stats(o.wait_s for o in group if o.first_start_s is not None),
+            "jct_s": stats(o.jct_s for o in group if o.jct_s is not None),
+        }
+        for label, group in _ordered_classes(groups)
+    }
 
 
-def _by_queue(recorder: Recorder, outcomes: list[Outcome], nominal: dict[str, int],
-              end: float, span: float) -> dict:
+def _by_queue(
+    recorder: Recorder, outcomes: list[Outcome], nominal: dict[str, int], end: float, span: float
+) -> dict:
     groups: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[o.queue].append(o)
@@ -195,5 +218,7 @@ def _cdf(values: list[float]) -> list[float]:
     ordered = sorted(values)
     if not ordered:
         return []
-    return [r4(ordered[min(len(ordered) - 1, round(i / (CDF_POINTS - 1) * (len(ordered) - 1)))])
-            for i in range(CDF_POINTS)]
+    return [
+        r4(ordered[min(len(ordered) - 1, round(i / (CDF_POINTS - 1) * (len(ordered) - 1)))])
+        for i in range(CDF_POINTS)
+    ]

@@ -190,8 +190,18 @@ def format_policy(policy: Policy | None) -> str:
     return f"{policy.kind.value}:{policy.interval_s:g}"
 
 
-COLUMNS = ("id", "submit_s", "gpus", "gpu_model", "duration_s", "queue", "priority", "status",
-           "min_gpus", "checkpoint")
+COLUMNS = (
+    "id",
+    "submit_s",
+    "gpus",
+    "gpu_model",
+    "duration_s",
+    "queue",
+    "priority",
+    "status",
+    "min_gpus",
+    "checkpoint",
+)
 
 
 def write_csv(jobs: Iterable[TraceJob]) -> str:
@@ -200,8 +210,18 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
     for job in jobs:
-        writer.writerow([job.id, f"{job.submit_s:g}", job.gpus, job.gpu_model,
-                         f"{job.duration_s:g}", job.queue, job.priority, job.status,
-                         "" if job.min_gpus is None else job.min_gpus,
-                         format_policy(job.checkpoint)])
+        writer.writerow(
+            [
+                job.id,
+                f"{job.submit_s:g}",
+                job.gpus,
+                job.gpu_model,
+                f"{job.duration_s:g}",
+                job.queue,
+                job.priority,
+                job.status,
+                "" if job.min_gpus is None else job.min_gpus,
+                format_policy(job.checkpoint),
+            ]
+        )
     return out.getvalue()

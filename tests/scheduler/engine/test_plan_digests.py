@@ -44,28 +44,55 @@ def nodes(rng: random.Random) -> list[Node]:
             model = "H20" if d == 0 and p == 1 else "H800"
             for leaf in range(rng.choice([2, 3])):
                 for n in range(rng.choice([3, 4, 5])):
-                    built.append(Node(len(built) + 1, f"dc{d}-p{p}-l{leaf}-n{n}", model,
-                                      f"dc{d}", f"p{p}", f"l{leaf}", 8, tuple(range(8)),
-                                      schedulable=rng.random() > 0.05))
+                    built.append(
+                        Node(
+                            len(built) + 1,
+                            f"dc{d}-p{p}-l{leaf}-n{n}",
+                            model,
+                            f"dc{d}",
+                            f"p{p}",
+                            f"l{leaf}",
+                            8,
+                            tuple(range(8)),
+                            schedulable=rng.random() > 0.05,
+                        )
+                    )
     return built
 
 
 def queues(rng: random.Random) -> tuple[list[Queue], list[Cohort]]:
-    cohorts = [Cohort("root"), Cohort("a", "root", (Quota("H800", rng.choice([0, 16])),)),
-               Cohort("b", "root", (Quota("H800", 0, lending_limit=rng.choice([None, 32])),))]
+    cohorts = [
+        Cohort("root"),
+        Cohort("a", "root", (Quota("H800", rng.choice([0, 16])),)),
+        Cohort("b", "root", (Quota("H800", 0, lending_limit=rng.choice([None, 32])),)),
+    ]
     made = []
     for i in range(rng.randint(3, 7)):
         nominal = rng.choice([0, 16, 32, 64, 96])
-        quota = Quota("H800", nominal, guarantee=rng.choice([0, nominal // 2]),
-                      borrowing_limit=rng.choice([None, None, 32]),
-                      lending_limit=rng.choice([None, None, nominal // 2]))
-        policy = PreemptionPolicy(reclaim=rng.random() > 0.2, within_queue=rng.random() > 0.3,
-                                  borrow_below_priority=rng.choice([None, None, 5]))
-        made.append(Queue(i + 1, f"q{i + 1}", (quota, Quota("H20", rng.choice([0, 16, 32]))),
-                          cohort=rng.choice(["a", "b", "a", None]),
-                          priority=rng.choice([0, 0, 1]), weight=rng.choice([1.0, 2.0]),
-                          strategy=Strategy.STRICT_FIFO if rng.random() < 0.15
-                          else Strategy.BEST_EFFORT_FIFO, preemption=policy))
+        quota = Quota(
+            "H800",
+            nominal,
+            guarantee=rng.choice([0, nominal // 2]),
+            borrowing_limit=rng.choice([None, None, 32]),
+            lending_limit=rng.choice([None, None, nominal // 2]),
+        )
+        policy = PreemptionPolicy(
+            reclaim=rng.random() > 0.2,
+            within_queue=rng.random() > 0.3,
+            borrow_below_priority=rng.choice([None, None, 5]),
+        )
+        made.append(
+            Queue(
+                i + 1,
+                f"q{i + 1}",
+                (quota, Quota("H20", rng.choice([0, 16, 32]))),
+                cohort=rng.choice(["a", "b", "a", None]),
+                priority=rng.choice([0, 0, 1]),
+                weight=rng.choice([1.0, 2.0]),
+                strategy=Strategy.STRICT_FIFO if rng.random() < 0.15 else Strategy.BEST_EFFORT_FIFO,
+                preemption=policy,
+            )
+        )
     return made, cohorts
 
 
@@ -76,26 +103,40 @@ def running(rng: random.Random, cluster: list[Node], made: list[Queue]) -> list[
     for i in range(rng.randint(5, 40)):
         gpus = rng.choice([1, 2, 4, 8, 8, 16, 32])
         model = rng.choice(["H800", "H800", "H20"])
-        fit = [n for n in cluster if n.gpu_model == model and (
-            len(free[n.id]) == 8 if gpus >= 8 else len(free[n.id]) >= gpus)]
+        fit = [
+            n
+            for n in cluster
+            if n.gpu_model == model
+            and (len(free[n.id]) == 8 if gpus >= 8 else len(free[n.id]) >= gpus)
+        ]
         if len(fit) < max(1, gpus // 8):
             continue
         placements = []
-        for node in fit[:max(1, gpus // 8)]:
-            take = free[node.id][:min(gpus, 8)]
-            free[node.id] = free[node.id][len(take):]
+        for node in fit[: max(1, gpus // 8)]:
+            take = free[node.id][: min(gpus, 8)]
+            free[node.id] = free[node.id][len(take) :]
             placements.append(Placement(node.id, tuple(take)))
         started = NOW - rng.uniform(60, 20_000)
         elastic = gpus >= 8 and rng.random() < 0.3
-        work.append(Workload(
-            1000 + i, rng.choice(made).id, model, gpus, started - 100,
-            priority=rng.choice([0, 0, 1, 3, 6]), placements=tuple(placements),
-            min_gpus=max(1, gpus // 2) if elastic else None,
-            max_gpus=gpus if elastic else None, started_at=started,
-            last_checkpoint_at=started + rng.uniform(0, NOW - started)
-            if rng.random() < 0.6 else None,
-            time_limit_s=rng.choice([None, NOW - started + rng.uniform(60, 7200)]),
-            preempting=rng.random() < 0.05))
+        work.append(
+            Workload(
+                1000 + i,
+                rng.choice(made).id,
+                model,
+                gpus,
+                started - 100,
+                priority=rng.choice([0, 0, 1, 3, 6]),
+                placements=tuple(placements),
+                min_gpus=max(1, gpus // 2) if elastic else None,
+                max_gpus=gpus if elastic else None,
+                started_at=started,
+                last_checkpoint_at=started + rng.uniform(0, NOW - started)
+                if rng.random() < 0.6
+                else None,
+                time_limit_s=rng.choice([None, NOW - started + rng.uniform(60, 7200)]),
+                preempting=rng.random() < 0.05,
+            )
+        )
     return work
 
 
@@ -104,13 +145,20 @@ def pending(rng: random.Random, made: list[Queue]) -> list[Workload]:
     for i in range(rng.randint(5, 50)):
         gpus = rng.choice([1, 2, 4, 8, 16, 24, 32, 64, 128, 12])
         topology = rng.choice(list(TopologyLevel))
-        work.append(Workload(
-            i + 1, rng.choice(made).id if rng.random() > 0.02 else 999,
-            rng.choice(["H800", "H800", "H20"]), gpus, NOW - rng.uniform(0, 5000),
-            priority=rng.choice([0, 0, 1, 3, 6]), topology=topology,
-            topology_required=rng.random() < 0.3,
-            min_gpus=gpus // 2 if gpus >= 16 and rng.random() < 0.2 else None,
-            time_limit_s=rng.choice([None, rng.uniform(60, 20_000)])))
+        work.append(
+            Workload(
+                i + 1,
+                rng.choice(made).id if rng.random() > 0.02 else 999,
+                rng.choice(["H800", "H800", "H20"]),
+                gpus,
+                NOW - rng.uniform(0, 5000),
+                priority=rng.choice([0, 0, 1, 3, 6]),
+                topology=topology,
+                topology_required=rng.random() < 0.3,
+                min_gpus=gpus // 2 if gpus >= 16 and rng.random() < 0.2 else None,
+                time_limit_s=rng.choice([None, rng.uniform(60, 20_000)]),
+            )
+        )
     return work
 
 
@@ -123,11 +171,21 @@ def snapshot(seed: int) -> Snapshot:
     for workload in work:
         for placement in workload.placements:
             held.setdefault(placement.node_id, set()).update(placement.gpu_indices)
-    cluster = [Node(n.id, n.name, n.gpu_model, n.datacenter, n.pod, n.leaf, n.gpus,
-                    tuple(i for i in n.free if i not in held.get(n.id, ())), n.schedulable)
-               for n in cluster]
-    return Snapshot(tuple(cluster), tuple(made), tuple(work + pending(rng, made)),
-                    tuple(cohorts))
+    cluster = [
+        Node(
+            n.id,
+            n.name,
+            n.gpu_model,
+            n.datacenter,
+            n.pod,
+            n.leaf,
+            n.gpus,
+            tuple(i for i in n.free if i not in held.get(n.id, ())),
+            n.schedulable,
+        )
+        for n in cluster
+    ]
+    return Snapshot(tuple(cluster), tuple(made), tuple(work + pending(rng, made)), tuple(cohorts))
 
 
 def digest(seed: int) -> str:
@@ -149,7 +207,7 @@ def test_the_snapshots_exercise_every_kind_of_decision() -> None:
 
 @pytest.mark.parametrize("chunk", range(4), ids=lambda c: f"seeds {c * 100} to {c * 100 + 99}")
 def test_plans_are_those_recorded_before_the_speed_work(chunk: int, recorded: list[str]) -> None:
-    seeds = SEEDS[chunk * 100:(chunk + 1) * 100]
+    seeds = SEEDS[chunk * 100 : (chunk + 1) * 100]
     changed = [seed for seed in seeds if digest(seed) != recorded[seed]]
     assert not changed, f"plans changed for seeds {changed[:10]}"
 

@@ -29,8 +29,9 @@ def held_gpus(sim: Simulator) -> dict[int, set[int]]:
     for job in sim.jobs.values():
         for placement in job.placements if job.running else ():
             gpus = held.setdefault(placement.node_id, set())
-            assert not gpus & set(placement.gpu_indices), f"a GPU of node {placement.node_id} " \
-                                                          "is held twice"
+            assert not gpus & set(placement.gpu_indices), (
+                f"a GPU of node {placement.node_id} is held twice"
+            )
             gpus.update(placement.gpu_indices)
     return held
 
@@ -70,8 +71,10 @@ class Checks:
             assert not plan.preemptions and not plan.shrinks
         if self.policy == "no-reclaim":
             for preemption in plan.preemptions:  # only priority within the claimant's queue
-                victim, claimant = (sim.jobs[preemption.workload_id],
-                                    sim.jobs[preemption.for_workload_id])
+                victim, claimant = (
+                    sim.jobs[preemption.workload_id],
+                    sim.jobs[preemption.for_workload_id],
+                )
                 assert victim.spec.queue == claimant.spec.queue
 
 
@@ -134,8 +137,14 @@ def test_the_same_seed_gives_the_same_json_bit_for_bit() -> None:
     second = run(busy_trace(seed=7, jobs=60), cluster(), ["wanka", "static"], config=config)
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
     env = {**os.environ, "PYTHONHASHSEED": "4242"}
-    other = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                           env=env, check=True, cwd=os.getcwd()).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=os.getcwd(),
+    ).stdout.strip()
     assert other == digest(first)
 
 

@@ -9,16 +9,23 @@ from scheduler.engine import Placement
 from scheduler.sim.jobs import Cause, Checkpointing, Job, Phase
 from scheduler.sim.trace import TraceJob
 
-COSTS = Costs(save_stall_s=10.0, async_stall_s=10.0, async_persist_s=300.0, restart_s=20.0,
-              triggered_save_s=30.0, step_s=10.0)
+COSTS = Costs(
+    save_stall_s=10.0,
+    async_stall_s=10.0,
+    async_persist_s=300.0,
+    restart_s=20.0,
+    triggered_save_s=30.0,
+    step_s=10.0,
+)
 ONE_NODE = (Placement(1, tuple(range(8))),)
 
 
 def job(kind: PolicyKind, interval: float | None, work: float = 10_000.0) -> Job:
     stall = COSTS.save_stall_s if kind is PolicyKind.PERIODIC else COSTS.async_stall_s
     persist = COSTS.async_persist_s if kind in (PolicyKind.ASYNC, PolicyKind.TRIGGERED) else 0.0
-    started = Job(TraceJob(1, 0.0, 8, "H800", work, "q"),
-                  Checkpointing(kind, interval, stall, persist), COSTS)
+    started = Job(
+        TraceJob(1, 0.0, 8, "H800", work, "q"), Checkpointing(kind, interval, stall, persist), COSTS
+    )
     started.start(0.0, ONE_NODE)
     return started
 
@@ -30,7 +37,10 @@ def test_a_periodic_checkpoint_completes_at_the_end_of_its_stall() -> None:
     assert (periodic.phase, periodic.next_phase_at(), periodic.saved) == (Phase.STALL, 110.0, 0.0)
     periodic.phase_ended(110.0)
     assert (periodic.phase, periodic.saved, periodic.last_checkpoint_at) == (
-        Phase.COMPUTE, 100.0, 110.0)
+        Phase.COMPUTE,
+        100.0,
+        110.0,
+    )
     assert periodic.next_phase_at() == 210.0
 
 
@@ -40,7 +50,10 @@ def test_a_fault_loses_the_work_since_the_last_complete_checkpoint_and_restarts(
     periodic.phase_ended(110.0)
     periodic.fault(150.0, triggered_save_possible=True)  # not a triggered policy: ignored
     assert (periodic.progress, periodic.phase, periodic.next_phase_at()) == (
-        100.0, Phase.RECOVER, 170.0)
+        100.0,
+        Phase.RECOVER,
+        170.0,
+    )
     assert periodic.lost_gpu_s[Cause.FAULT] == 40.0 * 8
     periodic.phase_ended(170.0)
     assert (periodic.phase, periodic.next_phase_at()) == (Phase.COMPUTE, 270.0)
@@ -70,7 +83,10 @@ def test_an_async_copy_counts_only_once_persisted() -> None:
     assert async_job.phase == Phase.COMPUTE
     async_job.persisted(410.0)
     assert (async_job.saved, async_job.phase, async_job.next_phase_at()) == (
-        100.0, Phase.STALL, 420.0)
+        100.0,
+        Phase.STALL,
+        420.0,
+    )
     async_job.phase_ended(420.0)  # a copy of 400 s of work, persisting until 720
     async_job.fault(500.0, triggered_save_possible=False)
     assert async_job.progress == 100.0  # the copy of 400 was not persisted yet
@@ -84,8 +100,9 @@ def test_an_async_copy_counts_only_once_persisted() -> None:
         pytest.param(1240.0, 1240.0, id="a fault right at a step boundary loses nothing"),
     ],
 )
-def test_a_triggered_save_keeps_the_work_of_the_last_whole_step(fault_at: float,
-                                                                 kept: float) -> None:
+def test_a_triggered_save_keeps_the_work_of_the_last_whole_step(
+    fault_at: float, kept: float
+) -> None:
     triggered = job(PolicyKind.TRIGGERED, None)
     triggered.fault(fault_at, triggered_save_possible=True)
     assert (triggered.phase, triggered.next_phase_at()) == (Phase.SAVE, fault_at + 30.0)
@@ -109,8 +126,11 @@ def test_a_triggered_save_impossible_for_the_fault_falls_back_too() -> None:
 
 
 def test_a_shrunk_job_loses_nothing_but_goes_on_at_its_new_size() -> None:
-    elastic = Job(TraceJob(1, 0.0, 16, "H800", 1000.0, "q", min_gpus=8),
-                  Checkpointing(PolicyKind.NONE, None, 0.0, 0.0), COSTS)
+    elastic = Job(
+        TraceJob(1, 0.0, 16, "H800", 1000.0, "q", min_gpus=8),
+        Checkpointing(PolicyKind.NONE, None, 0.0, 0.0),
+        COSTS,
+    )
     elastic.start(0.0, (*ONE_NODE, Placement(2, tuple(range(8)))))
     elastic.resize(100.0, ONE_NODE)
     assert (elastic.progress, elastic.held, elastic.phase) == (100.0, 8, Phase.RECOVER)
@@ -127,7 +147,10 @@ def test_a_preempted_job_resumes_from_its_checkpoint_after_a_restart() -> None:
     assert periodic.lost_gpu_s[Cause.PREEMPTION] == 50.0 * 8
     periodic.start(200.0, ONE_NODE)
     assert (periodic.phase, periodic.next_phase_at(), periodic.queued_s) == (
-        Phase.RECOVER, 220.0, 40.0)
+        Phase.RECOVER,
+        220.0,
+        40.0,
+    )
 
 
 def test_ettr_is_productive_compute_over_wall_time_since_first_admission() -> None:

@@ -22,8 +22,12 @@ from tests.scheduler.sim.scenarios import busy_trace, cluster
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    return run(busy_trace(seed=2, jobs=40), cluster(), ["wanka", "fifo"],
-               config=SimConfig(failures_per_gpu_hour=0.01))
+    return run(
+        busy_trace(seed=2, jobs=40),
+        cluster(),
+        ["wanka", "fifo"],
+        config=SimConfig(failures_per_gpu_hour=0.01),
+    )
 
 
 def figures(page: str) -> dict:
@@ -56,17 +60,43 @@ def test_the_report_is_the_same_for_the_same_results(results) -> None:
 
 def test_the_command_line_runs_a_trace_csv_on_a_cluster_spec(tmp_path, capsys) -> None:
     (tmp_path / "jobs.csv").write_text(write_csv(busy_trace(seed=3, jobs=20)))
-    (tmp_path / "cluster.json").write_text(json.dumps({
-        "name": "cli",
-        "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": 2,
-                                                  "nodes_per_leaf": 4, "gpu_model": "H800"}]}],
-        "cohorts": [{"name": "all"}],
-        "queues": [{"name": q, "cohort": "all", "quotas": {"H800": 16}}
-                   for q in ("prod", "research", "batch", "eval")],
-    }))
-    code = main(["--trace", str(tmp_path / "jobs.csv"), "--cluster", str(tmp_path / "cluster.json"),
-                 "--policy", "wanka", "--policy", "static", "--json", str(tmp_path / "out.json"),
-                 "--report", str(tmp_path / "out.html"), "--quiet"])
+    (tmp_path / "cluster.json").write_text(
+        json.dumps(
+            {
+                "name": "cli",
+                "datacenters": [
+                    {
+                        "name": "dc1",
+                        "pods": [
+                            {"name": "p1", "leaves": 2, "nodes_per_leaf": 4, "gpu_model": "H800"}
+                        ],
+                    }
+                ],
+                "cohorts": [{"name": "all"}],
+                "queues": [
+                    {"name": q, "cohort": "all", "quotas": {"H800": 16}}
+                    for q in ("prod", "research", "batch", "eval")
+                ],
+            }
+        )
+    )
+    code = main(
+        [
+            "--trace",
+            str(tmp_path / "jobs.csv"),
+            "--cluster",
+            str(tmp_path / "cluster.json"),
+            "--policy",
+            "wanka",
+            "--policy",
+            "static",
+            "--json",
+            str(tmp_path / "out.json"),
+            "--report",
+            str(tmp_path / "out.html"),
+            "--quiet",
+        ]
+    )
     assert code == 0
     written = json.loads((tmp_path / "out.json").read_text())
     assert list(written["policies"]) == ["wanka", "static"]
@@ -75,23 +105,42 @@ def test_the_command_line_runs_a_trace_csv_on_a_cluster_spec(tmp_path, capsys) -
     assert "wanka: allocated" in capsys.readouterr().out
 
 
+def test_a_report_is_redrawn_from_its_json(results, tmp_path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps(results))
+    assert main(["--results", str(tmp_path / "run.json"), "--title", "again"]) == 0
+    page = (tmp_path / "run.html").read_text()
+    assert "<title>again</title>" in page and figures(page)["ettr"]["data"]
+
+
 def test_the_command_line_says_where_a_trace_is_bad(tmp_path, capsys) -> None:
-    (tmp_path / "jobs.csv").write_text("submit_s,gpus,gpu_model,duration_s,queue\n"
-                                       "0,1,H800,60,prod\n0,one,H800,60,prod\n")
+    (tmp_path / "jobs.csv").write_text(
+        "submit_s,gpus,gpu_model,duration_s,queue\n0,1,H800,60,prod\n0,one,H800,60,prod\n"
+    )
     (tmp_path / "cluster.json").write_text("{}")
-    assert main(["--trace", str(tmp_path / "jobs.csv"), "--cluster",
-                 str(tmp_path / "cluster.json")]) == 2
+    assert (
+        main(["--trace", str(tmp_path / "jobs.csv"), "--cluster", str(tmp_path / "cluster.json")])
+        == 2
+    )
     assert "error: datacenters: must be a list" in capsys.readouterr().err
     (tmp_path / "cluster.json").write_text(json.dumps(cluster_spec()))
-    assert main(["--trace", str(tmp_path / "jobs.csv"), "--cluster",
-                 str(tmp_path / "cluster.json")]) == 2
+    assert (
+        main(["--trace", str(tmp_path / "jobs.csv"), "--cluster", str(tmp_path / "cluster.json")])
+        == 2
+    )
     assert "error: line 3, column gpus: 'one' is not a whole number" in capsys.readouterr().err
 
 
 def cluster_spec() -> dict:
-    return {"name": "c", "datacenters": [{"name": "dc1", "pods": [
-        {"name": "p1", "leaves": 1, "nodes_per_leaf": 1, "gpu_model": "H800"}]}],
-        "queues": [{"name": "prod", "quotas": {"H800": 8}}]}
+    return {
+        "name": "c",
+        "datacenters": [
+            {
+                "name": "dc1",
+                "pods": [{"name": "p1", "leaves": 1, "nodes_per_leaf": 1, "gpu_model": "H800"}],
+            }
+        ],
+        "queues": [{"name": "prod", "quotas": {"H800": 8}}],
+    }
 
 
 def test_a_trace_naming_an_unknown_queue_is_refused() -> None:

@@ -14,8 +14,9 @@ from scheduler.sim.simulator import SimConfig
 from scheduler.sim.trace import TraceJob
 from tests.scheduler.sim.scenarios import cluster
 
-NO_FAULTS = SimConfig(failures_per_gpu_hour=0.0, cycle_s=10.0,
-                      costs=Costs(save_stall_s=10.0, restart_s=20.0))
+NO_FAULTS = SimConfig(
+    failures_per_gpu_hour=0.0, cycle_s=10.0, costs=Costs(save_stall_s=10.0, restart_s=20.0)
+)
 
 # Four 8-GPU nodes; queues a and b have 16 GPUs of quota each, in one cohort.
 FOUR_NODES = cluster(leaves=2, nodes=2, queues={"a": (16, 0), "b": (16, 0)})
@@ -30,31 +31,50 @@ FOUR_JOBS = [
 def figures(policy: str, trace, spec=FOUR_NODES, config=NO_FAULTS) -> dict[int, tuple]:
     """Job id -> (status, queueing delay, JCT)."""
     recorder = simulate(trace, spec, policy, config).recorder
-    return {o.id: (o.status, o.wait_s, o.jct_s) for o in sorted(recorder.outcomes,
-                                                                 key=lambda o: o.id)}
+    return {
+        o.id: (o.status, o.wait_s, o.jct_s) for o in sorted(recorder.outcomes, key=lambda o: o.id)
+    }
 
 
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        pytest.param("wanka", {
-            # 1 starts at 0. The cycle at 10 sees 2 and 3: b's job fits its quota and starts;
-            # a's second gang would borrow 16 while b holds 8 of its 16, so it waits. 4 starts
-            # at 20. Only when 4 ends (70) can a borrow 16 and 2 start: a wait of 65 s.
-            1: ("finished", 0.0, 100.0), 2: ("finished", 65.0, 165.0),
-            3: ("finished", 0.0, 50.0), 4: ("finished", 0.0, 50.0)},
-            id="wanka: b's jobs start at once, a's second gang borrows when b is idle"),
-        pytest.param("fifo", {
-            # Strict FIFO: 2 (submitted at 5) heads the cycle at 10 and takes the two free
-            # nodes; 3 and 4 wait behind it until 1 ends at 100.
-            1: ("finished", 0.0, 100.0), 2: ("finished", 5.0, 105.0),
-            3: ("finished", 90.0, 140.0), 4: ("finished", 80.0, 130.0)},
-            id="fifo: submit order decides, b waits behind a's gang"),
-        pytest.param("static", {
-            # No borrowing: a's second gang waits for its first to end at 100.
-            1: ("finished", 0.0, 100.0), 2: ("finished", 95.0, 195.0),
-            3: ("finished", 0.0, 50.0), 4: ("finished", 0.0, 50.0)},
-            id="static: a never borrows b's idle quota"),
+        pytest.param(
+            "wanka",
+            {
+                # 1 starts at 0. The cycle at 10 sees 2 and 3: b's job fits its quota and starts;
+                # a's second gang would borrow 16 while b holds 8 of its 16, so it waits. 4 starts
+                # at 20. Only when 4 ends (70) can a borrow 16 and 2 start: a wait of 65 s.
+                1: ("finished", 0.0, 100.0),
+                2: ("finished", 65.0, 165.0),
+                3: ("finished", 0.0, 50.0),
+                4: ("finished", 0.0, 50.0),
+            },
+            id="wanka: b's jobs start at once, a's second gang borrows when b is idle",
+        ),
+        pytest.param(
+            "fifo",
+            {
+                # Strict FIFO: 2 (submitted at 5) heads the cycle at 10 and takes the two free
+                # nodes; 3 and 4 wait behind it until 1 ends at 100.
+                1: ("finished", 0.0, 100.0),
+                2: ("finished", 5.0, 105.0),
+                3: ("finished", 90.0, 140.0),
+                4: ("finished", 80.0, 130.0),
+            },
+            id="fifo: submit order decides, b waits behind a's gang",
+        ),
+        pytest.param(
+            "static",
+            {
+                # No borrowing: a's second gang waits for its first to end at 100.
+                1: ("finished", 0.0, 100.0),
+                2: ("finished", 95.0, 195.0),
+                3: ("finished", 0.0, 50.0),
+                4: ("finished", 0.0, 50.0),
+            },
+            id="static: a never borrows b's idle quota",
+        ),
     ],
 )
 def test_four_jobs_on_four_nodes(policy: str, expected: dict) -> None:
@@ -71,9 +91,10 @@ def test_reclaim_preempts_the_borrower_which_resumes_from_its_checkpoint() -> No
     checkpoint at 50 (taken 50 to 60), so it keeps 50; a's job starts at the next cycle, 105,
     and ends at 205, when b's job starts again: a 20 s restart, then the other 950 s of work
     in 19 intervals with 18 stalls between them: done at 225 + 950 + 180 = 1355."""
-    trace = [TraceJob(1, 0.0, 16, "H800", 1000.0, "b", checkpoint=Policy(PolicyKind.PERIODIC,
-                                                                         50.0)),
-             TraceJob(2, 95.0, 8, "H800", 100.0, "a")]
+    trace = [
+        TraceJob(1, 0.0, 16, "H800", 1000.0, "b", checkpoint=Policy(PolicyKind.PERIODIC, 50.0)),
+        TraceJob(2, 95.0, 8, "H800", 100.0, "a"),
+    ]
     simulator = simulate(trace, TWO_NODES, "wanka", NO_FAULTS)
     outcomes = {o.id: o for o in simulator.recorder.outcomes}
     assert (outcomes[1].wait_s, outcomes[1].jct_s) == (110.0, 1355.0)
@@ -88,9 +109,10 @@ def test_an_elastic_borrower_is_shrunk_instead_of_preempted() -> None:
     """The same, but b's job may run on 8 GPUs: at 95 it gives back a node and goes on at half
     speed after a 20 s restart (95 of its 1000 s of work done): 905 s of work take 1810 s
     from 115, done at 1925. a's job starts at 105."""
-    trace = [TraceJob(1, 0.0, 16, "H800", 1000.0, "b", min_gpus=8,
-                      checkpoint=Policy(PolicyKind.NONE)),
-             TraceJob(2, 95.0, 8, "H800", 100.0, "a")]
+    trace = [
+        TraceJob(1, 0.0, 16, "H800", 1000.0, "b", min_gpus=8, checkpoint=Policy(PolicyKind.NONE)),
+        TraceJob(2, 95.0, 8, "H800", 100.0, "a"),
+    ]
     simulator = simulate(trace, TWO_NODES, "wanka", NO_FAULTS)
     outcomes = {o.id: o for o in simulator.recorder.outcomes}
     assert outcomes[1].jct_s == pytest.approx(1925.0)
@@ -101,7 +123,9 @@ def test_an_elastic_borrower_is_shrunk_instead_of_preempted() -> None:
 def test_the_no_reclaim_baseline_lets_the_borrower_finish() -> None:
     trace = [TraceJob(1, 0.0, 16, "H800", 1000.0, "b"), TraceJob(2, 95.0, 8, "H800", 100.0, "a")]
     assert figures("no-reclaim", trace, TWO_NODES) == {
-        1: ("finished", 0.0, 1000.0), 2: ("finished", 905.0, 1005.0)}
+        1: ("finished", 0.0, 1000.0),
+        2: ("finished", 905.0, 1005.0),
+    }
 
 
 def test_a_job_bigger_than_its_partition_never_starts_under_static_partitions() -> None:
