@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from itertools import chain
 from enum import IntEnum
+from itertools import chain
 from operator import attrgetter
 from typing import Protocol
 
