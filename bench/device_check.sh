@@ -4,6 +4,7 @@
 #   bash bench/device_check.sh                       # on a GPU node: NVIDIA driver + CUDA torch
 #   bash bench/device_check.sh --backend processes   # dry run without a GPU (simulated GPUs,
 #   DEVICE_CHECK_BACKEND=processes bash bench/device_check.sh    real processes)
+#   DEVICE_CHECK_PYTHON=python3 bash bench/device_check.sh       # that interpreter, no .venv
 #
 # It reads the GPUs through NVML as the agent will (and stops there without NVML), migrates a
 # SQLite database in a temporary data directory and seeds a data center, the GPU model NVML
@@ -28,14 +29,19 @@ SIMULATED=(--gpus 2 --gpu-model H100-SXM-80GB)  # what the processes backend pre
 
 say() { echo "== $*" >&2; }
 
-# What it needs: the project with its agent and dev extras (nvidia-ml-py, torch).
-if [[ ! -x .venv/bin/python ]]; then
+# What it needs: the project with its agent and dev extras (nvidia-ml-py, torch), in .venv, or
+# in the interpreter DEVICE_CHECK_PYTHON names (a GPU image whose python3 has CUDA torch and the
+# project's requirements on its PYTHONPATH; run from the repo root).
+PY=${DEVICE_CHECK_PYTHON:-.venv/bin/python}
+if [[ -z ${DEVICE_CHECK_PYTHON:-} && ! -x .venv/bin/python ]]; then
     say "creating .venv and installing wanka[agent,dev]"
     python3 -m venv .venv
 fi
-PY=.venv/bin/python
-$PY -c 'import pynvml, torch, daphne, celery' 2>/dev/null ||
+$PY -c 'import pynvml, torch, daphne, celery' 2>/dev/null || {
+    [[ -n ${DEVICE_CHECK_PYTHON:-} ]] &&
+        { echo "device check FAILED: $PY lacks pynvml, torch, daphne or celery" >&2; exit 1; }
     .venv/bin/pip install -q -e '.[agent,dev]' >&2
+}
 
 DATA=$(mktemp -d)
 PIDS=()
