@@ -73,18 +73,6 @@ def build(nodes: int):
     return job, specs
 
 
-def forget_node_groups() -> None:
-    """Node ids repeat from one throwaway database to the next, and a killed server leaves its
-    agents' channels in their node groups (for a day, the channel layer's group expiry): drop
-    them, so this run's messages go only to this run's agents."""
-    from portal.core.redis import client
-
-    redis = client()
-    stale = list(redis.scan_iter("asgi:group:node.*", count=1000))
-    if stale:
-        redis.delete(*stale)
-
-
 def db(func, *args, **kwargs):
     """Run an ORM call on a worker thread with its own connection, closed after."""
     from django.db import connection
@@ -117,7 +105,6 @@ def measure(nodes: int, heartbeat: float) -> dict:
     from scheduler.agent.fleet import build_agent
 
     job, specs = build(nodes)
-    forget_node_groups()
     url = database_url()
     server, port = start_server(settings.DATA_DIR / "bench-recovery-daphne.log", url)
     worker = start_worker(settings.DATA_DIR / "bench-recovery-worker.log", url)

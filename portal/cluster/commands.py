@@ -2,14 +2,16 @@
 acked, and sent again when the agent reconnects (agents run a command id at most once)."""
 
 import logging
+import uuid
+from collections import defaultdict
 from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
+from portal.cluster.agents import tell
 from portal.cluster.choices import CommandState
 from portal.cluster.models import NodeCommand
-from portal.core.live import node_group, send_many
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +31,8 @@ def send_commands(node_ids, action: str, workload_id: int | None = None,
     commands = NodeCommand.objects.bulk_create(
         NodeCommand(node_id=node_id, action=action, workload_id=workload_id, args=args)
         for node_id in node_ids)
-    messages = [(node_group(c.node_id), {"type": "agent.command", **c.message()})
-                for c in commands]
-    transaction.on_commit(lambda: send_many(messages))
+    messages = {c.node_id: {"type": "agent.command", **c.message()} for c in commands}
+    transaction.on_commit(lambda: tell(messages))
     return commands
 
 
@@ -45,18 +46,56 @@ def unanswered(node_id: int) -> list[dict]:
 
 def answer(node_id: int, command_id: str, ok: bool, detail: str) -> bool:
     """Record an agent's ack; the first one counts. False for an id this node was never sent
-    or has answered already. One query for a success, which is what a 1,000-node save sends
-    1,000 of; a refusal also wakes whoever waits on the command."""
-    state = CommandState.DONE if ok else CommandState.FAILED
-    claimed = NodeCommand.objects.filter(pk=command_id, node_id=node_id,
-                                         state=CommandState.SENT).update(
-        state=state, detail=detail[:500], answered_at=timezone.now())
-    if not claimed:
-        if not NodeCommand.objects.filter(pk=command_id, node_id=node_id).exists():
-            log.warning("node %s acked unknown command %s", node_id, command_id)
-        return False
-    if not ok:
-        from portal.workloads.recovery import command_refused
+    or has answered already."""
+    return answer_many([(node_id, command_id, ok, detail)])[0]
 
-        command_refused(NodeCommand.objects.get(pk=command_id))
-    return True
+
+def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
+    """Record (node, command id, ok, detail) acks, as `answer` does each: one query, plus one
+    update per distinct answer, for any number of them, which is what a 1,000-node save brings
+    at once (the agents' server gathers them, `GroupCommit`). A refusal also wakes whoever
+    waits on the command."""
+    ids = {command_id: _uuid(command_id) for _, command_id, _, _ in acks}
+    claimed, answers, results = {}, defaultdict(list), []
+    with transaction.atomic():
+        waiting = (NodeCommand.objects.select_for_update().only("node_id", "action", "workload_id")
+                   .filter(pk__in=[i for i in ids.values() if i], state=CommandState.SENT)
+                   .in_bulk())
+        for node_id, command_id, ok, detail in acks:
+            command = waiting.get(ids[command_id])
+            counts = (command is not None and command.node_id == node_id
+                      and command.pk not in claimed)
+            if counts:
+                command.state = CommandState.DONE if ok else CommandState.FAILED
+                claimed[command.pk] = command
+                answers[command.state, detail[:500]].append(command.pk)
+            results.append(counts)
+        now = timezone.now()
+        for (state, detail), pks in answers.items():
+            NodeCommand.objects.filter(pk__in=pks).update(state=state, detail=detail,
+                                                          answered_at=now)
+    _warn_unknown([ack for ack, counted in zip(acks, results, strict=True) if not counted], ids)
+    from portal.workloads.recovery import command_refused
+
+    for command in claimed.values():
+        if command.state == CommandState.FAILED:
+            command_refused(command)
+    return results
+
+
+def _uuid(command_id: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(command_id)
+    except ValueError:
+        return None
+
+
+def _warn_unknown(acks, ids) -> None:
+    """Log the acks of ids never sent to the node (an answered one's repeat is no news)."""
+    if not acks:
+        return
+    sent = set(NodeCommand.objects.filter(pk__in=[ids[a[1]] for a in acks if ids[a[1]]])
+               .values_list("pk", "node_id"))
+    for node_id, command_id, _, _ in acks:
+        if (ids[command_id], node_id) not in sent:
+            log.warning("node %s acked unknown command %s", node_id, command_id)

@@ -1,5 +1,6 @@
 """The server end of the node agent protocol: one consumer per connected agent."""
 
+import asyncio
 import json
 import logging
 import time
@@ -10,12 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.cluster import commands, fanin
-from portal.cluster.agents import desired_state
+from portal.cluster.agents import desired_state, mailbox
 from portal.cluster.faults import classify, record_fault
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, SAVES_SEEN, TELEMETRY
-from portal.core.consumers import DirectDispatch
-from portal.core.live import node_group
+from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
 from portal.workloads import lifecycle
@@ -30,6 +30,42 @@ def in_db(func):
     every consumer's database calls on one thread, one at a time: a thousand agents saying
     hello at once would queue behind each other long enough to time out.)"""
     return DatabaseSyncToAsync(func, thread_sensitive=False)
+
+
+# The reports that come from every node of a large job at once, written down in batches.
+STARTED = GroupCommit(lifecycle.mark_started_many)
+ACKED = GroupCommit(commands.answer_many)
+
+# This process's agent connections by channel name, for what its mailbox brings them.
+CONNECTED: dict[str, "AgentConsumer"] = {}
+_readers: dict[tuple[int, str], asyncio.Task] = {}  # (event loop, mailbox) -> its reader
+
+
+def read_mailbox(layer, name: str) -> None:
+    """Have a task of this event loop read the mailbox `name` (`agents.tell`) unless one does."""
+    key = (id(asyncio.get_running_loop()), name)
+    if key not in _readers or _readers[key].done():
+        _readers[key] = asyncio.create_task(_read(layer, name))
+
+
+async def _read(layer, name: str) -> None:
+    """Hand each connection its messages from the mailbox, in the order they came."""
+    while True:
+        try:
+            delivery = await layer.receive(name)
+        except Exception:
+            log.exception("mailbox %s: cannot read; trying again in a second", name)
+            await asyncio.sleep(1)
+            continue
+        for channel, message in delivery["messages"]:
+            consumer = CONNECTED.get(channel)
+            if consumer is None:
+                continue  # gone: it hears everything again when its agent says hello
+            try:
+                await consumer.dispatch(message)
+            except Exception:
+                log.exception("node %s: failed to deliver %s", consumer.node.name,
+                              message["type"])
 
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
@@ -51,12 +87,13 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.started, self.exited = set(), set()
         self.attempts = {}  # workload -> the newest attempt sent to this agent
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
-        await self.channel_layer.group_add(node_group(self.node.id), self.channel_name)
+        CONNECTED[self.channel_name] = self
+        read_mailbox(self.channel_layer, mailbox(self.channel_name))
         await self.accept()
 
     async def disconnect(self, code):
         if self.node is not None:
-            await self.channel_layer.group_discard(node_group(self.node.id), self.channel_name)
+            CONNECTED.pop(self.channel_name, None)
             await _disconnected(self.node.id, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
@@ -116,7 +153,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def on_started(self, workload_id, attempt):
         self.started.add((workload_id, attempt))
         if not self.replaced(workload_id, attempt):
-            await in_db(lifecycle.mark_started)(workload_id, self.node.id, attempt)
+            await STARTED((workload_id, self.node.id, attempt))
 
     async def on_exited(self, workload_id, attempt, exit_code):
         self.exited.add((workload_id, attempt))
@@ -168,8 +205,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
                                   gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None)
 
     async def on_ack(self, message):
-        await in_db(commands.answer)(self.node.id, message["command_id"], message["ok"],
-                                     message["detail"])
+        await ACKED((self.node.id, message["command_id"], message["ok"], message["detail"]))
 
     async def agent_sync(self, event):
         """Channel layer message: send this node its whole desired state, as the sender worked

@@ -112,3 +112,27 @@ def test_a_job_past_its_time_limit_fails_and_frees_its_gpus(gang):
     assert workload.state == State.FAILED
     assert workload.events.last().reason == "ran past its time limit of 60 s"
     assert not workload.allocations.exists()
+
+
+@pytest.fixture
+def big_gang(acme_llm, cluster):
+    """A 32-GPU job admitted onto four nodes; returns it with its nodes' ids."""
+    workload = make_workload(acme_llm, "big-gang", gpus=32)
+    scheduling_cycle()
+    workload.refresh_from_db()
+    nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
+    assert workload.state == State.ADMITTED and len(nodes) == 4
+    return workload, nodes
+
+
+def test_start_reports_of_several_nodes_in_one_batch_count_each_node(big_gang):
+    workload, (a, b, c, d) = big_gang
+    other = Node.objects.exclude(pk__in=[a, b, c, d]).first().pk
+    # Two nodes, a repeat, a stale attempt and a node the gang does not use: STARTING only.
+    lifecycle.mark_started_many([(workload.pk, a, 0), (workload.pk, b, 0), (workload.pk, a, 0),
+                                 (workload.pk, c, 7), (workload.pk, other, 0)])
+    assert _state(workload) == State.STARTING
+    assert set(workload.allocations.filter(started=True).values_list("node_id", flat=True)) \
+        == {a, b}
+    lifecycle.mark_started_many([(workload.pk, c, 0), (workload.pk, d, 0)])
+    assert _state(workload) == State.RUNNING
