@@ -14,8 +14,10 @@ database timestamp):
   agents themselves;
 - fault_to_all_acks_s: until every node reports the new attempt running and the job is RUNNING.
 
-The last line is JSON: nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s and the
-per-node cost (ms_per_node) that projects the time at 12,500 nodes.
+The last line is JSON: nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s, ms_per_node
+(wall time over nodes), and the CPU the recovery cost the ASGI process, the worker and this
+process (the simulated fleet), from the fault to the end, read from /proc (Linux): the
+per-node CPU of the ASGI process is what projects the recovery at 12,500 nodes.
 """
 
 import argparse
@@ -133,10 +135,13 @@ def measure(nodes: int, heartbeat: float) -> dict:
         await wait_for(lambda: _is(db(state), "running"), "the job to run", every=0.2)
         victim = await db(lambda: job.allocations.get(node_rank=nodes // 2, gpu_index=0).node)
         victim_name = victim.name
+        cpu.update(asgi=_cpu_s(server.pid), worker=_cpu_s(worker.pid), fleet=time.process_time())
         await db(send_command, victim.pk, "inject_fault", code="xid-79", gpu_index=0)
         pushed_at = await wait_for(restarted_everywhere, "every node to hold the restart",
                                    every=0.2)
         await wait_for(lambda: _is(db(state), "running"), "the job to run again", every=0.05)
+        cpu.update(asgi=_cpu_s(server.pid) - cpu["asgi"], worker=_cpu_s(worker.pid) - cpu["worker"],
+                   fleet=time.process_time() - cpu["fleet"])
         fault = await db(lambda: FaultEvent.objects.get(node=victim))
         recovery = await db(lambda: Recovery.objects.get(workload_id=job.pk))
         await asyncio.gather(*(agent.stop() for agent in agents))
@@ -144,7 +149,7 @@ def measure(nodes: int, heartbeat: float) -> dict:
             task.cancel()
         return fault, recovery, pushed_at
 
-    victim_name, curve = "", []
+    victim_name, curve, cpu = "", [], {}
     try:
         fault, recovery, pushed_at = asyncio.run(run())
     finally:
@@ -160,7 +165,17 @@ def measure(nodes: int, heartbeat: float) -> dict:
             "fault_to_restart_push_s": round(pushed_at - t0, 2),
             "fault_to_all_acks_s": round(all_acks, 2),
             "ms_per_node": round(1000 * all_acks / nodes, 2),
+            "asgi_cpu_s": round(cpu["asgi"], 2), "worker_cpu_s": round(cpu["worker"], 2),
+            "fleet_cpu_s": round(cpu["fleet"], 2),
+            "asgi_cpu_ms_per_node": round(1000 * cpu["asgi"] / nodes, 2),
             "outcome": recovery.outcome}
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _at_least(count: int) -> bool:
