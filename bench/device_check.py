@@ -8,7 +8,8 @@ database; this is also where a machine without NVML is turned away), migrates th
 database and creates a region, the data center, the GPU model, a tenant whose queue has quota,
 and a bootstrap token, which it prints. `run` waits for the agent to enrol, prints the inventory
 and telemetry the portal recorded, runs examples/train_tiny.py on one GPU, asks for a
-checkpoint, cancels the job and prints one JSON line. Any failure exits 1 saying what failed.
+checkpoint, records a hang and waits for the recovery (a save from memory, a restart resuming
+from it), cancels the job and prints one JSON line. Any failure exits 1 saying what failed.
 """
 
 import argparse
@@ -100,6 +101,7 @@ def run(args) -> None:
     workload, log = start_training(args.backend, node, Path(args.state_dir), wait)
     command, saved = request_checkpoint(node, workload, wait)
     busy = sample_telemetry(node.id, seconds=2)  # while the job runs
+    recovery = recover_from_hang(node, workload, log, wait)
     device = cancel_training(workload, log, wait)
     if args.backend == "nvml" and not device.startswith("cuda"):
         fail(f"train_tiny.py ran on {device}, not on the GPU")
@@ -114,6 +116,8 @@ def run(args) -> None:
         "train_device": device,
         "checkpoint_step": saved.step,
         "ack_ok": command.state == "done",
+        "recovery": recovery.outcome,
+        "resumed_from_step": recovery.resume_step,
         "seconds": round(time.time() - args.started, 1),
     }
     print(json.dumps(summary))
@@ -142,6 +146,7 @@ def start_training(backend: str, node, state_dir: Path, wait):
         gpu_model=node.gpu_model,
         gpus=1,
         command=train_command(backend),
+        checkpoint_policy="triggered",
         env={"PYTHONPATH": str(ROOT)},
     )
     scheduling_cycle()
@@ -169,6 +174,26 @@ def request_checkpoint(node, workload, wait):
     say(f"checkpoint: step {saved.step} {saved.status} {saved.size_bytes} bytes "
         f"in {saved.duration_s:.3f} s at {saved.location}")  # fmt: skip
     return command, saved
+
+
+def recover_from_hang(node, workload, log: Path, wait):
+    """Record a hang of the job on the node, as the portal does when its steps stop (a drill
+    cannot break a real GPU), and wait for the recovery: the healthy process saves from memory
+    on request, and the job restarts in place as a new attempt resuming from that save."""
+    from portal.cluster.faults import record_fault
+    from portal.workloads.models import Recovery
+    from scheduler import faults
+
+    record_fault(node.id, faults.lookup("hang"), "device check", 0)
+    done = Recovery.objects.filter(workload=workload, step="done")
+    recovery = wait(done.first, "the recovery to finish")
+    wait(lambda: "resumed from step" in _read(log), "the new attempt to resume")
+    wait(lambda: job_state(workload) == "running", "the job to run again")
+    say(f"recovery: {recovery.outcome}, {recovery.detail}; resumed from step "
+        f"{recovery.resume_step}")  # fmt: skip
+    if recovery.resume_step is None:
+        fail("the job restarted without a checkpoint")
+    return recovery
 
 
 def cancel_training(workload, log: Path, wait) -> str:

