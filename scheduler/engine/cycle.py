@@ -152,11 +152,12 @@ class Cycle:
         self._reserved_queues: set[int] = set()
         self._backfillable: dict[Pool, list[int]] = {}  # owners of backfill reservations
         self._no_victims: dict[tuple, int] = {}  # smallest size that found no room, per kind
-        self._searches: Counter[int] = Counter()  # victim searches per queue this cycle
+        self._searches: Counter[int] = Counter()  # searches per queue that found no room
         self._claimed: set[int] = set()  # queues that made room for a workload this cycle
         self._kept_off: dict[tuple, str] = {}  # reasons already worded
         self._kept_out = KeptOut()  # what workloads kept off reserved GPUs could preempt
         self._queues_waiting: set[int] = set()  # queues with a workload left waiting
+        self._borrowers_waiting: set[int] = set()  # ... with one left waiting that must borrow
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -189,6 +190,13 @@ class Cycle:
 
     def decide(self, queue: Queue, workload: Workload) -> Outcome:
         """Admit, preempt for, reserve for, or hold back one workload."""
+        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+        outcome = self._decide(queue, workload)
+        if outcome != Outcome.FIT and not within:
+            self._borrowers_waiting.add(queue.id)
+        return outcome
+
+    def _decide(self, queue: Queue, workload: Workload) -> Outcome:
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             # A job no placement could ever satisfy hears so first, not a passing quota reason.
@@ -291,29 +299,34 @@ class Cycle:
                   over_quota: bool) -> Claim | None:
         """The cheapest set of moves that would let the workload start, or None.
 
-        Skipped when the queue has made room for a workload or used its searches this cycle
-        (like Kueue, which tries one head per queue and cycle), when a workload as large of
-        the same kind found no room earlier in the cycle (room only shrinks as it goes), and
-        for quota when the queue is over what its quota allows even without the workload:
-        preemption makes room for a workload, it does not enforce a lowered quota.
+        A queue makes room for one workload a cycle, or for several while each fits in its
+        nominal quota (counting the room made before it): a queue far under its quota gets it
+        back in one cycle, not one job a cycle. Skipped when the queue has used its searches
+        that found nothing this cycle, when a workload as large of the same kind found no room
+        earlier in the cycle (room only shrinks as it goes), and for quota when the queue is
+        over what its quota allows even without the workload: preemption makes room for a
+        workload, it does not enforce a lowered quota.
         """
-        if self._searches[queue.id] >= SEARCHES_PER_QUEUE or queue.id in self._claimed:
+        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+        if self._searches[queue.id] >= SEARCHES_PER_QUEUE or (
+                queue.id in self._claimed and not within):
             return None
         if over_quota and not self._quota_allows(queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
-        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
-        first = queue.id not in self._queues_waiting
-        memo = (queue.id, pool.gpu_model, within, first, workload.priority,
+        # Whether it may take from other queues (see `preemption`): to reclaim, no workload of
+        # its queue that must borrow waits before it; to borrow, none at all.
+        others = queue.id not in (self._borrowers_waiting if within else self._queues_waiting)
+        memo = (queue.id, pool.gpu_model, within, others, workload.priority,
                 widest_level(workload), workload.gpus < pool.node_size, over_quota)
         if workload.gpus >= self._no_victims.get(memo, 1 << 62):
             return None
         if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
             return None
-        self._searches[queue.id] += 1
         search = VictimSearch(pool, self.ledger, self.occupancy,
-                              Claimant(workload, queue, workload.gpus, within, first))
+                              Claimant(workload, queue, workload.gpus, within, others))
         claim = self._search(search, pool, workload, over_quota)
         if claim is None:
+            self._searches[queue.id] += 1
             self._no_victims[memo] = min(workload.gpus, self._no_victims.get(memo, 1 << 62))
         return claim
 

@@ -52,8 +52,8 @@ class Claimant:
     queue: Queue
     gpus: int
     within_nominal: bool
-    heads_queue: bool = True  # the first workload of its queue left waiting this cycle:
-    # only it may take from other queues
+    takes_from_others: bool = True  # whether it may reclaim or borrow from other queues
+    # (see the rules in `preemption`'s docstring)
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """The order in which a cycle considers pending workloads.
 
-Inside a queue, workloads wait in `queue_order`. Across queues, the cycle repeatedly takes the
-best head (`head_key`), so the order adapts as admissions change who borrows how much.
+Inside a queue, workloads wait in `queue_order`, except that in a best-effort FIFO queue a
+workload that fits in the queue's nominal quota goes before those of its priority that must
+borrow (a queue's own quota first, as across queues; a higher priority still goes first, or it
+would preempt the workload back). Across queues, the cycle repeatedly takes the best head
+(`head_key`), so the order adapts as admissions change who borrows how much.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 
-from scheduler.engine.model import Queue, Workload
+from scheduler.engine.model import Queue, Strategy, Workload
 from scheduler.engine.quota import QuotaLedger
 
 
@@ -47,8 +50,11 @@ def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload) -> tuple:
 class Heads:
     """Pending workloads, one FIFO per queue, handed out head by head in `head_key` order.
 
-    Keys are computed when a queue is (re)pushed; `refresh` re-pushes queues whose usage
-    changed, and stale entries are skipped when popped.
+    A queue's head is its first workload in `queue_order`; in a best-effort FIFO queue whose
+    first workload must borrow, its first one of the same priority that fits in the nominal
+    quota, if any (so room reclaimed for that one comes back to it at the next cycle before
+    any borrower takes it). Keys are computed when a queue is (re)pushed; `refresh` re-pushes
+    queues whose usage changed, and stale entries are skipped when popped.
     """
 
     def __init__(self, ledger: QuotaLedger, workloads: Iterable[Workload]) -> None:
@@ -57,7 +63,15 @@ class Heads:
         for workload in workloads:
             waiting[workload.queue_id].append(workload)
         self._fifo: dict[int, list[Workload]] = {}
+        self._head: dict[int, int] = {}  # queue id -> index of its head in its FIFO
+        # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
+        # workloads leave, which spares looking for one within the nominal quota in vain.
+        self._fewest: dict[int, dict[str, int]] = defaultdict(dict)
         for queue_id, members in waiting.items():
+            fewest = self._fewest[queue_id]
+            for workload in members:
+                if workload.gpus < fewest.get(workload.gpu_model, 1 << 62):
+                    fewest[workload.gpu_model] = workload.gpus
             queue = ledger.queue_or_none(queue_id)
             priority = queue.priority if queue is not None else 0
             # Reversed, so the head is popped from the end.
@@ -81,7 +95,27 @@ class Heads:
         if not members or queue is None:
             return None
         self._version[queue_id] += 1
-        return (head_key(self._ledger, queue, members[-1]), queue_id, self._version[queue_id])
+        index = self._head[queue_id] = self._head_index(queue, members)
+        return (head_key(self._ledger, queue, members[index]), queue_id, self._version[queue_id])
+
+    def _head_index(self, queue: Queue, members: list[Workload]) -> int:
+        """Where the queue's head is in its (reversed) FIFO: the last entry, or in a best-effort
+        queue whose first workload must borrow, the first of its priority that fits in the
+        nominal quota."""
+        ledger, first = self._ledger, members[-1]
+        if (queue.strategy == Strategy.STRICT_FIFO or len(members) == 1
+                or ledger.within_nominal(queue, first.gpu_model, first.gpus)):
+            return -1
+        if not any(ledger.within_nominal(queue, model, gpus)
+                   for model, gpus in self._fewest[queue.id].items()):
+            return -1
+        for index in range(len(members) - 2, -1, -1):
+            workload = members[index]
+            if workload.priority != first.priority:
+                break
+            if ledger.within_nominal(queue, workload.gpu_model, workload.gpus):
+                return index
+        return -1
 
     def unknown(self) -> list[Workload]:
         """Workloads of queues missing from the snapshot, in id order; they never head."""
@@ -109,7 +143,7 @@ class Heads:
                 _, queue_id, version = heapq.heappop(self._heap)
             if version != self._version[queue_id] or not self._fifo[queue_id]:
                 continue
-            workload = self._fifo[queue_id].pop()
+            workload = self._fifo[queue_id].pop(self._head[queue_id])
             self._current = queue_id
             return self._ledger.queue(queue_id), workload
         return None

@@ -8,10 +8,15 @@ Who may be preempted, by a claimant of queue Q (each rule a switch of Q's Preemp
   whose priority is below both the claimant's and Q's `borrow_below_priority`, as long as Q's
   fair share with the claimant stays at or below the victim queue's share without its victims
   (Kueue's LessThanOrEqualToFinalShare), so that fair sharing does not hand the room back.
-Only the first workload of Q left waiting in a cycle may take from other queues (reclaim or
-borrow): the next cycle orders Q by that workload, so the room it makes is not handed back to
-its victims (Kueue, too, lets only queue heads preempt). Any claimant may preempt lower-priority
-work of its own queue, which always comes after it.
+Taking from other queues is open to a claimant only where the next cycle gives the room back to
+it, not to its victims. Reclaim: to a claimant that fits in Q's nominal quota (counting the
+room made for Q earlier in the cycle, so a queue far under its quota gets it back at once)
+while no workload of Q that must borrow was left waiting before it: the next cycle then takes
+Q's work up to the claimant before any work that must borrow (`ordering`: within the nominal
+quota first, across queues and among a queue's workloads of one priority). Borrowing: only to
+the first workload of Q left waiting in the cycle, which the next cycle orders Q by (Kueue,
+too, lets only queue heads preempt). Any claimant may preempt lower-priority work of its own
+queue, which always comes after it.
 Work inside a queue's guarantee is never preempted: no victim may take its queue below its
 guarantee (counting the claimant, when the victim is of the claimant's own queue). A workload
 already preempting is free room for whoever counts on it first. Victims come only from the
@@ -53,9 +58,9 @@ from scheduler.engine.moves import (
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
 
-# Victim searches a queue may run per cycle; it stops at the first that finds room (like
-# Kueue, which tries one head per queue and cycle). This bounds a cycle's cost; the queue's
-# other workloads try again next cycle.
+# Victim searches that find no room a queue may run per cycle. This bounds a cycle's cost; the
+# queue's other workloads try again next cycle. (Searches that find room are bounded by the
+# queue's quota: only one, or as many as fit in its nominal quota; see `Cycle.find_room`.)
 SEARCHES_PER_QUEUE = 2
 
 
@@ -147,7 +152,7 @@ class VictimSearch:
         policy = queue.preemption
         reclaim = policy.reclaim and claimant.within_nominal
         borrow = not claimant.within_nominal and policy.borrow_below_priority is not None
-        if queue.cohort is None or not claimant.heads_queue or not (reclaim or borrow):
+        if queue.cohort is None or not claimant.takes_from_others or not (reclaim or borrow):
             return []
         model = claimant.workload.gpu_model
         candidates = self.occupancy.candidates[self.pool]
@@ -284,9 +289,7 @@ class VictimSearch:
         rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
         best = min(rooms, key=lambda room: room[:4], default=None)
         top = best[0][0] if best is not None else math.inf
-        lowest = min((moves[start].workload.priority for start, _ in self._segments),
-                     default=math.inf)
-        if lowest < top:
+        if self._lowest_victim(moves, top, free) < top:
             below = [i for i, move in enumerate(moves)
                      if move.kind != MoveKind.EVICT or move.workload.priority < top]
             rooms += self._rooms_on(moves, below, free, evicting=True)
@@ -301,6 +304,25 @@ class VictimSearch:
         domain = domains_of(self.pool.node(node_id))[-1]
         return Claim(trial.moves(), TopologyLevel.LEAF, domain, (node_id,),
                      self._cost(trial.moves()))
+
+    def _lowest_victim(self, moves: list[Move], below: float, free: _FreeGPUs) -> float:
+        """The lowest priority, if below `below`, of a victim that could be in a room of several
+        evictions: one on a node the claimant may use that is elastic or that the rules let go
+        on its own (with others it only releases more of its queue, so if it may not go alone
+        it may not go with them)."""
+        lowest = below
+        for start, end in self._segments:
+            for index in range(start, end):
+                move = moves[index]
+                workload = move.workload
+                if workload.priority >= lowest:
+                    break  # a segment is in value order, lowest priority first
+                if any(free[node] is not None for node in move.frees) and (
+                        workload.is_elastic
+                        or self.guard(move, sum(move.frees.values()), {})):
+                    lowest = workload.priority
+                    break
+        return lowest
 
     def _rooms_on(self, moves: list[Move], indexes: list[int], free: _FreeGPUs,
                   evicting: bool) -> list[tuple]:

@@ -6,10 +6,14 @@ Definitions:
   checkpoint, saving or restarting).
 - a queue's guarantee, for the share figures and the guarantee check, is its nominal quota
   (what reclaim gives back), not the engine's never-lent `Quota.guarantee`.
-- guarantee check: a queue is starved while it has a pending job that fits in what is left of
-  its guarantee (used + the job's GPUs <= nominal), seen at the start of each cycle. A starved
-  spell that still holds at a cycle starting two cycle periods or more after the spell began
-  is a violation: the queue did not get its guarantee within two cycles.
+- guarantee check, at the start of each cycle: a pending job fits its queue's guarantee while
+  used + the job's GPUs <= nominal. It is overdue once it has waited two cycle periods or more
+  since it both waited and fit: since the later of its submission (or requeue) and the first
+  cycle since which jobs of its size have fit, at the start and at the end of every cycle. A
+  violation is a spell of cycles in which a queue has an overdue job: the queue did not get
+  its guarantee within two cycles. Each job has its own clock, so a queue whose jobs keep
+  arriving, or whose own backlog refills each GPU it frees, each job started within two
+  cycles of fitting, is never in violation, however long it has some job pending.
 - fragmentation: free GPUs that no pending job of their GPU model could use (a node with fewer
   free GPUs than the smallest pending job smaller than a node, or a partly used node when every
   pending job needs whole nodes), while work is pending; 0 while nothing is pending.
@@ -118,9 +122,11 @@ class Recorder:
         self.fragmented = Series(step_s, start)
         self.queue_used: dict[str, Series] = {}
         self.used: Counter[tuple[str, str]] = Counter()
-        self.pending: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+        # (queue, model) -> GPUs -> pending job id -> when it began waiting, oldest first
+        self.pending: dict[tuple[str, str], dict[int, dict[int, float]]] = defaultdict(dict)
         self.pending_by_model: dict[str, Counter[int]] = defaultdict(Counter)
-        self.starved_since: dict[tuple[str, str], float] = {}
+        # (queue, model) -> GPUs -> the first cycle since which a job of that size has fit
+        self.fits_since: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
         self.violated: set[tuple[str, str]] = set()
         self.violations: Counter[str] = Counter()
         self.longest_starved: dict[str, float] = defaultdict(float)
@@ -153,48 +159,68 @@ class Recorder:
     # -- pending work ------------------------------------------------------------------------
 
     def pending_added(self, job: Job) -> None:
-        self.pending[job.spec.queue, job.spec.gpu_model][job.spec.gpus] += 1
-        self.pending_by_model[job.spec.gpu_model][job.spec.gpus] += 1
+        """Job `job` waits (again), since `job.waiting_since`."""
+        spec = job.spec
+        self.pending[spec.queue, spec.gpu_model].setdefault(spec.gpus, {})[job.id] = (
+            job.waiting_since
+        )
+        self.pending_by_model[spec.gpu_model][spec.gpus] += 1
 
     def pending_removed(self, job: Job) -> None:
-        for sizes in (
-            self.pending[job.spec.queue, job.spec.gpu_model],
-            self.pending_by_model[job.spec.gpu_model],
-        ):
-            sizes[job.spec.gpus] -= 1
-            if not sizes[job.spec.gpus]:
-                del sizes[job.spec.gpus]
+        spec = job.spec
+        key = (spec.queue, spec.gpu_model)
+        waiting = self.pending[key][spec.gpus]
+        del waiting[job.id]
+        if not waiting:
+            del self.pending[key][spec.gpus]
+            self.fits_since[key].pop(spec.gpus, None)
+        sizes = self.pending_by_model[spec.gpu_model]
+        sizes[spec.gpus] -= 1
+        if not sizes[spec.gpus]:
+            del sizes[spec.gpus]
 
     # -- cycles ------------------------------------------------------------------------------
 
     def cycle_started(self, now: float) -> None:
-        """The guarantee check (see the module docstring), before the engine runs: start a
-        starved spell, or count it as a violation once it has lasted two cycle periods."""
+        """The guarantee check (see the module docstring), before the engine runs: a queue
+        with an overdue job starts a violation, unless one is going on."""
         self.cycles += 1
         for key in list(self.pending):
-            if not self._starved(key):
-                continue
-            since = self.starved_since.setdefault(key, now)
-            if now - since >= STARVED_CYCLES * self.cycle_s - 1e-9 and key not in self.violated:
+            if self._overdue(key, now) and key not in self.violated:
                 self.violated.add(key)
                 self.violations[key[0]] += 1
 
     def cycle_ended(self, now: float) -> None:
-        """End the starved spells the plan resolved; fragmentation after the plan."""
-        for key in list(self.starved_since):
-            if not self._starved(key):
-                self._end_starved(key, now)
+        """End the violations the plan resolved (and the fit of the sizes it filled the
+        guarantee against); fragmentation after the plan."""
+        for key in list(self.pending):
+            if not self._overdue(key, now):
+                self.violated.discard(key)
         self.fragmented.set(now, self._fragmented())
 
-    def _starved(self, key: tuple[str, str]) -> bool:
-        """Whether the queue has a pending job (of the model) that fits in its guarantee."""
-        sizes = self.pending.get(key)
-        return bool(sizes) and min(sizes) <= self.nominal.get(key, 0) - self.used[key]
+    def _overdue(self, key: tuple[str, str], now: float) -> bool:
+        waited = self._longest_fitting_wait(key, now)
+        return waited is not None and waited >= STARVED_CYCLES * self.cycle_s - 1e-9
 
-    def _end_starved(self, key: tuple[str, str], now: float) -> None:
-        since = self.starved_since.pop(key)
-        self.violated.discard(key)
-        self.longest_starved[key[0]] = max(self.longest_starved[key[0]], now - since)
+    def _longest_fitting_wait(self, key: tuple[str, str], now: float) -> float | None:
+        """How long the queue's longest-waiting job that fits its guarantee has waited and fit
+        (None when no pending job fits); also kept as the queue's longest starved time."""
+        sizes = self.pending[key]
+        room = self.nominal.get(key, 0) - self.used[key]
+        fits_since = self.fits_since[key]
+        since = None
+        for gpus, waiting in sizes.items():
+            if gpus > room:
+                fits_since.pop(gpus, None)
+                continue
+            start = max(fits_since.setdefault(gpus, now), next(iter(waiting.values())))
+            since = start if since is None else min(since, start)
+        if since is None:
+            return None
+        waited = now - since
+        if waited > self.longest_starved[key[0]]:
+            self.longest_starved[key[0]] = waited
+        return waited
 
     def _fragmented(self) -> int:
         fragmented = 0
@@ -252,10 +278,7 @@ class Recorder:
         )
 
     def finish(self, now: float) -> None:
-        """Close the starved spells still open at the end."""
-        for key in list(self.starved_since):
-            if now - self.starved_since[key] >= STARVED_CYCLES * self.cycle_s - 1e-9 and (
-                key not in self.violated
-            ):
+        """Count the queues with a job overdue at the end."""
+        for key in list(self.pending):
+            if self._overdue(key, now) and key not in self.violated:
                 self.violations[key[0]] += 1
-            self._end_starved(key, now)

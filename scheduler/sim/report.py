@@ -152,9 +152,11 @@ DEFINITIONS = """<h2>Definitions</h2><ul>
 <li>Queueing delay: all the time a job waited, over every spell (a preempted job waits again), of
 the jobs that started; jobs that never started are counted apart.</li>
 <li>Large gangs: jobs of at least {large} GPUs.</li>
-<li>Guarantee: a queue's nominal quota, what reclaim gives back. A violation: a queue had a
-pending job that fit in what was left of its guarantee, and still had one two cycle periods
-later, at a cycle's start.</li>
+<li>Guarantee: a queue's nominal quota, what reclaim gives back. A violation: a job fit in
+what was left of its queue's guarantee and waited two cycle periods or more while it did (its
+clock starts at its submission or requeue, or when jobs of its size start to fit, and starts
+again whenever the queue's guarantee is filled); counted once per spell of such cycles per
+queue.</li>
 <li>ETTR: productive compute time (not lost to faults or preemptions) over wall time since the
 job was first admitted; overall weighted by GPUs.</li>
 <li>Finish-time fairness rho (Themis): a job's completion time over its duration alone (its trace

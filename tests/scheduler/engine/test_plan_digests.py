@@ -4,8 +4,8 @@ Random snapshots (a seeded generator in this file, independent of the engine: se
 centers, pods and leaves, cordoned nodes, nested cohorts, guarantees, limits, priorities,
 strict-FIFO queues, elastic, stopping and time-limited running work, pending gangs) are planned,
 and each plan's text is hashed and compared with the digest recorded from the engine before the
-speed work (`plan_digests.json`). A deliberate change of the engine's behaviour regenerates it:
-`python -m tests.scheduler.engine.test_plan_digests`.
+speed work, and again after each deliberate change of its behaviour (`plan_digests.json`); such
+a change regenerates it: `python -m tests.scheduler.engine.test_plan_digests`.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ nlp = make_queue("nlp", h800=32, cohort="research")
 cv = make_queue("cv", h800=0, cohort="research")  # everything it runs is borrowed
 speech = make_queue("speech", h800=0, cohort="research")
 solo = make_queue("solo", h800=32)  # no cohort: only priority preempts here
+nlp8 = make_queue("nlp", h800=8, cohort="research")
+nlp16 = make_queue("nlp", h800=16, cohort="research")
 
 
 def busy(workload_id: int, queue: Queue, *nodes, lost: float = 0.0, **extra) -> Workload:
@@ -62,6 +64,35 @@ CASES = [
         [*CV_ON_LEAF, make_workload(1, make_queue("nlp", h800=8, cohort="research"), 16)],
         stops(),
         id="a queue that must borrow for the job does not reclaim",
+    ),
+    pytest.param(
+        [nlp8, cv],
+        [*CV_ON_LEAF, make_workload(1, nlp8, 16), make_workload(2, nlp8, 8)],
+        stops(93),
+        id="a job within the nominal quota reclaims behind a head gang that must borrow",
+    ),
+    pytest.param(
+        [nlp, cv],
+        [*CV_ON_LEAF, *(make_workload(i, nlp, 8) for i in (1, 2, 3))],
+        stops(91, 92, 93),
+        id="a queue far under its nominal quota reclaims for several jobs in one cycle",
+    ),
+    pytest.param(
+        [nlp16, cv],
+        [*CV_ON_LEAF, *(make_workload(i, nlp16, 8) for i in (1, 2, 3))],
+        stops(92, 93),
+        id="a queue reclaims for several jobs only up to its nominal quota",
+    ),
+    pytest.param(
+        [nlp16, cv],
+        [
+            *CV_ON_LEAF,
+            make_workload(1, nlp16, 8),
+            make_workload(2, nlp16, 16),
+            make_workload(3, nlp16, 8),
+        ],
+        stops(92, 93),
+        id="a job that must borrow does not stop later jobs of its queue reclaiming",
     ),
     pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research")],
@@ -378,6 +409,20 @@ def test_a_reclaimed_workload_does_not_reclaim_back_and_the_claimant_starts_next
     assert [a.workload_id for a in second.admissions] == [1]
     assert decided(second) == decided(third) == stops()
     assert third.admissions == []
+
+
+def test_room_reclaimed_behind_a_head_that_must_borrow_is_not_taken_back_by_a_borrower() -> None:
+    # cv borrows all of nlp's quota with a gang submitted first. nlp's head gang must borrow,
+    # so it waits; nlp's 8-GPU job, behind it, reclaims. Next cycle nlp is taken by that job
+    # (within its nominal quota) before the evicted gang, which would borrow the freed node.
+    cv8 = make_queue("cv", h800=8, cohort="research")
+    gang = busy(90, cv8, M1, M2, submitted_at=0.0)
+    snapshot = make_snapshot(
+        TWO_NODES, [nlp8, cv8], [gang, make_workload(1, nlp8, 16), make_workload(2, nlp8, 8)]
+    )
+    plans = cycles(snapshot, 4)
+    assert [sorted(p.workload_id for p in x.preemptions) for x in plans] == [[90], [], [], []]
+    assert [[a.workload_id for a in x.admissions] for x in plans] == [[], [2], [], []]
 
 
 def test_a_lower_priority_victim_never_preempts_its_claimant_back() -> None:

@@ -135,6 +135,28 @@ CASES = [
         id="work within its queue's nominal quota goes before work that must borrow",
     ),
     pytest.param(
+        [nlp, cv],
+        [running(90, cv, range(1, 2))],
+        [make_workload(1, nlp, 16), make_workload(2, nlp, 8)],
+        {
+            1: "queue nlp would exceed its H800 quota (8/8 in use, job needs 16; "
+            "cohort research has 8 idle to lend)",
+            2: "dc1-p1-l2-n1",
+        },
+        id="in a queue, a job within the nominal quota goes before earlier ones that borrow",
+    ),
+    pytest.param(
+        [nlp, cv],
+        [running(90, cv, range(1, 2))],
+        [make_workload(1, nlp, 16, priority=5), make_workload(2, nlp, 8)],
+        {
+            1: "dc1-p1-l2-n1 dc1-p1-l2-n2",
+            2: "queue nlp would exceed its H800 quota (16/8 in use, job needs 8; "
+            "cohort research has 0 idle to lend)",
+        },
+        id="in a queue, a higher-priority job that must borrow still goes first",
+    ),
+    pytest.param(
         [make_queue("nlp", h20=64)],
         [],
         [make_workload(1, make_queue("nlp", h20=64), 8)],

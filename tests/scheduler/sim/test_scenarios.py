@@ -141,3 +141,51 @@ def test_cycles_coalesce_changes_within_a_period() -> None:
     waits = {o.id: o.wait_s for o in simulator.recorder.outcomes}
     assert waits == {1: 0.0, 2: 7.0, 3: 4.0}
     assert simulator.recorder.cycles == 2
+
+
+# Eight 8-GPU nodes; queues a and b have 32 GPUs of quota each, in one cohort.
+EIGHT_NODES = cluster(leaves=2, nodes=4, queues={"a": (32, 0), "b": (32, 0)})
+# b fills the cluster, borrowing all of a's quota, with work that ends at 1000.
+B_EVERYWHERE = [TraceJob(i, 0.0, 8, "H800", 1000.0, "b") for i in range(1, 9)]
+
+
+def guarantee(policy: str, trace, spec=EIGHT_NODES) -> tuple[int, float]:
+    """Violations and the longest a job that fit its queue's guarantee waited."""
+    recorder = simulate(trace, spec, policy, NO_FAULTS).recorder
+    return sum(recorder.violations.values()), max(recorder.longest_starved.values())
+
+
+@pytest.mark.parametrize(
+    ("policy", "trace", "spec", "expected"),
+    [
+        pytest.param(
+            "wanka",
+            # One of a's 8-GPU jobs every 10 s: each reclaims at the cycle it arrives at and
+            # starts at the next, while the next one reclaims; a always has one job waiting.
+            B_EVERYWHERE + [TraceJob(10 + i, 10.0 * i, 8, "H800", 500.0, "a") for i in range(4)],
+            EIGHT_NODES,
+            (0, 10.0),
+            id="jobs arriving one a cycle, each reclaimed within a cycle: no violation",
+        ),
+        pytest.param(
+            "wanka",
+            # a holds its 8 GPUs with jobs ending every 5 s from 100, with 8 more waiting: each
+            # cycle (100, 110, ...) starts the ones that fit then, filling a's quota again, so
+            # none waits while it fits, though a has jobs waiting until 140.
+            [TraceJob(1, 0.0, 8, "H800", 10_000.0, "b")]
+            + [TraceJob(10 + i, 0.0, 1, "H800", 100.0 + 5 * i, "a") for i in range(16)],
+            TWO_NODES,
+            (0, 0.0),
+            id="a backlog refilling each GPU its queue frees: no violation",
+        ),
+        pytest.param(
+            "no-reclaim",
+            B_EVERYWHERE + [TraceJob(10, 10.0, 8, "H800", 500.0, "a")],
+            EIGHT_NODES,
+            (1, 990.0),
+            id="a job that fits its guarantee waits for the borrower to finish: a violation",
+        ),
+    ],
+)
+def test_guarantee_check(policy: str, trace, spec, expected: tuple[int, float]) -> None:
+    assert guarantee(policy, trace, spec) == expected
