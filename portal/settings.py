@@ -112,8 +112,8 @@ CHANNEL_LAYERS = {
         "CONFIG": {
             # redis-py 8 gives sockets a read timeout by default, which cuts the layer's
             # blocking receive (BZPOPMIN) short; the layer has timeouts of its own. Its pools
-            # also refuse a 101st connection, which a thousand agents reconnecting at once
-            # (each joining its node's group) need.
+            # also refuse a 101st connection, which bursts of browsers' and workers' sends at
+            # once can need.
             "hosts": [{"address": REDIS_URL, "socket_timeout": None, "max_connections": 2000}],
             "capacity": 1000,
             "expiry": 30,
