@@ -10,15 +10,20 @@ from portal.workloads.models import IllegalTransition, UsageRecord
 from tests.builders import api_client, make_workload
 
 
+def admitted_gang(queue, nodes: int):
+    """A job of `nodes` whole nodes, admitted; returns it with its nodes' ids."""
+    workload = make_workload(queue, "gang", gpus=8 * nodes)
+    scheduling_cycle()
+    workload.refresh_from_db()
+    node_ids = sorted(set(workload.allocations.values_list("node_id", flat=True)))
+    assert workload.state == State.ADMITTED and len(node_ids) == nodes
+    return workload, node_ids
+
+
 @pytest.fixture
 def gang(acme_llm, cluster):
     """A 16-GPU job admitted onto two nodes; returns it with its nodes' ids."""
-    workload = make_workload(acme_llm, "gang", gpus=16)
-    scheduling_cycle()
-    workload.refresh_from_db()
-    nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
-    assert workload.state == State.ADMITTED and len(nodes) == 2
-    return workload, nodes
+    return admitted_gang(acme_llm, 2)
 
 
 def _state(workload):
@@ -114,19 +119,8 @@ def test_a_job_past_its_time_limit_fails_and_frees_its_gpus(gang):
     assert not workload.allocations.exists()
 
 
-@pytest.fixture
-def big_gang(acme_llm, cluster):
-    """A 32-GPU job admitted onto four nodes; returns it with its nodes' ids."""
-    workload = make_workload(acme_llm, "big-gang", gpus=32)
-    scheduling_cycle()
-    workload.refresh_from_db()
-    nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
-    assert workload.state == State.ADMITTED and len(nodes) == 4
-    return workload, nodes
-
-
-def test_start_reports_of_several_nodes_in_one_batch_count_each_node(big_gang):
-    workload, (a, b, c, d) = big_gang
+def test_start_reports_of_several_nodes_in_one_batch_count_each_node(acme_llm, cluster):
+    workload, (a, b, c, d) = admitted_gang(acme_llm, 4)
     other = Node.objects.exclude(pk__in=[a, b, c, d]).first().pk
     # Two nodes, a repeat, a stale attempt and a node the gang does not use: STARTING only.
     lifecycle.mark_started_many([(workload.pk, a, 0), (workload.pk, b, 0), (workload.pk, a, 0),
