@@ -27,22 +27,27 @@ def main():
     started = time.monotonic()
     portal = subprocess.Popen(
         [sys.executable, "manage.py", "standalone", "--port", str(port)],
-        env={**os.environ, "WANKA_DATA_DIR": data_dir}, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "WANKA_DATA_DIR": data_dir},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         banner = wait_for_banner(portal)
         assert "alice" in banner and base in banner, banner
         web = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
         sign_in(web, base, "alice", "wanka-demo")
         page = web.open(f"{base}/").read().decode()
         assert "Cluster utilization" in page and "llama-8b-pretrain" in page
         schema = web.open(f"{base}/api/schema/").read().decode()
         assert "/api/v1/workloads/" in schema
         summary = wait_for_jobs(web, base)
-        print(f"standalone smoke test passed in {time.monotonic() - started:.0f} s: "
-              f"{summary['ready_nodes']}/{summary['nodes']} nodes ready, "
-              f"{summary['allocated']} of {summary['gpus']} GPUs allocated")
+        print(
+            f"standalone smoke test passed in {time.monotonic() - started:.0f} s: "
+            f"{summary['ready_nodes']}/{summary['nodes']} nodes ready, "
+            f"{summary['allocated']} of {summary['gpus']} GPUs allocated"
+        )
     finally:
         portal.send_signal(signal.SIGTERM)
         portal.wait(timeout=30)
@@ -65,10 +70,12 @@ def wait_for_banner(portal, timeout=120):
 def sign_in(web, base, username, password):
     form = web.open(f"{base}/login/").read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-    data = urllib.parse.urlencode({"username": username, "password": password,
-                                   "csrfmiddlewaretoken": token}).encode()
-    request = urllib.request.Request(f"{base}/login/", data=data,
-                                     headers={"Referer": f"{base}/login/"})
+    data = urllib.parse.urlencode(
+        {"username": username, "password": password, "csrfmiddlewaretoken": token}
+    ).encode()
+    request = urllib.request.Request(
+        f"{base}/login/", data=data, headers={"Referer": f"{base}/login/"}
+    )
     assert web.open(request).url == f"{base}/", "sign-in failed"
 
 

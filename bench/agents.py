@@ -23,8 +23,11 @@ from datetime import datetime
 
 import psutil
 
-STATS = re.compile(r"^(\S+ \S+) INFO portal.cluster.fanin: agent fan-in: (\d+) messages in "
-                   r"([\d.]+) s \(\d+/s\), handle p50 ([\d.]+) ms p99 ([\d.]+) ms", re.M)
+STATS = re.compile(
+    r"^(\S+ \S+) INFO portal.cluster.fanin: agent fan-in: (\d+) messages in "
+    r"([\d.]+) s \(\d+/s\), handle p50 ([\d.]+) ms p99 ([\d.]+) ms",
+    re.M,
+)
 WINDOW_S = 10
 
 
@@ -38,12 +41,28 @@ def start_server(log_path, database_url: str) -> tuple[subprocess.Popen, int]:
     from django.conf import settings
 
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": settings.REDIS_URL,
-           "WANKA_FANIN_REPORT_S": str(WINDOW_S), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "WANKA_FANIN_REPORT_S": str(WINDOW_S),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
     server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "portal.asgi:application"], env=env, stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "portal.asgi:application",
+        ],
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 30
     while "Listening on TCP" not in log_path.read_text():
         if server.poll() is not None or time.monotonic() > deadline:
@@ -73,8 +92,7 @@ def database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
-    return (f"postgres://{db['USER']}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/"
-            f"{db['NAME']}")
+    return f"postgres://{db['USER']}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def measure(agents: int, seconds: float, heartbeat: float) -> dict:
@@ -96,9 +114,14 @@ def measure(agents: int, seconds: float, heartbeat: float) -> dict:
 
         async def run():
             started = time.monotonic()
-            fleet = asyncio.create_task(run_fleet(
-                f"ws://127.0.0.1:{port}/ws/agent/", specs, heartbeat_s=heartbeat,
-                stop_event=stop))
+            fleet = asyncio.create_task(
+                run_fleet(
+                    f"ws://127.0.0.1:{port}/ws/agent/",
+                    specs,
+                    heartbeat_s=heartbeat,
+                    stop_event=stop,
+                )
+            )
             while await asyncio.to_thread(connected_nodes) < agents:
                 if time.monotonic() - started > 300:
                     raise SystemExit(f"not all {agents} agents connected in 300 s")
@@ -117,17 +140,23 @@ def measure(agents: int, seconds: float, heartbeat: float) -> dict:
     finally:
         server.terminate()
         server.wait(timeout=10)
-    windows = [tuple(map(float, m[1:])) for m in STATS.findall(log_path.read_text())
-               if _epoch(m[0]) - WINDOW_S >= steady_from]
+    windows = [
+        tuple(map(float, m[1:]))
+        for m in STATS.findall(log_path.read_text())
+        if _epoch(m[0]) - WINDOW_S >= steady_from
+    ]
     if not windows:
         raise SystemExit(f"no steady fan-in figures in {log_path}")
     msgs_per_s = sum(w[0] for w in windows) / sum(w[1] for w in windows)
-    return {"agents": agents, "connect_s": round(connect_s, 1),
-            "msgs_per_s": round(msgs_per_s, 1),
-            "p50_handle_ms": max(w[2] for w in windows),
-            "p99_handle_ms": max(w[3] for w in windows),
-            "server_cpu_pct": round(cpu, 1),
-            "cpu_ms_per_msg": round(10 * cpu / msgs_per_s, 3)}
+    return {
+        "agents": agents,
+        "connect_s": round(connect_s, 1),
+        "msgs_per_s": round(msgs_per_s, 1),
+        "p50_handle_ms": max(w[2] for w in windows),
+        "p99_handle_ms": max(w[3] for w in windows),
+        "server_cpu_pct": round(cpu, 1),
+        "cpu_ms_per_msg": round(10 * cpu / msgs_per_s, 3),
+    }
 
 
 def main(argv=None) -> None:

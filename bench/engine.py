@@ -88,8 +88,19 @@ def build_nodes(gpus: int) -> tuple[Node, ...]:
             leaf, n = divmod(i, NODES_PER_LEAF)
             pod, leaf = divmod(leaf, LEAVES_PER_POD)
             name = f"dc{dc + 1}-p{pod + 1}-l{leaf + 1}-n{n + 1}"
-            nodes.append(Node(len(nodes) + 1, name, "H800", f"dc{dc + 1}", f"p{pod + 1}",
-                              f"l{leaf + 1}", NODE_GPUS, tuple(range(NODE_GPUS)), region="r1"))
+            nodes.append(
+                Node(
+                    len(nodes) + 1,
+                    name,
+                    "H800",
+                    f"dc{dc + 1}",
+                    f"p{pod + 1}",
+                    f"l{leaf + 1}",
+                    NODE_GPUS,
+                    tuple(range(NODE_GPUS)),
+                    region="r1",
+                )
+            )
     return tuple(nodes)
 
 
@@ -102,11 +113,20 @@ def build_queues(gpus: int, rng: random.Random) -> tuple[Queue, ...]:
     for i, share in enumerate(shares):
         nominal = gpus * share // sum(shares)
         guarantee = nominal // 4 if i % 3 == 0 else 0
-        quota = Quota("H800", nominal, guarantee=guarantee,
-                      borrowing_limit=None if i % 4 else nominal)
-        queues.append(Queue(i + 1, f"q{i + 1}", (quota,), cohort=f"c{i // 10 + 1}",
-                            priority=10 if i % 17 == 0 else 0, weight=rng.choice([1.0, 2.0]),
-                            region="r1"))
+        quota = Quota(
+            "H800", nominal, guarantee=guarantee, borrowing_limit=None if i % 4 else nominal
+        )
+        queues.append(
+            Queue(
+                i + 1,
+                f"q{i + 1}",
+                (quota,),
+                cohort=f"c{i // 10 + 1}",
+                priority=10 if i % 17 == 0 else 0,
+                weight=rng.choice([1.0, 2.0]),
+                region="r1",
+            )
+        )
     return tuple(queues)
 
 
@@ -116,13 +136,15 @@ def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> 
     sizes, total, target = [], 0, OCCUPIED * gpus
     sizes_table = philly_sizes()
     while total < target:
-        size = scaled(rng.choices([s for s, _ in sizes_table], [j for _, j in sizes_table])[0],
-                      factor)
+        size = scaled(
+            rng.choices([s for s, _ in sizes_table], [j for _, j in sizes_table])[0], factor
+        )
         if total + size <= target * 1.01:
             sizes.append(size)
             total += size
-    jobs = [Workload(i + 1, 0, "H800", size, 0.0) for i, size in
-            enumerate(sorted(sizes, reverse=True))]
+    jobs = [
+        Workload(i + 1, 0, "H800", size, 0.0) for i, size in enumerate(sorted(sizes, reverse=True))
+    ]
     placed = plan(Snapshot(nodes, (setup,), tuple(jobs)), now=NOW).admissions
     by_id = {job.id: job for job in jobs}
     owner = assign_queues([by_id[a.workload_id].gpus for a in placed], queues, rng)
@@ -130,20 +152,25 @@ def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> 
     for admission, queue in zip(placed, owner, strict=True):
         job = by_id[admission.workload_id]
         started = NOW - rng.uniform(0.1, 48) * HOUR
-        running.append(replace(
-            job,
-            id=1_000_000 + job.id,
-            queue_id=queue.id,
-            placements=admission.placements,
-            priority=rng.choice([0, 0, 0, 1, 2]),
-            started_at=started,
-            last_checkpoint_at=started + 0.5 * HOUR * int((NOW - started) / (0.5 * HOUR))
-            if rng.random() < 0.7 else None,
-            time_limit_s=(NOW - started) + rng.uniform(0.2, 24) * HOUR
-            if rng.random() < 0.5 else None,
-            min_gpus=job.gpus // 2 if job.gpus >= 64 * NODE_GPUS and rng.random() < 0.2
-            else None,
-        ))
+        running.append(
+            replace(
+                job,
+                id=1_000_000 + job.id,
+                queue_id=queue.id,
+                placements=admission.placements,
+                priority=rng.choice([0, 0, 0, 1, 2]),
+                started_at=started,
+                last_checkpoint_at=started + 0.5 * HOUR * int((NOW - started) / (0.5 * HOUR))
+                if rng.random() < 0.7
+                else None,
+                time_limit_s=(NOW - started) + rng.uniform(0.2, 24) * HOUR
+                if rng.random() < 0.5
+                else None,
+                min_gpus=job.gpus // 2
+                if job.gpus >= 64 * NODE_GPUS and rng.random() < 0.2
+                else None,
+            )
+        )
     return running
 
 
@@ -176,13 +203,22 @@ def build_pending(count: int, queues, factor: int, rng: random.Random) -> list[W
         owner = rng.choice(builders if size >= 128 * NODE_GPUS * factor // 64 else queues)
         topology, required = TopologyLevel.DATACENTER, False
         if size >= NODE_GPUS and rng.random() < 0.2:
-            topology, required = rng.choice([(TopologyLevel.LEAF, False),
-                                             (TopologyLevel.POD, True)])
-        pending.append(Workload(
-            i + 1, owner.id, "H800", size, NOW - rng.uniform(0, 12) * HOUR,
-            priority=rng.choice([0, 0, 0, 1, 2]), topology=topology, topology_required=required,
-            time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
-        ))
+            topology, required = rng.choice(
+                [(TopologyLevel.LEAF, False), (TopologyLevel.POD, True)]
+            )
+        pending.append(
+            Workload(
+                i + 1,
+                owner.id,
+                "H800",
+                size,
+                NOW - rng.uniform(0, 12) * HOUR,
+                priority=rng.choice([0, 0, 0, 1, 2]),
+                topology=topology,
+                topology_required=required,
+                time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
+            )
+        )
     return pending
 
 
@@ -196,10 +232,12 @@ def scenario(gpus: int, seed: int) -> Snapshot:
     held = {}
     for workload in running:
         for placement in workload.placements:
-            held[placement.node_id] = set(placement.gpu_indices) | held.get(placement.node_id,
-                                                                             set())
-    nodes = tuple(replace(n, free=tuple(i for i in n.free if i not in held.get(n.id, ())))
-                  for n in nodes)
+            held[placement.node_id] = set(placement.gpu_indices) | held.get(
+                placement.node_id, set()
+            )
+    nodes = tuple(
+        replace(n, free=tuple(i for i in n.free if i not in held.get(n.id, ()))) for n in nodes
+    )
     pending = build_pending(round(10_000 * gpus / 100_000), queues, factor, rng)
     return Snapshot(nodes, queues, (*running, *pending))
 

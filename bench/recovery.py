@@ -34,12 +34,33 @@ from bench.agents import connected_nodes, database_url, start_server
 def start_worker(log_path, url: str) -> subprocess.Popen:
     from django.conf import settings
 
-    env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": settings.REDIS_URL,
-           "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "REDIS_URL": settings.REDIS_URL,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "scheduling,celery",
-         "--pool", "threads", "--concurrency", "4", "--loglevel", "INFO"],
-        env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "-Q",
+            "scheduling,celery",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "4",
+            "--loglevel",
+            "INFO",
+        ],
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 60
     while "ready." not in log_path.read_text():
         if worker.poll() is not None or time.monotonic() > deadline:
@@ -64,13 +85,21 @@ def build(nodes: int):
     Node.objects.exclude(pk__in=[n.pk for n in built]).delete()
     Node.objects.filter(pk=built[-1].pk).update(spare=True)
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    queue = Queue.objects.create(tenant=tenant, name="train",
-                                 region=built[0].leaf.pod.datacenter.region)
+    queue = Queue.objects.create(
+        tenant=tenant, name="train", region=built[0].leaf.pod.datacenter.region
+    )
     model = built[0].gpu_model
     QueueQuota.objects.create(queue=queue, gpu_model=model, nominal=8 * nodes)
-    job = Workload.objects.create(tenant=tenant, queue=queue, name="big", gpu_model=model,
-                                  gpus=8 * nodes, checkpoint_policy="triggered",
-                                  topology="pod", simulated_duration_s=24 * 3600)
+    job = Workload.objects.create(
+        tenant=tenant,
+        queue=queue,
+        name="big",
+        gpu_model=model,
+        gpus=8 * nodes,
+        checkpoint_policy="triggered",
+        topology="pod",
+        simulated_duration_s=24 * 3600,
+    )
     specs = [NodeSpec(hostname=n.name, token=n.issue_token(), gpu_model="H800") for n in built]
     return job, specs
 
@@ -110,17 +139,18 @@ def measure(nodes: int, heartbeat: float) -> dict:
     url = database_url()
     server, port = start_server(settings.DATA_DIR / "bench-recovery-daphne.log", url)
     worker = start_worker(settings.DATA_DIR / "bench-recovery-worker.log", url)
-    agents = [build_agent(spec, f"ws://127.0.0.1:{port}/ws/agent/", heartbeat)
-              for spec in specs]
+    agents = [build_agent(spec, f"ws://127.0.0.1:{port}/ws/agent/", heartbeat) for spec in specs]
 
     def state():
         return Workload.objects.get(pk=job.pk).state
 
     async def restarted_everywhere():
         """The moment every node of the job (the spare in, the victim out) holds attempt 1."""
-        holding = sum(any(w["workload_id"] == job.pk and w["attempt"] == 1
-                          for w in agent.workload_report())
-                      for agent in agents if agent.hostname != victim_name)
+        holding = sum(
+            any(w["workload_id"] == job.pk and w["attempt"] == 1 for w in agent.workload_report())
+            for agent in agents
+            if agent.hostname != victim_name
+        )
         curve.append((time.time(), holding))
         return holding == nodes and time.time()
 
@@ -137,11 +167,15 @@ def measure(nodes: int, heartbeat: float) -> dict:
         victim_name = victim.name
         cpu.update(asgi=_cpu_s(server.pid), worker=_cpu_s(worker.pid), fleet=time.process_time())
         await db(send_command, victim.pk, "inject_fault", code="xid-79", gpu_index=0)
-        pushed_at = await wait_for(restarted_everywhere, "every node to hold the restart",
-                                   every=0.2)
+        pushed_at = await wait_for(
+            restarted_everywhere, "every node to hold the restart", every=0.2
+        )
         await wait_for(lambda: _is(db(state), "running"), "the job to run again", every=0.05)
-        cpu.update(asgi=_cpu_s(server.pid) - cpu["asgi"], worker=_cpu_s(worker.pid) - cpu["worker"],
-                   fleet=time.process_time() - cpu["fleet"])
+        cpu.update(
+            asgi=_cpu_s(server.pid) - cpu["asgi"],
+            worker=_cpu_s(worker.pid) - cpu["worker"],
+            fleet=time.process_time() - cpu["fleet"],
+        )
         fault = await db(lambda: FaultEvent.objects.get(node=victim))
         recovery = await db(lambda: Recovery.objects.get(workload_id=job.pk))
         await asyncio.gather(*(agent.stop() for agent in agents))
@@ -157,18 +191,25 @@ def measure(nodes: int, heartbeat: float) -> dict:
             child.terminate()
             child.wait(timeout=15)
     t0 = fault.occurred_at.timestamp()
-    print("nodes holding the restart, by seconds after the fault:",
-          " ".join(f"{t - t0:.1f}:{n}" for t, n in curve if n), file=sys.stderr)
+    print(
+        "nodes holding the restart, by seconds after the fault:",
+        " ".join(f"{t - t0:.1f}:{n}" for t, n in curve if n),
+        file=sys.stderr,
+    )
     saved = recovery.restart_pushed_at.timestamp() - t0
     all_acks = recovery.finished_at.timestamp() - t0
-    return {"nodes": nodes, "save_s": round(saved, 2),
-            "fault_to_restart_push_s": round(pushed_at - t0, 2),
-            "fault_to_all_acks_s": round(all_acks, 2),
-            "ms_per_node": round(1000 * all_acks / nodes, 2),
-            "asgi_cpu_s": round(cpu["asgi"], 2), "worker_cpu_s": round(cpu["worker"], 2),
-            "fleet_cpu_s": round(cpu["fleet"], 2),
-            "asgi_cpu_ms_per_node": round(1000 * cpu["asgi"] / nodes, 2),
-            "outcome": recovery.outcome}
+    return {
+        "nodes": nodes,
+        "save_s": round(saved, 2),
+        "fault_to_restart_push_s": round(pushed_at - t0, 2),
+        "fault_to_all_acks_s": round(all_acks, 2),
+        "ms_per_node": round(1000 * all_acks / nodes, 2),
+        "asgi_cpu_s": round(cpu["asgi"], 2),
+        "worker_cpu_s": round(cpu["worker"], 2),
+        "fleet_cpu_s": round(cpu["fleet"], 2),
+        "asgi_cpu_ms_per_node": round(1000 * cpu["asgi"] / nodes, 2),
+        "outcome": recovery.outcome,
+    }
 
 
 def _cpu_s(pid: int) -> float:

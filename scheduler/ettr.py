@@ -93,8 +93,9 @@ def _carve(spans: list[Span], start: float, end: float, phase: Phase) -> list[Sp
     return carved
 
 
-def totals(spans: Iterable[Span], since: float | None = None,
-           until: float | None = None) -> dict[Phase, float]:
+def totals(
+    spans: Iterable[Span], since: float | None = None, until: float | None = None
+) -> dict[Phase, float]:
     """Seconds per phase, counting only what falls inside [since, until) when given, and only
     from the job's first admission on."""
     spans = list(spans)

@@ -21,18 +21,27 @@ def make_cluster(layout=None, nodes_per_leaf=4, connected=True):
 def make_queue(tenant, name, cohort=None, **quotas):
     """make_queue(acme, "llm", h800=64) -> queue with nominal quota 64 H800."""
     queue = Queue.objects.create(
-        tenant=tenant, name=name, region=Region.objects.get(name="cn-east"),
+        tenant=tenant,
+        name=name,
+        region=Region.objects.get(name="cn-east"),
         cohort=Cohort.objects.get_or_create(name=cohort)[0] if cohort else None,
     )
     for model, nominal in quotas.items():
-        QueueQuota.objects.create(queue=queue, gpu_model=GpuModel.objects.get(name=model.upper()),
-                                  nominal=nominal)
+        QueueQuota.objects.create(
+            queue=queue, gpu_model=GpuModel.objects.get(name=model.upper()), nominal=nominal
+        )
     return queue
 
 
 def make_workload(queue, name="job", gpus=16, model="H800", **fields):
-    return Workload.objects.create(tenant=queue.tenant, queue=queue, name=name, gpus=gpus,
-                                   gpu_model=GpuModel.objects.get(name=model), **fields)
+    return Workload.objects.create(
+        tenant=queue.tenant,
+        queue=queue,
+        name=name,
+        gpus=gpus,
+        gpu_model=GpuModel.objects.get(name=model),
+        **fields,
+    )
 
 
 def api_client(user) -> APIClient:

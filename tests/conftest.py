@@ -109,7 +109,14 @@ def clean_redis():
     from portal.core.redis import client
 
     redis = client()
-    redis.delete(TELEMETRY, BUSY, LAST_SEEN, HISTORY, REPORTED, "wanka:cycle:lock",
-                 "wanka:cycle:again",
-                 *redis.scan_iter(f"{SAVES_SEEN}*"))
+    redis.delete(
+        TELEMETRY,
+        BUSY,
+        LAST_SEEN,
+        HISTORY,
+        REPORTED,
+        "wanka:cycle:lock",
+        "wanka:cycle:again",
+        *redis.scan_iter(f"{SAVES_SEEN}*"),
+    )
     return redis

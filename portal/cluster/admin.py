@@ -30,20 +30,42 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "leaf", "gpu_model", "gpu_count", "allocated", "health",
-                    "health_reason", "spare", "connected", "last_seen_at"]
+    list_display = [
+        "name",
+        "leaf",
+        "gpu_model",
+        "gpu_count",
+        "allocated",
+        "health",
+        "health_reason",
+        "spare",
+        "connected",
+        "last_seen_at",
+    ]
     list_filter = ["health", "spare", "connected", "gpu_model", "leaf__pod__datacenter"]
     search_fields = ["name"]
-    readonly_fields = ["health", "health_reason", "health_changed_at", "facts", "token_hash",
-                       "agent_version", "connected", "last_seen_at", "generation",
-                       "reported_generation"]
+    readonly_fields = [
+        "health",
+        "health_reason",
+        "health_changed_at",
+        "facts",
+        "token_hash",
+        "agent_version",
+        "connected",
+        "last_seen_at",
+        "generation",
+        "reported_generation",
+    ]
     inlines = [GpuInline]
-    actions = ["cordon", "drain", "make_ready", "mark_down", "repair", "make_spare",
-               "issue_token"]
+    actions = ["cordon", "drain", "make_ready", "mark_down", "repair", "make_spare", "issue_token"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related(
-            "gpu_model", "leaf__pod__datacenter").annotate(allocated=Count("allocations"))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("gpu_model", "leaf__pod__datacenter")
+            .annotate(allocated=Count("allocations"))
+        )
 
     @admin.display(ordering="allocated")
     def allocated(self, obj):
@@ -105,8 +127,15 @@ class FaultEventAdmin(admin.ModelAdmin):
 class BootstrapTokenAdmin(admin.ModelAdmin):
     """One-time tokens for enrolling new nodes; the raw token is shown once, on creation."""
 
-    list_display = ["__str__", "created_by", "created_at", "expires_at", "used_at", "node",
-                    "revoked"]
+    list_display = [
+        "__str__",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "used_at",
+        "node",
+        "revoked",
+    ]
     fields = ["note", "revoked"]
 
     def save_model(self, request, obj, form, change):
@@ -116,9 +145,12 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
         raw = obj.new_secret()
         super().save_model(request, obj, form, change)
         audit("bootstrap_token.issued", obj, actor=request.user)
-        self.message_user(request, f"Bootstrap token (shown this once, valid 24 h): {raw}  "
-                                   f"Start the agent with: wanka-agent --url <portal ws url> "
-                                   f"--bootstrap-token {raw}")
+        self.message_user(
+            request,
+            f"Bootstrap token (shown this once, valid 24 h): {raw}  "
+            f"Start the agent with: wanka-agent --url <portal ws url> "
+            f"--bootstrap-token {raw}",
+        )
 
 
 @admin.register(NodeCommand)

@@ -42,15 +42,25 @@ def desired_states(node_ids) -> dict[int, dict]:
     workloads = Workload.objects.in_bulk({w for on_node in gpus.values() for w in on_node})
     gangs = {workload_id: _gang(workload_id) for workload_id in workloads}
     # Every (re)start resumes from the newest complete checkpoint.
-    resume = dict(Checkpoint.objects.filter(workload_id__in=workloads,
-                                            status=CheckpointStatus.COMPLETE)
-                  .order_by("workload_id", "step").values_list("workload_id", "location"))
+    resume = dict(
+        Checkpoint.objects.filter(workload_id__in=workloads, status=CheckpointStatus.COMPLETE)
+        .order_by("workload_id", "step")
+        .values_list("workload_id", "location")
+    )
     return {
-        node_id: {"generation": generation, "assignments": [
-            _assignment(workloads[w], sorted(gpus[node_id][w]), ranks[node_id, w], gangs[w],
-                        resume.get(w))
-            for w in sorted(gpus[node_id])
-        ]}
+        node_id: {
+            "generation": generation,
+            "assignments": [
+                _assignment(
+                    workloads[w],
+                    sorted(gpus[node_id][w]),
+                    ranks[node_id, w],
+                    gangs[w],
+                    resume.get(w),
+                )
+                for w in sorted(gpus[node_id])
+            ],
+        }
         for node_id, generation in generations.items()
     }
 
@@ -114,13 +124,19 @@ def tell(messages: dict[int, dict]) -> None:
     """Send each node's agent its message (a consumer handler's `type` and fields), now: one
     channel-layer message per server process and 500 agents. Nodes without a connection are
     left out; they hear everything when they say hello."""
-    channels = dict(Node.objects.filter(pk__in=messages, connected=True)
-                    .exclude(agent_channel="").values_list("pk", "agent_channel"))
+    channels = dict(
+        Node.objects.filter(pk__in=messages, connected=True)
+        .exclude(agent_channel="")
+        .values_list("pk", "agent_channel")
+    )
     batches = defaultdict(list)
     for node_id, channel in sorted(channels.items()):
         batches[mailbox(channel)].append((channel, messages[node_id]))
-    deliveries = [(box, {"type": "agents.deliver", "messages": batch[i:i + PER_DELIVERY]})
-                  for box, batch in batches.items() for i in range(0, len(batch), PER_DELIVERY)]
+    deliveries = [
+        (box, {"type": "agents.deliver", "messages": batch[i : i + PER_DELIVERY]})
+        for box, batch in batches.items()
+        for i in range(0, len(batch), PER_DELIVERY)
+    ]
     if deliveries:
         async_to_sync(_send)(deliveries)
 

@@ -19,18 +19,19 @@ log = logging.getLogger(__name__)
 RESEND_WITHIN = timedelta(minutes=10)
 
 
-def send_command(node_id: int, action: str, workload_id: int | None = None,
-                 **args) -> NodeCommand:
+def send_command(node_id: int, action: str, workload_id: int | None = None, **args) -> NodeCommand:
     """Record a command for the node's agent and send it once the transaction commits."""
     return send_commands([node_id], action, workload_id, **args)[0]
 
 
-def send_commands(node_ids, action: str, workload_id: int | None = None,
-                  **args) -> list[NodeCommand]:
+def send_commands(
+    node_ids, action: str, workload_id: int | None = None, **args
+) -> list[NodeCommand]:
     """The same command to each node's agent (each with its own id), sent on commit."""
     commands = NodeCommand.objects.bulk_create(
         NodeCommand(node_id=node_id, action=action, workload_id=workload_id, args=args)
-        for node_id in node_ids)
+        for node_id in node_ids
+    )
     messages = {c.node_id: {"type": "agent.command", **c.message()} for c in commands}
     transaction.on_commit(lambda: tell(messages))
     return commands
@@ -39,8 +40,9 @@ def send_commands(node_ids, action: str, workload_id: int | None = None,
 def unanswered(node_id: int) -> list[dict]:
     """The `command` message fields of the node's recent commands still waiting for an ack."""
     since = timezone.now() - RESEND_WITHIN
-    commands = NodeCommand.objects.filter(node_id=node_id, state=CommandState.SENT,
-                                          created_at__gte=since)
+    commands = NodeCommand.objects.filter(
+        node_id=node_id, state=CommandState.SENT, created_at__gte=since
+    )
     return [command.message() for command in commands]
 
 
@@ -58,13 +60,17 @@ def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     ids = {command_id: _uuid(command_id) for _, command_id, _, _ in acks}
     claimed, answers, results = {}, defaultdict(list), []
     with transaction.atomic():
-        waiting = (NodeCommand.objects.select_for_update().only("node_id", "action", "workload_id")
-                   .filter(pk__in=[i for i in ids.values() if i], state=CommandState.SENT)
-                   .in_bulk())
+        waiting = (
+            NodeCommand.objects.select_for_update()
+            .only("node_id", "action", "workload_id")
+            .filter(pk__in=[i for i in ids.values() if i], state=CommandState.SENT)
+            .in_bulk()
+        )
         for node_id, command_id, ok, detail in acks:
             command = waiting.get(ids[command_id])
-            counts = (command is not None and command.node_id == node_id
-                      and command.pk not in claimed)
+            counts = (
+                command is not None and command.node_id == node_id and command.pk not in claimed
+            )
             if counts:
                 command.state = CommandState.DONE if ok else CommandState.FAILED
                 claimed[command.pk] = command
@@ -72,8 +78,9 @@ def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
             results.append(counts)
         now = timezone.now()
         for (state, detail), pks in answers.items():
-            NodeCommand.objects.filter(pk__in=pks).update(state=state, detail=detail,
-                                                          answered_at=now)
+            NodeCommand.objects.filter(pk__in=pks).update(
+                state=state, detail=detail, answered_at=now
+            )
     _warn_unknown([ack for ack, counted in zip(acks, results, strict=True) if not counted], ids)
     from portal.workloads.recovery import command_refused
 
@@ -94,8 +101,11 @@ def _warn_unknown(acks, ids) -> None:
     """Log the acks of ids never sent to the node (an answered one's repeat is no news)."""
     if not acks:
         return
-    sent = set(NodeCommand.objects.filter(pk__in=[ids[a[1]] for a in acks if ids[a[1]]])
-               .values_list("pk", "node_id"))
+    sent = set(
+        NodeCommand.objects.filter(pk__in=[ids[a[1]] for a in acks if ids[a[1]]]).values_list(
+            "pk", "node_id"
+        )
+    )
     for node_id, command_id, _, _ in acks:
         if (ids[command_id], node_id) not in sent:
             log.warning("node %s acked unknown command %s", node_id, command_id)

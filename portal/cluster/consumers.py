@@ -64,8 +64,7 @@ async def _read(layer, name: str) -> None:
             try:
                 await consumer.dispatch(message)
             except Exception:
-                log.exception("node %s: failed to deliver %s", consumer.node.name,
-                              message["type"])
+                log.exception("node %s: failed to deliver %s", consumer.node.name, message["type"])
 
 
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
@@ -201,8 +200,12 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.send(protocol.encode("error", reason=str(error), field="event.detail"))
             return
         gpu = detail.get("gpu_index")
-        await in_db(record_fault)(self.node.id, kind, str(detail.get("message", "")),
-                                  gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None)
+        await in_db(record_fault)(
+            self.node.id,
+            kind,
+            str(detail.get("message", "")),
+            gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None,
+        )
 
     async def on_ack(self, message):
         await ACKED((self.node.id, message["command_id"], message["ok"], message["detail"]))
@@ -228,15 +231,19 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
 @in_db
 def _node_for_token(token: str) -> Node | None:
-    return (Node.objects.select_related("leaf__pod__datacenter", "gpu_model")
-            .filter(token_hash=hash_token(token)).first())
+    return (
+        Node.objects.select_related("leaf__pod__datacenter", "gpu_model")
+        .filter(token_hash=hash_token(token))
+        .first()
+    )
 
 
 @in_db
 def _disconnected(node_id: int, channel_name: str) -> None:
     """Mark the node disconnected, unless a newer connection of its agent has taken over."""
     Node.objects.filter(pk=node_id, agent_channel=channel_name).update(
-        connected=False, agent_channel="", last_seen_at=timezone.now())
+        connected=False, agent_channel="", last_seen_at=timezone.now()
+    )
 
 
 def _desired_state(node_id: int) -> dict:
@@ -259,8 +266,7 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     node.connected, node.agent_channel = True, channel_name
     node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
     node.reported_generation = message["generation"]
-    fields = ["connected", "agent_channel", "last_seen_at", "agent_version",
-              "reported_generation"]
+    fields = ["connected", "agent_channel", "last_seen_at", "agent_version", "reported_generation"]
     facts = message["node"].get("facts", {})  # agents before facts send none
     if node.facts != facts:
         node.facts = facts
@@ -270,13 +276,18 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     new, changed = [], []
     for item in message["node"]["gpus"]:
         if item["index"] >= node.gpu_count:
-            log.warning("node %s: ignoring GPU %d of a %d-GPU node", node.name, item["index"],
-                        node.gpu_count)
+            log.warning(
+                "node %s: ignoring GPU %d of a %d-GPU node",
+                node.name,
+                item["index"],
+                node.gpu_count,
+            )
             continue
         gpu = known.get(item["index"])
         if gpu is None:
-            new.append(Gpu(node=node, index=item["index"], uuid=item["uuid"],
-                           memory_mb=item["memory_mb"]))
+            new.append(
+                Gpu(node=node, index=item["index"], uuid=item["uuid"], memory_mb=item["memory_mb"])
+            )
         elif (gpu.uuid, gpu.memory_mb) != (item["uuid"], item["memory_mb"]):
             gpu.uuid, gpu.memory_mb = item["uuid"], item["memory_mb"]
             changed.append(gpu)

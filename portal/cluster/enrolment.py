@@ -17,8 +17,9 @@ def _refuse(field: str, reason: str):
 def enrol(raw_token: str, hostname: str, facts: dict) -> tuple[Node, str]:
     """Use the bootstrap token once: create the node (or take over the one an operator
     registered under that name) where its facts place it, and return it with its new token."""
-    token = (BootstrapToken.objects.select_for_update()
-             .filter(token_hash=hash_token(raw_token)).first())
+    token = (
+        BootstrapToken.objects.select_for_update().filter(token_hash=hash_token(raw_token)).first()
+    )
     if token is None or token.revoked:
         _refuse("bootstrap_token", "Unknown or revoked bootstrap token.")
     if token.used_at is not None:
@@ -34,13 +35,15 @@ def enrol(raw_token: str, hostname: str, facts: dict) -> tuple[Node, str]:
     pod, _ = Pod.objects.get_or_create(datacenter=datacenter, name=str(facts["pod"])[:64])
     leaf, _ = Leaf.objects.get_or_create(pod=pod, name=str(facts["leaf"])[:64])
     node, created = Node.objects.get_or_create(
-        name=hostname, defaults={"leaf": leaf, "gpu_model": model,
-                                 "gpu_count": facts["gpu_count"]})
+        name=hostname, defaults={"leaf": leaf, "gpu_model": model, "gpu_count": facts["gpu_count"]}
+    )
     if not created and node.token_hash:
-        _refuse("hostname", f"Node {hostname} is already enrolled; an operator can issue "
-                            "it a new token or remove it first.")
-    node.leaf, node.gpu_model, node.gpu_count, node.facts = (
-        leaf, model, facts["gpu_count"], facts)
+        _refuse(
+            "hostname",
+            f"Node {hostname} is already enrolled; an operator can issue "
+            "it a new token or remove it first.",
+        )
+    node.leaf, node.gpu_model, node.gpu_count, node.facts = (leaf, model, facts["gpu_count"], facts)
     node.save(update_fields=["leaf", "gpu_model", "gpu_count", "facts"])
     raw = node.issue_token()
     token.used_at, token.node = timezone.now(), node

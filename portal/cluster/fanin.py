@@ -27,8 +27,14 @@ class FanInStats:
         ordered = sorted(self.durations)
         # Nearest-rank percentiles.
         p50, p99 = (ordered[math.ceil(q * len(ordered)) - 1] * 1e3 for q in (0.5, 0.99))
-        log.info("agent fan-in: %d messages in %.1f s (%.0f/s), handle p50 %.2f ms p99 %.2f ms",
-                 len(ordered), elapsed, len(ordered) / elapsed, p50, p99)
+        log.info(
+            "agent fan-in: %d messages in %.1f s (%.0f/s), handle p50 %.2f ms p99 %.2f ms",
+            len(ordered),
+            elapsed,
+            len(ordered) / elapsed,
+            p50,
+            p99,
+        )
 
 
 stats = FanInStats(float(os.environ.get("WANKA_FANIN_REPORT_S", "60")))

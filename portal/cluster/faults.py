@@ -11,8 +11,11 @@ from scheduler import faults
 
 log = logging.getLogger(__name__)
 
-SEVERITIES = {faults.Severity.INFO: Severity.INFO, faults.Severity.WARNING: Severity.WARNING,
-              faults.Severity.CRITICAL: Severity.CRITICAL}
+SEVERITIES = {
+    faults.Severity.INFO: Severity.INFO,
+    faults.Severity.WARNING: Severity.WARNING,
+    faults.Severity.CRITICAL: Severity.CRITICAL,
+}
 
 
 def classify(detail: dict) -> faults.FaultKind:
@@ -37,8 +40,9 @@ def node_health_after(kind: faults.FaultKind) -> Health | None:
 
 
 @transaction.atomic
-def record_fault(node_id: int, kind: faults.FaultKind, message: str = "",
-                 gpu_index: int | None = None) -> FaultEvent:
+def record_fault(
+    node_id: int, kind: faults.FaultKind, message: str = "", gpu_index: int | None = None
+) -> FaultEvent:
     """Record a fault on a node, take the node out of service as the catalogue says, start the
     recovery of every job it kills, and tell browsers: operators see every fault, a tenant the
     ones that hit its workloads."""
@@ -47,8 +51,13 @@ def record_fault(node_id: int, kind: faults.FaultKind, message: str = "",
 
     node = Node.objects.select_for_update().get(pk=node_id)
     fault = FaultEvent.objects.create(
-        node=node, kind=kind.code, code=kind.xid, gpu_index=gpu_index,
-        severity=SEVERITIES[kind.severity], message=(message or kind.meaning)[:1000])
+        node=node,
+        kind=kind.code,
+        code=kind.xid,
+        gpu_index=gpu_index,
+        severity=SEVERITIES[kind.severity],
+        message=(message or kind.meaning)[:1000],
+    )
     hit = list(Workload.objects.filter(allocations__node_id=node_id).distinct())
     fault.workloads.set(hit)
     health = node_health_after(kind)
@@ -57,16 +66,36 @@ def record_fault(node_id: int, kind: faults.FaultKind, message: str = "",
     if kind.kills_job:
         for workload in hit:
             recovery.start(workload, fault, kind)
-    payload = {"id": fault.pk, "node": node.name, "kind": fault.kind, "code": fault.code,
-               "title": kind.title, "severity": fault.severity, "message": fault.message,
-               "node_health": node.health}
-    log.warning("fault on %s: %s (%s), %d job(s) hit; node %s", node.name, kind.code,
-                kind.title, len(hit), node.health)
+    payload = {
+        "id": fault.pk,
+        "node": node.name,
+        "kind": fault.kind,
+        "code": fault.code,
+        "title": kind.title,
+        "severity": fault.severity,
+        "message": fault.message,
+        "node_health": node.health,
+    }
+    log.warning(
+        "fault on %s: %s (%s), %d job(s) hit; node %s",
+        node.name,
+        kind.code,
+        kind.title,
+        len(hit),
+        node.health,
+    )
     publish(CLUSTER_GROUP, "fault", {**payload, "workloads": [], "jobs_hit": len(hit)})
-    publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit],
-                                 "jobs_hit": len(hit)})
+    publish(
+        OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit], "jobs_hit": len(hit)}
+    )
     for tenant_id in {w.tenant_id for w in hit}:
-        publish(tenant_group(tenant_id), "fault", {
-            **payload, "workloads": [w.name for w in hit if w.tenant_id == tenant_id],
-            "jobs_hit": len(hit)})
+        publish(
+            tenant_group(tenant_id),
+            "fault",
+            {
+                **payload,
+                "workloads": [w.name for w in hit if w.tenant_id == tenant_id],
+                "jobs_hit": len(hit),
+            },
+        )
     return fault

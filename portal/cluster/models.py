@@ -86,12 +86,14 @@ class Node(models.Model):
     leaf = models.ForeignKey(Leaf, on_delete=models.PROTECT, related_name="nodes")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="nodes")
     gpu_count = models.PositiveSmallIntegerField(default=8)
-    health = models.CharField(max_length=16, choices=Health.choices, default=Health.READY,
-                              editable=False)
+    health = models.CharField(
+        max_length=16, choices=Health.choices, default=Health.READY, editable=False
+    )
     health_reason = models.CharField(max_length=300, blank=True, editable=False)
     health_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     spare = models.BooleanField(
-        default=False, help_text="Hot spare: kept free for fault recovery, never scheduled")
+        default=False, help_text="Hot spare: kept free for fault recovery, never scheduled"
+    )
     # What the agent reports of itself: driver, CUDA, NVLink, CPU, memory, NICs, labels.
     facts = models.JSONField(default=dict, blank=True, editable=False)
     # Agent connection.
@@ -177,13 +179,25 @@ class BootstrapToken(models.Model):
 
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     note = models.CharField(max_length=200, blank=True, help_text="Which machine it is for")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
-                                   related_name="+", editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(editable=False)
     used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL,
-                             related_name="+", editable=False, help_text="The node it enrolled")
+    node = models.ForeignKey(
+        Node,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+        help_text="The node it enrolled",
+    )
     revoked = models.BooleanField(default=False)
 
     class Meta:
@@ -218,11 +232,15 @@ class NodeCommand(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="commands")
     action = models.CharField(max_length=16)
-    workload = models.ForeignKey("workloads.Workload", null=True, blank=True,
-                                 on_delete=models.CASCADE, related_name="commands")
+    workload = models.ForeignKey(
+        "workloads.Workload",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="commands",
+    )
     args = models.JSONField(default=dict, blank=True)
-    state = models.CharField(max_length=8, choices=CommandState.choices,
-                             default=CommandState.SENT)
+    state = models.CharField(max_length=8, choices=CommandState.choices, default=CommandState.SENT)
     detail = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     answered_at = models.DateTimeField(null=True, blank=True)
@@ -236,5 +254,9 @@ class NodeCommand(models.Model):
 
     def message(self) -> dict:
         """The `command` message fields."""
-        return {"command_id": str(self.id), "action": self.action,
-                "workload_id": self.workload_id, "args": self.args}
+        return {
+            "command_id": str(self.id),
+            "action": self.action,
+            "workload_id": self.workload_id,
+            "args": self.args,
+        }

@@ -38,9 +38,11 @@ def cluster_summary() -> dict:
     """GPUs, allocated and busy GPUs and ready nodes, per data center and GPU model."""
     rows = (
         Node.objects.values("leaf__pod__datacenter__name", "gpu_model__name")
-        .annotate(nodes=Count("id"),
-                  ready=Count("id", filter=Q(health=Health.READY, connected=True)),
-                  gpus=Sum("gpu_count"))
+        .annotate(
+            nodes=Count("id"),
+            ready=Count("id", filter=Q(health=Health.READY, connected=True)),
+            gpus=Sum("gpu_count"),
+        )
         .order_by("leaf__pod__datacenter__name", "gpu_model__name")
     )
     allocated = {
@@ -53,19 +55,33 @@ def cluster_summary() -> dict:
     groups = []
     for r in rows:
         key = (r["leaf__pod__datacenter__name"], r["gpu_model__name"])
-        groups.append({"datacenter": key[0], "gpu_model": key[1], "nodes": r["nodes"],
-                       "ready_nodes": r["ready"], "gpus": r["gpus"],
-                       "allocated": allocated.get(key, 0), "busy": round(busy.get(key, 0), 1)})
-    total = {key: sum(g[key] for g in groups)
-             for key in ("nodes", "ready_nodes", "gpus", "allocated", "busy")}
+        groups.append(
+            {
+                "datacenter": key[0],
+                "gpu_model": key[1],
+                "nodes": r["nodes"],
+                "ready_nodes": r["ready"],
+                "gpus": r["gpus"],
+                "allocated": allocated.get(key, 0),
+                "busy": round(busy.get(key, 0), 1),
+            }
+        )
+    total = {
+        key: sum(g[key] for g in groups)
+        for key in ("nodes", "ready_nodes", "gpus", "allocated", "busy")
+    }
     return {"ts": time.time(), "total": total, "groups": groups}
 
 
 def record_point(summary: dict) -> dict:
     """Append the summary's totals to the utilization history and return the point."""
     total = summary["total"]
-    point = {"ts": summary["ts"], "gpus": total["gpus"], "allocated": total["allocated"],
-             "busy": round(total["busy"], 1)}
+    point = {
+        "ts": summary["ts"],
+        "gpus": total["gpus"],
+        "allocated": total["allocated"],
+        "busy": round(total["busy"], 1),
+    }
     redis = client()
     redis.rpush(HISTORY, json.dumps(point))
     redis.ltrim(HISTORY, -HISTORY_POINTS, -1)

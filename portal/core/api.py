@@ -13,8 +13,9 @@ def exception_handler(exc, context):
     """Errors as `{"errors": [{"field": ..., "reason": ...}]}`; `field` is null when the error
     is about the whole request."""
     if isinstance(exc, Conflict):
-        return Response({"errors": [{"field": "state", "reason": str(exc)}]},
-                        status=status.HTTP_409_CONFLICT)
+        return Response(
+            {"errors": [{"field": "state", "reason": str(exc)}]}, status=status.HTTP_409_CONFLICT
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

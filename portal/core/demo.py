@@ -55,30 +55,43 @@ def seed() -> bool:
     if Tenant.objects.exists():
         return False
     build_cluster()
-    tenants = {name: Tenant.objects.create(name=name, slug=name.lower())
-               for name in {t for _, t, _ in USERS if t}}
+    tenants = {
+        name: Tenant.objects.create(name=name, slug=name.lower())
+        for name in {t for _, t, _ in USERS if t}
+    }
     users = {}
     for username, tenant, role in USERS:
         users[username] = User.objects.create_user(
-            username, password=PASSWORD, is_staff=tenant is None, is_superuser=tenant is None)
+            username, password=PASSWORD, is_staff=tenant is None, is_superuser=tenant is None
+        )
         if tenant:
             Membership.objects.create(user=users[username], tenant=tenants[tenant], role=role)
     queues = _queues(tenants)
     for tenant, queue, name, kind, model, gpus, seconds in JOBS:
         Workload.objects.create(
-            tenant=tenants[tenant], queue=queues[tenant, queue], name=name, kind=kind,
-            gpu_model=GpuModel.objects.get(name=model), gpus=gpus, simulated_duration_s=seconds,
+            tenant=tenants[tenant],
+            queue=queues[tenant, queue],
+            name=name,
+            kind=kind,
+            gpu_model=GpuModel.objects.get(name=model),
+            gpus=gpus,
+            simulated_duration_s=seconds,
             submitted_by=users["bob" if tenant == "Acme" else "charlie"],
             command="torchrun --nnodes=$NNODES train.py",
-            topology="leaf" if gpus > 64 else "pod", topology_required=gpus > 64,
+            topology="leaf" if gpus > 64 else "pod",
+            topology_required=gpus > 64,
             checkpoint_policy="triggered" if kind == "training" and gpus >= 32 else "async",
         )
     # One hot spare per pod, kept free for fault recovery.
     for pod in Pod.objects.all():
         Node.objects.filter(pk=pod.leaves.last().nodes.last().pk).update(spare=True)
     QuotaRequest.objects.create(
-        tenant=tenants["Acme"], queue=queues["Acme", "llm"], requested_by=users["alice"],
-        gpu_model=GpuModel.objects.get(name="H800"), region=Region.objects.get(), count=32,
+        tenant=tenants["Acme"],
+        queue=queues["Acme", "llm"],
+        requested_by=users["alice"],
+        gpu_model=GpuModel.objects.get(name="H800"),
+        region=Region.objects.get(),
+        count=32,
         reason="Llama 8B continued pre-training needs 32 more H800 for four weeks.",
     )
     return True
@@ -93,12 +106,19 @@ def build_cluster(layout=LAYOUT, nodes_per_leaf=NODES_PER_LEAF, region="cn-east"
         dc = DataCenter.objects.create(region=region, name=dc_name)
         for pod_name, (model, leaves) in pods.items():
             gpu_model, _ = GpuModel.objects.get_or_create(
-                name=model, defaults={"memory_gb": MEMORY_GB.get(model, 80)})
+                name=model, defaults={"memory_gb": MEMORY_GB.get(model, 80)}
+            )
             pod = Pod.objects.create(datacenter=dc, name=pod_name)
             for leaf_no in range(1, leaves + 1):
                 leaf = Leaf.objects.create(pod=pod, name=f"l{leaf_no}")
-                nodes += [Node(name=f"{dc_name}-{pod_name}-{leaf.name}-n{i:02d}", leaf=leaf,
-                               gpu_model=gpu_model) for i in range(1, nodes_per_leaf + 1)]
+                nodes += [
+                    Node(
+                        name=f"{dc_name}-{pod_name}-{leaf.name}-n{i:02d}",
+                        leaf=leaf,
+                        gpu_model=gpu_model,
+                    )
+                    for i in range(1, nodes_per_leaf + 1)
+                ]
     return Node.objects.bulk_create(nodes)
 
 
@@ -126,13 +146,20 @@ def _queues(tenants) -> dict:
     queues = {}
     for tenant, name, cohort, priority, quotas in QUEUES:
         queue = queues[tenant, name] = Queue.objects.create(
-            tenant=tenants[tenant], name=name, region=region, priority=priority,
+            tenant=tenants[tenant],
+            name=name,
+            region=region,
+            priority=priority,
             cohort=Cohort.objects.get_or_create(name=cohort)[0] if cohort else None,
         )
         for model, (guarantee, nominal, borrowing) in quotas.items():
-            QueueQuota.objects.create(queue=queue, gpu_model=GpuModel.objects.get(name=model),
-                                      guarantee=guarantee, nominal=nominal,
-                                      borrowing_limit=borrowing)
+            QueueQuota.objects.create(
+                queue=queue,
+                gpu_model=GpuModel.objects.get(name=model),
+                guarantee=guarantee,
+                nominal=nominal,
+                borrowing_limit=borrowing,
+            )
     return queues
 
 
@@ -157,8 +184,13 @@ def submit_traffic(rng) -> Workload | None:
         return None
     count = Workload.objects.filter(tenant=queue.tenant, name__startswith=prefix).count()
     return Workload.objects.create(
-        tenant=queue.tenant, queue=queue, name=f"{prefix}-{count + 1}", kind=kind,
-        gpu_model=GpuModel.objects.get(name=model), gpus=rng.choice(sizes),
-        simulated_duration_s=rng.randint(low, high), topology="pod",
+        tenant=queue.tenant,
+        queue=queue,
+        name=f"{prefix}-{count + 1}",
+        kind=kind,
+        gpu_model=GpuModel.objects.get(name=model),
+        gpus=rng.choice(sizes),
+        simulated_duration_s=rng.randint(low, high),
+        topology="pod",
         submitted_by=queue.tenant.memberships.exclude(role=Role.VIEWER).first().user,
     )

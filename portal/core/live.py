@@ -10,16 +10,20 @@ from django.db import transaction
 CLUSTER_GROUP = "cluster"  # everyone signed in: nothing that names a tenant's workload
 OPS_GROUP = "ops"  # operators (staff): everything
 
+
 def tenant_group(tenant_id: int) -> str:
     return f"tenant.{tenant_id}"
 
+
 def send_now(group: str, message: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, message)
+
 
 def publish(group: str, event: str, payload: dict) -> None:
     """Send `event` to browsers in `group` once the current transaction commits."""
     message = {"type": "live.event", "event": event, "payload": payload}
     transaction.on_commit(lambda: send_now(group, message))
+
 
 def publish_tenant(tenant_id: int, event: str, payload: dict) -> None:
     publish(tenant_group(tenant_id), event, payload)

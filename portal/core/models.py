@@ -27,6 +27,10 @@ class AuditEvent(models.Model):
 def audit(action: str, obj: models.Model, actor=None, tenant=None, **data) -> AuditEvent:
     """Record `action` on `obj`; call inside the transaction that made the change."""
     return AuditEvent.objects.create(
-        action=action, object_type=obj._meta.label_lower, object_id=str(obj.pk),
-        actor=actor if actor and actor.is_authenticated else None, tenant=tenant, data=data,
+        action=action,
+        object_type=obj._meta.label_lower,
+        object_id=str(obj.pk),
+        actor=actor if actor and actor.is_authenticated else None,
+        tenant=tenant,
+        data=data,
     )

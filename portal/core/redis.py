@@ -22,6 +22,7 @@ def aclient() -> redis.asyncio.Redis:
     loop = id(asyncio.get_running_loop())
     if loop not in _async_clients:
         pool = redis.asyncio.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, decode_responses=True, max_connections=200, timeout=30)
+            settings.REDIS_URL, decode_responses=True, max_connections=200, timeout=30
+        )
         _async_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
     return _async_clients[loop]

@@ -33,8 +33,10 @@ from scheduler import faults
 
 def _membership(request, write=False, admin=False):
     membership = getattr(request.user, "membership", None)
-    if membership is None or (write and not membership.can_write) or (
-        admin and not membership.is_admin
+    if (
+        membership is None
+        or (write and not membership.can_write)
+        or (admin and not membership.is_admin)
     ):
         raise PermissionDenied("Your role does not allow this.")
     return membership
@@ -71,24 +73,35 @@ def dashboard(request):
 @login_required
 def workload_list(request):
     filterset = WorkloadFilterSet(request.GET, queryset=_tenant_workloads(request))
-    return render(request, "dashboard/workload_list.html",
-                  {"filter": filterset, "workloads": filterset.qs[:200]})
+    return render(
+        request,
+        "dashboard/workload_list.html",
+        {"filter": filterset, "workloads": filterset.qs[:200]},
+    )
 
 
 @login_required
 def workload_detail(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
     report = job_report(workload)
-    return render(request, "dashboard/workload_detail.html", {
-        "workload": workload, "events": workload.events.all(),
-        "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
-        "gpu_hours": gpu_hours(workload.usage, [workload]),
-        "ettr": report, "phases": [(phase.value, phase.replace("_", " "), seconds)
-                                   for phase, seconds in report["seconds"].items()],
-        "checkpoints": workload.checkpoints.all()[:20],
-        "recoveries": workload.recoveries.select_related("fault__node")[:20],
-        "advice": advice_report(workload.gpus),
-    })
+    return render(
+        request,
+        "dashboard/workload_detail.html",
+        {
+            "workload": workload,
+            "events": workload.events.all(),
+            "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
+            "gpu_hours": gpu_hours(workload.usage, [workload]),
+            "ettr": report,
+            "phases": [
+                (phase.value, phase.replace("_", " "), seconds)
+                for phase, seconds in report["seconds"].items()
+            ],
+            "checkpoints": workload.checkpoints.all()[:20],
+            "recoveries": workload.recoveries.select_related("fault__node")[:20],
+            "advice": advice_report(workload.gpus),
+        },
+    )
 
 
 @login_required
@@ -106,31 +119,46 @@ def workload_cancel(request, pk):
 
 def _form_context(membership, data, serializer=None):
     return {
-        "data": data, "errors": serializer.errors if serializer else {},
+        "data": data,
+        "errors": serializer.errors if serializer else {},
         "queues": membership.tenant.queues.select_related("region").prefetch_related(
-            "quotas__gpu_model"),
-        "gpu_models": GpuModel.objects.all(), "regions": Region.objects.all(),
+            "quotas__gpu_model"
+        ),
+        "gpu_models": GpuModel.objects.all(),
+        "regions": Region.objects.all(),
     }
 
 
 @login_required
 def workload_new(request):
     membership = _membership(request, write=True)
-    data = request.POST if request.method == "POST" else {
-        "gpus": 16, "kind": Kind.TRAINING, "priority": PriorityClass.NORMAL,
-        "topology": Topology.POD, "checkpoint_policy": CheckpointPolicy.ASYNC,
-    }
+    data = (
+        request.POST
+        if request.method == "POST"
+        else {
+            "gpus": 16,
+            "kind": Kind.TRAINING,
+            "priority": PriorityClass.NORMAL,
+            "topology": Topology.POD,
+            "checkpoint_policy": CheckpointPolicy.ASYNC,
+        }
+    )
     serializer = None
     if request.method == "POST":
-        serializer = WorkloadSerializer(data=_blank_to_none(request.POST),
-                                        context={"request": request})
+        serializer = WorkloadSerializer(
+            data=_blank_to_none(request.POST), context={"request": request}
+        )
         if serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, f"{workload} submitted.")
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
-    context.update(kinds=Kind.choices, priorities=PriorityClass.choices,
-                   topologies=Topology.choices, policies=CheckpointPolicy.choices)
+    context.update(
+        kinds=Kind.choices,
+        priorities=PriorityClass.choices,
+        topologies=Topology.choices,
+        policies=CheckpointPolicy.choices,
+    )
     return render(request, "dashboard/workload_new.html", context)
 
 
@@ -148,7 +176,8 @@ def quota(request):
             return redirect("quota")
     context = _form_context(membership, data, serializer)
     context["requests"] = membership.tenant.quota_requests.select_related(
-        "queue", "gpu_model", "region")[:50]
+        "queue", "gpu_model", "region"
+    )[:50]
     return render(request, "dashboard/quota.html", context)
 
 
@@ -171,9 +200,14 @@ def tokens(request):
             audit("api_token.issued", token, actor=request.user, tenant=membership.tenant)
         else:
             messages.error(request, "Give the token a name.")
-    return render(request, "dashboard/tokens.html", {
-        "tokens": membership.tokens.order_by("-created_at"), "new_key": new_key,
-    })
+    return render(
+        request,
+        "dashboard/tokens.html",
+        {
+            "tokens": membership.tokens.order_by("-created_at"),
+            "new_key": new_key,
+        },
+    )
 
 
 @login_required
@@ -198,16 +232,28 @@ def fault_drill(request):
             messages.error(request, f"Unknown fault {code!r}.")
             return redirect("fault-drill")
         with transaction.atomic():
-            send_command(node.pk, "inject_fault", code=code,
-                         gpu_index=int(request.POST.get("gpu_index") or 0))
+            send_command(
+                node.pk,
+                "inject_fault",
+                code=code,
+                gpu_index=int(request.POST.get("gpu_index") or 0),
+            )
             audit("node.fault_drill", node, actor=request.user, code=code)
         messages.success(request, f"{code} sent to {node}; watch below.")
         return redirect("fault-drill")
-    return render(request, "dashboard/fault_drill.html", {
-        "nodes": Node.objects.filter(connected=True).annotate(
-            busy=Count("allocations")).order_by("-busy", "name")[:200],
-        "kinds": sorted(faults.CATALOGUE.values(), key=lambda k: (k.xid is None, k.xid, k.code)),
-        "drills": NodeCommand.objects.filter(action="inject_fault").select_related("node")
-        .order_by("-created_at")[:10],
-        "recoveries": Recovery.objects.select_related("workload", "fault__node")[:20],
-    })
+    return render(
+        request,
+        "dashboard/fault_drill.html",
+        {
+            "nodes": Node.objects.filter(connected=True)
+            .annotate(busy=Count("allocations"))
+            .order_by("-busy", "name")[:200],
+            "kinds": sorted(
+                faults.CATALOGUE.values(), key=lambda k: (k.xid is None, k.xid, k.code)
+            ),
+            "drills": NodeCommand.objects.filter(action="inject_fault")
+            .select_related("node")
+            .order_by("-created_at")[:10],
+            "recoveries": Recovery.objects.select_related("workload", "fault__node")[:20],
+        },
+    )

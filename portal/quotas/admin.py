@@ -21,12 +21,31 @@ admin.site.register(Cohort)
 
 @admin.register(QuotaRequest)
 class QuotaRequestAdmin(admin.ModelAdmin):
-    list_display = ["requested_at", "tenant", "queue", "gpu_model", "region", "count",
-                    "status", "capacity"]
+    list_display = [
+        "requested_at",
+        "tenant",
+        "queue",
+        "gpu_model",
+        "region",
+        "count",
+        "status",
+        "capacity",
+    ]
     list_filter = ["status", "gpu_model", "region", "tenant"]
-    readonly_fields = ["tenant", "queue", "gpu_model", "region", "count", "reason",
-                       "requested_by", "requested_at", "status", "decided_by", "decided_at",
-                       "capacity"]
+    readonly_fields = [
+        "tenant",
+        "queue",
+        "gpu_model",
+        "region",
+        "count",
+        "reason",
+        "requested_by",
+        "requested_at",
+        "status",
+        "decided_by",
+        "decided_at",
+        "capacity",
+    ]
     fields = [*readonly_fields, "decision_note"]
     actions = ["approve", "reject"]
     list_select_related = ["tenant", "queue__tenant", "gpu_model", "region"]
@@ -49,9 +68,12 @@ class QuotaRequestAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{quota_request}: {quota_request.status}.")
             else:
                 verb = "approved" if approve else "rejected"
-                self.message_user(request, f"{quota_request} not {verb}: it is "
-                                  f"{quota_request.status}; {quota_request.capacity_check()}.",
-                                  messages.ERROR)
+                self.message_user(
+                    request,
+                    f"{quota_request} not {verb}: it is "
+                    f"{quota_request.status}; {quota_request.capacity_check()}.",
+                    messages.ERROR,
+                )
 
     @admin.action(description="Approve (checks the region's capacity)")
     def approve(self, request, queryset):

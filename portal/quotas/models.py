@@ -17,8 +17,9 @@ class Cohort(models.Model):
     """Queues that lend each other their idle quota; cohorts nest under a parent cohort."""
 
     name = models.CharField(max_length=64, unique=True)
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
-                               related_name="children")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
 
     def __str__(self):
         return self.name
@@ -35,16 +36,21 @@ class Queue(models.Model):
     )
     priority = models.IntegerField(default=0)
     weight = models.FloatField(default=1.0, help_text="Fair-share weight inside the cohort")
-    strategy = models.CharField(max_length=20, choices=Strategy.choices,
-                                default=Strategy.BEST_EFFORT_FIFO)
+    strategy = models.CharField(
+        max_length=20, choices=Strategy.choices, default=Strategy.BEST_EFFORT_FIFO
+    )
     # Preemption policy: what this queue's pending work may evict to start.
     reclaim = models.BooleanField(
-        default=True, help_text="Under its nominal quota, take back what others borrowed")
+        default=True, help_text="Under its nominal quota, take back what others borrowed"
+    )
     preempt_within_queue = models.BooleanField(
-        default=True, help_text="Evict lower-priority work of this queue")
+        default=True, help_text="Evict lower-priority work of this queue"
+    )
     borrow_below_priority = models.IntegerField(
-        null=True, blank=True,
-        help_text="While borrowing, evict others' borrowed work below this priority")
+        null=True,
+        blank=True,
+        help_text="While borrowing, evict others' borrowed work below this priority",
+    )
 
     class Meta:
         ordering = ["tenant", "name"]
@@ -103,7 +109,8 @@ class QueueQuota(models.Model):
 
 def _capacity_nodes(region, gpu_model):
     return Node.objects.filter(leaf__pod__datacenter__region=region, gpu_model=gpu_model).exclude(
-        health=Health.DOWN)
+        health=Health.DOWN
+    )
 
 
 def region_capacity(region_id: int, gpu_model_id: int) -> int:
@@ -113,8 +120,16 @@ def region_capacity(region_id: int, gpu_model_id: int) -> int:
 
 def _total(queryset, field):
     """A subquery: the sum of `field` over `queryset`, as one value."""
-    return Coalesce(Subquery(queryset.order_by().annotate(one=Value(1)).values("one").annotate(
-        total=Sum(field)).values("total")), 0)
+    return Coalesce(
+        Subquery(
+            queryset.order_by()
+            .annotate(one=Value(1))
+            .values("one")
+            .annotate(total=Sum(field))
+            .values("total")
+        ),
+        0,
+    )
 
 
 @dataclass(frozen=True)
@@ -131,8 +146,10 @@ class CapacityCheck:
 
     def __str__(self):
         verdict = "fits" if self.fits else "exceeds capacity"
-        return (f"{self.committed} committed + {self.requested} requested = "
-                f"{self.committed + self.requested} of {self.capacity} GPUs: {verdict}")
+        return (
+            f"{self.committed} committed + {self.requested} requested = "
+            f"{self.committed + self.requested} of {self.capacity} GPUs: {verdict}"
+        )
 
 
 class QuotaRequest(models.Model):
@@ -167,8 +184,15 @@ class QuotaRequest(models.Model):
     def file(cls, serializer, user) -> "QuotaRequest":
         """Save a validated request from a tenant admin, with its audit event."""
         request = serializer.save(tenant=user.membership.tenant, requested_by=user)
-        audit("quota_request.created", request, actor=user, tenant=request.tenant,
-              count=request.count, gpu_model=request.gpu_model.name, queue=request.queue.name)
+        audit(
+            "quota_request.created",
+            request,
+            actor=user,
+            tenant=request.tenant,
+            count=request.count,
+            gpu_model=request.gpu_model.name,
+            queue=request.queue.name,
+        )
         return request
 
     @staticmethod
@@ -179,13 +203,17 @@ class QuotaRequest(models.Model):
         return queryset.annotate(
             capacity_gpus=_total(_capacity_nodes(region, model), "gpu_count"),
             committed_gpus=_total(
-                QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"),
+                QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"
+            ),
         )
 
     def capacity_check(self) -> CapacityCheck:
         """Fresh from the database (annotated rows of `with_capacity` may be stale)."""
-        row = self.with_capacity(QuotaRequest.objects.filter(pk=self.pk)).values(
-            "capacity_gpus", "committed_gpus").get()
+        row = (
+            self.with_capacity(QuotaRequest.objects.filter(pk=self.pk))
+            .values("capacity_gpus", "committed_gpus")
+            .get()
+        )
         return CapacityCheck(row["capacity_gpus"], row["committed_gpus"], self.count)
 
     def decide(self, operator, approve: bool, note: str = "") -> bool:
@@ -197,10 +225,9 @@ class QuotaRequest(models.Model):
             if approve and not self.capacity_check().fits:
                 return False
             status = RequestStatus.APPROVED if approve else RequestStatus.REJECTED
-            claimed = QuotaRequest.objects.filter(
-                pk=self.pk, status=RequestStatus.PENDING
-            ).update(status=status, decided_by=operator, decided_at=timezone.now(),
-                     decision_note=note)
+            claimed = QuotaRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING).update(
+                status=status, decided_by=operator, decided_at=timezone.now(), decision_note=note
+            )
             if not claimed:
                 return False
             if approve:
@@ -210,10 +237,24 @@ class QuotaRequest(models.Model):
                 quota.nominal += self.count
                 quota.save(update_fields=["nominal"])
             self.refresh_from_db()
-            audit(f"quota_request.{status}", self, actor=operator, tenant=self.tenant,
-                  count=self.count, gpu_model=self.gpu_model.name, queue=self.queue.name)
-        publish_tenant(self.tenant_id, "quota.decided", {
-            "id": self.pk, "status": self.status, "queue": self.queue.name,
-            "gpu_model": self.gpu_model.name, "count": self.count,
-        })
+            audit(
+                f"quota_request.{status}",
+                self,
+                actor=operator,
+                tenant=self.tenant,
+                count=self.count,
+                gpu_model=self.gpu_model.name,
+                queue=self.queue.name,
+            )
+        publish_tenant(
+            self.tenant_id,
+            "quota.decided",
+            {
+                "id": self.pk,
+                "status": self.status,
+                "queue": self.queue.name,
+                "gpu_model": self.gpu_model.name,
+                "count": self.count,
+            },
+        )
         return True

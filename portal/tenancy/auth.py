@@ -42,5 +42,8 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer",
-                "description": "An API token of a tenant member: `Bearer wk_...`"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token of a tenant member: `Bearer wk_...`",
+        }

@@ -7,13 +7,15 @@ from portal.whatif.choices import ClusterSource, RunState, TraceSource
 class WhatIfRun(models.Model):
     """A what-if simulation an operator asked for: its inputs, progress and results."""
 
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True,
-                                   on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     trace = models.CharField(max_length=16, choices=TraceSource.choices)
     trace_csv = models.TextField(blank=True)
-    cluster = models.CharField(max_length=16, choices=ClusterSource.choices,
-                               default=ClusterSource.TRACE)
+    cluster = models.CharField(
+        max_length=16, choices=ClusterSource.choices, default=ClusterSource.TRACE
+    )
     cluster_json = models.TextField(blank=True)
     policies = models.JSONField(default=list)
     days = models.FloatField(null=True, blank=True, help_text="Only the trace's first days")

@@ -32,12 +32,23 @@ def current_cluster() -> ClusterSpec:
     from portal.workloads.cycle import build_snapshot
 
     snapshot = build_snapshot()
-    nodes = tuple(Node(id=n.id, name=n.name, gpu_model=n.gpu_model, datacenter=n.datacenter,
-                       pod=n.pod, leaf=n.leaf, gpus=n.gpus, free=tuple(range(n.gpus)),
-                       region=n.region)
-                  for n in snapshot.nodes)
-    return ClusterSpec(name="this cluster", nodes=nodes, queues=snapshot.queues,
-                       cohorts=snapshot.cohorts)
+    nodes = tuple(
+        Node(
+            id=n.id,
+            name=n.name,
+            gpu_model=n.gpu_model,
+            datacenter=n.datacenter,
+            pod=n.pod,
+            leaf=n.leaf,
+            gpus=n.gpus,
+            free=tuple(range(n.gpus)),
+            region=n.region,
+        )
+        for n in snapshot.nodes
+    )
+    return ClusterSpec(
+        name="this cluster", nodes=nodes, queues=snapshot.queues, cohorts=snapshot.cohorts
+    )
 
 
 def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
@@ -48,8 +59,9 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
     if whatif.trace == TraceSource.PHILLY:
         jobs, own = load_philly()
     elif whatif.trace == TraceSource.SYNTHETIC:
-        jobs, own = mixed_month(gpus=whatif.gpus or 100_000, days=whatif.days or 30.0,
-                                seed=whatif.seed)
+        jobs, own = mixed_month(
+            gpus=whatif.gpus or 100_000, days=whatif.days or 30.0, seed=whatif.seed
+        )
     else:
         jobs = read_csv(whatif.trace_csv.splitlines())
     if whatif.cluster == ClusterSource.CURRENT:
@@ -59,7 +71,8 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
             spec = parse_spec(json.loads(whatif.cluster_json))
         except json.JSONDecodeError as error:
             raise SpecError(
-                f"cluster spec: not JSON ({error.msg} at line {error.lineno})") from None
+                f"cluster spec: not JSON ({error.msg} at line {error.lineno})"
+            ) from None
     else:
         spec = own
     if whatif.days and whatif.trace != TraceSource.SYNTHETIC:
@@ -77,8 +90,13 @@ def execute(run_id: int) -> None:
     whatif = WhatIfRun.objects.get(pk=run_id)
     try:
         jobs, spec = inputs(whatif)
-        results = run(jobs, spec, whatif.policies, config=SimConfig(seed=whatif.seed),
-                      on_progress=_reporter(run_id))
+        results = run(
+            jobs,
+            spec,
+            whatif.policies,
+            config=SimConfig(seed=whatif.seed),
+            on_progress=_reporter(run_id),
+        )
         whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
         write_html(results, whatif.report_path, title=f"What-if {run_id}: {whatif}")
     except (TraceError, SpecError, ValueError) as error:
@@ -101,16 +119,38 @@ def _reporter(run_id: int):
             return
         last = now
         WhatIfRun.objects.filter(pk=run_id).update(progress=fraction, message=message[:300])
-        send_now(OPS_GROUP, {"type": "live.event", "event": "whatif.progress", "payload": {
-            "id": run_id, "state": RunState.RUNNING, "progress": fraction,
-            "message": message}})
+        send_now(
+            OPS_GROUP,
+            {
+                "type": "live.event",
+                "event": "whatif.progress",
+                "payload": {
+                    "id": run_id,
+                    "state": RunState.RUNNING,
+                    "progress": fraction,
+                    "message": message,
+                },
+            },
+        )
 
     return report
 
 
 def _finish(run_id: int, state: RunState, message: str, results=None) -> None:
     WhatIfRun.objects.filter(pk=run_id).update(
-        state=state, message=message, results=results, finished_at=timezone.now(),
-        progress=1.0 if state == RunState.DONE else F("progress"))
-    publish(OPS_GROUP, "whatif.progress", {"id": run_id, "state": state, "message": message,
-                                           "progress": 1.0 if state == RunState.DONE else None})
+        state=state,
+        message=message,
+        results=results,
+        finished_at=timezone.now(),
+        progress=1.0 if state == RunState.DONE else F("progress"),
+    )
+    publish(
+        OPS_GROUP,
+        "whatif.progress",
+        {
+            "id": run_id,
+            "state": state,
+            "message": message,
+            "progress": 1.0 if state == RunState.DONE else None,
+        },
+    )

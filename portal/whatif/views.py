@@ -28,18 +28,29 @@ def whatif_list(request):
                 transaction.on_commit(lambda: run_whatif.delay(whatif.pk))
             messages.success(request, f"What-if {whatif.pk} started.")
             return redirect("whatif-detail", pk=whatif.pk)
-    return render(request, "whatif/list.html", {
-        "runs": WhatIfRun.objects.defer("results", "trace_csv", "cluster_json")[:30],
-        "traces": TraceSource.choices, "clusters": ClusterSource.choices,
-        "policies": list(POLICIES), "errors": errors, "data": request.POST,
-    })
+    return render(
+        request,
+        "whatif/list.html",
+        {
+            "runs": WhatIfRun.objects.defer("results", "trace_csv", "cluster_json")[:30],
+            "traces": TraceSource.choices,
+            "clusters": ClusterSource.choices,
+            "policies": list(POLICIES),
+            "errors": errors,
+            "data": request.POST,
+        },
+    )
 
 
 def _from_form(request) -> tuple[WhatIfRun, dict]:
     post, files, errors = request.POST, request.FILES, {}
     policies = [p for p in post.getlist("policies") if p in POLICIES]
-    whatif = WhatIfRun(created_by=request.user, trace=post.get("trace", ""),
-                       cluster=post.get("cluster", ""), policies=policies)
+    whatif = WhatIfRun(
+        created_by=request.user,
+        trace=post.get("trace", ""),
+        cluster=post.get("cluster", ""),
+        policies=policies,
+    )
     if whatif.trace not in TraceSource.values:
         errors["trace"] = "Choose a trace."
     if whatif.cluster not in ClusterSource.values:
@@ -56,8 +67,10 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
                 setattr(whatif, field, value)
             else:
                 errors[field] = "Must be a positive number."
-    for field, wanted in (("trace_csv", whatif.trace == TraceSource.CSV),
-                          ("cluster_json", whatif.cluster == ClusterSource.JSON)):
+    for field, wanted in (
+        ("trace_csv", whatif.trace == TraceSource.CSV),
+        ("cluster_json", whatif.cluster == ClusterSource.JSON),
+    ):
         upload = files.get(field)
         if wanted and upload is None:
             errors[field] = "Upload the file."
@@ -96,7 +109,12 @@ def whatif_results(request, pk):
 @staff_member_required
 def whatif_status(request, pk):
     """Where the run stands, for a page that opened its live connection after an event."""
-    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "progress", "message"),
-                               pk=pk)
-    return JsonResponse({"id": whatif.pk, "state": whatif.state, "progress": whatif.progress,
-                         "message": whatif.message})
+    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "progress", "message"), pk=pk)
+    return JsonResponse(
+        {
+            "id": whatif.pk,
+            "state": whatif.state,
+            "progress": whatif.progress,
+            "message": whatif.message,
+        }
+    )

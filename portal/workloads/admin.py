@@ -37,8 +37,16 @@ class WorkloadAdmin(ReadOnlyAdmin):
     """Tenants submit workloads; operators read them and may cancel them, through the same
     lifecycle as a tenant (so GPUs are released, booked and the agents told)."""
 
-    list_display = ["name", "tenant", "queue", "gpus", "gpu_model", "priority", "state",
-                    "submitted_at"]
+    list_display = [
+        "name",
+        "tenant",
+        "queue",
+        "gpus",
+        "gpu_model",
+        "priority",
+        "state",
+        "submitted_at",
+    ]
     list_filter = ["state", "kind", "gpu_model", "tenant"]
     list_select_related = ["tenant", "queue", "gpu_model"]
     search_fields = ["name"]
@@ -59,8 +67,15 @@ class WorkloadAdmin(ReadOnlyAdmin):
 
 @admin.register(Allocation)
 class AllocationAdmin(ReadOnlyAdmin):
-    list_display = ["workload", "node", "node_rank", "gpu_index", "started", "exit_code",
-                    "created_at"]
+    list_display = [
+        "workload",
+        "node",
+        "node_rank",
+        "gpu_index",
+        "started",
+        "exit_code",
+        "created_at",
+    ]
     list_select_related = ["workload", "node"]
 
 
@@ -76,7 +91,15 @@ class UsageRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(Recovery)
 class RecoveryAdmin(ReadOnlyAdmin):
-    list_display = ["started_at", "workload", "fault", "step", "outcome", "resume_step",
-                    "lost_s", "finished_at"]
+    list_display = [
+        "started_at",
+        "workload",
+        "fault",
+        "step",
+        "outcome",
+        "resume_step",
+        "lost_s",
+        "finished_at",
+    ]
     list_filter = ["step", "outcome"]
     list_select_related = ["workload", "fault__node"]

@@ -23,24 +23,34 @@ def failure_rate() -> tuple[float, str]:
 def _failure_rate() -> tuple[float, str]:
     since = timezone.now() - WINDOW
     killing = [code for code, kind in faults.CATALOGUE.items() if kind.kills_job]
-    seen = FaultEvent.objects.filter(occurred_at__gte=since).filter(
-        kind__in=killing).count() + FaultEvent.objects.filter(
-        occurred_at__gte=since, kind__startswith="xid-").exclude(kind__in=faults.CATALOGUE).count()
+    seen = (
+        FaultEvent.objects.filter(occurred_at__gte=since).filter(kind__in=killing).count()
+        + FaultEvent.objects.filter(occurred_at__gte=since, kind__startswith="xid-")
+        .exclude(kind__in=faults.CATALOGUE)
+        .count()
+    )
     gpus = Node.objects.aggregate(n=Sum("gpu_count"))["n"] or 0
     first = FaultEvent.objects.aggregate(at=Min("occurred_at"))["at"]
     hours = (timezone.now() - max(since, first or since)).total_seconds() / 3600
     if seen < ENOUGH_FAULTS or not gpus or hours <= 0:
-        return (checkpointing.FAILURES_PER_GPU_HOUR,
-                "Llama 3's rate (one failure per 50,700 GPU-hours): this cluster has seen "
-                f"{seen} job-killing faults in 30 days, too few to judge by")
+        return (
+            checkpointing.FAILURES_PER_GPU_HOUR,
+            "Llama 3's rate (one failure per 50,700 GPU-hours): this cluster has seen "
+            f"{seen} job-killing faults in 30 days, too few to judge by",
+        )
     return seen / (gpus * hours), f"this cluster's last 30 days ({seen} job-killing faults)"
 
 
 def advice_report(gpus: int) -> dict:
     """Each policy's interval and expected ETTR for a job of `gpus` GPUs, best first."""
     rate, source = failure_rate()
-    policies = [{"policy": a.policy.kind.value, "interval_s": a.policy.interval_s,
-                 "expected_ettr": a.expected_ettr, "explanation": a.explanation}
-                for a in checkpointing.advise(gpus, failures_per_gpu_hour=rate)]
-    return {"gpus": gpus, "failures_per_gpu_hour": rate, "source": source,
-            "policies": policies}
+    policies = [
+        {
+            "policy": a.policy.kind.value,
+            "interval_s": a.policy.interval_s,
+            "expected_ettr": a.expected_ettr,
+            "explanation": a.explanation,
+        }
+        for a in checkpointing.advise(gpus, failures_per_gpu_hour=rate)
+    ]
+    return {"gpus": gpus, "failures_per_gpu_hour": rate, "source": source, "policies": policies}

@@ -25,8 +25,9 @@ def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | N
     on_node = Allocation.objects.filter(workload=OuterRef("pk"), node_id=node_id)
     workload = Workload.objects.filter(Exists(on_node), pk=workload_id).first()
     if workload is None:
-        log.warning("node %s reported a checkpoint of workload %s it does not run",
-                    node_id, workload_id)
+        log.warning(
+            "node %s reported a checkpoint of workload %s it does not run", node_id, workload_id
+        )
         return None
     kind = detail.get("kind")
     kind = kind if kind in CheckpointKind.values else CheckpointKind.REQUESTED
@@ -34,11 +35,17 @@ def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | N
     status = status if status in CheckpointStatus.values else CheckpointStatus.FAILED
     duration = _number(detail.get("duration_s"))
     checkpoint, created = Checkpoint.objects.get_or_create(
-        workload=workload, step=_count(detail.get("step")), defaults={
-            "kind": kind, "status": status, "location": str(detail.get("location", ""))[:500],
-            "size_bytes": _count(detail.get("size_bytes")), "duration_s": duration,
+        workload=workload,
+        step=_count(detail.get("step")),
+        defaults={
+            "kind": kind,
+            "status": status,
+            "location": str(detail.get("location", ""))[:500],
+            "size_bytes": _count(detail.get("size_bytes")),
+            "duration_s": duration,
             "stall_s": duration if kind in STALLS_FOR_ALL else _number(detail.get("stall_s")),
-        })
+        },
+    )
     if not created and status != CheckpointStatus.COMPLETE:
         Checkpoint.objects.filter(pk=checkpoint.pk).update(status=status)
     _prune(workload)
@@ -48,8 +55,7 @@ def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | N
 def _prune(workload: Workload) -> None:
     kept = settings.WANKA["CHECKPOINTS_KEPT"]
     gone = checkpointing.to_prune(list(workload.checkpoints.all()), keep=kept)
-    Checkpoint.objects.filter(pk__in=[c.pk for c in gone]).update(
-        status=CheckpointStatus.PRUNED)
+    Checkpoint.objects.filter(pk__in=[c.pk for c in gone]).update(status=CheckpointStatus.PRUNED)
 
 
 def _count(value) -> int:

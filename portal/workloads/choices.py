@@ -15,18 +15,35 @@ class State(models.TextChoices):
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 # States in which a workload holds GPUs.
-HOLDING = frozenset({State.ADMITTED, State.STARTING, State.RUNNING, State.PREEMPTING,
-                     State.RECOVERING})
+HOLDING = frozenset(
+    {State.ADMITTED, State.STARTING, State.RUNNING, State.PREEMPTING, State.RECOVERING}
+)
 
 # The workload state machine of the design: every legal move, nothing else.
 TRANSITIONS = {
     State.PENDING: {State.ADMITTED, State.CANCELLED},
-    State.ADMITTED: {State.STARTING, State.RUNNING, State.FAILED, State.CANCELLED,
-                     State.PREEMPTING, State.RECOVERING},
-    State.STARTING: {State.RUNNING, State.FAILED, State.CANCELLED, State.PREEMPTING,
-                     State.RECOVERING},
-    State.RUNNING: {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.PREEMPTING,
-                    State.RECOVERING},
+    State.ADMITTED: {
+        State.STARTING,
+        State.RUNNING,
+        State.FAILED,
+        State.CANCELLED,
+        State.PREEMPTING,
+        State.RECOVERING,
+    },
+    State.STARTING: {
+        State.RUNNING,
+        State.FAILED,
+        State.CANCELLED,
+        State.PREEMPTING,
+        State.RECOVERING,
+    },
+    State.RUNNING: {
+        State.SUCCEEDED,
+        State.FAILED,
+        State.CANCELLED,
+        State.PREEMPTING,
+        State.RECOVERING,
+    },
     State.PREEMPTING: {State.PENDING, State.FAILED, State.CANCELLED},
     State.RECOVERING: {State.RUNNING, State.PENDING, State.FAILED, State.CANCELLED},
     State.SUCCEEDED: set(),

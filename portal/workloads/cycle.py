@@ -50,32 +50,57 @@ def build_snapshot() -> engine.Snapshot:
     ).values_list("workload_id", "node_id", "gpu_index"):
         busy[node_id].add(index)
         placements[workload_id][node_id].append(index)
-    columns = ("id", "name", "gpu_model__name", "gpu_count", "health", "connected",
-               "leaf__name", "leaf__pod__name", "leaf__pod__datacenter__name",
-               "leaf__pod__datacenter__region__name")
+    columns = (
+        "id",
+        "name",
+        "gpu_model__name",
+        "gpu_count",
+        "health",
+        "connected",
+        "leaf__name",
+        "leaf__pod__name",
+        "leaf__pod__datacenter__name",
+        "leaf__pod__datacenter__region__name",
+    )
+    rows = Node.objects.values_list(*columns)
     # Tuples, not model instances: at 12,500 nodes the difference is most of the load time.
     nodes = tuple(
         engine.Node(
-            id=node_id, name=name, gpu_model=model, gpus=gpus, region=region, datacenter=dc,
-            pod=f"{dc}/{pod}", leaf=f"{dc}/{pod}/{leaf}",
+            id=node_id,
+            name=name,
+            gpu_model=model,
+            gpus=gpus,
+            region=region,
+            datacenter=dc,
+            pod=f"{dc}/{pod}",
+            leaf=f"{dc}/{pod}/{leaf}",
             free=tuple(i for i in range(gpus) if i not in busy[node_id]),
             schedulable=health == Health.READY and connected,
         )
-        for node_id, name, model, gpus, health, connected, leaf, pod, dc, region
-        in Node.objects.values_list(*columns)
+        for node_id, name, model, gpus, health, connected, leaf, pod, dc, region in rows
     )
     queues = tuple(
         engine.Queue(
-            id=q.id, name=q.name, region=q.region.name,
+            id=q.id,
+            name=q.name,
+            region=q.region.name,
             cohort=q.cohort.name if q.cohort else None,
-            priority=q.priority, weight=q.weight, strategy=engine.Strategy(q.strategy),
+            priority=q.priority,
+            weight=q.weight,
+            strategy=engine.Strategy(q.strategy),
             preemption=engine.PreemptionPolicy(
-                reclaim=q.reclaim, within_queue=q.preempt_within_queue,
-                borrow_below_priority=q.borrow_below_priority),
+                reclaim=q.reclaim,
+                within_queue=q.preempt_within_queue,
+                borrow_below_priority=q.borrow_below_priority,
+            ),
             quotas=tuple(
-                engine.Quota(gpu_model=quota.gpu_model.name, nominal=quota.nominal,
-                             guarantee=quota.guarantee, borrowing_limit=quota.borrowing_limit,
-                             lending_limit=quota.lending_limit)
+                engine.Quota(
+                    gpu_model=quota.gpu_model.name,
+                    nominal=quota.nominal,
+                    guarantee=quota.guarantee,
+                    borrowing_limit=quota.borrowing_limit,
+                    lending_limit=quota.lending_limit,
+                )
                 for quota in q.quotas.all()
             ),
         )
@@ -83,32 +108,57 @@ def build_snapshot() -> engine.Snapshot:
             "quotas__gpu_model"
         )
     )
-    saved = dict(Checkpoint.objects.filter(status=CheckpointStatus.COMPLETE)
-                 .values("workload_id").annotate(at=Max("created_at"))
-                 .values_list("workload_id", "at"))
+    saved = dict(
+        Checkpoint.objects.filter(status=CheckpointStatus.COMPLETE)
+        .values("workload_id")
+        .annotate(at=Max("created_at"))
+        .values_list("workload_id", "at")
+    )
     workloads = tuple(
         engine.Workload(
-            id=w["id"], queue_id=w["queue_id"], gpu_model=w["gpu_model__name"], gpus=w["gpus"],
+            id=w["id"],
+            queue_id=w["queue_id"],
+            gpu_model=w["gpu_model__name"],
+            gpus=w["gpus"],
             # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
             submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
             priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
-            topology=LEVELS[w["topology"]], topology_required=w["topology_required"],
+            topology=LEVELS[w["topology"]],
+            topology_required=w["topology_required"],
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
                 for node_id, indices in placements[w["id"]].items()
             ),
-            min_gpus=w["min_gpus"], max_gpus=w["max_gpus"],
-            started_at=_seconds(w["started_at"]), time_limit_s=w["time_limit_s"],
+            min_gpus=w["min_gpus"],
+            max_gpus=w["max_gpus"],
+            started_at=_seconds(w["started_at"]),
+            time_limit_s=w["time_limit_s"],
             last_checkpoint_at=_seconds(saved.get(w["id"])),
             preempting=w["state"] == State.PREEMPTING,
         )
-        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id")
-        .values("id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority",
-                "topology", "topology_required", "min_gpus", "max_gpus", "started_at",
-                "time_limit_s", "state", "head_of_queue")
+        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
+        .order_by("id")
+        .values(
+            "id",
+            "queue_id",
+            "gpu_model__name",
+            "gpus",
+            "submitted_at",
+            "priority",
+            "topology",
+            "topology_required",
+            "min_gpus",
+            "max_gpus",
+            "started_at",
+            "time_limit_s",
+            "state",
+            "head_of_queue",
+        )
     )
-    cohorts = tuple(engine.Cohort(name, parent) for name, parent
-                    in Cohort.objects.values_list("name", "parent__name"))
+    cohorts = tuple(
+        engine.Cohort(name, parent)
+        for name, parent in Cohort.objects.values_list("name", "parent__name")
+    )
     return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads, cohorts=cohorts)
 
 
@@ -125,36 +175,53 @@ def apply(plan: engine.Plan) -> set[int]:
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
     workloads = Workload.objects.in_bulk(ids)
-    victims = Workload.objects.in_bulk([p.workload_id for p in plan.preemptions]
-                                       + [s.workload_id for s in plan.shrinks])
+    victims = Workload.objects.in_bulk(
+        [p.workload_id for p in plan.preemptions] + [s.workload_id for s in plan.shrinks]
+    )
     touched: set[int] = set()
     with transaction.atomic():
         # Victims first: the GPUs they give back may be the ones the admissions below take.
         for shrunk in plan.shrinks:
-            lifecycle.shrink(victims[shrunk.workload_id],
-                             [(p.node_id, p.gpu_indices) for p in shrunk.released], shrunk.reason)
+            lifecycle.shrink(
+                victims[shrunk.workload_id],
+                [(p.node_id, p.gpu_indices) for p in shrunk.released],
+                shrunk.reason,
+            )
         for preemption in plan.preemptions:
             lifecycle.preempt(victims[preemption.workload_id], preemption.reason)
         bookings = []
         for admission in plan.admissions:
             nodes = len(admission.placements)
             try:
-                transition(workloads[admission.workload_id], State.ADMITTED,
-                           reason=f"placed on {nodes} node{'s' if nodes > 1 else ''}",
-                           pending_reason="", queue_position=None, head_of_queue=False)
+                transition(
+                    workloads[admission.workload_id],
+                    State.ADMITTED,
+                    reason=f"placed on {nodes} node{'s' if nodes > 1 else ''}",
+                    pending_reason="",
+                    queue_position=None,
+                    head_of_queue=False,
+                )
             except IllegalTransition:
                 continue
             for rank, placement in enumerate(admission.placements):
                 touched.add(placement.node_id)
-                bookings += [Allocation(workload_id=admission.workload_id, node_rank=rank,
-                                        node_id=placement.node_id, gpu_index=index)
-                             for index in placement.gpu_indices]
+                bookings += [
+                    Allocation(
+                        workload_id=admission.workload_id,
+                        node_rank=rank,
+                        node_id=placement.node_id,
+                        gpu_index=index,
+                    )
+                    for index in placement.gpu_indices
+                ]
         Allocation.objects.bulk_create(bookings)
         changed = []
         for pending in plan.pending:
             workload = workloads[pending.workload_id]
-            if (workload.pending_reason, workload.queue_position) != (pending.reason,
-                                                                      pending.position):
+            if (workload.pending_reason, workload.queue_position) != (
+                pending.reason,
+                pending.position,
+            ):
                 workload.pending_reason, workload.queue_position = pending.reason, pending.position
                 changed.append(workload)
         Workload.objects.bulk_update(changed, ["pending_reason", "queue_position"])
@@ -173,9 +240,16 @@ def scheduling_cycle() -> engine.Plan:
     applied = time.perf_counter()
     touched = apply(plan)
     transaction.on_commit(lambda: sync_nodes(touched))
-    log.info("cycle: %d admitted, %d preempted, %d shrunk, %d pending, %d reservations; "
-             "snapshot %.0f ms, plan %.0f ms, apply %.0f ms", len(plan.admissions),
-             len(plan.preemptions), len(plan.shrinks), len(plan.pending),
-             len(plan.reservations), (planned - started) * 1e3, (applied - planned) * 1e3,
-             (time.perf_counter() - applied) * 1e3)
+    log.info(
+        "cycle: %d admitted, %d preempted, %d shrunk, %d pending, %d reservations; "
+        "snapshot %.0f ms, plan %.0f ms, apply %.0f ms",
+        len(plan.admissions),
+        len(plan.preemptions),
+        len(plan.shrinks),
+        len(plan.pending),
+        len(plan.reservations),
+        (planned - started) * 1e3,
+        (applied - planned) * 1e3,
+        (time.perf_counter() - applied) * 1e3,
+    )
     return plan

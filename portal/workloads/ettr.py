@@ -17,25 +17,29 @@ def timelines(workloads: list[Workload], until: datetime | None = None) -> dict[
     end = (until or timezone.now()).timestamp()
     ids = [w.pk for w in workloads]
     states = defaultdict(list)
-    for workload_id, at, state in (WorkloadEvent.objects.filter(workload_id__in=ids)
-                                   .order_by("at", "id")
-                                   .values_list("workload_id", "at", "to_state")):
+    for workload_id, at, state in (
+        WorkloadEvent.objects.filter(workload_id__in=ids)
+        .order_by("at", "id")
+        .values_list("workload_id", "at", "to_state")
+    ):
         states[workload_id].append((at.timestamp(), state))
     stalls = defaultdict(list)
-    for workload_id, created, duration, stall in (
-        Checkpoint.objects.filter(workload_id__in=ids, stall_s__gt=0)
-        .values_list("workload_id", "created_at", "duration_s", "stall_s")
-    ):
+    for workload_id, created, duration, stall in Checkpoint.objects.filter(
+        workload_id__in=ids, stall_s__gt=0
+    ).values_list("workload_id", "created_at", "duration_s", "stall_s"):
         stalls[workload_id].append((created.timestamp() - duration, stall))
     losses = defaultdict(list)
-    for workload_id, started, fault_at, lost in (
-        Recovery.objects.filter(workload_id__in=ids, lost_s__gt=0)
-        .values_list("workload_id", "started_at", "fault__occurred_at", "lost_s")
-    ):
+    for workload_id, started, fault_at, lost in Recovery.objects.filter(
+        workload_id__in=ids, lost_s__gt=0
+    ).values_list("workload_id", "started_at", "fault__occurred_at", "lost_s"):
         losses[workload_id].append(((fault_at or started).timestamp(), lost))
     return {
-        w.pk: split([(w.submitted_at.timestamp(), "pending"), *states[w.pk]], end,
-                    stalls[w.pk], losses[w.pk])
+        w.pk: split(
+            [(w.submitted_at.timestamp(), "pending"), *states[w.pk]],
+            end,
+            stalls[w.pk],
+            losses[w.pk],
+        )
         for w in workloads
     }
 
@@ -44,14 +48,20 @@ def job_report(workload: Workload) -> dict:
     """One workload's ETTR, seconds per phase and spans, for its page and the API."""
     spans = timelines([workload])[workload.pk]
     seconds = totals(spans)
-    return {"ettr": ratio(seconds), "seconds": seconds,
-            "spans": [{"phase": s.phase, "start": s.start, "end": s.end} for s in spans]}
+    return {
+        "ettr": ratio(seconds),
+        "seconds": seconds,
+        "spans": [{"phase": s.phase, "start": s.start, "end": s.end} for s in spans],
+    }
 
 
 def _active(workloads, since: datetime, until: datetime) -> list[Workload]:
-    return list(workloads.select_related(None).filter(submitted_at__lt=until)
-                .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-                .only("pk", "gpus", "submitted_at"))
+    return list(
+        workloads.select_related(None)
+        .filter(submitted_at__lt=until)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .only("pk", "gpus", "submitted_at")
+    )
 
 
 def _aggregate(jobs: list[Workload], spans: dict[int, list[Span]], lo: float, hi: float) -> dict:
@@ -67,8 +77,12 @@ def _aggregate(jobs: list[Workload], spans: dict[int, list[Span]], lo: float, hi
             seconds[phase] += value
         useful += job.gpus * mine[Phase.PRODUCTIVE]
         held += job.gpus * (sum(mine.values()) - mine[Phase.QUEUED])
-    return {"jobs": counted, "ettr": ratio(seconds), "goodput": useful / held if held else None,
-            "seconds": seconds}
+    return {
+        "jobs": counted,
+        "ettr": ratio(seconds),
+        "goodput": useful / held if held else None,
+        "seconds": seconds,
+    }
 
 
 def window_report(workloads, since: datetime, until: datetime) -> dict:
@@ -76,8 +90,11 @@ def window_report(workloads, since: datetime, until: datetime) -> dict:
     time over wall time since first admission, and productive GPU-hours over GPU-hours held."""
     jobs = _active(workloads, since, until)
     spans = timelines(jobs, until)
-    return {"since": since, "until": until,
-            **_aggregate(jobs, spans, since.timestamp(), until.timestamp())}
+    return {
+        "since": since,
+        "until": until,
+        **_aggregate(jobs, spans, since.timestamp(), until.timestamp()),
+    }
 
 
 def series(workloads, since: datetime, until: datetime, buckets: int = 24) -> list[dict]:
@@ -90,6 +107,12 @@ def series(workloads, since: datetime, until: datetime, buckets: int = 24) -> li
     for i in range(buckets):
         a = lo + i * width
         report = _aggregate(jobs, spans, a, a + width)
-        points.append({"start": a, "ettr": report["ettr"], "goodput": report["goodput"],
-                       "jobs": report["jobs"]})
+        points.append(
+            {
+                "start": a,
+                "ettr": report["ettr"],
+                "goodput": report["goodput"],
+                "jobs": report["jobs"],
+            }
+        )
     return points

@@ -45,9 +45,7 @@ def _run_if_all_started(workload: Workload) -> None:
         return
     if workload.state == State.ADMITTED:
         transition(workload, State.STARTING, reason="processes starting")
-    if workload.state == State.STARTING and not workload.allocations.filter(
-        started=False
-    ).exists():
+    if workload.state == State.STARTING and not workload.allocations.filter(started=False).exists():
         nodes = workload.allocations.values("node").distinct().count()
         transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
 
@@ -80,8 +78,9 @@ def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
         workload = workloads.get(workload_id)
         if not _startable(workload, attempt):
             continue
-        marked = Allocation.objects.filter(workload_id=workload_id, node_id__in=node_ids,
-                                           started=False).update(started=True)
+        marked = Allocation.objects.filter(
+            workload_id=workload_id, node_id__in=node_ids, started=False
+        ).update(started=True)
         left = Allocation.objects.filter(workload_id=workload_id, started=False).exists()
         if not marked or (left and workload.state != State.ADMITTED):
             continue
@@ -95,8 +94,11 @@ def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
 def _ends(workload: Workload | None, attempt: int) -> bool:
     """Whether an exit report can end the workload: it is about the current attempt of a
     workload holding GPUs that is not recovering (a recovery expects its exits)."""
-    return (_current(workload, attempt) and workload.state in HOLDING
-            and workload.state != State.RECOVERING)
+    return (
+        _current(workload, attempt)
+        and workload.state in HOLDING
+        and workload.state != State.RECOVERING
+    )
 
 
 def _startable(workload: Workload | None, attempt: int) -> bool:
@@ -104,7 +106,10 @@ def _startable(workload: Workload | None, attempt: int) -> bool:
     (A recovering workload's attempt is bumped only when its restart is pushed, so a report
     about the current attempt of one is about the restart.)"""
     return _current(workload, attempt) and workload.state in (
-        State.ADMITTED, State.STARTING, State.RECOVERING)
+        State.ADMITTED,
+        State.STARTING,
+        State.RECOVERING,
+    )
 
 
 def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:
@@ -113,24 +118,26 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
     by the first one done). Exits while recovering are expected: the recovery restarts it."""
     # Looked at first without a lock: the exits of a 1,000-node gang's old attempt while it
     # recovers must not queue behind each other.
-    if not _ends(Workload.objects.filter(pk=workload_id).only("state", "attempt").first(),
-                 attempt):
+    if not _ends(Workload.objects.filter(pk=workload_id).only("state", "attempt").first(), attempt):
         return
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
         if not _ends(workload, attempt):
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
-            started=True, exit_code=exit_code)
+            started=True, exit_code=exit_code
+        )
         if exit_code != 0:
-            transition(workload, State.FAILED, reason=f"exited with code {exit_code}",
-                       exit_code=exit_code)
+            transition(
+                workload, State.FAILED, reason=f"exited with code {exit_code}", exit_code=exit_code
+            )
             release(workload)
             return
         _run_if_all_started(workload)
-        if workload.state == State.RUNNING and not workload.allocations.filter(
-            exit_code__isnull=True
-        ).exists():
+        if (
+            workload.state == State.RUNNING
+            and not workload.allocations.filter(exit_code__isnull=True).exists()
+        ):
             transition(workload, State.SUCCEEDED, reason="exited with code 0", exit_code=0)
             release(workload)
 
@@ -151,8 +158,13 @@ def preempt(workload: Workload, reason: str) -> None:
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         transition(workload, State.PREEMPTING, reason=reason)
         release(workload)
-        transition(workload, State.PENDING, reason="requeued after preemption",
-                   admitted_at=None, started_at=None)
+        transition(
+            workload,
+            State.PENDING,
+            reason="requeued after preemption",
+            admitted_at=None,
+            started_at=None,
+        )
 
 
 def shrink(workload: Workload, released, reason: str) -> None:
@@ -182,8 +194,11 @@ def expire_time_limits() -> list[int]:
         with transaction.atomic():
             workload = Workload.objects.select_for_update().get(pk=workload.pk)
             if workload.state == State.RUNNING:
-                transition(workload, State.FAILED,
-                           reason=f"ran past its time limit of {workload.time_limit_s} s")
+                transition(
+                    workload,
+                    State.FAILED,
+                    reason=f"ran past its time limit of {workload.time_limit_s} s",
+                )
                 release(workload)
                 expired.append(workload.pk)
     return expired
@@ -210,7 +225,11 @@ def book(workload: Workload, gpus: int) -> None:
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
     UsageRecord.objects.create(
-        tenant_id=workload.tenant_id, workload=workload, gpu_model_id=workload.gpu_model_id,
-        gpus=gpus, started_at=since, ended_at=now,
+        tenant_id=workload.tenant_id,
+        workload=workload,
+        gpu_model_id=workload.gpu_model_id,
+        gpus=gpus,
+        started_at=since,
+        ended_at=now,
         gpu_hours=gpus * (now - since).total_seconds() / 3600,
     )

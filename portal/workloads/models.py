@@ -38,11 +38,13 @@ class Workload(models.Model):
     min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")
     priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
-    topology = models.CharField(max_length=16, choices=Topology.choices,
-                                default=Topology.DATACENTER)
+    topology = models.CharField(
+        max_length=16, choices=Topology.choices, default=Topology.DATACENTER
+    )
     topology_required = models.BooleanField(default=False)
-    checkpoint_policy = models.CharField(max_length=16, choices=CheckpointPolicy.choices,
-                                         default=CheckpointPolicy.ASYNC)
+    checkpoint_policy = models.CharField(
+        max_length=16, choices=CheckpointPolicy.choices, default=CheckpointPolicy.ASYNC
+    )
     checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
     command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
@@ -51,12 +53,14 @@ class Workload(models.Model):
         null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"
     )
     # Written only by transition().
-    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING,
-                             editable=False, db_index=True)
+    state = models.CharField(
+        max_length=16, choices=State.choices, default=State.PENDING, editable=False, db_index=True
+    )
     pending_reason = models.CharField(max_length=300, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
-    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True,
-                                     on_delete=models.SET_NULL, related_name="+")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     submitted_at = models.DateTimeField(default=timezone.now, db_index=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -80,8 +84,11 @@ class Workload(models.Model):
 
 
 # Timestamps stamped on entering a state.
-_STAMPS = {State.ADMITTED: "admitted_at", State.RUNNING: "started_at",
-           **{state: "finished_at" for state in TERMINAL}}
+_STAMPS = {
+    State.ADMITTED: "admitted_at",
+    State.RUNNING: "started_at",
+    **{state: "finished_at" for state in TERMINAL},
+}
 
 
 def transition(workload: Workload, to: State, reason: str = "", actor=None, **fields) -> None:
@@ -101,24 +108,47 @@ def transition(workload: Workload, to: State, reason: str = "", actor=None, **fi
         moved = Workload.objects.filter(pk=workload.pk, state=source).update(state=to, **fields)
         if not moved:
             raise IllegalTransition(f"{workload} is no longer {source}")
-        WorkloadEvent.objects.create(workload=workload, from_state=source, to_state=to,
-                                     reason=reason, actor=actor if actor and actor.pk else None)
+        WorkloadEvent.objects.create(
+            workload=workload,
+            from_state=source,
+            to_state=to,
+            reason=reason,
+            actor=actor if actor and actor.pk else None,
+        )
     workload.state = to
     for name, value in fields.items():
         setattr(workload, name, value)
-    publish_tenant(workload.tenant_id, "workload.state", {
-        "id": workload.pk, "name": workload.name, "state": to, "reason": reason,
-    })
+    publish_tenant(
+        workload.tenant_id,
+        "workload.state",
+        {
+            "id": workload.pk,
+            "name": workload.name,
+            "state": to,
+            "reason": reason,
+        },
+    )
 
 
 def note(workload: Workload, reason: str, actor=None) -> None:
     """Record something that happened to a workload without a change of state (a shrink)."""
-    WorkloadEvent.objects.create(workload=workload, from_state=workload.state,
-                                 to_state=workload.state, reason=reason,
-                                 actor=actor if actor and actor.pk else None)
-    publish_tenant(workload.tenant_id, "workload.state", {
-        "id": workload.pk, "name": workload.name, "state": workload.state, "reason": reason,
-    })
+    WorkloadEvent.objects.create(
+        workload=workload,
+        from_state=workload.state,
+        to_state=workload.state,
+        reason=reason,
+        actor=actor if actor and actor.pk else None,
+    )
+    publish_tenant(
+        workload.tenant_id,
+        "workload.state",
+        {
+            "id": workload.pk,
+            "name": workload.name,
+            "state": workload.state,
+            "reason": reason,
+        },
+    )
 
 
 class WorkloadEvent(models.Model):
@@ -129,8 +159,9 @@ class WorkloadEvent(models.Model):
     from_state = models.CharField(max_length=16, choices=State.choices)
     to_state = models.CharField(max_length=16, choices=State.choices)
     reason = models.CharField(max_length=300, blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                              on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["at", "id"]
@@ -153,14 +184,18 @@ class Allocation(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["node", "gpu_index"],
-                                    name="%(app_label)s_%(class)s_unique_gpu_allocation")
+            models.UniqueConstraint(
+                fields=["node", "gpu_index"], name="%(app_label)s_%(class)s_unique_gpu_allocation"
+            )
         ]
         indexes = [
             models.Index(fields=["workload", "node_rank"]),
             # Is any node of the gang still to start? Asked once per node report.
-            models.Index(fields=["workload"], condition=models.Q(started=False),
-                         name="workloads_alloc_unstarted"),
+            models.Index(
+                fields=["workload"],
+                condition=models.Q(started=False),
+                name="workloads_alloc_unstarted",
+            ),
         ]
 
     def __str__(self):
@@ -179,15 +214,17 @@ class Checkpoint(models.Model):
     # The part of the save during which training stood still (all of a periodic save, the
     # copy to host memory of an asynchronous one).
     stall_s = models.FloatField(default=0)
-    status = models.CharField(max_length=16, choices=CheckpointStatus.choices,
-                              default=CheckpointStatus.IN_PROGRESS)
+    status = models.CharField(
+        max_length=16, choices=CheckpointStatus.choices, default=CheckpointStatus.IN_PROGRESS
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-step"]
         constraints = [
-            models.UniqueConstraint(fields=["workload", "step"],
-                                    name="%(app_label)s_%(class)s_unique_step")
+            models.UniqueConstraint(
+                fields=["workload", "step"], name="%(app_label)s_%(class)s_unique_step"
+            )
         ]
 
     def __str__(self):
@@ -217,8 +254,9 @@ class Recovery(models.Model):
     killed at any step leaves it for the next one to resume (see recovery.py)."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="recoveries")
-    fault = models.ForeignKey("cluster.FaultEvent", null=True, on_delete=models.SET_NULL,
-                              related_name="recoveries")
+    fault = models.ForeignKey(
+        "cluster.FaultEvent", null=True, on_delete=models.SET_NULL, related_name="recoveries"
+    )
     step = models.CharField(max_length=16, choices=RecoveryStep.choices)
     outcome = models.CharField(max_length=16, choices=RecoveryOutcome.choices, blank=True)
     detail = models.CharField(max_length=500, blank=True)
@@ -237,8 +275,11 @@ class Recovery(models.Model):
     class Meta:
         ordering = ["-started_at"]
         constraints = [
-            models.UniqueConstraint(fields=["workload"], condition=~models.Q(step="done"),
-                                    name="%(app_label)s_%(class)s_one_active")
+            models.UniqueConstraint(
+                fields=["workload"],
+                condition=~models.Q(step="done"),
+                name="%(app_label)s_%(class)s_one_active",
+            )
         ]
 
     def __str__(self):

@@ -55,18 +55,27 @@ def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
     lost = [fault.node_id] if node_lost(kind) else []
     transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
     healthy = [node_id for node_id in nodes if node_id not in lost] if lost else nodes
-    triggered = (workload.checkpoint_policy == CheckpointPolicy.TRIGGERED and healthy
-                 and faults.triggered_save_possible(kind, len(nodes), data_parallel=len(nodes)))
+    triggered = (
+        workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
+        and healthy
+        and faults.triggered_save_possible(kind, len(nodes), data_parallel=len(nodes))
+    )
     if triggered:
         timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
         recovery = Recovery.objects.create(
-            workload=workload, fault=fault, step=RecoveryStep.SAVING, lost_nodes=lost,
-            save_deadline=timezone.now() + timedelta(seconds=timeout))
-        send_commands(healthy, "checkpoint", workload.pk, kind="triggered",
-                      reason=f"fault {fault.pk}")
+            workload=workload,
+            fault=fault,
+            step=RecoveryStep.SAVING,
+            lost_nodes=lost,
+            save_deadline=timezone.now() + timedelta(seconds=timeout),
+        )
+        send_commands(
+            healthy, "checkpoint", workload.pk, kind="triggered", reason=f"fault {fault.pk}"
+        )
     else:
-        recovery = Recovery.objects.create(workload=workload, fault=fault, lost_nodes=lost,
-                                           step=RecoveryStep.REPLACING)
+        recovery = Recovery.objects.create(
+            workload=workload, fault=fault, lost_nodes=lost, step=RecoveryStep.REPLACING
+        )
     _announce(recovery)
     kick(recovery.pk)
     return recovery
@@ -89,8 +98,9 @@ def command_refused(command: NodeCommand) -> None:
     word: the waiting recovery looks at its acks every quarter second.)"""
     if command.action != "checkpoint" or command.workload_id is None:
         return
-    waiting = Recovery.objects.filter(workload_id=command.workload_id,
-                                      step=RecoveryStep.SAVING).values_list("pk", flat=True)
+    waiting = Recovery.objects.filter(
+        workload_id=command.workload_id, step=RecoveryStep.SAVING
+    ).values_list("pk", flat=True)
     for recovery_id in waiting:
         kick(recovery_id)
 
@@ -118,8 +128,11 @@ def _move(recovery: Recovery, to: RecoveryStep, **fields) -> bool:
     """Claim the move from the recovery's current step; False when another worker did it."""
     if to == RecoveryStep.DONE:
         fields.setdefault("finished_at", timezone.now())
-    moved = bool(Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
-        step=to, updated_at=timezone.now(), **fields))
+    moved = bool(
+        Recovery.objects.filter(pk=recovery.pk, step=recovery.step).update(
+            step=to, updated_at=timezone.now(), **fields
+        )
+    )
     if moved:
         for name, value in fields.items():
             setattr(recovery, name, value)
@@ -131,9 +144,15 @@ def _move(recovery: Recovery, to: RecoveryStep, **fields) -> bool:
 def _announce(recovery: Recovery) -> None:
     """Tell the job's tenant and the operators where the recovery stands."""
     workload = recovery.workload
-    payload = {"id": recovery.pk, "workload_id": workload.pk, "workload": workload.name,
-               "step": recovery.step, "outcome": recovery.outcome, "detail": recovery.detail,
-               "resume_step": recovery.resume_step}
+    payload = {
+        "id": recovery.pk,
+        "workload_id": workload.pk,
+        "workload": workload.name,
+        "step": recovery.step,
+        "outcome": recovery.outcome,
+        "detail": recovery.detail,
+        "resume_step": recovery.resume_step,
+    }
     publish_tenant(workload.tenant_id, "recovery", payload)
     publish(OPS_GROUP, "recovery", payload)
 
@@ -141,9 +160,13 @@ def _announce(recovery: Recovery) -> None:
 def _saving(recovery: Recovery):
     """Wait for the healthy ranks' save, then resume from it, or from the newest complete
     checkpoint when a rank refused or the deadline passed."""
-    answers = set(NodeCommand.objects.filter(
-        workload_id=recovery.workload_id, action="checkpoint",
-        created_at__gte=recovery.started_at).values_list("state", flat=True))
+    answers = set(
+        NodeCommand.objects.filter(
+            workload_id=recovery.workload_id,
+            action="checkpoint",
+            created_at__gte=recovery.started_at,
+        ).values_list("state", flat=True)
+    )
     expired = timezone.now() >= recovery.save_deadline
     if CommandState.SENT in answers and CommandState.FAILED not in answers and not expired:
         return _WAIT
@@ -181,8 +204,14 @@ def _replacing(recovery: Recovery):
             outcome = RecoveryOutcome.SHRUNK
         else:
             lifecycle.release(workload)
-            transition(workload, State.PENDING, reason="requeued at the head of its queue "
-                       "after a fault", admitted_at=None, started_at=None, head_of_queue=True)
+            transition(
+                workload,
+                State.PENDING,
+                reason="requeued at the head of its queue after a fault",
+                admitted_at=None,
+                started_at=None,
+                head_of_queue=True,
+            )
             _move(recovery, RecoveryStep.DONE, outcome=RecoveryOutcome.REQUEUED, **resume)
             return _MOVED
         touched |= set(workload.allocations.values_list("node_id", flat=True))
@@ -190,15 +219,23 @@ def _replacing(recovery: Recovery):
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
         Node.objects.filter(id__in=touched).update(generation=F("generation") + 1)
         note(workload, _restart_note(outcome, resume))
-        _move(recovery, RecoveryStep.RESTARTING, outcome=outcome,
-              restart_pushed_at=timezone.now(), **resume)
+        _move(
+            recovery,
+            RecoveryStep.RESTARTING,
+            outcome=outcome,
+            restart_pushed_at=timezone.now(),
+            **resume,
+        )
         transaction.on_commit(lambda: sync_nodes(touched))
     return _MOVED
 
 
 def _restart_note(outcome: RecoveryOutcome, resume: dict) -> str:
-    where = (f"from step {resume['resume_step']}" if resume["resume_step"] is not None
-             else "from the start (no complete checkpoint)")
+    where = (
+        f"from step {resume['resume_step']}"
+        if resume["resume_step"] is not None
+        else "from the start (no complete checkpoint)"
+    )
     return f"{RecoveryOutcome(outcome).label.lower()}, {where}"
 
 
@@ -212,8 +249,11 @@ def _restarting(recovery: Recovery):
     return _IDLE
 
 
-_STEPS = {RecoveryStep.SAVING: _saving, RecoveryStep.REPLACING: _replacing,
-          RecoveryStep.RESTARTING: _restarting}
+_STEPS = {
+    RecoveryStep.SAVING: _saving,
+    RecoveryStep.REPLACING: _replacing,
+    RecoveryStep.RESTARTING: _restarting,
+}
 
 
 def restarted(workload: Workload) -> None:
@@ -228,12 +268,16 @@ def _resume_point(workload: Workload, recovery: Recovery) -> dict:
     """Where the workload restarts from, and the work it loses: the time from that save to
     the fault (nothing when the save came after the fault, as a triggered one does)."""
     latest = checkpointing.latest_complete(
-        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE))
+        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
+    )
     fault_at = recovery.fault.occurred_at if recovery.fault else recovery.started_at
     since = latest.created_at if latest else workload.started_at
     lost_s = max(0.0, (fault_at - since).total_seconds()) if since else 0.0
-    return {"resume_step": latest.step if latest else None,
-            "resume_location": latest.location if latest else "", "lost_s": lost_s}
+    return {
+        "resume_step": latest.step if latest else None,
+        "resume_location": latest.location if latest else "",
+        "lost_s": lost_s,
+    }
 
 
 def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
@@ -250,20 +294,32 @@ def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
         moved.delete()
         Allocation.objects.bulk_create(
             Allocation(workload=workload, node=spare, node_rank=rank, gpu_index=index)
-            for rank, index in rows)
+            for rank, index in rows
+        )
     Node.objects.filter(id__in=[n.pk for n in taken]).update(spare=False)
     return True
 
 
 def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | None:
     busy = Allocation.objects.filter(node=OuterRef("pk"))
-    spares = (Node.objects.select_for_update()
-              .filter(spare=True, health=Health.READY, connected=True,
-                      gpu_model_id=workload.gpu_model_id, gpu_count__gte=node.gpu_count)
-              .exclude(pk__in=exclude).exclude(Exists(busy)).order_by("name"))
+    spares = (
+        Node.objects.select_for_update()
+        .filter(
+            spare=True,
+            health=Health.READY,
+            connected=True,
+            gpu_model_id=workload.gpu_model_id,
+            gpu_count__gte=node.gpu_count,
+        )
+        .exclude(pk__in=exclude)
+        .exclude(Exists(busy))
+        .order_by("name")
+    )
     pod = node.leaf.pod
-    return (spares.filter(leaf__pod=pod).first()
-            or spares.filter(leaf__pod__datacenter_id=pod.datacenter_id).first())
+    return (
+        spares.filter(leaf__pod=pod).first()
+        or spares.filter(leaf__pod__datacenter_id=pod.datacenter_id).first()
+    )
 
 
 def _shrink(workload: Workload, lost) -> bool:
@@ -285,6 +341,9 @@ def _shrink(workload: Workload, lost) -> bool:
 def stale() -> list[int]:
     """Recoveries no worker is moving: their worker died, or its task was lost."""
     cutoff = timezone.now() - STALE_AFTER
-    return list(Recovery.objects.filter(
-        step__in=[RecoveryStep.SAVING, RecoveryStep.REPLACING, RecoveryStep.RESTARTING],
-        updated_at__lt=cutoff).values_list("pk", flat=True))
+    return list(
+        Recovery.objects.filter(
+            step__in=[RecoveryStep.SAVING, RecoveryStep.REPLACING, RecoveryStep.RESTARTING],
+            updated_at__lt=cutoff,
+        ).values_list("pk", flat=True)
+    )

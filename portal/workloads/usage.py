@@ -9,6 +9,9 @@ def gpu_hours(usage, workloads) -> float:
     hold GPUs now have used so far."""
     now = timezone.now()
     booked = usage.aggregate(n=Sum("gpu_hours"))["n"] or 0
-    running = sum(w.gpus * (now - w.started_at).total_seconds() / 3600
-                  for w in workloads if w.state in HOLDING and w.started_at)
+    running = sum(
+        w.gpus * (now - w.started_at).total_seconds() / 3600
+        for w in workloads
+        if w.state in HOLDING and w.started_at
+    )
     return booked + running

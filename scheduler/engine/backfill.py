@@ -98,8 +98,9 @@ def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
 def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, ...]:
     """The nodes to reserve, by name: whole free ones, then those with a known end, soonest
     first, then any other busy ones held for nobody."""
-    picked = [n for n in pool.domain_nodes(domain)
-              if pool.is_whole(n) and n.id not in pool.held_by][:count]
+    picked = [
+        n for n in pool.domain_nodes(domain) if pool.is_whole(n) and n.id not in pool.held_by
+    ][:count]
     chosen = {n.id for n in picked}
     for _, node in occupancy.soonest_free(pool):
         if len(picked) >= count:
@@ -110,15 +111,13 @@ def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, .
     for node in pool.domain_nodes(domain):
         if len(picked) >= count:
             break
-        if (node.id not in chosen and node.id not in pool.held_by
-                and node.gpus == pool.node_size):
+        if node.id not in chosen and node.id not in pool.held_by and node.gpus == pool.node_size:
             picked.append(node)
             chosen.add(node.id)
     return tuple(n.id for n in sorted(picked, key=lambda n: (n.name, n.id)))
 
 
-def _reason(level, domain, count: int, free_now: int, start_at: float | None,
-            now: float) -> str:
+def _reason(level, domain, count: int, free_now: int, start_at: float | None, now: float) -> str:
     where = describe(level, domain)
     head = f"reserved {where} for it: {free_now} of the {plural(count, 'node')} it needs free now"
     if free_now >= count:
@@ -163,8 +162,9 @@ class KeptOut:
     def add(self, workload: Workload, queue: Queue, ledger: QuotaLedger, within: bool) -> None:
         policy = queue.preemption
         if policy.within_queue:
-            self._priority[queue.id] = max(workload.priority,
-                                           self._priority.get(queue.id, -math.inf))
+            self._priority[queue.id] = max(
+                workload.priority, self._priority.get(queue.id, -math.inf)
+            )
         if queue.cohort is None:
             return
         root = ledger.root(queue)
@@ -196,8 +196,9 @@ def _borrowed(workload: Workload, queue: Queue, ledger: QuotaLedger) -> bool:
     return used + workload.gpus > quota.nominal and used >= quota.guarantee
 
 
-def may_backfill(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLedger,
-                 now: float) -> bool:
+def may_backfill(
+    hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLedger, now: float
+) -> bool:
     """Whether `workload` may start on GPUs held for `hold`'s owner (leaving aside the
     kept-out rule, which the cycle checks once for all reservations)."""
     if not hold.backfill:

@@ -49,8 +49,12 @@ DOMAIN_NAME = {
 
 def domains_of(node: Node) -> tuple[Domain, ...]:
     """Every domain holding the node, widest first: cluster, data center, pod, leaf."""
-    return ((), (node.datacenter,), (node.datacenter, node.pod), (node.datacenter, node.pod,
-                                                                   node.leaf))
+    return (
+        (),
+        (node.datacenter,),
+        (node.datacenter, node.pod),
+        (node.datacenter, node.pod, node.leaf),
+    )
 
 
 def widest_level(workload: Workload) -> TopologyLevel:
@@ -120,7 +124,8 @@ class Capacity:
             pool = pool_of(placement.node_id)
             # Mostly running work whose GPUs the snapshot lists as taken already: skip quickly.
             if pool is not None and not pool._free[placement.node_id].isdisjoint(
-                    placement.gpu_indices):
+                placement.gpu_indices
+            ):
                 pool.take(placement)
 
 
@@ -215,15 +220,22 @@ class Pool:
             if entry is None:
                 # Indices the node does not have are not free.
                 free = frozenset(node.free) & frozenset(range(node.gpus))
-                entry = shared[node.free, node.gpus] = (free, len(free),
-                                                        node.gpus == size == len(free))
+                entry = shared[node.free, node.gpus] = (
+                    free,
+                    len(free),
+                    node.gpus == size == len(free),
+                )
             free_of[node_id], count, whole = entry
             nodes_of[node_id] = node
             leaf = leaves.get((node.datacenter, node.pod, node.leaf))
             if leaf is None:
                 domains = domains_of(node)
                 leaf = leaves[node.datacenter, node.pod, node.leaf] = [
-                    domains, 0, 0, self._domain_nodes[domains[3]]]
+                    domains,
+                    0,
+                    0,
+                    self._domain_nodes[domains[3]],
+                ]
             domains_of_node[node_id] = leaf[0]
             leaf[3].append(node)
             leaf[1] += count
@@ -271,8 +283,11 @@ class Pool:
         """The schedulable nodes of a domain, by name."""
         found = self._domain_nodes.get(domain)
         if found is None:
-            found = [node for child in sorted(self._children[domain])
-                     for node in self.domain_nodes(child)]
+            found = [
+                node
+                for child in sorted(self._children[domain])
+                for node in self.domain_nodes(child)
+            ]
             found.sort(key=lambda node: (node.name, node.id))
             self._domain_nodes[domain] = found
         return found
@@ -402,8 +417,9 @@ class Pool:
             still = []
             for placement in held:
                 free = self._free[placement.node_id]
-                back = Placement(placement.node_id,
-                                 tuple(i for i in placement.gpu_indices if i in free))
+                back = Placement(
+                    placement.node_id, tuple(i for i in placement.gpu_indices if i in free)
+                )
                 if back.gpu_indices:
                     self.take(back)
                     still.append(back)

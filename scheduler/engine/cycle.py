@@ -93,10 +93,15 @@ def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
     # 6. Usage after the plan: preempted work gone, shrinks applied, admissions added.
     with timer("6. usage"):
         usage = cycle.usage_after()
-    return Plan(admissions=cycle.admissions, pending=pending, usage=usage,
-                preemptions=cycle.preemptions, shrinks=cycle.shrinks,
-                reservations=[hold.reservation for hold in cycle.holds.values()],
-                timings=timer.timings)
+    return Plan(
+        admissions=cycle.admissions,
+        pending=pending,
+        usage=usage,
+        preemptions=cycle.preemptions,
+        shrinks=cycle.shrinks,
+        reservations=[hold.reservation for hold in cycle.holds.values()],
+        timings=timer.timings,
+    )
 
 
 class StepTimer:
@@ -170,8 +175,10 @@ class Cycle:
 
     def wait_behind(self, head: Workload, queue: Queue, rest: Iterable[Workload]) -> None:
         for workload in rest:
-            self.wait(workload, f"waits behind workload {head.id}, the head of strict-FIFO "
-                                f"queue {queue.name}")
+            self.wait(
+                workload,
+                f"waits behind workload {head.id}, the head of strict-FIFO queue {queue.name}",
+            )
 
     def number_in_queues(self) -> list[Pending]:
         """Pending entries in decision order, each numbered 1, 2, ... within its queue."""
@@ -242,8 +249,9 @@ class Cycle:
             return
         self._book(pool, queue, workload, placements)
 
-    def _backfill(self, pool: Pool, queue: Queue, workload: Workload,
-                  no_room: Inadmissible) -> None:
+    def _backfill(
+        self, pool: Pool, queue: Queue, workload: Workload, no_room: Inadmissible
+    ) -> None:
         """Place the workload on GPUs held for reservations it may use, lent for the moment
         ("try, then restore"), or raise why not, naming the reservations that keep it off."""
         reserved = [o for o in self._backfillable.get(pool, ()) if pool.held_nodes(o)]
@@ -251,8 +259,11 @@ class Cycle:
             raise no_room
         owners = []
         if not self._kept_out.threaten(workload, queue, self.ledger):
-            owners = [owner for owner in reserved
-                      if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)]
+            owners = [
+                owner
+                for owner in reserved
+                if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)
+            ]
         if owners and self._fits_lent(pool, workload, owners, book=queue):
             return
         kept_off = tuple((o, pool.held_nodes(o)) for o in reserved if o not in owners)
@@ -263,8 +274,9 @@ class Cycle:
             reason = self._kept_off[key] = kept_off_reason(key[0], dict(kept_off))
         raise Inadmissible(reason) from None
 
-    def _fits_lent(self, pool: Pool, workload: Workload, owners: list[int],
-                   book: Queue | None = None) -> bool:
+    def _fits_lent(
+        self, pool: Pool, workload: Workload, owners: list[int], book: Queue | None = None
+    ) -> bool:
         """Whether the workload fits with the GPUs held for `owners` lent; booked there when
         `book` (its queue) is given."""
         with ExitStack() as stack:
@@ -281,12 +293,16 @@ class Cycle:
     def _keep_out(self, pool: Pool, queue: Queue, workload: Workload, owners: list[int]) -> None:
         """Record a workload that reservations kept off GPUs it would fit on (see `KeptOut`)."""
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
-        if owners and self._kept_out.adds(workload, queue, self.ledger, within) and (
-                self._fits_lent(pool, workload, owners)):
+        if (
+            owners
+            and self._kept_out.adds(workload, queue, self.ledger, within)
+            and (self._fits_lent(pool, workload, owners))
+        ):
             self._kept_out.add(workload, queue, self.ledger, within)
 
-    def _book(self, pool: Pool, queue: Queue, workload: Workload,
-              placements: tuple[Placement, ...]) -> None:
+    def _book(
+        self, pool: Pool, queue: Queue, workload: Workload, placements: tuple[Placement, ...]
+    ) -> None:
         for placement in placements:
             pool.take(placement)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
@@ -295,8 +311,9 @@ class Cycle:
 
     # -- making room -------------------------------------------------------------------------
 
-    def find_room(self, pool: Pool, queue: Queue, workload: Workload,
-                  over_quota: bool) -> Claim | None:
+    def find_room(
+        self, pool: Pool, queue: Queue, workload: Workload, over_quota: bool
+    ) -> Claim | None:
         """The cheapest set of moves that would let the workload start, or None.
 
         A queue makes room for one workload a cycle, or for several while each fits in its
@@ -309,21 +326,34 @@ class Cycle:
         """
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         if self._searches[queue.id] >= SEARCHES_PER_QUEUE or (
-                queue.id in self._claimed and not within):
+            queue.id in self._claimed and not within
+        ):
             return None
         if over_quota and not self._quota_allows(queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
         # Whether it may take from other queues (see `preemption`): to reclaim, no workload of
         # its queue that must borrow waits before it; to borrow, none at all.
         others = queue.id not in (self._borrowers_waiting if within else self._queues_waiting)
-        memo = (queue.id, pool.gpu_model, within, others, workload.priority,
-                widest_level(workload), workload.gpus < pool.node_size, over_quota)
+        memo = (
+            queue.id,
+            pool.gpu_model,
+            within,
+            others,
+            workload.priority,
+            widest_level(workload),
+            workload.gpus < pool.node_size,
+            over_quota,
+        )
         if workload.gpus >= self._no_victims.get(memo, 1 << 62):
             return None
         if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
             return None
-        search = VictimSearch(pool, self.ledger, self.occupancy,
-                              Claimant(workload, queue, workload.gpus, within, others))
+        search = VictimSearch(
+            pool,
+            self.ledger,
+            self.occupancy,
+            Claimant(workload, queue, workload.gpus, within, others),
+        )
         claim = self._search(search, pool, workload, over_quota)
         if claim is None:
             self._searches[queue.id] += 1
@@ -339,15 +369,16 @@ class Cycle:
         if policy.within_queue:
             bound += self.ledger.staying(queue.id, model)
         if queue.cohort is not None and (
-                (within and policy.reclaim)
-                or (not within and policy.borrow_below_priority is not None)):
+            (within and policy.reclaim) or (not within and policy.borrow_below_priority is not None)
+        ):
             for other_id in self.ledger.members(queue):
                 if other_id != queue.id:
                     bound += self.ledger.borrowing(self.ledger.queue(other_id), model)
         return bound
 
-    def _search(self, search: VictimSearch, pool: Pool, workload: Workload,
-                over_quota: bool) -> Claim | None:
+    def _search(
+        self, search: VictimSearch, pool: Pool, workload: Workload, over_quota: bool
+    ) -> Claim | None:
         if over_quota:
             try:
                 placements = pool.find(workload)
@@ -391,8 +422,9 @@ class Cycle:
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.claims[queue.id, workload.gpu_model] += workload.gpus
         pool.hold(workload.id, claim.nodes)
-        reservation = Reservation(workload.id, claim.level, claim.domain, claim.nodes,
-                                  self.now, reason)
+        reservation = Reservation(
+            workload.id, claim.level, claim.domain, claim.nodes, self.now, reason
+        )
         self.holds[workload.id] = Hold(reservation, workload, queue, True, backfill=False)
         self._claimed.add(queue.id)
         self.wait(workload, reason)
@@ -402,8 +434,11 @@ class Cycle:
         freed: Counter[int] = Counter()
         for move in moves:
             freed.update(move.frees)
-        released = [Placement(p.node_id, p.gpu_indices[-freed[p.node_id]:])
-                    for p in victim.placements if freed[p.node_id]]
+        released = [
+            Placement(p.node_id, p.gpu_indices[-freed[p.node_id] :])
+            for p in victim.placements
+            if freed[p.node_id]
+        ]
         gpus = sum(len(p.gpu_indices) for p in released)
         keep = victim.held - gpus
         reason = shrink_reason(self.ledger, moves[0], keep, queue, workload)
@@ -416,8 +451,11 @@ class Cycle:
     def maybe_reserve(self, pool: Pool, queue: Queue, workload: Workload, reason: str) -> str:
         """Reserve a domain for a multi-node gang at the head of its queue; the reason it waits."""
         owners = self._backfillable.setdefault(pool, [])
-        if (workload.gpus <= pool.node_size or queue.id in self._reserved_queues
-                or len(owners) >= MAX_PER_POOL):
+        if (
+            workload.gpus <= pool.node_size
+            or queue.id in self._reserved_queues
+            or len(owners) >= MAX_PER_POOL
+        ):
             return reason
         self._reserved_queues.add(queue.id)
         reservation = reserve(pool, self.occupancy, workload)

@@ -16,14 +16,18 @@ def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> 
     model = workload.gpu_model
     if rule == Rule.RECLAIM:
         used, nominal = ledger.usage[queue.id, model], queue.quota(model).nominal
-        return (f"queue {queue.name} is under its {model} nominal quota ({used}/{nominal} in "
-                f"use, job needs {workload.gpus})")
+        return (
+            f"queue {queue.name} is under its {model} nominal quota ({used}/{nominal} in "
+            f"use, job needs {workload.gpus})"
+        )
     if rule == Rule.PRIORITY:
         return f"it has priority {workload.priority} in queue {queue.name}"
     if rule == Rule.BORROW:
         threshold = queue.preemption.borrow_below_priority
-        return (f"queue {queue.name} may borrow over work below priority {threshold} and it has "
-                f"priority {workload.priority}")
+        return (
+            f"queue {queue.name} may borrow over work below priority {threshold} and it has "
+            f"priority {workload.priority}"
+        )
     return "the work there is already stopping"
 
 
@@ -32,29 +36,40 @@ def _borrows(ledger: QuotaLedger, victim: Workload) -> str:
     if queue is None:
         return f"queue {victim.queue_id} is not in the snapshot"
     model = victim.gpu_model
-    return (f"queue {queue.name} borrows {ledger.borrowing(queue, model)} {model} GPUs beyond "
-            f"its nominal {queue.quota(model).nominal}")
+    return (
+        f"queue {queue.name} borrows {ledger.borrowing(queue, model)} {model} GPUs beyond "
+        f"its nominal {queue.quota(model).nominal}"
+    )
 
 
 def preemption_reason(ledger: QuotaLedger, move: Move, queue: Queue, workload: Workload) -> str:
     """Why `move.workload` is preempted for `workload`; read before the ledger changes."""
     victim = move.workload
     if move.rule == Rule.RECLAIM:
-        return (f"reclaimed for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
-                f", and {_borrows(ledger, victim)}")
+        return (
+            f"reclaimed for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
+            f", and {_borrows(ledger, victim)}"
+        )
     if move.rule == Rule.PRIORITY:
-        return (f"preempted for workload {workload.id} of the same queue {queue.name}, whose "
-                f"priority {workload.priority} is above this workload's {victim.priority}")
-    return (f"preempted for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}; "
-            f"this workload has priority {victim.priority} and {_borrows(ledger, victim)}")
+        return (
+            f"preempted for workload {workload.id} of the same queue {queue.name}, whose "
+            f"priority {workload.priority} is above this workload's {victim.priority}"
+        )
+    return (
+        f"preempted for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}; "
+        f"this workload has priority {victim.priority} and {_borrows(ledger, victim)}"
+    )
 
 
-def shrink_reason(ledger: QuotaLedger, move: Move, keep: int, queue: Queue,
-                  workload: Workload) -> str:
+def shrink_reason(
+    ledger: QuotaLedger, move: Move, keep: int, queue: Queue, workload: Workload
+) -> str:
     """Why an elastic workload shrinks to `keep` GPUs for `workload`."""
     victim = move.workload
-    return (f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}) "
-            f"to make room for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}")
+    return (
+        f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}) "
+        f"to make room for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
+    )
 
 
 def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
@@ -100,6 +115,8 @@ def kept_off_reason(no_room: str, held: dict[int, int]) -> str:
     owners = ", ".join(str(owner) for owner in held)
     gangs = f"gang (workload {owners})" if len(held) == 1 else f"gangs (workloads {owners})"
     verb = "is" if nodes == 1 else "are"
-    return (f"{no_room}; {plural(nodes, 'node')} with free GPUs {verb} reserved for waiting "
-            f"{gangs}, usable only by work that ends before they start or that they could "
-            f"preempt")
+    return (
+        f"{no_room}; {plural(nodes, 'node')} with free GPUs {verb} reserved for waiting "
+        f"{gangs}, usable only by work that ends before they start or that they could "
+        f"preempt"
+    )

@@ -89,8 +89,10 @@ class Occupancy:
         noted, self._unindexed = self._unindexed, []
         for workload in noted:
             end = workload.ends_at
-            pool = self._record(workload.placements, self.now if workload.preempting
-                                else math.inf if end is None else end)
+            pool = self._record(
+                workload.placements,
+                self.now if workload.preempting else math.inf if end is None else end,
+            )
             if pool is None:
                 continue
             if workload.preempting:
@@ -125,8 +127,11 @@ class Occupancy:
             cached.sort(key=lambda item: item[:2])
             self._soonest[pool] = cached
         held, changed = pool.held_by, self._changed
-        return ((when, node) for when, _, node in cached
-                if node.id not in held and node.id not in changed)
+        return (
+            (when, node)
+            for when, _, node in cached
+            if node.id not in held and node.id not in changed
+        )
 
     def _record(self, placements: tuple[Placement, ...], end: float) -> Pool | None:
         pool = None

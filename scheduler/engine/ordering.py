@@ -103,11 +103,16 @@ class Heads:
         queue whose first workload must borrow, the first of its priority that fits in the
         nominal quota."""
         ledger, first = self._ledger, members[-1]
-        if (queue.strategy == Strategy.STRICT_FIFO or len(members) == 1
-                or ledger.within_nominal(queue, first.gpu_model, first.gpus)):
+        if (
+            queue.strategy == Strategy.STRICT_FIFO
+            or len(members) == 1
+            or ledger.within_nominal(queue, first.gpu_model, first.gpus)
+        ):
             return -1
-        if not any(ledger.within_nominal(queue, model, gpus)
-                   for model, gpus in self._fewest[queue.id].items()):
+        if not any(
+            ledger.within_nominal(queue, model, gpus)
+            for model, gpus in self._fewest[queue.id].items()
+        ):
             return -1
         for index in range(len(members) - 2, -1, -1):
             workload = members[index]
@@ -120,8 +125,12 @@ class Heads:
     def unknown(self) -> list[Workload]:
         """Workloads of queues missing from the snapshot, in id order; they never head."""
         return sorted(
-            (w for qid, members in self._fifo.items()
-             if self._ledger.queue_or_none(qid) is None for w in members),
+            (
+                w
+                for qid, members in self._fifo.items()
+                if self._ledger.queue_or_none(qid) is None
+                for w in members
+            ),
             key=lambda w: w.id,
         )
 

@@ -67,16 +67,18 @@ SEARCHES_PER_QUEUE = 2
 class VictimSearch:
     """Finds the cheapest room for one claimant in one pool; see the module docstring."""
 
-    def __init__(self, pool: Pool, ledger: QuotaLedger, occupancy: Occupancy,
-                 claimant: Claimant) -> None:
+    def __init__(
+        self, pool: Pool, ledger: QuotaLedger, occupancy: Occupancy, claimant: Claimant
+    ) -> None:
         self.pool = pool
         self.ledger = ledger
         self.occupancy = occupancy
         self.claimant = claimant
         self.now = occupancy.now
         self._usage_before = ledger.staying(claimant.queue.id, claimant.workload.gpu_model)
-        self._claimant_share = ledger.share(claimant.queue, claimant.workload.gpu_model,
-                                            claimant.gpus)
+        self._claimant_share = ledger.share(
+            claimant.queue, claimant.workload.gpu_model, claimant.gpus
+        )
         self._moves: list[Move] | None = None
         self._segments: list[tuple[int, int]] = []  # each victim queue's evictions in moves
         # Fair share of each victim queue; the claimant's own queue counts as the least fair
@@ -89,8 +91,10 @@ class VictimSearch:
         """Every move open to the claimant, in the order they are tried: stopping work, then
         shrinks, then evictions, the latter in one segment per victim queue."""
         if self._moves is None:
-            found = [self._cached(Rule.RELEASING, w)[-1]
-                     for w in self.occupancy.releasing[self.pool].values()]
+            found = [
+                self._cached(Rule.RELEASING, w)[-1]
+                for w in self.occupancy.releasing[self.pool].values()
+            ]
             shrinks: list[Move] = []
             evictions: list[Move] = []
             segments = []
@@ -98,8 +102,9 @@ class VictimSearch:
                 queue_shrinks, queue_evictions, priorities = self._queue_moves(rule, queue_id)
                 count = len(priorities) if below is None else bisect_left(priorities, below)
                 if count:
-                    shrinks += [m for m in queue_shrinks
-                                if below is None or m.workload.priority < below]
+                    shrinks += [
+                        m for m in queue_shrinks if below is None or m.workload.priority < below
+                    ]
                     segments.append((len(evictions), len(evictions) + count))
                     evictions += queue_evictions[:count]
             offset = len(found) + len(shrinks)
@@ -117,8 +122,11 @@ class VictimSearch:
             if reclaim:
                 yield Rule.RECLAIM, other_id, None
             else:
-                yield Rule.BORROW, other_id, min(policy.borrow_below_priority,
-                                                 claimant.workload.priority)
+                yield (
+                    Rule.BORROW,
+                    other_id,
+                    min(policy.borrow_below_priority, claimant.workload.priority),
+                )
         if policy.within_queue:
             yield Rule.PRIORITY, queue.id, claimant.workload.priority
 
@@ -131,9 +139,12 @@ class VictimSearch:
         if cached is not None and cached[0] is not members:
             # Victims were claimed since: keep the moves of those still there.
             there = self.occupancy.candidates[self.pool][queue_id]
-            cached = (members, [m for m in cached[1] if m.workload.id in there],
-                      [m for m in cached[2] if m.workload.id in there],
-                      [w.priority for w in members])
+            cached = (
+                members,
+                [m for m in cached[1] if m.workload.id in there],
+                [m for m in cached[2] if m.workload.id in there],
+                [w.priority for w in members],
+            )
             self.occupancy.queue_moves[key] = cached
         if cached is None:
             shrinks, evictions = [], []
@@ -159,8 +170,11 @@ class VictimSearch:
         found = []
         for other_id in self.ledger.members(queue):
             other = self.ledger.queue(other_id)
-            if (other_id != queue.id and candidates.get(other_id)
-                    and self.ledger.borrowing(other, model) > 0):
+            if (
+                other_id != queue.id
+                and candidates.get(other_id)
+                and self.ledger.borrowing(other, model) > 0
+            ):
                 share = self.ledger.share(other)
                 self._shares[other_id] = share
                 found.append((-share, other_id))
@@ -188,8 +202,10 @@ class VictimSearch:
         if len(workload.placements) > 1 or workload.held >= size:
             keep_nodes = max(1, -(-workload.fewest_gpus // size))
             spare = workload.placements[keep_nodes:][::-1]
-            return [Move(MoveKind.SHRINK, rule, workload, {p.node_id: len(p.gpu_indices)})
-                    for p in spare]
+            return [
+                Move(MoveKind.SHRINK, rule, workload, {p.node_id: len(p.gpu_indices)})
+                for p in spare
+            ]
         node = workload.placements[0].node_id
         spare_gpus = workload.held - workload.fewest_gpus
         return [Move(MoveKind.SHRINK, rule, workload, {node: spare_gpus})]
@@ -216,8 +232,9 @@ class VictimSearch:
             # Fair sharing (Kueue's LessThanOrEqualToFinalShare): the claimant's queue, with the
             # claimant, may not end with a larger share than the victim's queue is left with;
             # else the victim's queue would come first next cycle and take the room back.
-            left = self.ledger.share(victim_queue, model,
-                                     -(gpus + gone + self.ledger.stopping[victim_queue.id, model]))
+            left = self.ledger.share(
+                victim_queue, model, -(gpus + gone + self.ledger.stopping[victim_queue.id, model])
+            )
             return self._claimant_share <= left
         return True
 
@@ -226,8 +243,9 @@ class VictimSearch:
         if self.claimant.within_nominal:
             return True
         try:
-            self.ledger.check(self.claimant.queue, self.claimant.workload.gpu_model,
-                              self.claimant.gpus)
+            self.ledger.check(
+                self.claimant.queue, self.claimant.workload.gpu_model, self.claimant.gpus
+            )
         except Inadmissible:
             return False
         return True
@@ -263,15 +281,15 @@ class VictimSearch:
                 return self._gang_claim(level, domain, count, needed, trial)
         return None
 
-    def _gang_claim(self, level: TopologyLevel, domain: Domain, count: int, needed: int,
-                    trial: Trial) -> Claim | None:
+    def _gang_claim(
+        self, level: TopologyLevel, domain: Domain, count: int, needed: int, trial: Trial
+    ) -> Claim | None:
         enough = _freed_at_least(needed)
         if not self._settle_quota(trial, lambda: enough(trial)):
             return None
         made = [n for n, m in trial.missing.items() if m <= 0]
         moves = trial.moves()
-        return Claim(moves, level, domain, self._gang_nodes(domain, made, count),
-                     self._cost(moves))
+        return Claim(moves, level, domain, self._gang_nodes(domain, made, count), self._cost(moves))
 
     def for_small(self) -> Claim | None:
         """Room for a job smaller than a node, on one node.
@@ -290,8 +308,11 @@ class VictimSearch:
         best = min(rooms, key=lambda room: room[:4], default=None)
         top = best[0][0] if best is not None else math.inf
         if self._lowest_victim(moves, top, free) < top:
-            below = [i for i, move in enumerate(moves)
-                     if move.kind != MoveKind.EVICT or move.workload.priority < top]
+            below = [
+                i
+                for i, move in enumerate(moves)
+                if move.kind != MoveKind.EVICT or move.workload.priority < top
+            ]
             rooms += self._rooms_on(moves, below, free, evicting=True)
         if not rooms:
             return None
@@ -302,8 +323,9 @@ class VictimSearch:
         if not self._settle_quota(trial, lambda: trial.done >= 1):
             return None
         domain = domains_of(self.pool.node(node_id))[-1]
-        return Claim(trial.moves(), TopologyLevel.LEAF, domain, (node_id,),
-                     self._cost(trial.moves()))
+        return Claim(
+            trial.moves(), TopologyLevel.LEAF, domain, (node_id,), self._cost(trial.moves())
+        )
 
     def _lowest_victim(self, moves: list[Move], below: float, free: _FreeGPUs) -> float:
         """The lowest priority, if below `below`, of a victim that could be in a room of several
@@ -318,33 +340,39 @@ class VictimSearch:
                 if workload.priority >= lowest:
                     break  # a segment is in value order, lowest priority first
                 if any(free[node] is not None for node in move.frees) and (
-                        workload.is_elastic
-                        or self.guard(move, sum(move.frees.values()), {})):
+                    workload.is_elastic or self.guard(move, sum(move.frees.values()), {})
+                ):
                     lowest = workload.priority
                     break
         return lowest
 
-    def _rooms_on(self, moves: list[Move], indexes: list[int], free: _FreeGPUs,
-                  evicting: bool) -> list[tuple]:
+    def _rooms_on(
+        self, moves: list[Move], indexes: list[int], free: _FreeGPUs, evicting: bool
+    ) -> list[tuple]:
         """Rooms made by the moves at `indexes`, on each node where one of them frees GPUs
         (where one of the evictions does, if `evicting`)."""
         by_node = _index(moves, indexes)
         rooms = []
         for node_id in sorted(by_node):
             here = by_node[node_id]
-            if free[node_id] is None or (evicting and all(
-                    moves[i].kind != MoveKind.EVICT for i in here)):
+            if free[node_id] is None or (
+                evicting and all(moves[i].kind != MoveKind.EVICT for i in here)
+            ):
                 continue
             chosen = self._node_room(node_id, self.claimant.gpus - free[node_id], moves, here)
             if chosen is not None:
                 rooms.append(self._small_room(moves, chosen, node_id, free[node_id]))
         return rooms
 
-    def _small_room(self, moves: list[Move], chosen: list[int], node_id: int,
-                    free: int) -> tuple:
+    def _small_room(self, moves: list[Move], chosen: list[int], node_id: int, free: int) -> tuple:
         """A room on one node, comparable by (cost, free GPUs, name, id)."""
-        return (self._cost([moves[i] for i in chosen]), free, self.pool.node(node_id).name,
-                node_id, chosen)
+        return (
+            self._cost([moves[i] for i in chosen]),
+            free,
+            self.pool.node(node_id).name,
+            node_id,
+            chosen,
+        )
 
     def _gentle_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
         """Rooms made by stopping and elastic work alone. A multi-node elastic workload's
@@ -367,8 +395,13 @@ class VictimSearch:
             for index in range(start, end):
                 move = moves[index]
                 workload = move.workload
-                key = (workload.priority, 1, -self._shares.get(workload.queue_id, 0.0),
-                       self.occupancy.value(workload)[1], 0)
+                key = (
+                    workload.priority,
+                    1,
+                    -self._shares.get(workload.queue_id, 0.0),
+                    self.occupancy.value(workload)[1],
+                    0,
+                )
                 if best is not None and key > best[0]:
                     break  # later victims of this queue are worth more still
                 room = self._single_on(move, key, index, free)
@@ -392,8 +425,9 @@ class VictimSearch:
             return None
         return room
 
-    def _node_room(self, node_id: int, missing: int, moves: list[Move],
-                   indexes: list[int]) -> list[int] | None:
+    def _node_room(
+        self, node_id: int, missing: int, moves: list[Move], indexes: list[int]
+    ) -> list[int] | None:
         """Indexes of the moves that free `missing` GPUs on one node: taken in order, then
         minimised. A light `_room` for the many nodes a small job could use."""
         if missing <= 0:
@@ -408,8 +442,10 @@ class VictimSearch:
                 break
             move = moves[index]
             workload = move.workload
-            here = min(move.frees[node_id],
-                       self.occupancy.held_on(workload).get(node_id, 0) - taken[workload.id])
+            here = min(
+                move.frees[node_id],
+                self.occupancy.held_on(workload).get(node_id, 0) - taken[workload.id],
+            )
             if here <= 0:
                 continue
             gpus = sum(move.frees.values()) if not taken[workload.id] else here
@@ -446,9 +482,13 @@ class VictimSearch:
         if not evicted:
             return (-math.inf, 0, 0.0, 0.0, shrunk)
         value, share = self.occupancy.value, self._shares
-        return (max(w.priority for w in evicted), len(evicted),
-                -min(share.get(w.queue_id, 0.0) for w in evicted),
-                sum(value(w)[1] for w in evicted), shrunk)
+        return (
+            max(w.priority for w in evicted),
+            len(evicted),
+            -min(share.get(w.queue_id, 0.0) for w in evicted),
+            sum(value(w)[1] for w in evicted),
+            shrunk,
+        )
 
     def for_quota(self, nodes: tuple[int, ...]) -> Claim | None:
         """Room in quota only: the claimant fits on free GPUs (`nodes`) but its queue may not
@@ -459,8 +499,13 @@ class VictimSearch:
         moves = trial.moves()
         return Claim(moves, TopologyLevel.ANY, (), nodes, self._cost(moves))
 
-    def _room(self, moves: list[Move], indexes: list[int], missing: dict[int, int],
-              enough: Callable[[Trial], bool]) -> Trial | None:
+    def _room(
+        self,
+        moves: list[Move],
+        indexes: list[int],
+        missing: dict[int, int],
+        enough: Callable[[Trial], bool],
+    ) -> Trial | None:
         """Take the moves at `indexes` in order until `enough`, then drop those not needed."""
         trial = Trial(self, dict(missing))
         for index in indexes:

@@ -44,16 +44,16 @@ def test_a_job_goes_live_on_the_dashboard(running_portal, page, acme, bob):
     page.evaluate("window.notReloaded = true")
     chart = page.locator("#utilization-chart.js-plotly-plot")
     chart.wait_for()
-    points_before = page.evaluate(
-        "document.getElementById('utilization-chart').data[0].x.length")
+    points_before = page.evaluate("document.getElementById('utilization-chart').data[0].x.length")
 
     state = page.locator("tr:has-text('live-job') [data-state]")
     state.filter(has_text="running").wait_for(timeout=30_000)
     page.wait_for_function(
-        "document.getElementById('utilization-chart').data[0].y.slice(-1)[0] > 0",
-        timeout=15_000)
+        "document.getElementById('utilization-chart').data[0].y.slice(-1)[0] > 0", timeout=15_000
+    )
     page.wait_for_function(
-        f"document.getElementById('utilization-chart').data[0].x.length > {points_before}")
+        f"document.getElementById('utilization-chart').data[0].x.length > {points_before}"
+    )
     assert page.evaluate("window.notReloaded")
     assert page.locator("#tile-allocated").inner_text() == "16"
     page.screenshot(path=settings.DATA_DIR / "dashboard.png", full_page=True)

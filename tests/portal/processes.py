@@ -30,9 +30,14 @@ def database_url() -> str:
 
 
 def child_env() -> dict:
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": database_url(), "REDIS_URL": settings.REDIS_URL,
-            "WANKA_DATA_DIR": str(settings.DATA_DIR), "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "WANKA_DATA_DIR": str(settings.DATA_DIR),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 class Child:
@@ -41,7 +46,10 @@ class Child:
     def __init__(self, name: str, command: list[str], **env):
         self.log = settings.DATA_DIR / f"{name}.log"
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env={**child_env(), **env}, stdout=self.log.open("wb"),
+            command,
+            cwd=ROOT,
+            env={**child_env(), **env},
+            stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
         )
 
@@ -49,8 +57,9 @@ class Child:
         return self.log.read_text(errors="replace")
 
     def wait_for_output(self, text: str, timeout: float = 30) -> None:
-        wait_until(lambda: text in self.output(), timeout,
-                   f"{text!r} in {self.log.name}", check=self)
+        wait_until(
+            lambda: text in self.output(), timeout, f"{text!r} in {self.log.name}", check=self
+        )
 
     def stop(self) -> None:
         self.process.terminate()
@@ -74,29 +83,78 @@ def wait_until(predicate, timeout: float = 30, what: str = "condition", check=No
 
 def start_server() -> tuple[Child, int]:
     port = free_port()
-    server = Child("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
-                              str(port), "portal.asgi:application"])
+    server = Child(
+        "daphne",
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "portal.asgi:application",
+        ],
+    )
     server.wait_for_output("Listening on TCP address")
     return server, port
 
 
 def start_worker() -> Child:
-    worker = Child("worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
-                              "-Q", "scheduling,celery", "--pool", "threads",
-                              "--concurrency", "4", "--loglevel", "INFO"])
+    worker = Child(
+        "worker",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "-Q",
+            "scheduling,celery",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "4",
+            "--loglevel",
+            "INFO",
+        ],
+    )
     worker.wait_for_output("ready.")
     return worker
 
 
 def start_beat() -> Child:
-    beat = Child("beat", [sys.executable, "-m", "celery", "-A", "portal", "beat",
-                          "--loglevel", "INFO",
-                          "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
-                 WANKA_CYCLE_S="1")
+    beat = Child(
+        "beat",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(settings.DATA_DIR / "celerybeat-schedule"),
+        ],
+        WANKA_CYCLE_S="1",
+    )
     beat.wait_for_output("beat: Starting")
     return beat
 
 
 def start_fleet(port: int, heartbeat: float = 0.2) -> Child:
-    return Child("fleet", [sys.executable, "manage.py", "simfleet", "--url",
-                           f"ws://127.0.0.1:{port}/ws/agent/", "--heartbeat", str(heartbeat)])
+    return Child(
+        "fleet",
+        [
+            sys.executable,
+            "manage.py",
+            "simfleet",
+            "--url",
+            f"ws://127.0.0.1:{port}/ws/agent/",
+            "--heartbeat",
+            str(heartbeat),
+        ],
+    )

@@ -23,8 +23,12 @@ def fleet(portal_server, celery_worker, clean_redis):
     nodes = make_cluster({"dc1": {"p1": ("H800", 3)}}, connected=False)
     Node.objects.filter(pk=nodes[-1].pk).update(spare=True)
     fleet = start_fleet(portal_server)
-    wait_until(lambda: Node.objects.filter(connected=True).count() == 12, 30,
-               "12 agents to register", check=fleet)
+    wait_until(
+        lambda: Node.objects.filter(connected=True).count() == 12,
+        30,
+        "12 agents to register",
+        check=fleet,
+    )
     yield nodes[-1]
     fleet.stop()
 
@@ -38,19 +42,29 @@ def _live(portal_server, user):
 
 
 def test_a_job_hit_by_xid_79_runs_again_on_the_spare_from_its_triggered_save(
-        fleet, portal_server, acme, bob):
+    fleet, portal_server, acme, bob
+):
     spare = fleet
     queue = make_queue(acme, "llm", h800=64)
-    workload = make_workload(queue, "llama-70b", gpus=64, checkpoint_policy="triggered",
-                             topology="pod", simulated_duration_s=600)
+    workload = make_workload(
+        queue,
+        "llama-70b",
+        gpus=64,
+        checkpoint_policy="triggered",
+        topology="pod",
+        simulated_duration_s=600,
+    )
     scheduling_cycle()
     wait_until(lambda: _state(workload) == State.RUNNING, 30, "the job to run")
     victim = workload.allocations.filter(node_rank=3).first().node
     live = _live(portal_server, bob)
     try:
         send_command(victim.pk, "inject_fault", code="xid-79", gpu_index=5)
-        wait_until(lambda: Recovery.objects.filter(workload=workload, step=RecoveryStep.DONE)
-                   .exists(), 60, "the recovery to finish")
+        wait_until(
+            lambda: Recovery.objects.filter(workload=workload, step=RecoveryStep.DONE).exists(),
+            60,
+            "the recovery to finish",
+        )
         fault = live.wait_for("fault", lambda p: p["workloads"], timeout=10)
         assert fault["kind"] == "xid-79" and fault["workloads"] == ["llama-70b"]
         live.wait_for("recovery", lambda p: p["step"] == RecoveryStep.DONE, timeout=10)

@@ -32,16 +32,23 @@ def _browser(user):
     return browser
 
 
-def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alice, bob,
-                                       operator):
+def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alice, bob, operator):
     queue = make_queue(acme, "llm", h800=0)
-    wait_until(lambda: Node.objects.filter(connected=True).count() == 16, 30,
-               "16 agents to register")
+    wait_until(
+        lambda: Node.objects.filter(connected=True).count() == 16, 30, "16 agents to register"
+    )
 
     # 1. Alice, tenant admin, asks for 16 H800 in the browser.
-    page = _browser(alice).post("/quota/", {"queue": "llm", "gpu_model": "H800",
-                                            "region": "cn-east", "count": 16,
-                                            "reason": "Llama pre-training"})
+    page = _browser(alice).post(
+        "/quota/",
+        {
+            "queue": "llm",
+            "gpu_model": "H800",
+            "region": "cn-east",
+            "count": 16,
+            "reason": "Llama pre-training",
+        },
+    )
     assert page.status_code == 302
     quota_request = QuotaRequest.objects.get()
 
@@ -49,8 +56,9 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
     console = _browser(operator)
     change = console.get(f"/admin/quotas/quotarequest/{quota_request.pk}/change/")
     assert "0 committed + 16 requested = 16 of 96 GPUs: fits" in change.content.decode()
-    console.post("/admin/quotas/quotarequest/", {"action": "approve",
-                                                 "_selected_action": [quota_request.pk]})
+    console.post(
+        "/admin/quotas/quotarequest/", {"action": "approve", "_selected_action": [quota_request.pk]}
+    )
     assert QueueQuota.objects.get(queue=queue).nominal == 16
     assert AuditEvent.objects.filter(action="quota_request.approved").exists()
 
@@ -58,10 +66,20 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
     bobs_browser = _browser(bob)
     live = LiveClient(portal_server, bobs_browser)
     try:
-        submitted = bobs_browser.post("/workloads/new/", {
-            "name": "llama-8b", "queue": "llm", "kind": "training", "gpu_model": "H800",
-            "gpus": 16, "priority": 100, "topology": "pod", "checkpoint_policy": "async",
-            "simulated_duration_s": 8})
+        submitted = bobs_browser.post(
+            "/workloads/new/",
+            {
+                "name": "llama-8b",
+                "queue": "llm",
+                "kind": "training",
+                "gpu_model": "H800",
+                "gpus": 16,
+                "priority": 100,
+                "topology": "pod",
+                "checkpoint_policy": "async",
+                "simulated_duration_s": 8,
+            },
+        )
         assert submitted.status_code == 302
         workload = Workload.objects.get(name="llama-8b")
 

@@ -36,8 +36,7 @@ def test_settings_use_a_real_redis_channel_layer(settings):
     assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
 
 
-def test_utilization_from_the_worker_reaches_every_signed_in_browser(live, bob, charlie,
-                                                                      cluster):
+def test_utilization_from_the_worker_reaches_every_signed_in_browser(live, bob, charlie, cluster):
     bobs, charlies = live(bob), live(charlie)
     publish_utilization.delay()
     for browser in (bobs, charlies):
@@ -59,8 +58,11 @@ def test_a_cycle_in_the_worker_tells_only_the_owning_tenant(live, acme_llm, bob,
 
 def test_anonymous_browsers_are_turned_away(portal_server):
     with pytest.raises(InvalidStatus) as refused:
-        connect(f"ws://127.0.0.1:{portal_server}/ws/live/", open_timeout=5,
-                origin=f"http://127.0.0.1:{portal_server}")
+        connect(
+            f"ws://127.0.0.1:{portal_server}/ws/live/",
+            open_timeout=5,
+            origin=f"http://127.0.0.1:{portal_server}",
+        )
     assert refused.value.response.status_code == 403
 
 

@@ -10,9 +10,17 @@ def many_workloads(acme_llm):
     return [make_workload(acme_llm, f"job-{i}", gpus=8) for i in range(40)]
 
 
-@pytest.mark.parametrize("url", ["/api/v1/workloads/", "/api/v1/nodes/", "/api/v1/queues/",
-                                 "/api/v1/quota-requests/", "/api/v1/faults/",
-                                 "/api/v1/nodes/summary/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/workloads/",
+        "/api/v1/nodes/",
+        "/api/v1/queues/",
+        "/api/v1/quota-requests/",
+        "/api/v1/faults/",
+        "/api/v1/nodes/summary/",
+    ],
+)
 def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
     client = api_client(bob)
     with django_assert_max_num_queries(8):

@@ -8,8 +8,15 @@ from scheduler.ettr import Phase, Span, first_admission, ratio, split, totals
 
 # Submitted at 0, queued 100 s, starting 20 s, running until a fault at 1,000 s, recovering
 # 120 s, running again until it succeeds at 2,000 s.
-LIFE = [(0, "pending"), (100, "admitted"), (110, "starting"), (120, "running"),
-        (1000, "recovering"), (1120, "running"), (2000, "succeeded")]
+LIFE = [
+    (0, "pending"),
+    (100, "admitted"),
+    (110, "starting"),
+    (120, "running"),
+    (1000, "recovering"),
+    (1120, "running"),
+    (2000, "succeeded"),
+]
 
 
 def seconds(spans, **window):
@@ -19,32 +26,44 @@ def seconds(spans, **window):
 def test_states_become_phases_and_the_end_state_closes_the_timeline():
     spans = split(LIFE, until=5000)
     assert spans[0] == Span(Phase.QUEUED, 0, 100)
-    assert seconds(spans) == {Phase.STARTING: 20, Phase.PRODUCTIVE: 880 + 880,
-                              Phase.RECOVERING: 120}
+    assert seconds(spans) == {
+        Phase.STARTING: 20,
+        Phase.PRODUCTIVE: 880 + 880,
+        Phase.RECOVERING: 120,
+    }
 
 
 def test_stalls_and_lost_work_are_cut_out_of_productive_time():
     spans = split(LIFE, until=5000, stalls=[(500, 30), (1500, 30)], losses=[(1000, 200)])
-    assert seconds(spans) == {Phase.STARTING: 20, Phase.PRODUCTIVE: 1760 - 60 - 200,
-                              Phase.CHECKPOINT_STALL: 60, Phase.LOST: 200,
-                              Phase.RECOVERING: 120}
+    assert seconds(spans) == {
+        Phase.STARTING: 20,
+        Phase.PRODUCTIVE: 1760 - 60 - 200,
+        Phase.CHECKPOINT_STALL: 60,
+        Phase.LOST: 200,
+        Phase.RECOVERING: 120,
+    }
     assert ratio(totals(spans)) == pytest.approx(1500 / 1900)
 
 
 def test_queueing_before_the_first_admission_is_not_the_jobs_but_a_requeue_is():
-    life = [(0, "pending"), (1000, "admitted"), (1000, "running"), (2000, "recovering"),
-            (2100, "pending"), (2500, "admitted"), (2500, "running")]
+    life = [
+        (0, "pending"),
+        (1000, "admitted"),
+        (1000, "running"),
+        (2000, "recovering"),
+        (2100, "pending"),
+        (2500, "admitted"),
+        (2500, "running"),
+    ]
     spans = split(life, until=3000)
     assert first_admission(spans) == 1000
-    assert seconds(spans) == {Phase.PRODUCTIVE: 1500, Phase.RECOVERING: 100,
-                              Phase.QUEUED: 400}
+    assert seconds(spans) == {Phase.PRODUCTIVE: 1500, Phase.RECOVERING: 100, Phase.QUEUED: 400}
     assert ratio(totals(spans)) == pytest.approx(1500 / 2000)
 
 
 def test_a_window_counts_only_what_falls_inside_it():
     spans = split(LIFE, until=5000)
-    assert seconds(spans, since=900, until=1200) == {Phase.PRODUCTIVE: 180,
-                                                     Phase.RECOVERING: 120}
+    assert seconds(spans, since=900, until=1200) == {Phase.PRODUCTIVE: 180, Phase.RECOVERING: 120}
     assert seconds(spans, since=3000, until=4000) == {}
     assert ratio(totals(spans, since=3000, until=4000)) is None
 
@@ -54,8 +73,10 @@ def test_a_job_never_admitted_has_no_ettr():
     assert first_admission(spans) is None and ratio(totals(spans)) is None
 
 
-@given(st.lists(st.tuples(st.floats(0, 10_000), st.floats(0, 500)), max_size=5),
-       st.lists(st.tuples(st.floats(0, 10_000), st.floats(0, 2_000)), max_size=5))
+@given(
+    st.lists(st.tuples(st.floats(0, 10_000), st.floats(0, 500)), max_size=5),
+    st.lists(st.tuples(st.floats(0, 10_000), st.floats(0, 2_000)), max_size=5),
+)
 def test_carving_never_changes_the_wall_time(stalls, losses):
     plain, carved = split(LIFE, 5000), split(LIFE, 5000, stalls, losses)
     assert sum(s.seconds for s in carved) == pytest.approx(sum(s.seconds for s in plain))

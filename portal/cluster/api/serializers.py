@@ -12,8 +12,20 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "datacenter", "pod", "leaf", "gpu_model", "gpu_count",
-                  "gpus_allocated", "health", "connected", "last_seen_at", "agent_version"]
+        fields = [
+            "id",
+            "name",
+            "datacenter",
+            "pod",
+            "leaf",
+            "gpu_model",
+            "gpu_count",
+            "gpus_allocated",
+            "health",
+            "connected",
+            "last_seen_at",
+            "agent_version",
+        ]
 
 
 class FaultSerializer(serializers.ModelSerializer):
@@ -21,8 +33,7 @@ class FaultSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = FaultEvent
-        fields = ["id", "node", "gpu_index", "kind", "code", "severity", "message",
-                  "occurred_at"]
+        fields = ["id", "node", "gpu_index", "kind", "code", "severity", "message", "occurred_at"]
 
 
 class SummaryTotalSerializer(serializers.Serializer):
@@ -56,8 +67,11 @@ class EnrolSerializer(serializers.Serializer):
     facts = serializers.DictField()
 
     def validate_facts(self, facts):
-        missing = [key for key in ("datacenter", "pod", "leaf", "gpu_model", "gpu_count")
-                   if key not in facts]
+        missing = [
+            key
+            for key in ("datacenter", "pod", "leaf", "gpu_model", "gpu_count")
+            if key not in facts
+        ]
         if missing:
             raise serializers.ValidationError(f"Missing {', '.join(missing)}.")
         count = facts["gpu_count"]

@@ -19,8 +19,19 @@ class QueueSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Queue
-        fields = ["id", "name", "region", "cohort", "priority", "weight", "strategy", "reclaim",
-                  "preempt_within_queue", "borrow_below_priority", "quotas"]
+        fields = [
+            "id",
+            "name",
+            "region",
+            "cohort",
+            "priority",
+            "weight",
+            "strategy",
+            "reclaim",
+            "preempt_within_queue",
+            "borrow_below_priority",
+            "quotas",
+        ]
 
 
 class TenantQueueField(serializers.SlugRelatedField):
@@ -38,19 +49,31 @@ class TenantQueueField(serializers.SlugRelatedField):
 class QuotaRequestSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = serializers.SlugRelatedField(
-        slug_field="name", queryset=GpuModel.objects.all(),
+        slug_field="name",
+        queryset=GpuModel.objects.all(),
         error_messages={"does_not_exist": "Unknown GPU model {value}."},
     )
     region = serializers.SlugRelatedField(
-        slug_field="name", queryset=Region.objects.all(),
+        slug_field="name",
+        queryset=Region.objects.all(),
         error_messages={"does_not_exist": "Unknown region {value}."},
     )
     count = serializers.IntegerField(min_value=1)
 
     class Meta:
         model = QuotaRequest
-        fields = ["id", "queue", "gpu_model", "region", "count", "reason", "status",
-                  "requested_at", "decided_at", "decision_note"]
+        fields = [
+            "id",
+            "queue",
+            "gpu_model",
+            "region",
+            "count",
+            "reason",
+            "status",
+            "requested_at",
+            "decided_at",
+            "decision_note",
+        ]
         read_only_fields = ["status", "requested_at", "decided_at", "decision_note"]
 
     def validate(self, attrs):
@@ -65,7 +88,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
                 {"gpu_model": f"Region {region} has no {model} GPUs."}
             )
         if attrs["count"] > capacity:
-            raise serializers.ValidationError({"count": (
-                f"{attrs['count']} {model} GPUs exceeds the {capacity} the region {region} has."
-            )})
+            count = attrs["count"]
+            why = f"{count} {model} GPUs exceeds the {capacity} the region {region} has."
+            raise serializers.ValidationError({"count": why})
         return attrs

@@ -14,8 +14,9 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewS
     filterset_fields = ["name", "region__name"]
 
 
-class QuotaRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                          mixins.CreateModelMixin, TenantViewSet):
+class QuotaRequestViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TenantViewSet
+):
     queryset = QuotaRequest.objects.select_related("queue", "gpu_model", "region")
     serializer_class = QuotaRequestSerializer
     filterset_fields = ["status", "queue__name", "gpu_model__name"]

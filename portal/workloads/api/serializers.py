@@ -30,14 +30,42 @@ class WorkloadSerializer(serializers.ModelSerializer):
     class Meta:
         model = Workload
         fields = [
-            "id", "name", "queue", "kind", "gpu_model", "gpus", "min_gpus", "max_gpus",
-            "priority", "topology", "topology_required", "checkpoint_policy",
-            "checkpoint_interval_s", "command", "env", "time_limit_s", "simulated_duration_s",
-            "state", "pending_reason", "queue_position", "submitted_at", "admitted_at",
-            "started_at", "finished_at", "exit_code",
+            "id",
+            "name",
+            "queue",
+            "kind",
+            "gpu_model",
+            "gpus",
+            "min_gpus",
+            "max_gpus",
+            "priority",
+            "topology",
+            "topology_required",
+            "checkpoint_policy",
+            "checkpoint_interval_s",
+            "command",
+            "env",
+            "time_limit_s",
+            "simulated_duration_s",
+            "state",
+            "pending_reason",
+            "queue_position",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "exit_code",
         ]
-        read_only_fields = ["state", "pending_reason", "queue_position", "submitted_at",
-                            "admitted_at", "started_at", "finished_at", "exit_code"]
+        read_only_fields = [
+            "state",
+            "pending_reason",
+            "queue_position",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "exit_code",
+        ]
 
     def validate_env(self, env):
         if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
@@ -48,9 +76,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         gpus, model, queue = attrs["gpus"], attrs["gpu_model"], attrs["queue"]
         node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
         if gpus > node_size and gpus % node_size:
-            raise serializers.ValidationError({"gpus": (
-                f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
-            )})
+            why = f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
+            raise serializers.ValidationError({"gpus": why})
         lo, hi = attrs.get("min_gpus") or gpus, attrs.get("max_gpus") or gpus
         if not lo <= gpus <= hi:
             raise serializers.ValidationError(
@@ -58,10 +85,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
             )
         ceiling = queue.ceiling(model)
         if gpus > ceiling:
-            raise serializers.ValidationError({"gpus": (
-                f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what its "
-                f"cohort can lend come to {ceiling}. Request more quota first."
-            )})
+            why = (
+                f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what "
+                f"its cohort can lend come to {ceiling}. Request more quota first."
+            )
+            raise serializers.ValidationError({"gpus": why})
         return attrs
 
 
@@ -79,8 +107,16 @@ class WorkloadDetailSerializer(WorkloadSerializer):
 class CheckpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Checkpoint
-        fields = ["step", "kind", "status", "location", "size_bytes", "duration_s", "stall_s",
-                  "created_at"]
+        fields = [
+            "step",
+            "kind",
+            "status",
+            "location",
+            "size_bytes",
+            "duration_s",
+            "stall_s",
+            "created_at",
+        ]
 
 
 class RecoverySerializer(serializers.ModelSerializer):
@@ -89,8 +125,19 @@ class RecoverySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Recovery
-        fields = ["id", "fault", "node", "step", "outcome", "detail", "resume_step", "lost_s",
-                  "started_at", "restart_pushed_at", "finished_at"]
+        fields = [
+            "id",
+            "fault",
+            "node",
+            "step",
+            "outcome",
+            "detail",
+            "resume_step",
+            "lost_s",
+            "started_at",
+            "restart_pushed_at",
+            "finished_at",
+        ]
 
 
 class SpanSerializer(serializers.Serializer):
@@ -111,8 +158,9 @@ class PhaseSecondsSerializer(serializers.Serializer):
 
 
 class TimelineSerializer(serializers.Serializer):
-    ettr = serializers.FloatField(allow_null=True, help_text="Productive / wall time since "
-                                  "first admission")
+    ettr = serializers.FloatField(
+        allow_null=True, help_text="Productive / wall time since first admission"
+    )
     seconds = PhaseSecondsSerializer()
     spans = SpanSerializer(many=True)
     checkpoints = CheckpointSerializer(many=True)

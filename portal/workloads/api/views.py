@@ -21,8 +21,9 @@ from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload
 
 
-class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                      mixins.CreateModelMixin, TenantViewSet):
+class WorkloadViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TenantViewSet
+):
     queryset = Workload.objects.select_related("queue", "gpu_model")
     serializer_class = WorkloadSerializer
     filterset_class = WorkloadFilterSet
@@ -49,11 +50,15 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def timeline(self, request, pk=None):
         """Where the workload's time went (ETTR), its checkpoints and its recoveries."""
         workload = self.get_object()
-        return Response(TimelineSerializer({
-            **job_report(workload),
-            "checkpoints": workload.checkpoints.all(),
-            "recoveries": workload.recoveries.select_related("fault__node"),
-        }).data)
+        return Response(
+            TimelineSerializer(
+                {
+                    **job_report(workload),
+                    "checkpoints": workload.checkpoints.all(),
+                    "recoveries": workload.recoveries.select_related("fault__node"),
+                }
+            ).data
+        )
 
 
 class EttrView(APIView):

@@ -13,11 +13,20 @@ def acme_things(acme_llm, alice, bob, cluster):
     fault = FaultEvent.objects.create(node=cluster[0], kind="xid", code=79, message="fell off")
     fault.workloads.add(workload)
     quota_request = QuotaRequest.objects.create(
-        tenant=acme_llm.tenant, queue=acme_llm, gpu_model=workload.gpu_model,
-        region=acme_llm.region, count=8, reason="more", requested_by=alice,
+        tenant=acme_llm.tenant,
+        queue=acme_llm,
+        gpu_model=workload.gpu_model,
+        region=acme_llm.region,
+        count=8,
+        reason="more",
+        requested_by=alice,
     )
-    return {"workloads": workload, "queues": acme_llm, "faults": fault,
-            "quota-requests": quota_request}
+    return {
+        "workloads": workload,
+        "queues": acme_llm,
+        "faults": fault,
+        "quota-requests": quota_request,
+    }
 
 
 ENDPOINTS = ["workloads", "queues", "faults", "quota-requests"]
@@ -54,8 +63,11 @@ def test_another_tenant_cannot_cancel(acme_things, charlie):
 
 
 def test_another_tenants_queue_cannot_be_named_in_a_submission(acme_things, charlie):
-    response = api_client(charlie).post("/api/v1/workloads/", {
-        "name": "sneaky", "queue": "llm", "gpu_model": "H800", "gpus": 8}, format="json")
+    response = api_client(charlie).post(
+        "/api/v1/workloads/",
+        {"name": "sneaky", "queue": "llm", "gpu_model": "H800", "gpus": 8},
+        format="json",
+    )
     assert response.status_code == 400
     assert response.json()["errors"] == [
         {"field": "queue", "reason": "Your tenant has no queue llm."}
@@ -76,8 +88,11 @@ def test_browser_pages_hide_other_tenants_workloads(acme_things, charlie, client
 
 def test_viewers_cannot_write(acme_things, victor):
     client = api_client(victor)
-    submit = client.post("/api/v1/workloads/", {
-        "name": "x", "queue": "llm", "gpu_model": "H800", "gpus": 8}, format="json")
+    submit = client.post(
+        "/api/v1/workloads/",
+        {"name": "x", "queue": "llm", "gpu_model": "H800", "gpus": 8},
+        format="json",
+    )
     cancel = client.post(f"/api/v1/workloads/{acme_things['workloads'].pk}/cancel/")
     assert submit.status_code == cancel.status_code == 403
     assert "Viewer" in submit.json()["errors"][0]["reason"]
@@ -85,8 +100,7 @@ def test_viewers_cannot_write(acme_things, victor):
 
 
 def test_members_cannot_request_quota_but_admins_can(acme_things, bob, alice):
-    body = {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 8,
-            "reason": "more"}
+    body = {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 8, "reason": "more"}
     assert api_client(bob).post("/api/v1/quota-requests/", body).status_code == 403
     assert api_client(alice).post("/api/v1/quota-requests/", body).status_code == 201
 

@@ -6,28 +6,45 @@ from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.models import Workload
 from tests.builders import api_client, make_queue
 
-QUOTA_OK = {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 16,
-            "reason": "pre-training"}
+QUOTA_OK = {
+    "queue": "llm",
+    "gpu_model": "H800",
+    "region": "cn-east",
+    "count": 16,
+    "reason": "pre-training",
+}
 
 
-@pytest.mark.parametrize(("change", "field", "reason"), [
-    ({"count": -8}, "count", "Ensure this value is greater than or equal to 1."),
-    ({"count": 0}, "count", "Ensure this value is greater than or equal to 1."),
-    ({"gpu_model": "B300"}, "gpu_model", "Unknown GPU model B300."),
-    ({"region": "mars-1"}, "region", "Unknown region mars-1."),
-    ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
-    ({"gpu_model": "A100"}, "gpu_model", "Region cn-east has no A100 GPUs."),
-    ({"count": 10_000}, "count", "10000 H800 GPUs exceeds the 96 the region cn-east has."),
-    ({"reason": ""}, "reason", "This field may not be blank."),
-], ids=["a negative count", "a zero count", "an unknown GPU model", "an unknown region",
-        "a queue the tenant does not have", "a region without that model",
-        "more than the cluster's capacity", "no reason given"])
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"count": -8}, "count", "Ensure this value is greater than or equal to 1."),
+        ({"count": 0}, "count", "Ensure this value is greater than or equal to 1."),
+        ({"gpu_model": "B300"}, "gpu_model", "Unknown GPU model B300."),
+        ({"region": "mars-1"}, "region", "Unknown region mars-1."),
+        ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
+        ({"gpu_model": "A100"}, "gpu_model", "Region cn-east has no A100 GPUs."),
+        ({"count": 10_000}, "count", "10000 H800 GPUs exceeds the 96 the region cn-east has."),
+        ({"reason": ""}, "reason", "This field may not be blank."),
+    ],
+    ids=[
+        "a negative count",
+        "a zero count",
+        "an unknown GPU model",
+        "an unknown region",
+        "a queue the tenant does not have",
+        "a region without that model",
+        "more than the cluster's capacity",
+        "no reason given",
+    ],
+)
 def test_bad_quota_requests_are_refused(acme_llm, alice, change, field, reason):
     from portal.cluster.models import GpuModel
 
     GpuModel.objects.create(name="A100", memory_gb=80)  # known, but no node has it
-    response = api_client(alice).post("/api/v1/quota-requests/", {**QUOTA_OK, **change},
-                                      format="json")
+    response = api_client(alice).post(
+        "/api/v1/quota-requests/", {**QUOTA_OK, **change}, format="json"
+    )
     assert response.status_code == 400
     assert {"field": field, "reason": reason} in response.json()["errors"]
     assert not QuotaRequest.objects.exists()
@@ -37,8 +54,9 @@ def test_a_queue_in_another_region_is_refused(acme_llm, alice):
     from portal.cluster.models import Region
 
     Region.objects.create(name="cn-north")
-    response = api_client(alice).post("/api/v1/quota-requests/",
-                                      {**QUOTA_OK, "region": "cn-north"}, format="json")
+    response = api_client(alice).post(
+        "/api/v1/quota-requests/", {**QUOTA_OK, "region": "cn-north"}, format="json"
+    )
     assert response.json()["errors"] == [
         {"field": "region", "reason": "Queue llm is in region cn-east, not cn-north."}
     ]
@@ -47,22 +65,40 @@ def test_a_queue_in_another_region_is_refused(acme_llm, alice):
 WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 16}
 
 
-@pytest.mark.parametrize(("change", "field", "reason"), [
-    ({"gpus": 128}, "gpus", "Queue llm can never hold 128 H800 GPUs: its quota and what its "
-                            "cohort can lend come to 64. Request more quota first."),
-    ({"gpus": 12}, "gpus", "Jobs larger than one node take whole nodes: ask for a multiple of 8."),
-    ({"gpus": 0}, "gpus", "Ensure this value is greater than or equal to 1."),
-    ({"gpu_model": "X9"}, "gpu_model", "Unknown GPU model X9."),
-    ({"min_gpus": 32}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 32 <= 16 <= 16."),
-    ({"kind": "mining"}, "kind", '"mining" is not a valid choice.'),
-    ({"env": ["A=1"]}, "env", "Must be an object of variable names to values."),
-    ({"name": ""}, "name", "This field may not be blank."),
-], ids=["more GPUs than the queue could ever get", "a partial node for a multi-node job",
-        "zero GPUs", "an unknown GPU model", "an elastic minimum above the size",
-        "an unknown kind", "an env that is not an object", "no name"])
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        (
+            {"gpus": 128},
+            "gpus",
+            "Queue llm can never hold 128 H800 GPUs: its quota and what its "
+            "cohort can lend come to 64. Request more quota first.",
+        ),
+        (
+            {"gpus": 12},
+            "gpus",
+            "Jobs larger than one node take whole nodes: ask for a multiple of 8.",
+        ),
+        ({"gpus": 0}, "gpus", "Ensure this value is greater than or equal to 1."),
+        ({"gpu_model": "X9"}, "gpu_model", "Unknown GPU model X9."),
+        ({"min_gpus": 32}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 32 <= 16 <= 16."),
+        ({"kind": "mining"}, "kind", '"mining" is not a valid choice.'),
+        ({"env": ["A=1"]}, "env", "Must be an object of variable names to values."),
+        ({"name": ""}, "name", "This field may not be blank."),
+    ],
+    ids=[
+        "more GPUs than the queue could ever get",
+        "a partial node for a multi-node job",
+        "zero GPUs",
+        "an unknown GPU model",
+        "an elastic minimum above the size",
+        "an unknown kind",
+        "an env that is not an object",
+        "no name",
+    ],
+)
 def test_bad_workloads_are_refused(acme_llm, bob, change, field, reason):
-    response = api_client(bob).post("/api/v1/workloads/", {**WORKLOAD_OK, **change},
-                                    format="json")
+    response = api_client(bob).post("/api/v1/workloads/", {**WORKLOAD_OK, **change}, format="json")
     assert response.status_code == 400
     assert {"field": field, "reason": reason} in response.json()["errors"]
     assert not Workload.objects.exists()
@@ -77,16 +113,19 @@ def test_a_cohort_raises_what_a_queue_could_ever_get(acme_llm, bob, globex):
     make_queue(globex, "train", cohort="research", h800=32)
     QueueQuota.objects.filter(queue=acme_llm).update(borrowing_limit=16)
     client = api_client(bob)
-    assert client.post("/api/v1/workloads/", {**WORKLOAD_OK, "gpus": 80},
-                       format="json").status_code == 201
+    assert (
+        client.post("/api/v1/workloads/", {**WORKLOAD_OK, "gpus": 80}, format="json").status_code
+        == 201
+    )
     refused = client.post("/api/v1/workloads/", {**WORKLOAD_OK, "gpus": 88}, format="json")
     assert refused.status_code == 400
     assert "come to 80" in refused.json()["errors"][0]["reason"]
 
 
 def test_malformed_json_is_a_clear_error(acme_llm, bob):
-    response = api_client(bob).post("/api/v1/workloads/", "{not json",
-                                    content_type="application/json")
+    response = api_client(bob).post(
+        "/api/v1/workloads/", "{not json", content_type="application/json"
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["reason"].startswith("JSON parse error")
 

@@ -34,8 +34,9 @@ class AgentThread:
         spec = NodeSpec(hostname=node.name, token=node.issue_token(), gpu_model="H800")
         self.agent = build_agent(spec, url, heartbeat_s=0.1)
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_until_complete,
-                                       args=(self.agent.run(),), daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self.agent.run(),), daemon=True
+        )
         self.thread.start()
 
     def stop(self):
@@ -50,8 +51,7 @@ def _refreshed(obj):
     return obj
 
 
-def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url, acme_llm,
-                                                                       cluster):
+def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url, acme_llm, cluster):
     Node.objects.update(connected=False)
     node = cluster[0]
     agent = AgentThread(agent_url, node)
@@ -70,29 +70,50 @@ def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url,
         assert usage.gpus == 8 and usage.gpu_hours > 0
         states = list(workload.events.values_list("to_state", flat=True))
         assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
-        wait_until(lambda: int(client().hget(REPORTED, node.pk) or -1)
-                   == _refreshed(node).generation, 10, "the agent to report the latest generation")
+        wait_until(
+            lambda: int(client().hget(REPORTED, node.pk) or -1) == _refreshed(node).generation,
+            10,
+            "the agent to report the latest generation",
+        )
     finally:
         agent.stop()
     wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")
 
 
-def test_malformed_messages_are_rejected_with_a_reason_and_logged(agent_url, portal_server,
-                                                                  cluster):
+def test_malformed_messages_are_rejected_with_a_reason_and_logged(
+    agent_url, portal_server, cluster
+):
     node = cluster[0]
     token = node.issue_token()
     with connect(agent_url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
         ws.send("{not json")
         assert json.loads(ws.recv(timeout=10))["type"] == "error"
-        ws.send(json.dumps({"type": "heartbeat", "v": 1, "id": "x", "generation": 0,
-                            "gpus": [{"index": 0, "util": "busy"}], "workloads": []}))
+        ws.send(
+            json.dumps(
+                {
+                    "type": "heartbeat",
+                    "v": 1,
+                    "id": "x",
+                    "generation": 0,
+                    "gpus": [{"index": 0, "util": "busy"}],
+                    "workloads": [],
+                }
+            )
+        )
         error = json.loads(ws.recv(timeout=10))
         assert error["type"] == "error" and error["field"].startswith("heartbeat.gpus[0]")
         ws.send(json.dumps({"type": "hello", "v": 99, "id": "y"}))
         assert "version" in json.loads(ws.recv(timeout=10))["reason"]
         # The connection is still sound: a good hello is answered with the desired state.
-        ws.send(protocol.encode("hello", agent_version="test", generation=0, workloads=[],
-                                node={"hostname": node.name, "gpu_model": "H800", "gpus": []}))
+        ws.send(
+            protocol.encode(
+                "hello",
+                agent_version="test",
+                generation=0,
+                workloads=[],
+                node={"hostname": node.name, "gpu_model": "H800", "gpus": []},
+            )
+        )
         reply = protocol.parse(ws.recv(timeout=10), "server")
         assert reply["type"] == "desired_state" and reply["assignments"] == []
         assert _refreshed(node).connected
@@ -122,18 +143,35 @@ def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
     assert set(workload.allocations.values_list("node_id", flat=True)) == {b.pk}
     token = a.issue_token()
     with connect(agent_url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
-        ws.send(protocol.encode("event", kind="workload_exited", workload_id=workload.pk,
-                                exit_code=0, detail={}))
-        ws.send(protocol.encode("hello", agent_version="t", generation=0, workloads=[],
-                                node={"hostname": a.name, "gpu_model": "H800", "gpus": []}))
+        ws.send(
+            protocol.encode(
+                "event", kind="workload_exited", workload_id=workload.pk, exit_code=0, detail={}
+            )
+        )
+        ws.send(
+            protocol.encode(
+                "hello",
+                agent_version="t",
+                generation=0,
+                workloads=[],
+                node={"hostname": a.name, "gpu_model": "H800", "gpus": []},
+            )
+        )
         protocol.parse(ws.recv(timeout=10), "server")
     assert _refreshed(workload).state == State.ADMITTED
     assert workload.allocations.count() == 8
 
 
 def _hello(ws, node):
-    ws.send(protocol.encode("hello", agent_version="t", generation=0, workloads=[],
-                            node={"hostname": node.name, "gpu_model": "H800", "gpus": []}))
+    ws.send(
+        protocol.encode(
+            "hello",
+            agent_version="t",
+            generation=0,
+            workloads=[],
+            node={"hostname": node.name, "gpu_model": "H800", "gpus": []},
+        )
+    )
     return protocol.parse(ws.recv(timeout=10), "server")
 
 
@@ -154,12 +192,24 @@ def test_a_late_disconnect_of_an_old_connection_leaves_the_node_connected(agent_
 
 def test_a_fault_from_an_agent_is_recorded(agent_url, acme_llm, cluster):
     node = cluster[0]
-    with connect(agent_url,
-                 additional_headers={"Authorization": f"Bearer {node.issue_token()}"}) as ws:
+    with connect(
+        agent_url, additional_headers={"Authorization": f"Bearer {node.issue_token()}"}
+    ) as ws:
         _hello(ws, node)
-        ws.send(protocol.encode("event", kind="fault", workload_id=None, exit_code=None,
-                                detail={"code": "xid-79", "xid": 79, "gpu_index": 3,
-                                        "message": "GPU has fallen off the bus"}))
+        ws.send(
+            protocol.encode(
+                "event",
+                kind="fault",
+                workload_id=None,
+                exit_code=None,
+                detail={
+                    "code": "xid-79",
+                    "xid": 79,
+                    "gpu_index": 3,
+                    "message": "GPU has fallen off the bus",
+                },
+            )
+        )
         fault = wait_until(lambda: FaultEvent.objects.filter(node=node).first(), 10, "a fault")
     assert (fault.code, fault.gpu_index, fault.kind) == (79, 3, "xid-79")
     assert _refreshed(node).health == "down"  # XID 79 needs a reboot

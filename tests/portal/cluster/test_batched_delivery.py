@@ -21,20 +21,26 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_acks_in_one_batch_count_once_each_and_only_from_their_own_node(cluster, caplog):
     a, b, c = (node.pk for node in cluster[:3])
     ca, cb, cc = (str(command.pk) for command in send_commands([a, b, c], "checkpoint"))
-    results = answer_many([
-        (a, ca, True, "saved step 7 on a"),
-        (b, cb, False, "no space left"),
-        (a, ca, False, "a repeat"),  # the first answer counts
-        (a, cc, True, "not a's command"),
-        (c, str(uuid.uuid4()), True, "never sent"),
-        (c, "not-a-uuid", True, "malformed"),
-    ])
+    results = answer_many(
+        [
+            (a, ca, True, "saved step 7 on a"),
+            (b, cb, False, "no space left"),
+            (a, ca, False, "a repeat"),  # the first answer counts
+            (a, cc, True, "not a's command"),
+            (c, str(uuid.uuid4()), True, "never sent"),
+            (c, "not-a-uuid", True, "malformed"),
+        ]
+    )
     assert results == [True, True, False, False, False, False]
     commands = NodeCommand.objects.in_bulk()
-    assert (commands[uuid.UUID(ca)].state, commands[uuid.UUID(ca)].detail) == \
-        (CommandState.DONE, "saved step 7 on a")
-    assert (commands[uuid.UUID(cb)].state, commands[uuid.UUID(cb)].detail) == \
-        (CommandState.FAILED, "no space left")
+    assert (commands[uuid.UUID(ca)].state, commands[uuid.UUID(ca)].detail) == (
+        CommandState.DONE,
+        "saved step 7 on a",
+    )
+    assert (commands[uuid.UUID(cb)].state, commands[uuid.UUID(cb)].detail) == (
+        CommandState.FAILED,
+        "no space left",
+    )
     assert commands[uuid.UUID(cc)].state == CommandState.SENT
     assert commands[uuid.UUID(ca)].answered_at is not None
     unknown = [r.getMessage() for r in caplog.records if "unknown command" in r.getMessage()]
@@ -67,7 +73,8 @@ def test_concurrent_callers_share_a_batch_and_a_bad_item_fails_only_its_caller()
 
 
 def test_messages_to_many_agents_travel_as_one_delivery_per_process_and_batch(
-        cluster, clean_redis, monkeypatch):
+    cluster, clean_redis, monkeypatch
+):
     monkeypatch.setattr("portal.cluster.agents.PER_DELIVERY", 5)
     layer = get_channel_layer()
     process = async_to_sync(layer.new_channel)().partition("!")[0]  # this process's prefix
@@ -84,8 +91,8 @@ def test_messages_to_many_agents_travel_as_one_delivery_per_process_and_batch(
     connected = len(nodes) - 1
     received = async_to_sync(deliveries)(-(-connected // 5))
     assert [len(d["messages"]) for d in received] == [5] * (connected // 5) + (
-        [connected % 5] if connected % 5 else [])
+        [connected % 5] if connected % 5 else []
+    )
     delivered = {channel: message["n"] for d in received for channel, message in d["messages"]}
     # Every connected agent's message, to its own connection; the disconnected node left out.
-    assert delivered == {f"{process}!agent-{i}": node.pk for i, node in enumerate(nodes)
-                         if i > 0}
+    assert delivered == {f"{process}!agent-{i}": node.pk for i, node in enumerate(nodes) if i > 0}

@@ -12,13 +12,23 @@ from portal.core.errors import Conflict
 from portal.core.models import AuditEvent
 from portal.tenancy.models import hash_token
 
-FACTS = {"datacenter": "dc1", "pod": "p9", "leaf": "l1", "gpu_model": "H800", "gpu_count": 8,
-         "driver_version": "570.86.15", "cuda_version": "12.8"}
+FACTS = {
+    "datacenter": "dc1",
+    "pod": "p9",
+    "leaf": "l1",
+    "gpu_model": "H800",
+    "gpu_count": 8,
+    "driver_version": "570.86.15",
+    "cuda_version": "12.8",
+}
 
 
 def enrol(raw, hostname="gpu-new-001", **facts):
-    return APIClient().post("/api/v1/enrol/", {"bootstrap_token": raw, "hostname": hostname,
-                                               "facts": {**FACTS, **facts}}, format="json")
+    return APIClient().post(
+        "/api/v1/enrol/",
+        {"bootstrap_token": raw, "hostname": hostname, "facts": {**FACTS, **facts}},
+        format="json",
+    )
 
 
 @pytest.fixture
@@ -40,37 +50,67 @@ def test_a_bootstrap_token_enrols_one_node_once(token):
     assert AuditEvent.objects.filter(action="node.enrolled", object_id=str(node.pk)).exists()
     again = enrol(raw, hostname="gpu-new-002")
     assert again.status_code == 400
-    assert again.json() == {"errors": [{"field": "bootstrap_token",
-                                        "reason": "This bootstrap token has already been used."}]}
+    assert again.json() == {
+        "errors": [
+            {"field": "bootstrap_token", "reason": "This bootstrap token has already been used."}
+        ]
+    }
     assert not Node.objects.filter(name="gpu-new-002").exists()
 
 
-@pytest.mark.parametrize(("change", "field", "reason"), [
-    pytest.param({"raw": "wb_nonsense"}, "bootstrap_token", "Unknown or revoked",
-                 id="an unknown token is refused"),
-    pytest.param({"revoked": True}, "bootstrap_token", "Unknown or revoked",
-                 id="a revoked token is refused"),
-    pytest.param({"expired": True}, "bootstrap_token", "expired",
-                 id="an expired token is refused"),
-    pytest.param({"facts": {"datacenter": "dc9"}}, "facts.datacenter", "Unknown data center",
-                 id="a node in an unknown data center is refused"),
-    pytest.param({"facts": {"gpu_model": "B300"}}, "facts.gpu_model", "Unknown GPU model",
-                 id="an unknown GPU model is refused"),
-    pytest.param({"facts": {"gpu_count": "eight"}}, "facts", "gpu_count must be",
-                 id="a GPU count that is not a number is refused"),
-    pytest.param({"hostname": "../etc"}, "hostname", "",
-                 id="a hostname that is not one is refused"),
-])
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        pytest.param(
+            {"raw": "wb_nonsense"},
+            "bootstrap_token",
+            "Unknown or revoked",
+            id="an unknown token is refused",
+        ),
+        pytest.param(
+            {"revoked": True},
+            "bootstrap_token",
+            "Unknown or revoked",
+            id="a revoked token is refused",
+        ),
+        pytest.param(
+            {"expired": True}, "bootstrap_token", "expired", id="an expired token is refused"
+        ),
+        pytest.param(
+            {"facts": {"datacenter": "dc9"}},
+            "facts.datacenter",
+            "Unknown data center",
+            id="a node in an unknown data center is refused",
+        ),
+        pytest.param(
+            {"facts": {"gpu_model": "B300"}},
+            "facts.gpu_model",
+            "Unknown GPU model",
+            id="an unknown GPU model is refused",
+        ),
+        pytest.param(
+            {"facts": {"gpu_count": "eight"}},
+            "facts",
+            "gpu_count must be",
+            id="a GPU count that is not a number is refused",
+        ),
+        pytest.param(
+            {"hostname": "../etc"}, "hostname", "", id="a hostname that is not one is refused"
+        ),
+    ],
+)
 def test_bad_enrolments_say_which_field_and_why_and_change_nothing(token, change, field, reason):
     bootstrap, raw = token
     if change.get("revoked"):
         BootstrapToken.objects.filter(pk=bootstrap.pk).update(revoked=True)
     if change.get("expired"):
         BootstrapToken.objects.filter(pk=bootstrap.pk).update(
-            expires_at=timezone.now() - timedelta(seconds=1))
+            expires_at=timezone.now() - timedelta(seconds=1)
+        )
     nodes = Node.objects.count()
-    response = enrol(change.get("raw", raw), change.get("hostname", "gpu-new-001"),
-                     **change.get("facts", {}))
+    response = enrol(
+        change.get("raw", raw), change.get("hostname", "gpu-new-001"), **change.get("facts", {})
+    )
     assert response.status_code == 400
     [error] = response.json()["errors"]
     assert error["field"] == field and reason in error["reason"]
@@ -95,11 +135,15 @@ def test_an_operator_registered_node_without_a_token_is_taken_over(token, cluste
     assert node.token_hash and node.leaf.pod.name == "p9"
 
 
-@pytest.mark.parametrize(("path", "allowed"), [
-    ([Health.CORDONED, Health.DRAINING, Health.DOWN, Health.REPAIRING, Health.READY], True),
-    ([Health.REPAIRING], False),
-    ([Health.DOWN, Health.DRAINING], False),
-], ids=["the full lifecycle", "a ready node is not repaired", "a down node is not drained"])
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ([Health.CORDONED, Health.DRAINING, Health.DOWN, Health.REPAIRING, Health.READY], True),
+        ([Health.REPAIRING], False),
+        ([Health.DOWN, Health.DRAINING], False),
+    ],
+    ids=["the full lifecycle", "a ready node is not repaired", "a down node is not drained"],
+)
 def test_node_lifecycle_moves(cluster, operator, path, allowed):
     node = cluster[0]
     if allowed:

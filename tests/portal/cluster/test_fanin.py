@@ -11,5 +11,6 @@ def test_a_window_reports_rate_and_percentiles(caplog, monkeypatch):
     for seconds in (0.001, 0.002, 0.100):
         stats.record(seconds)
     assert caplog.messages == [
-        "agent fan-in: 3 messages in 10.5 s (0/s), handle p50 2.00 ms p99 100.00 ms"]
+        "agent fan-in: 3 messages in 10.5 s (0/s), handle p50 2.00 ms p99 100.00 ms"
+    ]
     assert stats.durations == []

@@ -21,8 +21,7 @@ def stale(cluster, clean_redis):
     return cluster
 
 
-def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_llm, bob,
-                                                                  charlie):
+def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_llm, bob, charlie):
     workload = make_workload(acme_llm, "on-first", gpus=8)
     scheduling_cycle()
     node = workload.allocations.first().node
@@ -37,8 +36,7 @@ def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_ll
     workload.refresh_from_db()
     assert workload.state == State.RECOVERING
     assert workload.recoveries.get().lost_nodes == [node.pk]
-    assert [f["id"] for f in api_client(bob).get("/api/v1/faults/").json()["results"]] == [
-        fault.pk]
+    assert [f["id"] for f in api_client(bob).get("/api/v1/faults/").json()["results"]] == [fault.pk]
     assert api_client(charlie).get("/api/v1/faults/").json()["count"] == 0
     assert mark_lost_nodes() == []  # already marked: no second fault
 

@@ -13,12 +13,19 @@ from tests.builders import make_workload
 
 def _request(queue, count, user):
     return QuotaRequest.objects.create(
-        tenant=queue.tenant, queue=queue, gpu_model=GpuModel.objects.get(name="H800"),
-        region=Region.objects.get(), count=count, reason="more", requested_by=user)
+        tenant=queue.tenant,
+        queue=queue,
+        gpu_model=GpuModel.objects.get(name="H800"),
+        region=Region.objects.get(),
+        count=count,
+        reason="more",
+        requested_by=user,
+    )
 
 
-def test_the_request_list_costs_the_same_however_long(acme_llm, alice, operator, client,
-                                                       django_assert_max_num_queries):
+def test_the_request_list_costs_the_same_however_long(
+    acme_llm, alice, operator, client, django_assert_max_num_queries
+):
     for _ in range(30):
         _request(acme_llm, 8, alice)
     client.force_login(operator)
@@ -30,8 +37,11 @@ def test_the_request_list_costs_the_same_however_long(acme_llm, alice, operator,
 def test_an_approval_over_capacity_is_refused(acme_llm, alice, operator, client):
     quota_request = _request(acme_llm, 40, alice)  # 64 committed + 40 > 96
     client.force_login(operator)
-    page = client.post("/admin/quotas/quotarequest/", {
-        "action": "approve", "_selected_action": [quota_request.pk]}, follow=True)
+    page = client.post(
+        "/admin/quotas/quotarequest/",
+        {"action": "approve", "_selected_action": [quota_request.pk]},
+        follow=True,
+    )
     assert "not approved" in page.content.decode()
     quota_request.refresh_from_db()
     assert quota_request.status == "pending"
@@ -60,7 +70,8 @@ def test_two_approvals_at_once_cannot_overcommit_a_region(acme_llm, alice, opera
 
 
 def test_operators_cancel_through_the_lifecycle_and_cannot_edit_allocations(
-        acme_llm, operator, client):
+    acme_llm, operator, client
+):
     from portal.workloads.cycle import scheduling_cycle
 
     workload = make_workload(acme_llm, gpus=8)
@@ -68,8 +79,9 @@ def test_operators_cancel_through_the_lifecycle_and_cannot_edit_allocations(
     client.force_login(operator)
     allocation = workload.allocations.first()
     assert client.get(f"/admin/workloads/allocation/{allocation.pk}/delete/").status_code == 403
-    client.post("/admin/workloads/workload/", {"action": "cancel",
-                                                "_selected_action": [workload.pk]})
+    client.post(
+        "/admin/workloads/workload/", {"action": "cancel", "_selected_action": [workload.pk]}
+    )
     workload.refresh_from_db()
     assert workload.state == State.CANCELLED
     assert not workload.allocations.exists()
@@ -78,8 +90,11 @@ def test_operators_cancel_through_the_lifecycle_and_cannot_edit_allocations(
 def test_operators_issue_an_agent_token_shown_once(cluster, operator, client):
     node = cluster[0]
     client.force_login(operator)
-    page = client.post("/admin/cluster/node/", {"action": "issue_token",
-                                                 "_selected_action": [node.pk]}, follow=True)
+    page = client.post(
+        "/admin/cluster/node/",
+        {"action": "issue_token", "_selected_action": [node.pk]},
+        follow=True,
+    )
     assert f"Agent token for {node}: wn_" in page.content.decode()
     node.refresh_from_db()
     assert node.token_hash

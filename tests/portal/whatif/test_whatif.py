@@ -31,8 +31,16 @@ def test_only_operators_reach_the_page(client, bob):
 
 
 def test_a_philly_run_from_the_page_to_its_report(staff):
-    response = staff.post("/ops/whatif/", {"trace": "philly", "cluster": "trace", "days": 20,
-                                           "policies": ["wanka", "fifo"], "seed": 3})
+    response = staff.post(
+        "/ops/whatif/",
+        {
+            "trace": "philly",
+            "cluster": "trace",
+            "days": 20,
+            "policies": ["wanka", "fifo"],
+            "seed": 3,
+        },
+    )
     whatif = WhatIfRun.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/ops/whatif/{whatif.pk}/"
     assert (whatif.state, whatif.policies, whatif.seed) == (RunState.PENDING, ["wanka", "fifo"], 3)
@@ -54,9 +62,15 @@ def test_an_uploaded_trace_on_this_cluster(staff, acme):
 
     make_cluster()
     make_queue(acme, "llm", h800=64)
-    staff.post("/ops/whatif/", {
-        "trace": "csv", "cluster": "current", "policies": ["wanka"],
-        "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv")})
+    staff.post(
+        "/ops/whatif/",
+        {
+            "trace": "csv",
+            "cluster": "current",
+            "policies": ["wanka"],
+            "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv"),
+        },
+    )
     whatif = WhatIfRun.objects.get()
     execute(whatif.pk)
     whatif.refresh_from_db()
@@ -64,13 +78,21 @@ def test_an_uploaded_trace_on_this_cluster(staff, acme):
     assert whatif.results["policies"]["wanka"]["finished"] == 3
 
 
-@pytest.mark.parametrize(("form", "field"), [
-    ({"trace": "csv", "cluster": "current", "policies": ["wanka"]}, "trace_csv"),
-    ({"trace": "philly", "cluster": "trace"}, "policies"),
-    ({"trace": "philly", "cluster": "trace", "policies": ["wanka"], "days": "-2"}, "days"),
-    ({"trace": "nonsense", "cluster": "trace", "policies": ["wanka"]}, "trace"),
-], ids=["a CSV trace needs its file", "at least one policy", "days must be positive",
-        "an unknown trace"])
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"trace": "csv", "cluster": "current", "policies": ["wanka"]}, "trace_csv"),
+        ({"trace": "philly", "cluster": "trace"}, "policies"),
+        ({"trace": "philly", "cluster": "trace", "policies": ["wanka"], "days": "-2"}, "days"),
+        ({"trace": "nonsense", "cluster": "trace", "policies": ["wanka"]}, "trace"),
+    ],
+    ids=[
+        "a CSV trace needs its file",
+        "at least one policy",
+        "days must be positive",
+        "an unknown trace",
+    ],
+)
 def test_bad_forms_say_what_is_wrong_and_start_nothing(staff, form, field):
     page = staff.post("/ops/whatif/", form)
     assert page.status_code == 200 and field in page.context["errors"]
@@ -78,16 +100,29 @@ def test_bad_forms_say_what_is_wrong_and_start_nothing(staff, form, field):
 
 
 def test_a_bad_trace_fails_the_run_with_the_line_at_fault(staff, acme):
-    staff.post("/ops/whatif/", {
-        "trace": "csv", "cluster": "trace", "policies": ["wanka"],
-        "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv")})
+    staff.post(
+        "/ops/whatif/",
+        {
+            "trace": "csv",
+            "cluster": "trace",
+            "policies": ["wanka"],
+            "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv"),
+        },
+    )
     whatif = WhatIfRun.objects.get()
     execute(whatif.pk)
     whatif.refresh_from_db()
     assert whatif.state == RunState.FAILED and "cluster" in whatif.message
     bad = TRACE.replace("60,16", "60,sixteen")
-    staff.post("/ops/whatif/", {"trace": "csv", "cluster": "current", "policies": ["wanka"],
-                                "trace_csv": SimpleUploadedFile("b.csv", bad.encode())})
+    staff.post(
+        "/ops/whatif/",
+        {
+            "trace": "csv",
+            "cluster": "current",
+            "policies": ["wanka"],
+            "trace_csv": SimpleUploadedFile("b.csv", bad.encode()),
+        },
+    )
     whatif = WhatIfRun.objects.latest("pk")
     execute(whatif.pk)
     whatif.refresh_from_db()
@@ -103,8 +138,21 @@ def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
 
 def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
     report, figures = tmp_path / "r.html", tmp_path / "r.json"
-    call_command("simulate", "--trace", "philly", "--days", "20", "--policy", "wanka",
-                 "--policy", "static", "--report", str(report), "--json", str(figures))
+    call_command(
+        "simulate",
+        "--trace",
+        "philly",
+        "--days",
+        "20",
+        "--policy",
+        "wanka",
+        "--policy",
+        "static",
+        "--report",
+        str(report),
+        "--json",
+        str(figures),
+    )
     assert report.read_text().lower().count("plotly") > 1
     assert set(json.loads(figures.read_text())["policies"]) == {"wanka", "static"}
     with pytest.raises(CommandError, match="cluster"):
@@ -112,16 +160,24 @@ def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_worker_runs_it_and_the_page_follows_live(portal_server, celery_worker,
-                                                      clean_redis, operator):
+def test_the_worker_runs_it_and_the_page_follows_live(
+    portal_server, celery_worker, clean_redis, operator
+):
     from django.test import Client
 
     browser = Client()
     browser.force_login(operator)
     live = LiveClient(portal_server, browser)
     try:
-        browser.post("/ops/whatif/", {"trace": "philly", "cluster": "trace", "days": 20,
-                                      "policies": ["wanka", "fifo", "static", "no-reclaim"]})
+        browser.post(
+            "/ops/whatif/",
+            {
+                "trace": "philly",
+                "cluster": "trace",
+                "days": 20,
+                "policies": ["wanka", "fifo", "static", "no-reclaim"],
+            },
+        )
         whatif = WhatIfRun.objects.get()
         done = live.wait_for("whatif.progress", lambda p: p["state"] == "done", 120)
     finally:

@@ -45,6 +45,7 @@ def test_overlapping_transactions_cannot_book_one_gpu_twice(acme_llm, cluster):
                 Allocation.objects.create(workload=workload, node=node, gpu_index=own_index)
                 both_inside.wait(timeout=10)  # both transactions are open and have written
                 Allocation.objects.create(workload=workload, node=node, gpu_index=0)
+
         return job
 
     outcomes = _race(book(first, 1), book(second, 2))
@@ -57,13 +58,14 @@ def test_overlapping_transactions_cannot_book_one_gpu_twice(acme_llm, cluster):
 
 def test_two_cycles_placing_onto_the_same_gpus_leave_one_admitted(acme_llm, cluster):
     node = cluster[0]
-    first, second = make_workload(acme_llm, "first", gpus=8), make_workload(acme_llm, "second",
-                                                                            gpus=8)
+    first, second = (
+        make_workload(acme_llm, "first", gpus=8),
+        make_workload(acme_llm, "second", gpus=8),
+    )
 
     def plan_for(workload):
         placement = engine.Placement(node.id, tuple(range(8)))
-        return lambda: apply(engine.Plan(admissions=[engine.Admission(workload.pk,
-                                                                      (placement,))]))
+        return lambda: apply(engine.Plan(admissions=[engine.Admission(workload.pk, (placement,))]))
 
     outcomes = _race(plan_for(first), plan_for(second))
     assert sum(isinstance(o, IntegrityError) for o in outcomes) == 1

@@ -19,8 +19,7 @@ def backdate(workload, seconds):
     shift = timedelta(seconds=seconds)
     for event in workload.events.all():
         WorkloadEvent.objects.filter(pk=event.pk).update(at=event.at - shift)
-    type(workload).objects.filter(pk=workload.pk).update(
-        submitted_at=workload.submitted_at - shift)
+    type(workload).objects.filter(pk=workload.pk).update(submitted_at=workload.submitted_at - shift)
 
 
 @pytest.fixture
@@ -55,9 +54,18 @@ def test_another_tenant_sees_neither_timeline_nor_ettr(recovered, charlie):
 
 def test_tenant_ettr_over_a_window(recovered, bob):
     until = timezone.now()
-    body = api_client(bob).get("/api/v1/ettr/", {
-        "since": (until - timedelta(hours=2)).isoformat(), "until": until.isoformat(),
-        "buckets": 4}).json()
+    body = (
+        api_client(bob)
+        .get(
+            "/api/v1/ettr/",
+            {
+                "since": (until - timedelta(hours=2)).isoformat(),
+                "until": until.isoformat(),
+                "buckets": 4,
+            },
+        )
+        .json()
+    )
     assert body["jobs"] == 1 and 0.8 < body["ettr"] < 0.86
     assert len(body["series"]) == 4 and body["series"][0]["ettr"] is None
     assert body["goodput"] == pytest.approx(body["ettr"], abs=0.02)
@@ -93,11 +101,13 @@ def test_the_fault_drill_is_for_operators_and_sends_the_fault(cluster, operator,
     assert client.get("/ops/drill/").status_code == 302  # to the admin sign-in
     client.force_login(operator)
     assert client.get("/ops/drill/").status_code == 200
-    response = client.post("/ops/drill/", {"node": cluster[0].pk, "code": "xid-79",
-                                           "gpu_index": 2})
+    response = client.post("/ops/drill/", {"node": cluster[0].pk, "code": "xid-79", "gpu_index": 2})
     assert response.status_code == 302
     command = NodeCommand.objects.get()
     assert (command.node_id, command.action, command.args) == (
-        cluster[0].pk, "inject_fault", {"code": "xid-79", "gpu_index": 2})
+        cluster[0].pk,
+        "inject_fault",
+        {"code": "xid-79", "gpu_index": 2},
+    )
     client.post("/ops/drill/", {"node": cluster[0].pk, "code": "xid-999999"})
     assert NodeCommand.objects.count() == 1

@@ -89,7 +89,8 @@ def test_cancelling_a_finished_job_is_a_conflict_and_changes_nothing(gang, bob):
     response = api_client(bob).post(f"/api/v1/workloads/{workload.pk}/cancel/")
     assert response.status_code == 409
     assert response.json()["errors"] == [
-        {"field": "state", "reason": "gang cannot go from failed to cancelled"}]
+        {"field": "state", "reason": "gang cannot go from failed to cancelled"}
+    ]
     assert _state(workload) == State.FAILED
 
 
@@ -111,7 +112,8 @@ def test_a_job_past_its_time_limit_fails_and_frees_its_gpus(gang):
     lifecycle.mark_started(workload.pk, a)
     lifecycle.mark_started(workload.pk, b)
     type(workload).objects.filter(pk=workload.pk).update(
-        time_limit_s=60, started_at=timezone.now() - timedelta(seconds=61))
+        time_limit_s=60, started_at=timezone.now() - timedelta(seconds=61)
+    )
     scheduling_cycle()
     workload.refresh_from_db()
     assert workload.state == State.FAILED
@@ -123,10 +125,19 @@ def test_start_reports_of_several_nodes_in_one_batch_count_each_node(acme_llm, c
     workload, (a, b, c, d) = admitted_gang(acme_llm, 4)
     other = Node.objects.exclude(pk__in=[a, b, c, d]).first().pk
     # Two nodes, a repeat, a stale attempt and a node the gang does not use: STARTING only.
-    lifecycle.mark_started_many([(workload.pk, a, 0), (workload.pk, b, 0), (workload.pk, a, 0),
-                                 (workload.pk, c, 7), (workload.pk, other, 0)])
+    lifecycle.mark_started_many(
+        [
+            (workload.pk, a, 0),
+            (workload.pk, b, 0),
+            (workload.pk, a, 0),
+            (workload.pk, c, 7),
+            (workload.pk, other, 0),
+        ]
+    )
     assert _state(workload) == State.STARTING
-    assert set(workload.allocations.filter(started=True).values_list("node_id", flat=True)) \
-        == {a, b}
+    assert set(workload.allocations.filter(started=True).values_list("node_id", flat=True)) == {
+        a,
+        b,
+    }
     lifecycle.mark_started_many([(workload.pk, c, 0), (workload.pk, d, 0)])
     assert _state(workload) == State.RUNNING

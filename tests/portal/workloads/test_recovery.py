@@ -37,26 +37,40 @@ def running_job(queue, gpus=16, **fields):
     workload.refresh_from_db()
     start_all(workload)
     assert workload.state == State.RUNNING
-    nodes = list(workload.allocations.order_by("node_rank").values_list("node_id", flat=True)
-                 .distinct())
+    nodes = list(
+        workload.allocations.order_by("node_rank").values_list("node_id", flat=True).distinct()
+    )
     return workload, nodes
 
 
 def saved(workload, node_id, step, kind="periodic", ago_s=0.0, **detail):
-    checkpoint = record_saved(workload.pk, node_id, {
-        "step": step, "kind": kind, "location": f"/ckpt/{workload.pk}/{step}",
-        "size_bytes": 10, "duration_s": 3.0, **detail})
+    checkpoint = record_saved(
+        workload.pk,
+        node_id,
+        {
+            "step": step,
+            "kind": kind,
+            "location": f"/ckpt/{workload.pk}/{step}",
+            "size_bytes": 10,
+            "duration_s": 3.0,
+            **detail,
+        },
+    )
     if ago_s:
         Checkpoint.objects.filter(pk=checkpoint.pk).update(
-            created_at=timezone.now() - timedelta(seconds=ago_s))
+            created_at=timezone.now() - timedelta(seconds=ago_s)
+        )
     return checkpoint
 
 
 def spare_in_pod_of(node_id, *, connected=True):
     """Turn a free node of the same pod into a hot spare."""
     node = Node.objects.get(pk=node_id)
-    spare = (Node.objects.filter(leaf__pod=node.leaf.pod, allocations__isnull=True)
-             .exclude(pk=node_id).first())
+    spare = (
+        Node.objects.filter(leaf__pod=node.leaf.pod, allocations__isnull=True)
+        .exclude(pk=node_id)
+        .first()
+    )
     Node.objects.filter(pk=spare.pk).update(spare=True, connected=connected)
     return spare
 
@@ -84,8 +98,11 @@ def test_triggered_save_then_restart_on_a_spare_of_the_same_pod(triggered):
     answer(master, str(command.pk), True, "saved")
     assert recovery.advance(rec.pk) is False
     rec.refresh_from_db()
-    assert (rec.step, rec.outcome, rec.resume_step) == (RecoveryStep.RESTARTING,
-                                                        RecoveryOutcome.SPARE, 130)
+    assert (rec.step, rec.outcome, rec.resume_step) == (
+        RecoveryStep.RESTARTING,
+        RecoveryOutcome.SPARE,
+        130,
+    )
     assert rec.lost_s == 0  # the save came after the fault
     workload.refresh_from_db()
     assert workload.attempt == 1
@@ -235,7 +252,8 @@ def test_each_fault_kind_does_what_the_catalogue_says(acme_llm, code):
 
 
 def test_the_checkpoint_registry_keeps_the_newest_and_never_resumes_from_a_failed_one(
-        acme_llm, settings):
+    acme_llm, settings
+):
     settings.WANKA = {**settings.WANKA, "CHECKPOINTS_KEPT": 2}
     workload, (master, _) = running_job(acme_llm)
     for step in (10, 20, 30):
@@ -243,6 +261,7 @@ def test_the_checkpoint_registry_keeps_the_newest_and_never_resumes_from_a_faile
     saved(workload, master, step=40, status="failed")
     statuses = dict(workload.checkpoints.values_list("step", "status"))
     assert statuses == {10: "pruned", 20: "complete", 30: "complete", 40: "failed"}
-    rec_point = recovery._resume_point(workload, Recovery(workload=workload,
-                                                          started_at=timezone.now()))
+    rec_point = recovery._resume_point(
+        workload, Recovery(workload=workload, started_at=timezone.now())
+    )
     assert rec_point["resume_step"] == 30

@@ -27,8 +27,12 @@ def test_a_recovery_survives_its_worker_being_killed(acme_llm, clean_redis):
         # No agent answers the triggered save, so the first worker sits in the saving step.
         record_fault(lost, faults.lookup("xid-79"))
         recovery = Recovery.objects.get(workload=workload)
-        wait_until(lambda: "advance_recovery" in first.output(), 30,
-                   "the first worker to take the recovery", check=first)
+        wait_until(
+            lambda: "advance_recovery" in first.output(),
+            30,
+            "the first worker to take the recovery",
+            check=first,
+        )
     finally:
         os.kill(first.process.pid, signal.SIGKILL)  # no goodbye, no ack
         first.process.wait()
@@ -36,12 +40,17 @@ def test_a_recovery_survives_its_worker_being_killed(acme_llm, clean_redis):
 
     # Time passes: the save's deadline goes by and nobody has touched the recovery.
     Recovery.objects.filter(pk=recovery.pk).update(
-        save_deadline=timezone.now(), updated_at=timezone.now() - timedelta(minutes=1))
+        save_deadline=timezone.now(), updated_at=timezone.now() - timedelta(minutes=1)
+    )
     second = start_worker()
     try:
         assert resume_recoveries() == [recovery.pk]  # what beat runs every 5 s
-        wait_until(lambda: Recovery.objects.get(pk=recovery.pk).step == RecoveryStep.RESTARTING,
-                   30, "the second worker to finish the recovery", check=second)
+        wait_until(
+            lambda: Recovery.objects.get(pk=recovery.pk).step == RecoveryStep.RESTARTING,
+            30,
+            "the second worker to finish the recovery",
+            check=second,
+        )
     finally:
         second.stop()
 

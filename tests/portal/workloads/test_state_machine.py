@@ -5,8 +5,7 @@ from portal.workloads.models import IllegalTransition, Workload, WorkloadEvent, 
 from tests.builders import make_workload
 
 LEGAL = [(source, to) for source, targets in TRANSITIONS.items() for to in sorted(targets)]
-ILLEGAL = [(source, to) for source in State for to in State
-           if to not in TRANSITIONS[source]]
+ILLEGAL = [(source, to) for source in State for to in State if to not in TRANSITIONS[source]]
 
 
 def _in_state(queue, state):

@@ -11,26 +11,35 @@ from scheduler.agent.fleet import NodeSpec, run_fleet
 
 
 class Command(BaseCommand):
-    help = ("Run a simulated agent for each node of the database (or the first --nodes, adding "
-            "simulated nodes when the database has fewer), each over its own WebSocket. Each "
-            "node gets a fresh agent token.")
+    help = (
+        "Run a simulated agent for each node of the database (or the first --nodes, adding "
+        "simulated nodes when the database has fewer), each over its own WebSocket. Each "
+        "node gets a fresh agent token."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="ws://127.0.0.1:8000/ws/agent/")
         parser.add_argument("--nodes", type=int, help="Only the first N nodes")
         parser.add_argument("--heartbeat", type=float, default=settings.WANKA["HEARTBEAT_S"])
-        parser.add_argument("--speed", type=float, default=1.0,
-                            help="Simulated time runs this many times faster")
+        parser.add_argument(
+            "--speed", type=float, default=1.0, help="Simulated time runs this many times faster"
+        )
 
     def handle(self, *args, url, nodes, heartbeat, speed, **options):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         if nodes and (added := ensure_nodes(nodes)):
             self.stdout.write(f"Added {added} simulated nodes in data center 'sim'")
         queryset = Node.objects.select_related("gpu_model")[:nodes]
-        specs = [NodeSpec(hostname=node.name, token=node.issue_token(),
-                          gpu_model=node.gpu_model.name, gpus=node.gpu_count,
-                          memory_mb=node.gpu_model.memory_gb * 1024)
-                 for node in queryset]
+        specs = [
+            NodeSpec(
+                hostname=node.name,
+                token=node.issue_token(),
+                gpu_model=node.gpu_model.name,
+                gpus=node.gpu_count,
+                memory_mb=node.gpu_model.memory_gb * 1024,
+            )
+            for node in queryset
+        ]
         if not specs:
             raise CommandError("No nodes in the database: run `manage.py seed_demo` first.")
         self.stdout.write(f"Simulating {len(specs)} nodes against {url}")

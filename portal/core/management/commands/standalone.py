@@ -31,20 +31,59 @@ class Command(BaseCommand):
         logs.mkdir(parents=True, exist_ok=True)
         python, url = sys.executable, f"http://127.0.0.1:{port}/"
         commands = {
-            "web": [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                    "portal.asgi:application"],
-            "worker": [python, "-m", "celery", "-A", "portal", "worker", "-Q",
-                       "scheduling,celery", "--concurrency", "2", "--loglevel", "INFO"],
-            "beat": [python, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO",
-                     "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
+            "web": [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "portal.asgi:application",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "-Q",
+                "scheduling,celery",
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "INFO",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(settings.DATA_DIR / "celerybeat-schedule"),
+            ],
         }
         if not no_fleet:
-            commands["fleet"] = [python, "manage.py", "simfleet",
-                                 "--url", f"ws://127.0.0.1:{port}/ws/agent/"]
+            commands["fleet"] = [
+                python,
+                "manage.py",
+                "simfleet",
+                "--url",
+                f"ws://127.0.0.1:{port}/ws/agent/",
+            ]
         os.environ["WANKA_DEMO_TRAFFIC"] = "1"  # beat keeps demo jobs arriving
         children = {
-            name: subprocess.Popen(command, stdout=(logs / f"{name}.log").open("ab"),
-                                   stderr=subprocess.STDOUT, env=os.environ.copy())
+            name: subprocess.Popen(
+                command,
+                stdout=(logs / f"{name}.log").open("ab"),
+                stderr=subprocess.STDOUT,
+                env=os.environ.copy(),
+            )
             for name, command in commands.items()
         }
         try:
@@ -85,8 +124,10 @@ class Command(BaseCommand):
         while True:
             for name, child in children.items():
                 if child.poll() is not None:
-                    raise CommandError(f"{name} exited with code {child.returncode}; "
-                                       f"see {settings.DATA_DIR / 'logs' / (name + '.log')}")
+                    raise CommandError(
+                        f"{name} exited with code {child.returncode}; "
+                        f"see {settings.DATA_DIR / 'logs' / (name + '.log')}"
+                    )
             if once:
                 return
             time.sleep(1)

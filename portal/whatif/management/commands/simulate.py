@@ -15,13 +15,16 @@ from scheduler.sim.trace import TraceError
 
 
 class Command(BaseCommand):
-    help = ("Run a what-if simulation with the production engine and write a report. "
-            "--trace philly|synthetic|FILE.csv, --cluster trace|current|FILE.json.")
+    help = (
+        "Run a what-if simulation with the production engine and write a report. "
+        "--trace philly|synthetic|FILE.csv, --cluster trace|current|FILE.json."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--trace", required=True)
-        parser.add_argument("--cluster", default=None,
-                            help="trace (its own), current (this cluster) or a spec JSON")
+        parser.add_argument(
+            "--cluster", default=None, help="trace (its own), current (this cluster) or a spec JSON"
+        )
         parser.add_argument("--policy", action="append", choices=list(POLICIES))
         parser.add_argument("--days", type=float, help="only the trace's first days")
         parser.add_argument("--gpus", type=int, help="synthetic: the site's GPUs")
@@ -29,8 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--report", type=Path)
         parser.add_argument("--json", type=Path, dest="json_path")
 
-    def handle(self, *args, trace, cluster, policy, days, gpus, seed, report, json_path,
-               **options):
+    def handle(self, *args, trace, cluster, policy, days, gpus, seed, report, json_path, **options):
         whatif = WhatIfRun(seed=seed, days=days, gpus=gpus, policies=policy or list(POLICIES))
         if trace in TraceSource.values and trace != TraceSource.CSV:
             whatif.trace = trace
@@ -42,8 +44,9 @@ class Command(BaseCommand):
             whatif.cluster, whatif.cluster_json = ClusterSource.JSON, _read(cluster)
         try:
             jobs, spec = inputs(whatif)
-            results = run(jobs, spec, whatif.policies, config=SimConfig(seed=seed),
-                          on_progress=self._progress)
+            results = run(
+                jobs, spec, whatif.policies, config=SimConfig(seed=seed), on_progress=self._progress
+            )
         except (TraceError, SpecError, ValueError) as error:
             raise CommandError(str(error)) from None
         self.stderr.write("")
@@ -70,6 +73,8 @@ def _read(path: str) -> str:
 
 def _line(figures: dict) -> str:
     waits = figures["wait_s"]
-    return (f"{figures['finished']:,} of {figures['jobs']:,} jobs finished, GPUs allocated "
-            f"{100 * figures['utilization']['allocated']:.1f} %, wait mean "
-            f"{waits['mean']:.0f} s, p95 {waits['p95']:.0f} s")
+    return (
+        f"{figures['finished']:,} of {figures['jobs']:,} jobs finished, GPUs allocated "
+        f"{100 * figures['utilization']['allocated']:.1f} %, wait mean "
+        f"{waits['mean']:.0f} s, p95 {waits['p95']:.0f} s"
+    )
