@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import chain
 from operator import attrgetter
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.capacity import Capacity, Pool, widest_level
-from scheduler.engine.errors import Inadmissible
+from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     claim_reason,
     kept_off_reason,
@@ -123,9 +124,25 @@ class StepTimer:
             self.timings[step] = self.clock() - started
 
 
-def held_gpus(workload: Workload) -> int:
-    """GPUs a running workload holds, counted from its placements."""
-    return workload.held
+@dataclass
+class RoomMemo:
+    """What the cycle has learnt about making room, so that it never searches in vain twice."""
+
+    no_victims: dict[tuple, int] = field(default_factory=dict)  # smallest size found no room
+    searches: Counter[int] = field(default_factory=Counter)  # searches per queue that failed
+    claimed: set[int] = field(default_factory=set)  # queues that made room this cycle
+    queues_waiting: set[int] = field(default_factory=set)  # queues with a workload waiting
+    borrowers_waiting: set[int] = field(default_factory=set)  # ... one that must borrow
+
+
+@dataclass
+class ReserveMemo:
+    """The cycle's reservations so far, and what they keep off the GPUs they hold."""
+
+    queues: set[int] = field(default_factory=set)  # queues that reserved for their head
+    backfillable: dict[Pool, list[int]] = field(default_factory=dict)  # owners, per pool
+    kept_off: dict[tuple, str] = field(default_factory=dict)  # reasons already worded
+    kept_out: KeptOut = field(default_factory=KeptOut)  # what kept-off work could preempt
 
 
 class Cycle:
@@ -154,21 +171,14 @@ class Cycle:
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
         self._waiting: dict[int, tuple[Workload, str]] = {}
-        self._reserved_queues: set[int] = set()
-        self._backfillable: dict[Pool, list[int]] = {}  # owners of backfill reservations
-        self._no_victims: dict[tuple, int] = {}  # smallest size that found no room, per kind
-        self._searches: Counter[int] = Counter()  # searches per queue that found no room
-        self._claimed: set[int] = set()  # queues that made room for a workload this cycle
-        self._kept_off: dict[tuple, str] = {}  # reasons already worded
-        self._kept_out = KeptOut()  # what workloads kept off reserved GPUs could preempt
-        self._queues_waiting: set[int] = set()  # queues with a workload left waiting
-        self._borrowers_waiting: set[int] = set()  # ... with one left waiting that must borrow
+        self.rooms = RoomMemo()
+        self.reserving = ReserveMemo()
 
     # -- outcomes ----------------------------------------------------------------------------
 
     def wait(self, workload: Workload, reason: str) -> None:
         self._waiting[workload.id] = (workload, reason)
-        self._queues_waiting.add(workload.queue_id)
+        self.rooms.queues_waiting.add(workload.queue_id)
 
     def waits(self, workload: Workload) -> bool:
         return workload.id in self._waiting
@@ -200,44 +210,34 @@ class Cycle:
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         outcome = self._decide(queue, workload)
         if outcome != Outcome.FIT and not within:
-            self._borrowers_waiting.add(queue.id)
+            self.rooms.borrowers_waiting.add(queue.id)
         return outcome
 
     def _decide(self, queue: Queue, workload: Workload) -> Outcome:
+        """Kueue's processEntry, as early returns: a shape no placement could ever give waits
+        with that reason (not a passing quota one); work its quota allows that fits on free
+        GPUs starts; else room is made by preemption where the rules allow; else it waits, a
+        gang head perhaps with a reservation."""
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
-            # A job no placement could ever satisfy hears so first, not a passing quota reason.
             pool.check_shape(workload.gpus)
         except Inadmissible as why:
-            self.wait(workload, str(why))
-            return Outcome.NO_FIT
-        quota_reason = room_reason = None
-        try:
-            self.ledger.check(queue, workload.gpu_model, workload.gpus)
-        except Inadmissible as why:
-            quota_reason = str(why)
-        else:
-            try:
-                self.admit(pool, queue, workload)
-                return Outcome.FIT
-            except Inadmissible as why:
-                room_reason = str(why)
-        claim = self.find_room(pool, queue, workload, quota_reason is not None)
+            return self._no_fit(workload, str(why))
+        quota = refusal(self.ledger.check, queue, workload.gpu_model, workload.gpus)
+        room = None if quota else refusal(self.admit, pool, queue, workload)
+        if quota is None and room is None:
+            return Outcome.FIT
+        claim = self.find_room(pool, queue, workload, quota is not None)
         if claim is not None:
             self.apply_claim(pool, queue, workload, claim)
             return Outcome.PREEMPT
-        if quota_reason is not None:
-            self.wait(workload, quota_reason)
-            return Outcome.NO_FIT
-        self.wait(workload, self.maybe_reserve(pool, queue, workload, room_reason))
-        return Outcome.NO_FIT
+        if quota is not None:
+            return self._no_fit(workload, quota)
+        return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
 
-    def _quota_allows(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
-        try:
-            self.ledger.check(queue, gpu_model, gpus)
-        except Inadmissible:
-            return False
-        return True
+    def _no_fit(self, workload: Workload, reason: str) -> Outcome:
+        self.wait(workload, reason)
+        return Outcome.NO_FIT
 
     def admit(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
@@ -254,11 +254,11 @@ class Cycle:
     ) -> None:
         """Place the workload on GPUs held for reservations it may use, lent for the moment
         ("try, then restore"), or raise why not, naming the reservations that keep it off."""
-        reserved = [o for o in self._backfillable.get(pool, ()) if pool.held_nodes(o)]
+        reserved = [o for o in self.reserving.backfillable.get(pool, ()) if pool.held_nodes(o)]
         if not reserved:
             raise no_room
         owners = []
-        if not self._kept_out.threaten(workload, queue, self.ledger):
+        if not self.reserving.kept_out.threaten(workload, queue, self.ledger):
             owners = [
                 owner
                 for owner in reserved
@@ -269,9 +269,9 @@ class Cycle:
         kept_off = tuple((o, pool.held_nodes(o)) for o in reserved if o not in owners)
         self._keep_out(pool, queue, workload, [o for o, _ in kept_off])
         key = (str(no_room), kept_off)
-        reason = self._kept_off.get(key)
+        reason = self.reserving.kept_off.get(key)
         if reason is None:
-            reason = self._kept_off[key] = kept_off_reason(key[0], dict(kept_off))
+            reason = self.reserving.kept_off[key] = kept_off_reason(key[0], dict(kept_off))
         raise Inadmissible(reason) from None
 
     def _fits_lent(
@@ -295,10 +295,10 @@ class Cycle:
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         if (
             owners
-            and self._kept_out.adds(workload, queue, self.ledger, within)
+            and self.reserving.kept_out.adds(workload, queue, self.ledger, within)
             and (self._fits_lent(pool, workload, owners))
         ):
-            self._kept_out.add(workload, queue, self.ledger, within)
+            self.reserving.kept_out.add(workload, queue, self.ledger, within)
 
     def _book(
         self, pool: Pool, queue: Queue, workload: Workload, placements: tuple[Placement, ...]
@@ -324,16 +324,17 @@ class Cycle:
         over what its quota allows even without the workload: preemption makes room for a
         workload, it does not enforce a lowered quota.
         """
+        rooms = self.rooms
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
-        if self._searches[queue.id] >= SEARCHES_PER_QUEUE or (
-            queue.id in self._claimed and not within
+        if rooms.searches[queue.id] >= SEARCHES_PER_QUEUE or (
+            queue.id in rooms.claimed and not within
         ):
             return None
-        if over_quota and not self._quota_allows(queue, workload.gpu_model, 0):
+        if over_quota and refusal(self.ledger.check, queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
         # Whether it may take from other queues (see `preemption`): to reclaim, no workload of
         # its queue that must borrow waits before it; to borrow, none at all.
-        others = queue.id not in (self._borrowers_waiting if within else self._queues_waiting)
+        others = queue.id not in (rooms.borrowers_waiting if within else rooms.queues_waiting)
         memo = (
             queue.id,
             pool.gpu_model,
@@ -344,7 +345,7 @@ class Cycle:
             workload.gpus < pool.node_size,
             over_quota,
         )
-        if workload.gpus >= self._no_victims.get(memo, 1 << 62):
+        if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
             return None
         if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
             return None
@@ -356,8 +357,8 @@ class Cycle:
         )
         claim = self._search(search, pool, workload, over_quota)
         if claim is None:
-            self._searches[queue.id] += 1
-            self._no_victims[memo] = min(workload.gpus, self._no_victims.get(memo, 1 << 62))
+            rooms.searches[queue.id] += 1
+            rooms.no_victims[memo] = min(workload.gpus, rooms.no_victims.get(memo, 1 << 62))
         return claim
 
     def _could_free(self, pool: Pool, queue: Queue, workload: Workload, within: bool) -> int:
@@ -426,7 +427,7 @@ class Cycle:
             workload.id, claim.level, claim.domain, claim.nodes, self.now, reason
         )
         self.holds[workload.id] = Hold(reservation, workload, queue, True, backfill=False)
-        self._claimed.add(queue.id)
+        self.rooms.claimed.add(queue.id)
         self.wait(workload, reason)
 
     def _shrink(self, moves: list, queue: Queue, workload: Workload) -> None:
@@ -450,14 +451,14 @@ class Cycle:
 
     def maybe_reserve(self, pool: Pool, queue: Queue, workload: Workload, reason: str) -> str:
         """Reserve a domain for a multi-node gang at the head of its queue; the reason it waits."""
-        owners = self._backfillable.setdefault(pool, [])
+        owners = self.reserving.backfillable.setdefault(pool, [])
         if (
             workload.gpus <= pool.node_size
-            or queue.id in self._reserved_queues
+            or queue.id in self.reserving.queues
             or len(owners) >= MAX_PER_POOL
         ):
             return reason
-        self._reserved_queues.add(queue.id)
+        self.reserving.queues.add(queue.id)
         reservation = reserve(pool, self.occupancy, workload)
         if reservation is None:
             return reason

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator
 
 from scheduler.engine.capacity import Capacity, Pool
 from scheduler.engine.model import Node, Placement, Workload
-from scheduler.engine.moves import held_per_node, value
 
 
 class Occupancy:
@@ -38,7 +37,7 @@ class Occupancy:
         self._changed: set[int] = set()  # nodes given work this cycle
 
     def ordered(self, pool: Pool, queue_id: int) -> list[Workload]:
-        """The queue's candidate victims in the pool, least valuable first (`moves.value`)."""
+        """The queue's candidate victims in the pool, least valuable first (`value`)."""
         members = self.candidates[pool].get(queue_id)
         if not members:
             return []
@@ -59,7 +58,7 @@ class Occupancy:
         return found
 
     def value(self, workload: Workload) -> tuple:
-        """The workload's worth as a victim (`moves.value`), computed once per cycle."""
+        """The workload's worth as a victim (`value`), computed once per cycle."""
         found = self._values.get(workload.id)
         if found is None:
             found = self._values[workload.id] = value(workload, self.now)
@@ -142,3 +141,25 @@ class Occupancy:
                 node_end[node] = max(node_end.get(node, -math.inf), end)
                 pool = pool or self._capacity.pool_of(node)
         return pool
+
+
+def lost_work(workload: Workload, now: float) -> float:
+    """GPU-seconds of work the workload would lose if stopped now: since its last checkpoint,
+    or since it started when it has none; 0 when neither is known."""
+    since = workload.last_checkpoint_at
+    if since is None or (workload.started_at is not None and workload.started_at > since):
+        since = workload.started_at
+    if since is None:
+        return 0.0
+    return max(0.0, now - since) * workload.held
+
+
+def held_per_node(workload: Workload) -> dict[int, int]:
+    """GPUs the workload holds on each node."""
+    return {p.node_id: len(p.gpu_indices) for p in workload.placements}
+
+
+def value(workload: Workload, now: float) -> tuple:
+    """A victim's worth, least valuable first: priority, work lost, most recent start, id."""
+    started = workload.started_at if workload.started_at is not None else now
+    return (workload.priority, lost_work(workload, now), -started, workload.id)

@@ -25,7 +25,7 @@ claimant's own pool (region and GPU model), where its GPUs would come from.
 Moves are tried in this order: workloads already stopping; shrinking elastic workloads down to
 their minimum; then evictions: other queues before the claimant's own, the queue with the
 highest fair share (DRS) first, then the lowest priority, the least work lost since the last
-checkpoint (GPU-seconds), the most recently started, the lowest id (`moves.value`).
+checkpoint (GPU-seconds), the most recently started, the lowest id (`occupancy.value`).
 Rooms are compared by `VictimSearch._cost`.
 
 Search, in two phases. Room: for a gang, every domain the gang may use, tightest level first;
@@ -42,19 +42,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import TopologyLevel, Workload
-from scheduler.engine.moves import (
-    Claim,
-    Claimant,
-    Move,
-    MoveKind,
-    Rule,
-    Trial,
-)
+from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
 
@@ -559,6 +553,98 @@ class VictimSearch:
                     if len(picked) == count:
                         break
         return tuple(sorted(picked, key=lambda n: (name[n], n)))
+
+
+class Trial:
+    """Moves taken so far toward freeing room.
+
+    While rooms are compared the trial only counts (cheap); `on_ledger` applies the quota the
+    moves release to the ledger for the quota phase, and takes it back afterwards.
+    """
+
+    def __init__(self, search: VictimSearch, missing: dict[int, int]) -> None:
+        self.search = search
+        self.missing = missing  # target node -> GPUs still to free there
+        self.done = sum(1 for gpus in missing.values() if gpus <= 0)  # targets freed
+        self.freed: dict[int, Counter[int]] = defaultdict(Counter)  # workload -> node -> GPUs
+        self.taken: list[tuple[Move, dict[int, int]]] = []
+        self.shrunk: Counter[int] = Counter()  # workload -> GPUs shrunk
+        self.released: Counter[int] = Counter()  # queue id -> GPUs the moves release
+        self.live = False  # whether `released` is applied to the ledger
+
+    def _frees(self, move: Move) -> dict[int, int]:
+        """What the move would free now: on each node, no more than the workload still holds
+        there after the moves taken so far (a shrink, then an eviction frees the rest)."""
+        freed = self.freed.get(move.workload.id)
+        if not freed:
+            return move.frees
+        held = self.search.occupancy.held_on(move.workload)
+        frees = {}
+        for node, gpus in move.frees.items():
+            gpus = min(gpus, held.get(node, 0) - freed[node])
+            if gpus > 0:
+                frees[node] = gpus
+        return frees
+
+    def allows(self, move: Move) -> bool:
+        """Whether the move is still valid: never twice, a shrink never below the workload's
+        minimum, and the search's rules (`VictimSearch.guard`)."""
+        frees = self._frees(move)
+        if not frees:
+            return False
+        gpus = sum(frees.values())
+        if move.kind == MoveKind.SHRINK:
+            workload = move.workload
+            if gpus > workload.held - workload.fewest_gpus - self.shrunk[workload.id]:
+                return False
+        released = None if self.live else self.released
+        return move.rule == Rule.RELEASING or self.search.guard(move, gpus, released)
+
+    def take(self, move: Move) -> None:
+        frees = self._frees(move)
+        self.freed[move.workload.id].update(frees)
+        if move.kind == MoveKind.SHRINK:
+            self.shrunk[move.workload.id] += sum(frees.values())
+        self._account(move, frees, +1)
+        self.taken.append((move, frees))
+
+    def drop(self, index: int) -> tuple[Move, dict[int, int]]:
+        move, frees = self.taken.pop(index)
+        self.freed[move.workload.id].subtract(frees)
+        if move.kind == MoveKind.SHRINK:
+            self.shrunk[move.workload.id] -= sum(frees.values())
+        self._account(move, frees, -1)
+        return move, frees
+
+    def _account(self, move: Move, frees: dict[int, int], sign: int) -> None:
+        for node, gpus in frees.items():
+            before = self.missing.get(node)
+            if before is not None:
+                after = before - sign * gpus
+                self.missing[node] = after
+                self.done += (after <= 0) - (before <= 0)
+        if move.rule != Rule.RELEASING:
+            gpus = sign * sum(frees.values())
+            self.released[move.workload.queue_id] += gpus
+            if self.live:
+                self.search.ledger.release(move.workload.queue_id, move.workload.gpu_model, gpus)
+
+    @contextmanager
+    def on_ledger(self) -> Iterator[None]:
+        """Apply the quota the moves release to the ledger for the block, then undo it."""
+        model = self.search.claimant.workload.gpu_model
+        for queue_id, gpus in self.released.items():
+            self.search.ledger.release(queue_id, model, gpus)
+        self.live = True
+        try:
+            yield
+        finally:
+            self.live = False
+            for queue_id, gpus in self.released.items():
+                self.search.ledger.charge(queue_id, model, gpus)
+
+    def moves(self) -> list[Move]:
+        return [move for move, _ in self.taken]
 
 
 def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int, list[int]]:
