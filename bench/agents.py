@@ -24,7 +24,7 @@ from datetime import datetime
 import psutil
 
 STATS = re.compile(
-    r"^(\S+ \S+) INFO portal.cluster.fanin: agent fan-in: (\d+) messages in "
+    r"^(\S+ \S+) INFO portal.agents.fanin: agent fan-in: (\d+) messages in "
     r"([\d.]+) s \(\d+/s\), handle p50 ([\d.]+) ms p99 ([\d.]+) ms",
     re.M,
 )
@@ -99,12 +99,12 @@ def measure(agents: int, seconds: float, heartbeat: float) -> dict:
     from django.conf import settings
 
     from portal.cluster.models import Node
-    from portal.core import demo
+    from portal.demo import installation
     from scheduler.agent.fleet import NodeSpec, run_fleet
 
     Node.objects.all().delete()
     pods = {f"p{i}": ("H800", 1) for i in range(1, agents // 50 + 2)}
-    nodes = demo.build_cluster({f"dc{agents}": pods}, nodes_per_leaf=50)[:agents]
+    nodes = installation.build_cluster({f"dc{agents}": pods}, nodes_per_leaf=50)[:agents]
     specs = [NodeSpec(hostname=n.name, token=n.issue_token(), gpu_model="H800") for n in nodes]
     log_path = settings.DATA_DIR / f"bench-agents-{agents}.log"
     server, port = start_server(log_path, database_url())

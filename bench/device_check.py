@@ -180,7 +180,7 @@ def recover_from_hang(node, workload, log: Path, wait):
     """Record a hang of the job on the node, as the portal does when its steps stop (a drill
     cannot break a real GPU), and wait for the recovery: the healthy process saves from memory
     on request, and the job restarts in place as a new attempt resuming from that save."""
-    from portal.cluster.faults import record_fault
+    from portal.agents.intake import record_fault
     from portal.workloads.models import Recovery
     from scheduler import faults
 
@@ -231,14 +231,12 @@ def job_state(workload) -> str:
 
 
 def sample_telemetry(node_id: int, seconds: float) -> list[dict]:
-    """The node's heartbeats as the portal keeps them (the Redis hash TELEMETRY), printed."""
-    from portal.cluster.summary import TELEMETRY
-    from portal.core.redis import client
+    """The node's heartbeats as the portal keeps them (what its API page shows), printed."""
+    from portal.cluster.summary import node_live
 
     seen, deadline = {}, time.monotonic() + seconds
     while time.monotonic() < deadline:
-        raw = client().hget(TELEMETRY, node_id)
-        sample = json.loads(raw) if raw else None
+        sample = node_live(node_id)
         if sample and sample["ts"] not in seen:
             seen[sample["ts"]] = sample
             for gpu in sample["gpus"]:

@@ -49,7 +49,7 @@ def start_worker(log_path, url: str) -> subprocess.Popen:
             "portal",
             "worker",
             "-Q",
-            "scheduling,celery",
+            "scheduling,recovery,telemetry",
             "--pool",
             "threads",
             "--concurrency",
@@ -72,7 +72,7 @@ def start_worker(log_path, url: str) -> subprocess.Popen:
 def build(nodes: int):
     """The cluster, the spare, a tenant and the job; returns (job, node specs)."""
     from portal.cluster.models import Node
-    from portal.core import demo
+    from portal.demo import installation
     from portal.quotas.models import Queue, QueueQuota
     from portal.tenancy.models import Tenant
     from portal.workloads.models import Workload
@@ -80,7 +80,7 @@ def build(nodes: int):
 
     per_leaf = 50
     leaves = -(-(nodes + 1) // per_leaf)
-    built = demo.build_cluster({"bench": {"p1": ("H800", leaves)}}, nodes_per_leaf=per_leaf)
+    built = installation.build_cluster({"bench": {"p1": ("H800", leaves)}}, nodes_per_leaf=per_leaf)
     built = built[: nodes + 1]
     Node.objects.exclude(pk__in=[n.pk for n in built]).delete()
     Node.objects.filter(pk=built[-1].pk).update(spare=True)

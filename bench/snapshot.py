@@ -19,7 +19,7 @@ import time
 
 
 def seed(gpus: int, pending: int, rng: random.Random) -> dict:
-    from portal.core import demo
+    from portal.demo import installation
     from portal.quotas.models import Queue, QueueQuota
     from portal.tenancy.models import Tenant
     from portal.workloads.models import Allocation, Workload
@@ -29,7 +29,7 @@ def seed(gpus: int, pending: int, rng: random.Random) -> dict:
     layout = {
         dc: {f"p{p}": ("H800", leaves_per_pod) for p in range(1, pods + 1)} for dc in ("dc1", "dc2")
     }
-    nodes = demo.build_cluster(layout, nodes_per_leaf)
+    nodes = installation.build_cluster(layout, nodes_per_leaf)
     tenants = Tenant.objects.bulk_create(Tenant(name=f"t{i}", slug=f"t{i}") for i in range(20))
     queues = Queue.objects.bulk_create(
         Queue(

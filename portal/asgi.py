@@ -12,7 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from portal.cluster.consumers import AgentConsumer  # noqa: E402
+from portal.agents.consumers import AgentConsumer  # noqa: E402
 from portal.dashboard.consumers import LiveConsumer  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -56,8 +56,10 @@ INSTALLED_APPS = [
     "portal.cluster",
     "portal.quotas",
     "portal.workloads",
+    "portal.agents",
     "portal.whatif",
     "portal.dashboard",
+    "portal.demo",
 ]
 
 MIDDLEWARE = [
@@ -125,7 +127,17 @@ CHANNEL_LAYERS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
-CELERY_TASK_ROUTES = {"portal.workloads.tasks.run_cycle": {"queue": "scheduling"}}
+# One queue per kind of work, so that an hour-long what-if never holds up a recovery.
+CELERY_TASK_ROUTES = {
+    "portal.workloads.tasks.run_cycle": {"queue": "scheduling"},
+    "portal.workloads.tasks.advance_recovery": {"queue": "recovery"},
+    "portal.workloads.tasks.resume_recoveries": {"queue": "recovery"},
+    "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
+    "portal.cluster.tasks.publish_utilization": {"queue": "telemetry"},
+    "portal.demo.tasks.demo_traffic": {"queue": "telemetry"},
+    "portal.whatif.tasks.run_whatif": {"queue": "whatif"},
+    "portal.whatif.tasks.resume_whatifs": {"queue": "recovery"},
+}
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_TASK_TIME_LIMIT = 90
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -141,18 +153,22 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=2),
     },
     "lost-nodes": {
-        "task": "portal.cluster.tasks.mark_lost_nodes",
+        "task": "portal.agents.tasks.mark_lost_nodes",
         "schedule": timedelta(seconds=5),
     },
     "stale-recoveries": {
         "task": "portal.workloads.tasks.resume_recoveries",
         "schedule": timedelta(seconds=5),
     },
+    "stale-whatifs": {
+        "task": "portal.whatif.tasks.resume_whatifs",
+        "schedule": timedelta(seconds=30),
+    },
 }
 
 if env_bool("WANKA_DEMO_TRAFFIC", False):  # set by `manage.py standalone`
     CELERY_BEAT_SCHEDULE["demo-traffic"] = {
-        "task": "portal.core.tasks.demo_traffic",
+        "task": "portal.demo.tasks.demo_traffic",
         "schedule": timedelta(seconds=20),
     }
 

@@ -21,7 +21,8 @@ urlpatterns = [
     path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),
     path("api/v1/ettr/", EttrView.as_view(), name="ettr"),
     path("api/v1/checkpoint-advice/", CheckpointAdviceView.as_view(), name="checkpoint-advice"),
-    path("api/v1/", include(router.urls)),
+    # Namespaced: the router's names ("workload-list") are also the pages'.
+    path("api/v1/", include((router.urls, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),

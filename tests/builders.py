@@ -3,7 +3,7 @@
 from rest_framework.test import APIClient
 
 from portal.cluster.models import GpuModel, Node, Region
-from portal.core import demo
+from portal.demo import installation
 from portal.quotas.models import Cohort, Queue, QueueQuota
 from portal.tenancy.models import ApiToken
 from portal.workloads.models import Workload
@@ -13,7 +13,7 @@ def make_cluster(layout=None, nodes_per_leaf=4, connected=True):
     """Build region cn-east from {datacenter: {pod: (gpu model, leaves)}}; return the nodes,
     connected as if their agents had said hello."""
     layout = layout or {"dc1": {"p1": ("H800", 2)}, "dc2": {"p1": ("H800", 1), "p2": ("H20", 1)}}
-    nodes = demo.build_cluster(layout, nodes_per_leaf)
+    nodes = installation.build_cluster(layout, nodes_per_leaf)
     Node.objects.filter(pk__in=[n.pk for n in nodes]).update(connected=connected)
     return list(Node.objects.filter(pk__in=[n.pk for n in nodes]).order_by("id"))
 

@@ -98,15 +98,10 @@ def celery_worker(django_db_setup, django_db_blocker):
 def clean_redis():
     """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
     FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
-    from portal.cluster.summary import (
-        BUSY,
-        HISTORY,
-        LAST_SEEN,
-        REPORTED,
-        SAVES_SEEN,
-        TELEMETRY,
-    )
+    from portal.agents.consumers import SAVES_SEEN
+    from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, REPORTED, TELEMETRY
     from portal.core.redis import client
+    from portal.workloads.cycle import AGAIN, LOCK
 
     redis = client()
     redis.delete(
@@ -115,8 +110,8 @@ def clean_redis():
         LAST_SEEN,
         HISTORY,
         REPORTED,
-        "wanka:cycle:lock",
-        "wanka:cycle:again",
+        LOCK,
+        AGAIN,
         *redis.scan_iter(f"{SAVES_SEEN}*"),
     )
     return redis

@@ -9,8 +9,8 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from portal.cluster.agents import tell
 from portal.cluster.choices import CommandState
+from portal.cluster.delivery import tell
 from portal.cluster.models import NodeCommand
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,16 @@ def unanswered(node_id: int) -> list[dict]:
     return [command.message() for command in commands]
 
 
-def answer(node_id: int, command_id: str, ok: bool, detail: str) -> bool:
-    """Record an agent's ack; the first one counts. False for an id this node was never sent
-    or has answered already."""
+def answer(node_id: int, command_id: str, ok: bool, detail: str) -> NodeCommand | None:
+    """Record an agent's ack; the first one counts. The command it answered, or None for an id
+    this node was never sent or has answered already."""
     return answer_many([(node_id, command_id, ok, detail)])[0]
 
 
-def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
+def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[NodeCommand | None]:
     """Record (node, command id, ok, detail) acks, as `answer` does each: one query, plus one
     update per distinct answer, for any number of them, which is what a 1,000-node save brings
-    at once (the agents' server gathers them, `GroupCommit`). A refusal also wakes whoever
-    waits on the command."""
+    at once (the agents' server gathers them, `GroupCommit`)."""
     ids = {command_id: _uuid(command_id) for _, command_id, _, _ in acks}
     claimed, answers, results = {}, defaultdict(list), []
     with transaction.atomic():
@@ -75,18 +74,13 @@ def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
                 command.state = CommandState.DONE if ok else CommandState.FAILED
                 claimed[command.pk] = command
                 answers[command.state, detail[:500]].append(command.pk)
-            results.append(counts)
+            results.append(command if counts else None)
         now = timezone.now()
         for (state, detail), pks in answers.items():
             NodeCommand.objects.filter(pk__in=pks).update(
                 state=state, detail=detail, answered_at=now
             )
-    _warn_unknown([ack for ack, counted in zip(acks, results, strict=True) if not counted], ids)
-    from portal.workloads.recovery import command_refused
-
-    for command in claimed.values():
-        if command.state == CommandState.FAILED:
-            command_refused(command)
+    _warn_unknown([ack for ack, command in zip(acks, results, strict=True) if not command], ids)
     return results
 
 

@@ -1,15 +1,8 @@
-"""Faults reported by agents or noticed by the control plane: recorded, acted on, shown live."""
-
-import logging
-
-from django.db import transaction
+"""Faults as facts of the fleet: what kind an agent's report is, and what it does to a node."""
 
 from portal.cluster.choices import HEALTH_MOVES, Health, Severity
 from portal.cluster.models import FaultEvent, Node
-from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
 from scheduler import faults
-
-log = logging.getLogger(__name__)
 
 SEVERITIES = {
     faults.Severity.INFO: Severity.INFO,
@@ -39,17 +32,11 @@ def node_health_after(kind: faults.FaultKind) -> Health | None:
     return Health.CORDONED if kind.cordon else None
 
 
-@transaction.atomic
-def record_fault(
-    node_id: int, kind: faults.FaultKind, message: str = "", gpu_index: int | None = None
+def record(
+    node: Node, kind: faults.FaultKind, message: str, gpu_index: int | None, hit
 ) -> FaultEvent:
-    """Record a fault on a node, take the node out of service as the catalogue says, start the
-    recovery of every job it kills, and tell browsers: operators see every fault, a tenant the
-    ones that hit its workloads."""
-    from portal.workloads import recovery
-    from portal.workloads.models import Workload
-
-    node = Node.objects.select_for_update().get(pk=node_id)
+    """Record a fault on a node (locked by the caller) and the workloads it hit, and take the
+    node out of service as the catalogue says."""
     fault = FaultEvent.objects.create(
         node=node,
         kind=kind.code,
@@ -58,44 +45,8 @@ def record_fault(
         severity=SEVERITIES[kind.severity],
         message=(message or kind.meaning)[:1000],
     )
-    hit = list(Workload.objects.filter(allocations__node_id=node_id).distinct())
     fault.workloads.set(hit)
     health = node_health_after(kind)
     if health is not None and health in HEALTH_MOVES[Health(node.health)]:
         node.set_health(health, f"{kind.code}: {kind.title}")
-    if kind.kills_job:
-        for workload in hit:
-            recovery.start(workload, fault, kind)
-    payload = {
-        "id": fault.pk,
-        "node": node.name,
-        "kind": fault.kind,
-        "code": fault.code,
-        "title": kind.title,
-        "severity": fault.severity,
-        "message": fault.message,
-        "node_health": node.health,
-    }
-    log.warning(
-        "fault on %s: %s (%s), %d job(s) hit; node %s",
-        node.name,
-        kind.code,
-        kind.title,
-        len(hit),
-        node.health,
-    )
-    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": [], "jobs_hit": len(hit)})
-    publish(
-        OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit], "jobs_hit": len(hit)}
-    )
-    for tenant_id in {w.tenant_id for w in hit}:
-        publish(
-            tenant_group(tenant_id),
-            "fault",
-            {
-                **payload,
-                "workloads": [w.name for w in hit if w.tenant_id == tenant_id],
-                "jobs_hit": len(hit),
-            },
-        )
     return fault

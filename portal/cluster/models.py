@@ -9,7 +9,7 @@ from django.utils import timezone
 from portal.cluster.choices import HEALTH_MOVES, CommandState, Health, Severity
 from portal.core.errors import Conflict
 from portal.core.models import audit
-from portal.tenancy.models import hash_token
+from portal.tenancy.models import TenantQuerySet, hash_token
 
 
 class GpuModel(models.Model):
@@ -105,7 +105,7 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # Level-triggered desired state: bumped whenever the node's assignments change.
     generation = models.PositiveBigIntegerField(default=0)
-    # As of the agent's last hello; the live value is in Redis (summary.REPORTED).
+    # As of the agent's last hello; the live value is in Redis (`summary.node_live`).
     reported_generation = models.PositiveBigIntegerField(default=0)
 
     class Meta:
@@ -139,7 +139,6 @@ class Gpu(models.Model):
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
     memory_mb = models.PositiveIntegerField(default=0)
-    health = models.CharField(max_length=16, choices=Health.choices, default=Health.READY)
 
     class Meta:
         ordering = ["node", "index"]
@@ -153,6 +152,12 @@ class Gpu(models.Model):
         return f"{self.node}:{self.index}"
 
 
+class FaultQuerySet(TenantQuerySet):
+    def of_tenant(self, tenant_id: int) -> models.QuerySet:
+        """A tenant sees the faults that hit its workloads."""
+        return self.filter(workloads__tenant_id=tenant_id).distinct()
+
+
 class FaultEvent(models.Model):
     """A fault seen on a node (an XID, ECC error, lost heartbeat...) and the workloads it hit."""
 
@@ -164,6 +169,8 @@ class FaultEvent(models.Model):
     message = models.TextField(blank=True)
     occurred_at = models.DateTimeField(auto_now_add=True, db_index=True)
     workloads = models.ManyToManyField("workloads.Workload", blank=True, related_name="faults")
+
+    objects = FaultQuerySet.as_manager()
 
     class Meta:
         ordering = ["-occurred_at"]

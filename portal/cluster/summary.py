@@ -1,5 +1,6 @@
-"""Cluster-wide figures: capacity and allocation from SQL (a few aggregate queries), busy GPUs
-from the latest telemetry in Redis (never one SQL row per sample)."""
+"""What the fleet looks like now: capacity and allocation from SQL (a few aggregate queries),
+the latest telemetry from Redis (never one SQL row per sample), which the agents' server writes
+on every heartbeat."""
 
 import json
 import time
@@ -10,16 +11,15 @@ from django.db.models import Count, Q, Sum
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.core.redis import client
-from portal.workloads.models import Allocation
 
-TELEMETRY = "telemetry"  # Redis hash: node id -> latest heartbeat, as JSON
-BUSY = "busy"  # Redis hash: node id -> [time, busy GPUs, data center, GPU model], as JSON
-HISTORY = "utilization:history"  # Redis list of cluster utilization points, newest last
+# Redis keys, under "wanka:" so that none is ever taken for a Celery queue of the same name.
+TELEMETRY = "wanka:telemetry"  # Redis hash: node id -> latest heartbeat, as JSON
+BUSY = "wanka:busy"  # Redis hash: node id -> [time, busy GPUs, data center, GPU model], as JSON
+HISTORY = "wanka:utilization:history"  # Redis list of cluster utilization points, newest last
 HISTORY_POINTS = 900  # 30 minutes at one point every 2 s
 STALE_S = 30  # telemetry older than this no longer counts as busy
-LAST_SEEN = "heartbeats"  # Redis sorted set: node id by time of its last heartbeat
-REPORTED = "reported_generation"  # Redis hash: node id -> the generation its agent reached
-SAVES_SEEN = "checkpoint:"  # Redis keys "<prefix><workload>:<step>": a save already recorded
+LAST_SEEN = "wanka:heartbeats"  # Redis sorted set: node id by time of its last heartbeat
+REPORTED = "wanka:reported_generation"  # Redis hash: node id -> the generation its agent reached
 
 
 def busy_gpus() -> dict[tuple[str, str], float]:
@@ -46,10 +46,10 @@ def cluster_summary() -> dict:
         .order_by("leaf__pod__datacenter__name", "gpu_model__name")
     )
     allocated = {
-        (r["node__leaf__pod__datacenter__name"], r["node__gpu_model__name"]): r["n"]
-        for r in Allocation.objects.values(
-            "node__leaf__pod__datacenter__name", "node__gpu_model__name"
-        ).annotate(n=Count("id"))
+        (r["leaf__pod__datacenter__name"], r["gpu_model__name"]): r["n"]
+        for r in Node.objects.values("leaf__pod__datacenter__name", "gpu_model__name").annotate(
+            n=Count("allocations")
+        )
     }
     busy = busy_gpus()
     groups = []
@@ -90,3 +90,15 @@ def record_point(summary: dict) -> dict:
 
 def history() -> list[dict]:
     return [json.loads(raw) for raw in client().lrange(HISTORY, 0, -1)]
+
+
+def node_live(node_id: int) -> dict:
+    """A node's latest heartbeat (per GPU: utilization, memory, temperature, power, ECC) and
+    the generation its agent has reached since; empty before its first heartbeat."""
+    pipe = client().pipeline(transaction=False)
+    pipe.hget(TELEMETRY, node_id)
+    pipe.hget(REPORTED, node_id)
+    sample, reported = pipe.execute()
+    if sample is None:
+        return {}
+    return {**json.loads(sample), "reported_generation": int(reported or 0)}

@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.core.errors import Conflict
-from portal.tenancy.choices import Role
+from portal.tenancy.models import membership_of
 
 
 def exception_handler(exc, context):
@@ -39,32 +39,28 @@ def _flatten(data, prefix=None):
 
 
 class TenantPermission(permissions.BasePermission):
-    """Members read their tenant's objects; viewers never write; some writes need an admin."""
+    """Members read their tenant's objects; viewers never write; some writes need an admin
+    (`write_needs`)."""
 
     def has_permission(self, request, view):
-        membership = getattr(request.user, "membership", None)
+        membership = membership_of(request.user)
         if membership is None:
             raise PermissionDenied("You are not a member of any tenant.")
         if request.method in permissions.SAFE_METHODS:
             return True
-        if membership.role not in view.write_roles:
+        if not membership.may(getattr(view, "write_needs", "write")):
             raise PermissionDenied(f"Your role ({membership.get_role_display()}) cannot do this.")
         return True
 
 
 class TenantViewSet(viewsets.GenericViewSet):
-    """Base of every tenant endpoint: the queryset is always cut to the caller's tenant, so
-    another tenant's object is a 404, never a 403 that admits it exists."""
+    """Base of every tenant endpoint: the queryset is always cut to what the caller may see
+    (`visible_to`), so another tenant's object is a 404, never a 403 that admits it exists."""
 
     permission_classes = [permissions.IsAuthenticated, TenantPermission]
-    write_roles = (Role.ADMIN, Role.MEMBER)
-    tenant_field = "tenant"
-
-    @property
-    def tenant(self):
-        return self.request.user.membership.tenant
+    write_needs = "write"
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no caller
             return super().get_queryset().none()
-        return super().get_queryset().filter(**{self.tenant_field: self.tenant})
+        return super().get_queryset().visible_to(self.request.user)

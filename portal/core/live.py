@@ -7,8 +7,18 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from portal.tenancy.models import membership_of
+
 CLUSTER_GROUP = "cluster"  # everyone signed in: nothing that names a tenant's workload
 OPS_GROUP = "ops"  # operators (staff): everything
+
+
+def live_groups(user) -> list[str]:
+    """The groups a browser of `user` joins: the cluster's for everyone signed in, their
+    tenant's for a member, the operators' for staff. The same rule as `visible_to`."""
+    membership = membership_of(user)
+    groups = [CLUSTER_GROUP] + ([tenant_group(membership.tenant_id)] if membership else [])
+    return groups + ([OPS_GROUP] if user.is_staff else [])
 
 
 def tenant_group(tenant_id: int) -> str:

@@ -5,7 +5,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from portal.core.consumers import DirectDispatch
-from portal.core.live import CLUSTER_GROUP, OPS_GROUP, tenant_group
+from portal.core.live import live_groups
 
 
 class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
@@ -14,10 +14,7 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         if not user.is_authenticated:
             await self.close(code=4401)
             return
-        tenant_id = await database_sync_to_async(_tenant_id)(user)
-        self.groups_joined = [CLUSTER_GROUP] + ([tenant_group(tenant_id)] if tenant_id else [])
-        if user.is_staff:
-            self.groups_joined.append(OPS_GROUP)
+        self.groups_joined = await database_sync_to_async(live_groups)(user)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
@@ -28,8 +25,3 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
 
     async def live_event(self, message):
         await self.send_json({"event": message["event"], "payload": message["payload"]})
-
-
-def _tenant_id(user):
-    membership = getattr(user, "membership", None)
-    return membership.tenant_id if membership else None

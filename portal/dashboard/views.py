@@ -19,7 +19,7 @@ from portal.cluster.summary import cluster_summary, history
 from portal.core.models import audit
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
-from portal.tenancy.models import ApiToken
+from portal.tenancy.models import ApiToken, membership_of
 from portal.workloads import lifecycle
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
@@ -31,40 +31,31 @@ from portal.workloads.usage import gpu_hours
 from scheduler import faults
 
 
-def _membership(request, write=False, admin=False):
-    membership = getattr(request.user, "membership", None)
-    if (
-        membership is None
-        or (write and not membership.can_write)
-        or (admin and not membership.is_admin)
-    ):
+def _membership(request, needs: str = "read"):
+    """The caller's membership, when their role allows `needs`; else a 403."""
+    membership = membership_of(request.user)
+    if membership is None or not membership.may(needs):
         raise PermissionDenied("Your role does not allow this.")
     return membership
 
 
 def _tenant_workloads(request):
-    return Workload.objects.filter(tenant=_membership(request).tenant).select_related(
-        "queue", "gpu_model"
-    )
+    _membership(request)
+    return Workload.objects.visible_to(request.user).select_related("queue", "gpu_model")
 
 
 @login_required
 def dashboard(request):
-    membership = getattr(request.user, "membership", None)
+    membership = membership_of(request.user)
+    workloads = Workload.objects.visible_to(request.user)
     context = {"summary": cluster_summary(), "history": history()}
     if membership:
-        workloads = _tenant_workloads(request)
-        context["workloads"] = workloads[:15]
+        context["workloads"] = workloads.select_related("queue", "gpu_model")[:15]
         holding = workloads.filter(state__in=HOLDING)
         context["active_gpus"] = sum(w.gpus for w in holding)
         context["gpu_hours"] = gpu_hours(membership.tenant.usage, holding)
-        faults = FaultEvent.objects.filter(workloads__tenant=membership.tenant).distinct()
-    elif request.user.is_staff:
-        workloads, faults = Workload.objects.all(), FaultEvent.objects.all()
-    else:
-        workloads, faults = Workload.objects.none(), FaultEvent.objects.none()
     until = timezone.now()
-    context["faults"] = faults.select_related("node")[:10]
+    context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
     context["ettr_scope"] = membership.tenant.name if membership else "the cluster"
     return render(request, "dashboard/index.html", context)
@@ -107,7 +98,7 @@ def workload_detail(request, pk):
 @login_required
 @require_POST
 def workload_cancel(request, pk):
-    _membership(request, write=True)
+    _membership(request, "write")
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
     try:
         lifecycle.cancel(workload, actor=request.user)
@@ -131,7 +122,7 @@ def _form_context(membership, data, serializer=None):
 
 @login_required
 def workload_new(request):
-    membership = _membership(request, write=True)
+    membership = _membership(request, "write")
     data = (
         request.POST
         if request.method == "POST"
@@ -168,7 +159,7 @@ def quota(request):
     serializer = None
     data = request.POST if request.method == "POST" else {}
     if request.method == "POST":
-        _membership(request, admin=True)
+        _membership(request, "admin")
         serializer = QuotaRequestSerializer(data=request.POST, context={"request": request})
         if serializer.is_valid():
             QuotaRequest.file(serializer, request.user)

@@ -10,7 +10,7 @@ from portal.cluster.models import GpuModel, Node, Region
 from portal.core.live import publish_tenant
 from portal.core.models import audit
 from portal.quotas.choices import RequestStatus, Strategy
-from portal.tenancy.models import Tenant
+from portal.tenancy.models import Tenant, TenantQuerySet
 
 
 class Cohort(models.Model):
@@ -51,6 +51,8 @@ class Queue(models.Model):
         blank=True,
         help_text="While borrowing, evict others' borrowed work below this priority",
     )
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant", "name"]
@@ -173,6 +175,8 @@ class QuotaRequest(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-requested_at"]

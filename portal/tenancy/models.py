@@ -33,13 +33,39 @@ class Membership(models.Model):
     def __str__(self):
         return f"{self.user} @ {self.tenant} ({self.role})"
 
-    @property
-    def can_write(self) -> bool:
-        return self.role != Role.VIEWER
+    def may(self, action: str) -> bool:
+        """Whether the member's role allows `action`: "read", "write" or "admin"."""
+        return self.role in ALLOWED[action]
 
-    @property
-    def is_admin(self) -> bool:
-        return self.role == Role.ADMIN
+
+# What each role may do: the one role predicate, read by the API, the pages and the templates.
+ALLOWED = {
+    "read": {Role.ADMIN, Role.MEMBER, Role.VIEWER},
+    "write": {Role.ADMIN, Role.MEMBER},
+    "admin": {Role.ADMIN},
+}
+
+
+def membership_of(user) -> Membership | None:
+    """The user's tenant membership; None when signed out or in no tenant (operators)."""
+    if user is None or not user.is_authenticated:
+        return None
+    return getattr(user, "membership", None)
+
+
+class TenantQuerySet(models.QuerySet):
+    """Rows that belong to a tenant. `visible_to` is the one rule for who sees them: a member
+    sees their tenant's, an operator (staff in no tenant) every tenant's, anyone else none.
+    The API, the pages, the ETTR views and the live updates all cut through it."""
+
+    def visible_to(self, user) -> models.QuerySet:
+        membership = membership_of(user)
+        if membership is not None:
+            return self.of_tenant(membership.tenant_id)
+        return self if user is not None and user.is_staff else self.none()
+
+    def of_tenant(self, tenant_id: int) -> models.QuerySet:
+        return self.filter(tenant_id=tenant_id)
 
 
 def hash_token(raw: str) -> str:

@@ -3,12 +3,16 @@ own nodes and queues), progress on the row and live to operators, the report on 
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db.models import F
 from django.utils import timezone
 
 from portal.core.live import OPS_GROUP, publish, send_now
+from portal.core.redis import client
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
 from scheduler.engine import Node
@@ -82,31 +86,76 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
 
 
 def execute(run_id: int) -> None:
-    """Run the simulation of a pending run (a second worker given the same run does nothing)."""
-    if not WhatIfRun.objects.filter(pk=run_id, state=RunState.PENDING).update(
+    """Run the simulation of a pending run (a second worker given the same run does nothing).
+    While it runs, its worker keeps a liveness key fresh, so that `requeue_stale` can tell a
+    run whose worker died from a long one."""
+    with alive(run_id) as claimed:
+        if not claimed:
+            return
+        whatif = WhatIfRun.objects.get(pk=run_id)
+        try:
+            jobs, spec = inputs(whatif)
+            results = run(
+                jobs,
+                spec,
+                whatif.policies,
+                config=SimConfig(seed=whatif.seed),
+                on_progress=_reporter(run_id),
+            )
+            whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
+            write_html(results, whatif.report_path, title=f"What-if {run_id}: {whatif}")
+        except (TraceError, SpecError, ValueError) as error:
+            _finish(run_id, RunState.FAILED, str(error)[:300])
+            return
+        except Exception:
+            log.exception("what-if %s failed", run_id)
+            _finish(run_id, RunState.FAILED, "the simulation failed; the worker's log says why")
+            raise
+        _finish(run_id, RunState.DONE, f"{len(jobs):,} jobs on {spec.gpus:,} GPUs", results=results)
+
+
+ALIVE = "wanka:whatif:alive:"  # Redis key per running run, kept fresh by its worker
+ALIVE_TTL_S = 30
+REFRESH_S = 5
+
+
+@contextmanager
+def alive(run_id: int) -> Iterator[bool]:
+    """Claim a pending run and keep its liveness key fresh until the block ends; yields
+    whether the claim was won."""
+    redis, key = client(), f"{ALIVE}{run_id}"
+    redis.set(key, 1, ex=ALIVE_TTL_S)  # before the claim: a sweep never sees it keyless
+    claimed = WhatIfRun.objects.filter(pk=run_id, state=RunState.PENDING).update(
         state=RunState.RUNNING, started_at=timezone.now(), message="loading the inputs"
-    ):
-        return
-    whatif = WhatIfRun.objects.get(pk=run_id)
+    )
+    done = threading.Event()
+    if claimed:
+        threading.Thread(target=_keep_alive, args=(key, done), daemon=True).start()
     try:
-        jobs, spec = inputs(whatif)
-        results = run(
-            jobs,
-            spec,
-            whatif.policies,
-            config=SimConfig(seed=whatif.seed),
-            on_progress=_reporter(run_id),
+        yield bool(claimed)
+    finally:
+        done.set()
+        redis.delete(key)
+
+
+def _keep_alive(key: str, done: threading.Event) -> None:
+    while not done.wait(REFRESH_S):
+        client().set(key, 1, ex=ALIVE_TTL_S)
+
+
+def requeue_stale() -> list[int]:
+    """Runs marked running whose worker is gone (no liveness key): back to pending, to be run
+    again. Returns their ids."""
+    redis = client()
+    running = WhatIfRun.objects.filter(state=RunState.RUNNING).values_list("pk", flat=True)
+    stale = [pk for pk in running if not redis.exists(f"{ALIVE}{pk}")]
+    return [
+        pk
+        for pk in stale
+        if WhatIfRun.objects.filter(pk=pk, state=RunState.RUNNING).update(
+            state=RunState.PENDING, message="its worker stopped; queued to run again"
         )
-        whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
-        write_html(results, whatif.report_path, title=f"What-if {run_id}: {whatif}")
-    except (TraceError, SpecError, ValueError) as error:
-        _finish(run_id, RunState.FAILED, str(error)[:300])
-        return
-    except Exception:
-        log.exception("what-if %s failed", run_id)
-        _finish(run_id, RunState.FAILED, "the simulation failed; the worker's log says why")
-        raise
-    _finish(run_id, RunState.DONE, f"{len(jobs):,} jobs on {spec.gpus:,} GPUs", results=results)
+    ]
 
 
 def _reporter(run_id: int):

@@ -1,6 +1,6 @@
 """One scheduling cycle: snapshot the database, ask the engine for a plan, apply it.
 
-Runs inside the `run_cycle` Celery task, one at a time under a Redis lock.
+`run_cycles` runs them one at a time under a Redis lock, for the `run_cycle` Celery task.
 """
 
 import logging
@@ -8,15 +8,16 @@ import time
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Max
 from django.utils import timezone
 
-from portal.cluster.agents import sync_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
+from portal.core.redis import client
 from portal.quotas.models import Cohort, Queue
 from portal.workloads import lifecycle
 from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
+from portal.workloads.desired import nodes_changed
 from portal.workloads.models import (
     Allocation,
     Checkpoint,
@@ -182,13 +183,13 @@ def apply(plan: engine.Plan) -> set[int]:
     with transaction.atomic():
         # Victims first: the GPUs they give back may be the ones the admissions below take.
         for shrunk in plan.shrinks:
-            lifecycle.shrink(
+            touched |= lifecycle.shrink(
                 victims[shrunk.workload_id],
                 [(p.node_id, p.gpu_indices) for p in shrunk.released],
                 shrunk.reason,
             )
         for preemption in plan.preemptions:
-            lifecycle.preempt(victims[preemption.workload_id], preemption.reason)
+            touched |= lifecycle.preempt(victims[preemption.workload_id], preemption.reason)
         bookings = []
         for admission in plan.admissions:
             nodes = len(admission.placements)
@@ -225,24 +226,23 @@ def apply(plan: engine.Plan) -> set[int]:
                 workload.pending_reason, workload.queue_position = pending.reason, pending.position
                 changed.append(workload)
         Workload.objects.bulk_update(changed, ["pending_reason", "queue_position"])
-        Node.objects.filter(id__in=touched).update(generation=F("generation") + 1)
+        nodes_changed(touched)
     return touched
 
 
 def scheduling_cycle() -> engine.Plan:
-    """Expire time limits, snapshot, plan, apply, then tell the agents of the nodes that
-    changed."""
+    """Expire time limits, snapshot, plan, apply; the agents of the nodes that changed hear
+    once it commits."""
     lifecycle.expire_time_limits()
     started = time.perf_counter()
     snapshot = build_snapshot()
     planned = time.perf_counter()
-    plan = engine.plan(snapshot, now=timezone.now().timestamp())
+    plan = engine.plan(snapshot, now=timezone.now().timestamp(), clock=time.perf_counter)
     applied = time.perf_counter()
-    touched = apply(plan)
-    transaction.on_commit(lambda: sync_nodes(touched))
+    apply(plan)
     log.info(
         "cycle: %d admitted, %d preempted, %d shrunk, %d pending, %d reservations; "
-        "snapshot %.0f ms, plan %.0f ms, apply %.0f ms",
+        "snapshot %.0f ms, plan %.0f ms (%s), apply %.0f ms",
         len(plan.admissions),
         len(plan.preemptions),
         len(plan.shrinks),
@@ -250,6 +250,32 @@ def scheduling_cycle() -> engine.Plan:
         len(plan.reservations),
         (planned - started) * 1e3,
         (applied - planned) * 1e3,
+        ", ".join(f"{step} {seconds * 1e3:.1f} ms" for step, seconds in plan.timings.items()),
         (time.perf_counter() - applied) * 1e3,
     )
     return plan
+
+
+LOCK = "wanka:cycle:lock"
+AGAIN = "wanka:cycle:again"
+
+
+def run_cycles() -> bool:
+    """One scheduling cycle at a time, across workers. A trigger that arrives while a cycle
+    runs is not lost: it sets a flag and the running cycle goes round once more. Returns
+    whether a trigger came between the last round and the lock's release (the caller asks for
+    another run)."""
+    redis = client()
+    lock = redis.lock(LOCK, timeout=120)
+    if not lock.acquire(blocking=False):
+        redis.set(AGAIN, 1, ex=120)
+        return False
+    try:
+        while True:
+            redis.delete(AGAIN)
+            scheduling_cycle()
+            if not redis.exists(AGAIN):
+                break
+    finally:
+        lock.release()
+    return bool(redis.exists(AGAIN))

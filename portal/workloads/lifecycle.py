@@ -7,20 +7,14 @@ lock on the workload so reports from a gang's nodes, the cycle and a user's canc
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from portal.cluster.agents import sync_nodes
-from portal.cluster.models import Node
+from portal.workloads import allocations, recovery
 from portal.workloads.choices import HOLDING, State
-from portal.workloads.models import Allocation, UsageRecord, Workload, note, transition
-
-
-def trigger_cycle() -> None:
-    """Run a scheduling cycle once the current transaction commits."""
-    from portal.workloads.tasks import run_cycle
-
-    transaction.on_commit(run_cycle.delay)
+from portal.workloads.desired import nodes_changed
+from portal.workloads.models import Allocation, Workload, note, transition
+from portal.workloads.triggers import trigger_cycle
 
 
 def submit(serializer, user) -> Workload:
@@ -39,9 +33,7 @@ def _locked(workload_id: int, node_id: int) -> Workload | None:
 def _run_if_all_started(workload: Workload) -> None:
     if workload.state == State.RECOVERING:
         if not workload.allocations.filter(started=False).exists():
-            from portal.workloads.recovery import restarted
-
-            restarted(workload)
+            recovery.restarted(workload)
         return
     if workload.state == State.ADMITTED:
         transition(workload, State.STARTING, reason="processes starting")
@@ -151,13 +143,14 @@ def cancel(workload: Workload, actor=None) -> Workload:
     return workload
 
 
-def preempt(workload: Workload, reason: str) -> None:
+def preempt(workload: Workload, reason: str) -> set[int]:
     """Stop a workload holding GPUs so another can start, and requeue it with its progress.
-    (Its agents stop it when their desired state no longer lists it.)"""
+    (Its agents stop it when their desired state no longer lists it.) Returns the nodes it
+    held, for the caller's `nodes_changed`."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         transition(workload, State.PREEMPTING, reason=reason)
-        release(workload)
+        node_ids = allocations.release(workload)
         transition(
             workload,
             State.PENDING,
@@ -165,23 +158,17 @@ def preempt(workload: Workload, reason: str) -> None:
             admitted_at=None,
             started_at=None,
         )
+    return node_ids
 
 
-def shrink(workload: Workload, released, reason: str) -> None:
+def shrink(workload: Workload, released, reason: str) -> set[int]:
     """Give back some GPUs of a running elastic workload: `released` is (node id, GPU indices)
-    pairs. Their GPU-hours are booked now; the rest go on."""
+    pairs. Their GPU-hours are booked now; the rest go on. Returns the nodes they were on."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        gpus = Q(pk__in=[])
-        for node_id, indices in released:
-            gpus |= Q(node_id=node_id, gpu_index__in=indices)
-        gone = workload.allocations.filter(gpus)
-        node_ids = set(gone.values_list("node_id", flat=True))
-        book(workload, gone.count())
-        gone.delete()
+        node_ids = allocations.give_back(workload, released)
         note(workload, reason)
-        Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
-        transaction.on_commit(lambda: sync_nodes(node_ids))
+    return node_ids
 
 
 def expire_time_limits() -> list[int]:
@@ -205,31 +192,5 @@ def expire_time_limits() -> list[int]:
 
 
 def release(workload: Workload) -> None:
-    """Free the workload's GPUs, book their GPU-hours, tell its nodes, and schedule again."""
-    allocations = workload.allocations.all()
-    gpus = allocations.count()
-    if not gpus:
-        return
-    node_ids = set(allocations.values_list("node_id", flat=True))
-    book(workload, gpus)
-    allocations.delete()
-    Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
-    transaction.on_commit(lambda: sync_nodes(node_ids))
-    trigger_cycle()
-
-
-def book(workload: Workload, gpus: int) -> None:
-    """Book `gpus` GPUs of the workload from its start (or admission) until now."""
-    if not gpus:
-        return
-    now = timezone.now()
-    since = workload.started_at or workload.admitted_at or now
-    UsageRecord.objects.create(
-        tenant_id=workload.tenant_id,
-        workload=workload,
-        gpu_model_id=workload.gpu_model_id,
-        gpus=gpus,
-        started_at=since,
-        ended_at=now,
-        gpu_hours=gpus * (now - since).total_seconds() / 3600,
-    )
+    """Free the workload's GPUs (it ended), tell its nodes and schedule again."""
+    nodes_changed(allocations.release(workload))

@@ -6,7 +6,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.core.errors import Conflict
 from portal.core.live import publish_tenant
 from portal.quotas.models import Queue
-from portal.tenancy.models import Tenant
+from portal.tenancy.models import Tenant, TenantQuerySet
 from portal.workloads.choices import (
     TERMINAL,
     TRANSITIONS,
@@ -70,6 +70,8 @@ class Workload(models.Model):
     attempt = models.PositiveIntegerField(default=0, editable=False)
     # Requeued after a fault: it goes before the rest of its queue.
     head_of_queue = models.BooleanField(default=False, editable=False)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

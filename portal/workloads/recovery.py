@@ -20,12 +20,11 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from portal.cluster.agents import sync_nodes
 from portal.cluster.choices import CommandState, Health
 from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.core.live import OPS_GROUP, publish, publish_tenant
-from portal.workloads import lifecycle
+from portal.workloads import allocations
 from portal.workloads.choices import (
     CheckpointPolicy,
     CheckpointStatus,
@@ -33,7 +32,9 @@ from portal.workloads.choices import (
     RecoveryStep,
     State,
 )
+from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Recovery, Workload, note, transition
+from portal.workloads.triggers import kick_recovery
 from scheduler import checkpointing, faults
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
             workload=workload, fault=fault, lost_nodes=lost, step=RecoveryStep.REPLACING
         )
     _announce(recovery)
-    kick(recovery.pk)
+    kick_recovery(recovery.pk)
     return recovery
 
 
@@ -86,23 +87,15 @@ def node_lost(kind: faults.FaultKind) -> bool:
     return kind.cordon or kind.action >= faults.Action.RESET_GPU
 
 
-def kick(recovery_id: int) -> None:
-    """Have a worker advance the recovery once the current transaction commits."""
-    from portal.workloads.tasks import advance_recovery
-
-    transaction.on_commit(lambda: advance_recovery.delay(recovery_id))
-
-
-def command_refused(command: NodeCommand) -> None:
-    """An agent refused a save a recovery waits for: fall back at once. (Successes need no
-    word: the waiting recovery looks at its acks every quarter second.)"""
-    if command.action != "checkpoint" or command.workload_id is None:
+def commands_refused(commands: list[NodeCommand]) -> None:
+    """Agents refused saves a recovery may wait for: it falls back at once. (Successes need no
+    word: a waiting recovery looks at its acks every quarter second.)"""
+    workloads = {c.workload_id for c in commands if c.action == "checkpoint" and c.workload_id}
+    if not workloads:
         return
-    waiting = Recovery.objects.filter(
-        workload_id=command.workload_id, step=RecoveryStep.SAVING
-    ).values_list("pk", flat=True)
-    for recovery_id in waiting:
-        kick(recovery_id)
+    waiting = Recovery.objects.filter(workload_id__in=workloads, step=RecoveryStep.SAVING)
+    for recovery_id in waiting.values_list("pk", flat=True):
+        kick_recovery(recovery_id)
 
 
 def advance(recovery_id: int) -> bool:
@@ -203,7 +196,7 @@ def _replacing(recovery: Recovery):
         elif _shrink(workload, lost):
             outcome = RecoveryOutcome.SHRUNK
         else:
-            lifecycle.release(workload)
+            nodes_changed(allocations.release(workload))
             transition(
                 workload,
                 State.PENDING,
@@ -217,7 +210,7 @@ def _replacing(recovery: Recovery):
         touched |= set(workload.allocations.values_list("node_id", flat=True))
         workload.allocations.update(started=False, exit_code=None)
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
-        Node.objects.filter(id__in=touched).update(generation=F("generation") + 1)
+        nodes_changed(touched)
         note(workload, _restart_note(outcome, resume))
         _move(
             recovery,
@@ -226,7 +219,6 @@ def _replacing(recovery: Recovery):
             restart_pushed_at=timezone.now(),
             **resume,
         )
-        transaction.on_commit(lambda: sync_nodes(touched))
     return _MOVED
 
 
@@ -329,7 +321,7 @@ def _shrink(workload: Workload, lost) -> bool:
     left = held - lost.count()
     if workload.min_gpus is None or left < workload.min_gpus or left == 0:
         return False
-    lifecycle.book(workload, held - left)
+    allocations.book(workload, held - left)
     lost.delete()
     ranks = sorted(set(workload.allocations.values_list("node_rank", flat=True)))
     for new, old in enumerate(ranks):

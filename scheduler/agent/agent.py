@@ -499,10 +499,6 @@ class Agent:
 
     async def _execute(self, message: dict[str, Any]) -> _Outcome:
         action, wid, args = message["action"], message["workload_id"], message["args"]
-        if action == "resize":
-            return _Outcome(True, "resize noted; the next desired state carries the new shape")
-        if action == "drain":
-            return _Outcome(True, "drain noted; this agent runs only what the desired state lists")
         if action == "inject_fault":
             return self._inject(args)
         if wid is None:
@@ -511,9 +507,7 @@ class Agent:
         if workload is None:
             return _Outcome(False, f"{action}: workload {wid} is not on this node")
         try:
-            if action == "checkpoint":
-                return await self._checkpoint(workload, message["command_id"], args)
-            return await self._stop_command(workload)
+            return await self._checkpoint(workload, message["command_id"], args)
         except Exception as exc:
             logger.warning("%s: %s of workload %s failed: %s", self._hostname, action, wid, exc)
             return _Outcome(False, f"{action} failed: {exc}")
@@ -541,10 +535,3 @@ class Agent:
             return _Outcome(False, str(exc))
         # The backend has reported the save itself, as a checkpoint_saved event.
         return _Outcome(True, f"workload {wid} saved step {detail['step']} to {detail['location']}")
-
-    async def _stop_command(self, workload: _Workload) -> _Outcome:
-        wid = workload.assignment.workload_id
-        if workload.state != "running":
-            return _Outcome(True, f"workload {wid} had already exited")
-        await self._stop_and_wait(workload)
-        return _Outcome(True, f"workload {wid} stopped")

@@ -32,7 +32,7 @@ SERVER = "server"
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
-COMMAND_ACTIONS = ("checkpoint", "stop", "resize", "drain", "inject_fault")
+COMMAND_ACTIONS = ("checkpoint", "inject_fault")
 CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
 CHECKPOINT_STATUSES = ("complete", "failed")
 

@@ -111,7 +111,7 @@ def start_worker() -> Child:
             "portal",
             "worker",
             "-Q",
-            "scheduling,celery",
+            "scheduling,recovery,telemetry,whatif",
             "--pool",
             "threads",
             "--concurrency",

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from portal.cluster.models import FaultEvent, Node
+from portal.cluster.summary import node_live
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -26,6 +27,19 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen_at",
             "agent_version",
         ]
+
+
+class NodeDetailSerializer(NodeSerializer):
+    """A node with what its agent reported last: the generation of the desired state it has
+    reached and its latest telemetry per GPU."""
+
+    live = serializers.SerializerMethodField()
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "generation", "live"]
+
+    def get_live(self, node) -> dict:
+        return node_live(node.pk)
 
 
 class FaultSerializer(serializers.ModelSerializer):

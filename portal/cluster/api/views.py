@@ -11,6 +11,7 @@ from portal.cluster.api.serializers import (
     EnrolledSerializer,
     EnrolSerializer,
     FaultSerializer,
+    NodeDetailSerializer,
     NodeSerializer,
 )
 from portal.cluster.enrolment import enrol
@@ -28,6 +29,10 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     )
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
+
+    def get_serializer_class(self):
+        return NodeDetailSerializer if self.action == "retrieve" else NodeSerializer
+
     ordering_fields = ["name", "health"]
 
     @extend_schema(responses=ClusterSummarySerializer)
@@ -42,10 +47,6 @@ class FaultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewS
     queryset = FaultEvent.objects.select_related("node")
     serializer_class = FaultSerializer
     filterset_class = FaultFilterSet
-    tenant_field = "workloads__tenant"
-
-    def get_queryset(self):
-        return super().get_queryset().distinct()
 
 
 class EnrolView(APIView):

@@ -43,7 +43,7 @@ class TenantQueueField(serializers.SlugRelatedField):
     default_error_messages = {"does_not_exist": "Your tenant has no queue {value}."}
 
     def get_queryset(self):
-        return Queue.objects.filter(tenant=self.context["request"].user.membership.tenant)
+        return Queue.objects.visible_to(self.context["request"].user)
 
 
 class QuotaRequestSerializer(serializers.ModelSerializer):

@@ -3,7 +3,6 @@ from rest_framework import mixins
 from portal.core.api import TenantViewSet
 from portal.quotas.api.serializers import QueueSerializer, QuotaRequestSerializer
 from portal.quotas.models import Queue, QuotaRequest
-from portal.tenancy.choices import Role
 
 
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
@@ -20,7 +19,7 @@ class QuotaRequestViewSet(
     queryset = QuotaRequest.objects.select_related("queue", "gpu_model", "region")
     serializer_class = QuotaRequestSerializer
     filterset_fields = ["status", "queue__name", "gpu_model__name"]
-    write_roles = (Role.ADMIN,)
+    write_needs = "admin"
 
     def perform_create(self, serializer):
         QuotaRequest.file(serializer, self.request.user)

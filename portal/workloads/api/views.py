@@ -72,7 +72,7 @@ class EttrView(APIView):
         query = EttrQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         since, until = query.validated_data["since"], query.validated_data["until"]
-        workloads = Workload.objects.filter(tenant=request.user.membership.tenant)
+        workloads = Workload.objects.visible_to(request.user)
         report = window_report(workloads, since, until)
         report["series"] = series(workloads, since, until, query.validated_data["buckets"])
         return Response(EttrReportSerializer(report).data)

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.cluster.faults import record_fault
+from portal.agents.intake import record_fault
 from portal.cluster.models import NodeCommand
 from portal.workloads import recovery
 from portal.workloads.models import Recovery, WorkloadEvent

@@ -9,9 +9,8 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
+from portal.agents.intake import record_acks, record_fault
 from portal.cluster.choices import CommandState, Health
-from portal.cluster.commands import answer
-from portal.cluster.faults import record_fault
 from portal.cluster.models import Node, NodeCommand
 from portal.workloads import lifecycle, recovery
 from portal.workloads.checkpoints import record_saved
@@ -95,7 +94,7 @@ def test_triggered_save_then_restart_on_a_spare_of_the_same_pod(triggered):
     assert recovery.advance(rec.pk) is True  # waits for the save
 
     saved(workload, master, step=130, kind="triggered")
-    answer(master, str(command.pk), True, "saved")
+    record_acks([(master, str(command.pk), True, "saved")])
     assert recovery.advance(rec.pk) is False
     rec.refresh_from_db()
     assert (rec.step, rec.outcome, rec.resume_step) == (
@@ -140,7 +139,7 @@ def test_a_refused_triggered_save_falls_back_at_once(triggered):
     saved(workload, master, step=100, ago_s=60)
     record_fault(lost, XID_79)
     command = NodeCommand.objects.get(workload=workload)
-    answer(master, str(command.pk), False, "checkpoint: no space left")
+    record_acks([(master, str(command.pk), False, "checkpoint: no space left")])
     rec = Recovery.objects.get(workload=workload)
     recovery.advance(rec.pk)
     rec.refresh_from_db()

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.cluster.faults import record_fault
+from portal.agents.intake import record_fault
 from portal.cluster.models import Node
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep
 from portal.workloads.models import Allocation, Recovery

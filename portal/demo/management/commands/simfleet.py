@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.cluster.models import Node
-from portal.core.demo import ensure_nodes
+from portal.demo.installation import ensure_nodes
 from scheduler.agent.fleet import NodeSpec, run_fleet
 
 

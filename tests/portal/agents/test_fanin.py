@@ -1,13 +1,13 @@
 import logging
 
-from portal.cluster.fanin import FanInStats
+from portal.agents.fanin import FanInStats
 
 
 def test_a_window_reports_rate_and_percentiles(caplog, monkeypatch):
     clock = iter([0.0, 1.0, 2.0, 10.5])
-    monkeypatch.setattr("portal.cluster.fanin.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("portal.agents.fanin.time.monotonic", lambda: next(clock))
     stats = FanInStats(period_s=10)
-    caplog.set_level(logging.INFO, logger="portal.cluster.fanin")
+    caplog.set_level(logging.INFO, logger="portal.agents.fanin")
     for seconds in (0.001, 0.002, 0.100):
         stats.record(seconds)
     assert caplog.messages == [

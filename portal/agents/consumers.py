@@ -10,16 +10,18 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import transaction
 from django.utils import timezone
 
-from portal.cluster import commands, fanin
-from portal.cluster.agents import desired_state, mailbox
-from portal.cluster.faults import classify, record_fault
+from portal.agents import fanin, intake
+from portal.cluster import commands
+from portal.cluster.delivery import mailbox
+from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, SAVES_SEEN, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, TELEMETRY
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
 from portal.workloads import lifecycle
 from portal.workloads.checkpoints import record_saved
+from portal.workloads.desired import desired_state
 from scheduler.agent import protocol
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,8 @@ def in_db(func):
 
 # The reports that come from every node of a large job at once, written down in batches.
 STARTED = GroupCommit(lifecycle.mark_started_many)
-ACKED = GroupCommit(commands.answer_many)
+ACKED = GroupCommit(intake.record_acks)
+SAVES_SEEN = "wanka:checkpoint:"  # Redis keys "<prefix><workload>:<step>": a save already recorded
 
 # This process's agent connections by channel name, for what its mailbox brings them.
 CONNECTED: dict[str, "AgentConsumer"] = {}
@@ -42,7 +45,8 @@ _readers: dict[tuple[int, str], asyncio.Task] = {}  # (event loop, mailbox) -> i
 
 
 def read_mailbox(layer, name: str) -> None:
-    """Have a task of this event loop read the mailbox `name` (`agents.tell`) unless one does."""
+    """Have a task of this event loop read the mailbox `name` (`cluster.delivery.tell`),
+    unless one does."""
     key = (id(asyncio.get_running_loop()), name)
     if key not in _readers or _readers[key].done():
         _readers[key] = asyncio.create_task(_read(layer, name))
@@ -200,7 +204,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.send(protocol.encode("error", reason=str(error), field="event.detail"))
             return
         gpu = detail.get("gpu_index")
-        await in_db(record_fault)(
+        await in_db(intake.record_fault)(
             self.node.id,
             kind,
             str(detail.get("message", "")),

@@ -1,21 +1,21 @@
-"""What the control plane tells node agents. The database is the truth: an agent is sent its
-whole desired state, and on every hello its state and unanswered commands again, so a lost
+"""The desired state of each node: every assignment its agent should run. The database is the
+truth: an agent is sent its whole desired state, and on every hello its state again, so a lost
 message costs a delay.
 
-Messages reach agents through their server process's mailbox: one channel per process (Channels'
-process-specific names share everything up to their '!'), read by `consumers.read_mailbox`. A
-message for 1,000 agents of one process is one channel-layer message, not 1,000: a layer reads
-its process's messages one round trip at a time, which made pushing a restart to a 1,000-node
-job take seconds.
+Every change to a node's assignments ends in `nodes_changed`, which bumps the nodes'
+generations and tells their agents once the transaction commits: one pass per transaction,
+however many workloads it moved.
 """
 
-import asyncio
 from collections import defaultdict
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models import F
 
+from portal.cluster.delivery import tell
 from portal.cluster.models import Node
+from portal.workloads.choices import CheckpointStatus
+from portal.workloads.models import Allocation, Checkpoint, Workload
 
 MASTER_PORT_BASE = 29500
 
@@ -28,9 +28,6 @@ def desired_state(node: Node) -> dict:
 def desired_states(node_ids) -> dict[int, dict]:
     """The `desired_state` message fields of each node, all at once: six queries for any number
     of nodes, so telling the 1,000 nodes of a restarted job costs one pass, not 1,000."""
-    from portal.workloads.choices import CheckpointStatus
-    from portal.workloads.models import Allocation, Checkpoint, Workload
-
     generations = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "generation"))
     gpus = defaultdict(lambda: defaultdict(list))
     ranks = {}
@@ -68,8 +65,6 @@ def desired_states(node_ids) -> dict[int, dict]:
 def _gang(workload_id: int) -> tuple[str, int, int]:
     """The workload's master (rank 0) node and first GPU there, and its node count: two index
     lookups, never a scan of a large gang's allocations."""
-    from portal.workloads.models import Allocation
-
     gang = Allocation.objects.filter(workload_id=workload_id)
     master = gang.order_by("node_rank", "gpu_index").values_list("node__name", "gpu_index")[0]
     last = gang.order_by("-node_rank").values_list("node_rank", flat=True)[0]
@@ -103,44 +98,20 @@ def _env(workload, resume_from: str | None) -> dict[str, str]:
     return env
 
 
+def nodes_changed(node_ids) -> None:
+    """The assignments of these nodes changed in the current transaction: bump their
+    generations and tell their agents once it commits. Call it once per transaction with every
+    node the transaction touched, so the agents hear once."""
+    node_ids = set(node_ids)
+    if not node_ids:
+        return
+    Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
+    transaction.on_commit(lambda: sync_nodes(node_ids))
+
+
 def sync_nodes(node_ids) -> None:
     """Send the agents of these nodes their desired state, all at once (a recovery of a
     1,000-node job tells 1,000 agents). Called once the change has committed; a consumer that
     already sent a newer generation looks the state up again instead."""
     states = desired_states(list(node_ids))
     tell({node_id: {"type": "agent.sync", "state": state} for node_id, state in states.items()})
-
-
-MAILBOX = "agents"
-PER_DELIVERY = 500  # agents' messages in one channel-layer message
-
-
-def mailbox(agent_channel: str) -> str:
-    """The mailbox of the server process that holds the connection `agent_channel`."""
-    return f"{agent_channel.partition('!')[0]}!{MAILBOX}"
-
-
-def tell(messages: dict[int, dict]) -> None:
-    """Send each node's agent its message (a consumer handler's `type` and fields), now: one
-    channel-layer message per server process and 500 agents. Nodes without a connection are
-    left out; they hear everything when they say hello."""
-    channels = dict(
-        Node.objects.filter(pk__in=messages, connected=True)
-        .exclude(agent_channel="")
-        .values_list("pk", "agent_channel")
-    )
-    batches = defaultdict(list)
-    for node_id, channel in sorted(channels.items()):
-        batches[mailbox(channel)].append((channel, messages[node_id]))
-    deliveries = [
-        (box, {"type": "agents.deliver", "messages": batch[i : i + PER_DELIVERY]})
-        for box, batch in batches.items()
-        for i in range(0, len(batch), PER_DELIVERY)
-    ]
-    if deliveries:
-        async_to_sync(_send)(deliveries)
-
-
-async def _send(deliveries: list[tuple[str, dict]]) -> None:
-    layer = get_channel_layer()
-    await asyncio.gather(*(layer.send(box, delivery) for box, delivery in deliveries))

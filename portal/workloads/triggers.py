@@ -1,0 +1,18 @@
+"""Work handed to Celery workers once the current transaction commits. Tasks are named, not
+imported: the task modules import the domain, never the other way round."""
+
+from celery import current_app
+from django.db import transaction
+
+RUN_CYCLE = "portal.workloads.tasks.run_cycle"
+ADVANCE_RECOVERY = "portal.workloads.tasks.advance_recovery"
+
+
+def trigger_cycle() -> None:
+    """Run a scheduling cycle once the current transaction commits."""
+    transaction.on_commit(lambda: current_app.signature(RUN_CYCLE).delay())
+
+
+def kick_recovery(recovery_id: int) -> None:
+    """Have a worker advance the recovery once the current transaction commits."""
+    transaction.on_commit(lambda: current_app.signature(ADVANCE_RECOVERY, (recovery_id,)).delay())
