@@ -9,14 +9,12 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from portal.cluster.models import FaultEvent, Gpu, Node
-from portal.cluster.summary import REPORTED
-from portal.core.redis import client
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
 from scheduler.agent import protocol
 from scheduler.agent.fleet import NodeSpec, build_agent
-from tests.builders import make_workload
+from tests.builders import api_client, make_workload
 from tests.portal.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +49,9 @@ def _refreshed(obj):
     return obj
 
 
-def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url, acme_llm, cluster):
+def test_an_agent_registers_runs_its_workload_and_reports_it_finished(
+    agent_url, acme_llm, cluster, bob
+):
     Node.objects.update(connected=False)
     node = cluster[0]
     agent = AgentThread(agent_url, node)
@@ -70,11 +70,23 @@ def test_an_agent_registers_runs_its_workload_and_reports_it_finished(agent_url,
         assert usage.gpus == 8 and usage.gpu_hours > 0
         states = list(workload.events.values_list("to_state", flat=True))
         assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
+        # The node's API page shows what its agent reports live: the generation it reached
+        # and each GPU's latest telemetry.
+        api = api_client(bob)
+
+        def live():
+            return api.get(f"/api/v1/nodes/{node.pk}/").json()
+
         wait_until(
-            lambda: int(client().hget(REPORTED, node.pk) or -1) == _refreshed(node).generation,
+            lambda: live()["live"].get("reported_generation") == _refreshed(node).generation,
             10,
             "the agent to report the latest generation",
         )
+        body = live()
+        assert body["generation"] == node.generation
+        assert [gpu["index"] for gpu in body["live"]["gpus"]] == list(range(8))
+        assert {"util", "memory_used_mb", "temperature_c"} <= set(body["live"]["gpus"][0])
+        assert "live" not in api.get("/api/v1/nodes/").json()["results"][0]
     finally:
         agent.stop()
     wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 
 from portal.whatif.choices import RunState
 from portal.whatif.models import WhatIfRun
-from portal.whatif.runs import current_cluster, execute
+from portal.whatif.runs import ALIVE, current_cluster, execute, requeue_stale
 from tests.builders import make_queue
 from tests.portal.live_client import LiveClient
 
@@ -186,3 +186,19 @@ def test_the_worker_runs_it_and_the_page_follows_live(
     assert WhatIfRun.objects.get(pk=whatif.pk).report_path.exists()
     page = browser.get(f"/ops/whatif/{whatif.pk}/").content.decode()
     assert 'id="whatif-progress"' in page and "All figures (JSON)" in page
+
+
+def test_a_run_whose_worker_died_runs_again_and_a_live_one_is_left_alone(operator, clean_redis):
+    """A what-if marked running with no worker keeping it alive (the worker was killed; its
+    redelivered task would find it running and do nothing) goes back to pending and runs to
+    the end; one whose worker is alive is not touched."""
+    dead = WhatIfRun.objects.create(trace="philly", days=5, state=RunState.RUNNING)
+    live = WhatIfRun.objects.create(trace="philly", days=5, state=RunState.RUNNING)
+    clean_redis.set(f"{ALIVE}{live.pk}", 1, ex=30)
+    assert requeue_stale() == [dead.pk]
+    assert WhatIfRun.objects.get(pk=live.pk).state == RunState.RUNNING
+    execute(dead.pk)
+    dead.refresh_from_db()
+    assert dead.state == RunState.DONE
+    assert not clean_redis.exists(f"{ALIVE}{dead.pk}")  # the finished run's key is gone
+    assert requeue_stale() == []

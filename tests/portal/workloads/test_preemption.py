@@ -2,7 +2,7 @@
 
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
-from portal.workloads.models import UsageRecord
+from portal.workloads.models import Allocation, UsageRecord
 from tests.builders import make_queue, make_workload
 
 
@@ -44,3 +44,24 @@ def test_work_within_its_queues_quota_is_left_alone(cluster, acme, globex):
     assert _refreshed(owner).state == State.ADMITTED
     assert _refreshed(waiting).state == State.PENDING
     assert waiting.pending_reason
+
+
+def test_a_cycle_that_preempts_several_jobs_tells_the_agents_once(
+    cluster, acme, globex, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Two borrowers evicted and a claimant placed in one cycle: one desired-state pass for
+    every node that changed, not one per victim and one more for the admissions."""
+    acme_q = make_queue(acme, "llm", cohort="research", h800=64)
+    globex_q = make_queue(globex, "train", cohort="research", h800=0)
+    borrowers = [make_workload(globex_q, f"borrower-{i}", gpus=32) for i in range(2)]
+    scheduling_cycle()
+    assert {_refreshed(b).state for b in borrowers} == {State.ADMITTED}
+    held = set(Allocation.objects.values_list("node_id", flat=True))
+    passes = []
+    monkeypatch.setattr("portal.workloads.desired.sync_nodes", passes.append)
+    make_workload(acme_q, "claimant", gpus=64)
+    with django_capture_on_commit_callbacks(execute=True):
+        plan = scheduling_cycle()
+    assert len(plan.preemptions) == 2
+    assert len(passes) == 1
+    assert passes[0] == held  # the victims' nodes (the claimant waits for them to stop)
