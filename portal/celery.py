@@ -1,4 +1,5 @@
-"""The Celery application: scheduling cycle, telemetry roll-ups, later fault handling."""
+"""The Celery application. Its tasks are routed by kind of work (settings.CELERY_TASK_ROUTES):
+scheduling, recovery, telemetry and what-if runs."""
 
 import os
 

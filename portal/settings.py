@@ -227,7 +227,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 WANKA = {
-    # Seconds between agent heartbeats; a node missing 3 in a row is NotReady.
+    # Seconds between agent heartbeats; a node missing 3 in a row gets a heartbeat-loss fault.
     "HEARTBEAT_S": float(os.environ.get("WANKA_HEARTBEAT_S", "5")),
     # How long a fault-triggered save may take before recovery falls back to the newest
     # complete checkpoint.

@@ -231,7 +231,7 @@ class BootstrapToken(models.Model):
 
 
 class NodeCommand(models.Model):
-    """A command sent to a node's agent (checkpoint, stop, drain, inject a fault) and its ack.
+    """A command sent to a node's agent (a checkpoint, or a fault drill) and its ack.
 
     The id travels on the wire; an agent acks a repeated id without running it again, so the
     server may resend unacknowledged commands whenever the agent reconnects."""
