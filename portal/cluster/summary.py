@@ -10,6 +10,7 @@ from django.db.models import Count, Q, Sum
 
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
+from portal.core.live import CLUSTER_GROUP, send_now
 from portal.core.redis import client
 
 # Redis keys, under "wanka:" so that none is ever taken for a Celery queue of the same name.
@@ -86,6 +87,15 @@ def record_point(summary: dict) -> dict:
     redis.rpush(HISTORY, json.dumps(point))
     redis.ltrim(HISTORY, -HISTORY_POINTS, -1)
     return point
+
+
+def publish_utilization() -> None:
+    """Roll up the latest telemetry, keep the point in the history and push both to every
+    signed-in browser."""
+    summary = cluster_summary()
+    point = record_point(summary)
+    payload = {"point": point, "summary": summary}
+    send_now(CLUSTER_GROUP, {"type": "live.event", "event": "utilization", "payload": payload})
 
 
 def history() -> list[dict]:

@@ -83,64 +83,24 @@ def wait_until(predicate, timeout: float = 30, what: str = "condition", check=No
 
 def start_server() -> tuple[Child, int]:
     port = free_port()
-    server = Child(
-        "daphne",
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "portal.asgi:application",
-        ],
-    )
+    command = f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application"
+    server = Child("daphne", [sys.executable, *command.split()])
     server.wait_for_output("Listening on TCP address")
     return server, port
 
 
 def start_worker() -> Child:
-    worker = Child(
-        "worker",
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "-Q",
-            "scheduling,recovery,telemetry,whatif",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "4",
-            "--loglevel",
-            "INFO",
-        ],
-    )
+    queues = "scheduling,recovery,telemetry,whatif"
+    command = f"-m celery -A portal worker -Q {queues} --pool threads --concurrency 4"
+    worker = Child("worker", [sys.executable, *command.split(), "--loglevel", "INFO"])
     worker.wait_for_output("ready.")
     return worker
 
 
 def start_beat() -> Child:
-    beat = Child(
-        "beat",
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            str(settings.DATA_DIR / "celerybeat-schedule"),
-        ],
-        WANKA_CYCLE_S="1",
-    )
+    command = [sys.executable, *"-m celery -A portal beat --loglevel INFO --schedule".split()]
+    schedule = str(settings.DATA_DIR / "celerybeat-schedule")
+    beat = Child("beat", [*command, schedule], WANKA_CYCLE_S="1")
     beat.wait_for_output("beat: Starting")
     return beat
 

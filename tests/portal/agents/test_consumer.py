@@ -160,16 +160,7 @@ def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
                 "event", kind="workload_exited", workload_id=workload.pk, exit_code=0, detail={}
             )
         )
-        ws.send(
-            protocol.encode(
-                "hello",
-                agent_version="t",
-                generation=0,
-                workloads=[],
-                node={"hostname": a.name, "gpu_model": "H800", "gpus": []},
-            )
-        )
-        protocol.parse(ws.recv(timeout=10), "server")
+        _hello(ws, a)
     assert _refreshed(workload).state == State.ADMITTED
     assert workload.allocations.count() == 8
 

@@ -32,29 +32,13 @@ class Command(BaseCommand):
         logs.mkdir(parents=True, exist_ok=True)
         python, url = sys.executable, f"http://127.0.0.1:{port}/"
         commands = {
-            "web": [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "portal.asgi:application",
-            ],
+            "web": [python, *f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application".split()],
             "worker": _worker(python, "worker", "scheduling,recovery,telemetry", 2),
             # What-if runs take up to an hour: a worker of their own keeps them off the rest.
             "whatif": _worker(python, "whatif", "whatif", 1),
             "beat": [
                 python,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "--schedule",
+                *"-m celery -A portal beat --loglevel INFO --schedule".split(),
                 str(settings.DATA_DIR / "celerybeat-schedule"),
             ],
         }
@@ -126,19 +110,8 @@ class Command(BaseCommand):
 def _worker(python: str, name: str, queues: str, concurrency: int) -> list[str]:
     return [
         python,
-        "-m",
-        "celery",
-        "-A",
-        "portal",
-        "worker",
-        "-n",
-        f"{name}@%h",
-        "-Q",
-        queues,
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "INFO",
+        *f"-m celery -A portal worker -n {name}@%h -Q {queues}".split(),
+        *f"--concurrency {concurrency} --loglevel INFO".split(),
     ]
 
 
