@@ -4,6 +4,7 @@
 """
 
 import logging
+import threading
 import time
 from collections import defaultdict
 
@@ -258,6 +259,9 @@ def scheduling_cycle() -> engine.Plan:
 
 LOCK = "wanka:cycle:lock"
 AGAIN = "wanka:cycle:again"
+# The lock is a short lease its holder renews while it runs: a worker killed mid-cycle holds
+# up scheduling for seconds, not for as long as the longest cycle could take.
+LEASE_S = 10
 
 
 def run_cycles() -> bool:
@@ -266,10 +270,12 @@ def run_cycles() -> bool:
     whether a trigger came between the last round and the lock's release (the caller asks for
     another run)."""
     redis = client()
-    lock = redis.lock(LOCK, timeout=120)
+    lock = redis.lock(LOCK, timeout=LEASE_S, thread_local=False)  # renewed by another thread
     if not lock.acquire(blocking=False):
         redis.set(AGAIN, 1, ex=120)
         return False
+    done = threading.Event()
+    threading.Thread(target=_renew, args=(lock, done), daemon=True).start()
     try:
         while True:
             redis.delete(AGAIN)
@@ -277,5 +283,11 @@ def run_cycles() -> bool:
             if not redis.exists(AGAIN):
                 break
     finally:
+        done.set()
         lock.release()
     return bool(redis.exists(AGAIN))
+
+
+def _renew(lock, done: threading.Event) -> None:
+    while not done.wait(LEASE_S / 3):
+        lock.reacquire()
