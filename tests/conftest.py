@@ -99,7 +99,7 @@ def clean_redis():
     """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
     FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
     from portal.agents.consumers import SAVES_SEEN
-    from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, REPORTED, TELEMETRY
+    from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, REPORTED, SEEN_SINCE, TELEMETRY
     from portal.core.redis import client
     from portal.workloads.cycle import AGAIN, LOCK
 
@@ -108,6 +108,7 @@ def clean_redis():
         TELEMETRY,
         BUSY,
         LAST_SEEN,
+        SEEN_SINCE,
         HISTORY,
         REPORTED,
         LOCK,

@@ -15,7 +15,7 @@ from portal.cluster import commands
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, SEEN_SINCE, TELEMETRY
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -76,6 +76,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     node: Node | None = None
     sent_generation = -1  # the newest desired state this connection has sent
+    declared_lost = False  # the lost-node check took the node off while this one was open
 
     async def connect(self):
         headers = dict(self.scope["headers"])
@@ -133,9 +134,15 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             pipe.hset(TELEMETRY, self.node.id, json.dumps({"ts": now, "gpus": message["gpus"]}))
             pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
             pipe.zadd(LAST_SEEN, {self.node.id: now})
+            pipe.set(SEEN_SINCE, now, nx=True)
             # The generation the agent has converged to: live here, in the database at hello.
             pipe.hset(REPORTED, self.node.id, message["generation"])
             await pipe.execute()
+        if self.declared_lost:
+            # Declared lost while its connection stayed open: it beats again, so it speaks
+            # for the node again (health stays where the fault put it, for an operator).
+            self.declared_lost = False
+            await _reclaim(self.node.id, self.channel_name)
         await self.on_workloads(message["workloads"])
 
     async def on_workloads(self, workloads):
@@ -227,6 +234,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.attempts.update((a["workload_id"], a["attempt"]) for a in state["assignments"])
         await self.send(protocol.encode("desired_state", **state))
 
+    async def agent_lost(self, event):
+        """Channel layer message: the node was declared lost (silent too long); the next
+        heartbeat of this connection takes it back."""
+        self.declared_lost = True
+
     async def agent_command(self, event):
         """Channel layer message: pass a command on to the agent."""
         fields = {key: event[key] for key in ("command_id", "action", "workload_id", "args")}
@@ -239,6 +251,13 @@ def _node_for_token(token: str) -> Node | None:
         Node.objects.select_related("leaf__pod__datacenter", "gpu_model")
         .filter(token_hash=hash_token(token))
         .first()
+    )
+
+
+@in_db
+def _reclaim(node_id: int, channel_name: str) -> None:
+    Node.objects.filter(pk=node_id).update(
+        connected=True, agent_channel=channel_name, last_seen_at=timezone.now()
     )
 
 

@@ -6,12 +6,14 @@ import time
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from portal.cluster import commands
 from portal.cluster import faults as fleet_faults
 from portal.cluster.choices import CommandState
+from portal.cluster.delivery import tell_channels
 from portal.cluster.models import FaultEvent, Node
-from portal.cluster.summary import LAST_SEEN
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
 from portal.core.redis import client
 from portal.workloads import recovery
@@ -78,24 +80,42 @@ def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
 
 
 def mark_lost_nodes() -> list[int]:
-    """Nodes that missed 3 heartbeats in a row are no longer scheduled, and a heartbeat-loss
-    fault says so. Returns their ids."""
+    """Nodes silent for 3 heartbeats are no longer scheduled, and a heartbeat-loss fault says
+    so and recovers their jobs: connected nodes that stopped beating, and nodes whose agent
+    disconnected and did not come back within the same grace while they hold running work.
+    A heartbeat Redis never saw (it restarted empty) is not silence: nobody is judged until
+    Redis has kept heartbeats for the whole window. Returns the ids of the nodes lost."""
     window = MISSED_HEARTBEATS * settings.WANKA["HEARTBEAT_S"]
-    cutoff = time.time() - window
-    fresh = {int(node_id) for node_id in client().zrangebyscore(LAST_SEEN, cutoff, "+inf")}
+    now = time.time()
+    cutoff = now - window
+    redis = client()
+    redis.set(SEEN_SINCE, now, nx=True)
+    if float(redis.get(SEEN_SINCE)) > cutoff:
+        return []
+    fresh = {int(node_id) for node_id in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf")}
+    holding = Q(allocations__workload__state__in=recovery.RECOVERABLE)
+    candidates = Node.objects.filter(Q(connected=True) | holding).distinct()
     lost = [
         node_id
-        for node_id, last_seen in Node.objects.filter(connected=True).values_list(
-            "id", "last_seen_at"
-        )
+        for node_id, last_seen in candidates.values_list("id", "last_seen_at")
         if node_id not in fresh and (last_seen is None or last_seen.timestamp() < cutoff)
     ]
-    for node_id in lost:
-        with transaction.atomic():
-            if Node.objects.filter(pk=node_id, connected=True).update(
-                connected=False, agent_channel=""
-            ):
-                record_fault(
-                    node_id, faults.lookup("heartbeat-loss"), f"no heartbeat for {window:.0f} s"
-                )
-    return lost
+    return [node_id for node_id in lost if _declare_lost(node_id, window)]
+
+
+def _declare_lost(node_id: int, window: float) -> bool:
+    """Take the node off and record its heartbeat-loss fault, unless another worker did; a
+    connection still open hears that it was declared lost (`AgentConsumer.agent_lost`)."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        live_work = Workload.objects.filter(
+            allocations__node_id=node_id, state__in=recovery.RECOVERABLE
+        ).exists()
+        if not node.connected and not live_work:
+            return False
+        if node.agent_channel:
+            channel = node.agent_channel
+            transaction.on_commit(lambda: tell_channels([(channel, {"type": "agent.lost"})]))
+        Node.objects.filter(pk=node_id).update(connected=False, agent_channel="")
+        record_fault(node_id, faults.lookup("heartbeat-loss"), f"no heartbeat for {window:.0f} s")
+    return True

@@ -32,9 +32,14 @@ def tell(messages: dict[int, dict]) -> None:
         .exclude(agent_channel="")
         .values_list("pk", "agent_channel")
     )
+    tell_channels([(channels[n], messages[n]) for n in sorted(channels)])
+
+
+def tell_channels(messages: list[tuple[str, dict]]) -> None:
+    """Send each (agent connection, message) pair, batched per server process as `tell`."""
     batches = defaultdict(list)
-    for node_id, channel in sorted(channels.items()):
-        batches[mailbox(channel)].append((channel, messages[node_id]))
+    for channel, message in messages:
+        batches[mailbox(channel)].append((channel, message))
     deliveries = [
         (box, {"type": "agents.deliver", "messages": batch[i : i + PER_DELIVERY]})
         for box, batch in batches.items()

@@ -216,3 +216,21 @@ def test_a_fault_from_an_agent_is_recorded(agent_url, acme_llm, cluster):
         fault = wait_until(lambda: FaultEvent.objects.filter(node=node).first(), 10, "a fault")
     assert (fault.code, fault.gpu_index, fault.kind) == (79, 3, "xid-79")
     assert _refreshed(node).health == "down"  # XID 79 needs a reboot
+
+
+def test_a_node_declared_lost_while_its_agent_still_beats_is_connected_again(agent_url, cluster):
+    """The lost-node check took the node off (its agent was silent, say, while hung), but the
+    connection stayed open and the agent beats again: a node heartbeating is connected."""
+    from portal.agents.intake import _declare_lost
+
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        assert _declare_lost(node.pk, window=15)
+        assert FaultEvent.objects.filter(node=node, kind="heartbeat-loss").exists()
+        wait_until(lambda: _refreshed(node).connected, 10, "the heartbeats to take it back")
+        assert node.agent_channel
+    finally:
+        agent.stop()

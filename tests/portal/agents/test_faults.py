@@ -7,7 +7,7 @@ from django.utils import timezone
 from portal.agents.intake import mark_lost_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
-from portal.cluster.summary import LAST_SEEN
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from tests.builders import api_client, make_workload
@@ -15,8 +15,10 @@ from tests.builders import api_client, make_workload
 
 @pytest.fixture
 def stale(cluster, clean_redis):
-    """Every node of the cluster last heard from a minute ago, but one that just beat."""
+    """Every node of the cluster last heard from a minute ago, but one that just beat; Redis
+    has kept heartbeats for an hour."""
     Node.objects.update(last_seen_at=timezone.now() - timedelta(minutes=1))
+    clean_redis.set(SEEN_SINCE, time.time() - 3600)
     clean_redis.zadd(LAST_SEEN, {cluster[1].id: time.time()})
     return cluster
 
@@ -48,3 +50,45 @@ def test_a_lost_node_is_not_scheduled(stale, acme_llm):
     assert [a.workload_id for a in plan.admissions] == [workload.pk]
     placed_on = {p.node_id for p in plan.admissions[0].placements}
     assert placed_on == {stale[1].id}
+
+
+def test_a_node_whose_agent_disconnected_and_stayed_away_is_lost_and_its_job_recovered(
+    stale, acme_llm
+):
+    """The agent crashed or the node rebooted: the connection closed (so the node is marked
+    disconnected), and no agent came back within the grace of three heartbeats."""
+    workload = make_workload(acme_llm, "on-a-node-that-rebooted", gpus=8)
+    scheduling_cycle()
+    node = workload.allocations.first().node_id
+    Node.objects.filter(pk=node).update(connected=False, agent_channel="")
+    assert node in mark_lost_nodes()
+    assert FaultEvent.objects.get(node_id=node).kind == "heartbeat-loss"
+    workload.refresh_from_db()
+    assert workload.state == State.RECOVERING
+    assert node not in mark_lost_nodes()  # its job is being recovered: no second fault
+
+
+def test_within_the_grace_a_disconnected_node_is_not_lost_nor_one_without_work(stale, acme_llm):
+    workload = make_workload(acme_llm, "on-a-node-reconnecting", gpus=8)
+    scheduling_cycle()
+    node = workload.allocations.first().node_id
+    Node.objects.filter(pk=node).update(connected=False, last_seen_at=timezone.now())
+    idle = stale[-1].pk
+    Node.objects.filter(pk=idle).update(connected=False)
+    lost = mark_lost_nodes()
+    assert node not in lost and idle not in lost
+    assert not FaultEvent.objects.filter(node_id__in=[node, idle]).exists()
+
+
+def test_a_redis_that_restarted_empty_takes_no_node_down(stale, clean_redis, acme_llm):
+    """Redis lost every heartbeat (a restart): that is not silence. The nodes get a fresh
+    grace from then, and only the ones that stay silent through it are lost."""
+    workload = make_workload(acme_llm, "running-through-a-redis-restart", gpus=8)
+    scheduling_cycle()
+    clean_redis.delete(LAST_SEEN, SEEN_SINCE)  # the restart
+    assert mark_lost_nodes() == []
+    assert Node.objects.filter(connected=True).count() == len(stale)
+    workload.refresh_from_db()
+    assert workload.state == State.ADMITTED
+    clean_redis.set(SEEN_SINCE, time.time() - 60)  # a minute on, and still silent: lost
+    assert set(mark_lost_nodes()) == {node.pk for node in stale}
