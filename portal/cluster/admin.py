@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from portal.cluster.choices import Health
 from portal.cluster.models import (
@@ -18,8 +18,29 @@ from portal.cluster.models import (
 from portal.core.errors import Conflict
 from portal.core.models import audit
 
-for model in (GpuModel, Region, DataCenter, Pod, Leaf):
+for model in (GpuModel, Region, DataCenter, Leaf):
     admin.site.register(model)
+
+
+@admin.register(Pod)
+class PodAdmin(admin.ModelAdmin):
+    """Each pod's pool of hot spares: its target, the ready spares it has, what is missing."""
+
+    list_display = ["__str__", "hot_spares", "ready_spares", "missing"]
+    list_editable = ["hot_spares"]
+    list_select_related = ["datacenter"]
+
+    def get_queryset(self, request):
+        ready = Q(leaves__nodes__spare=True, leaves__nodes__health=Health.READY)
+        return super().get_queryset(request).annotate(ready=Count("leaves__nodes", filter=ready))
+
+    @admin.display(description="ready spares", ordering="ready")
+    def ready_spares(self, pod):
+        return pod.ready
+
+    @admin.display(description="missing")
+    def missing(self, pod):
+        return max(0, pod.hot_spares - pod.ready)
 
 
 class GpuInline(admin.TabularInline):

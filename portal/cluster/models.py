@@ -45,10 +45,15 @@ class DataCenter(models.Model):
 
 
 class Pod(models.Model):
-    """A spine group inside a data center."""
+    """A spine group inside a data center, and its pool of hot spares."""
 
     datacenter = models.ForeignKey(DataCenter, on_delete=models.PROTECT, related_name="pods")
     name = models.CharField(max_length=64)
+    hot_spares = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Nodes kept free for fault recovery; a repaired node refills the pool when "
+        "it is short",
+    )
 
     class Meta:
         constraints = [
@@ -59,6 +64,11 @@ class Pod(models.Model):
 
     def __str__(self):
         return f"{self.datacenter}/{self.name}"
+
+    def spares_missing(self) -> int:
+        """How many ready spares the pool lacks to meet its target."""
+        ready = Node.objects.filter(leaf__pod=self, spare=True, health=Health.READY).count()
+        return max(0, self.hot_spares - ready)
 
 
 class Leaf(models.Model):
@@ -123,6 +133,19 @@ class Node(models.Model):
         audit(f"node.{to}", self, actor=actor, previous=self.health, reason=reason)
         self.health, self.health_reason, self.health_changed_at = to, reason, timezone.now()
         self.save(update_fields=["health", "health_reason", "health_changed_at"])
+        if to == Health.READY:
+            self.refill_spares()
+
+    def refill_spares(self) -> bool:
+        """Join the pod's pool of hot spares when it is short and this node holds no work
+        (a repaired node refills what recoveries took). Whether it joined."""
+        pod = self.leaf.pod
+        if self.spare or pod.spares_missing() == 0 or self.allocations.exists():
+            return False
+        self.spare = True
+        self.save(update_fields=["spare"])
+        audit("node.spare", self, reason=f"refills the hot spares of {pod}")
+        return True
 
     def issue_token(self) -> str:
         """Give the node a new agent token (the old one stops working); return it once."""

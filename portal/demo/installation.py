@@ -83,6 +83,7 @@ def seed() -> bool:
             checkpoint_policy="triggered" if kind == "training" and gpus >= 32 else "async",
         )
     # One hot spare per pod, kept free for fault recovery.
+    Pod.objects.update(hot_spares=1)
     for pod in Pod.objects.all():
         Node.objects.filter(pk=pod.leaves.last().nodes.last().pk).update(spare=True)
     QuotaRequest.objects.create(

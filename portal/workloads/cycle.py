@@ -59,6 +59,7 @@ def build_snapshot() -> engine.Snapshot:
         "gpu_count",
         "health",
         "connected",
+        "spare",
         "leaf__name",
         "leaf__pod__name",
         "leaf__pod__datacenter__name",
@@ -77,9 +78,10 @@ def build_snapshot() -> engine.Snapshot:
             pod=f"{dc}/{pod}",
             leaf=f"{dc}/{pod}/{leaf}",
             free=tuple(i for i in range(gpus) if i not in busy[node_id]),
-            schedulable=health == Health.READY and connected,
+            # Hot spares wait for recoveries (`recovery._spare_near`); no cycle places work there.
+            schedulable=health == Health.READY and connected and not spare,
         )
-        for node_id, name, model, gpus, health, connected, leaf, pod, dc, region in rows
+        for node_id, name, model, gpus, health, connected, spare, leaf, pod, dc, region in rows
     )
     queues = tuple(
         engine.Queue(
