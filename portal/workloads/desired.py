@@ -14,8 +14,16 @@ from django.db.models import F
 
 from portal.cluster.delivery import tell
 from portal.cluster.models import Node
-from portal.workloads.choices import CheckpointStatus
-from portal.workloads.models import Allocation, Checkpoint, Workload
+from portal.workloads import allocations
+from portal.workloads.choices import CheckpointStatus, State
+from portal.workloads.models import (
+    Allocation,
+    Checkpoint,
+    IllegalTransition,
+    Workload,
+    transition,
+)
+from scheduler.agent import protocol
 
 MASTER_PORT_BASE = 29500
 
@@ -27,7 +35,11 @@ def desired_state(node: Node) -> dict:
 
 def desired_states(node_ids) -> dict[int, dict]:
     """The `desired_state` message fields of each node, all at once: six queries for any number
-    of nodes, so telling the 1,000 nodes of a restarted job costs one pass, not 1,000."""
+    of nodes, so telling the 1,000 nodes of a restarted job costs one pass, not 1,000.
+
+    An assignment that cannot be sent (it breaks the protocol, or is too large for an agent's
+    frame) is left out and its workload failed with the reason, so one bad job never keeps a
+    node from hearing about the others."""
     generations = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "generation"))
     gpus = defaultdict(lambda: defaultdict(list))
     ranks = {}
@@ -44,22 +56,49 @@ def desired_states(node_ids) -> dict[int, dict]:
         .order_by("workload_id", "step")
         .values_list("workload_id", "location")
     )
-    return {
-        node_id: {
-            "generation": generation,
-            "assignments": [
-                _assignment(
-                    workloads[w],
-                    sorted(gpus[node_id][w]),
-                    ranks[node_id, w],
-                    gangs[w],
-                    resume.get(w),
-                )
-                for w in sorted(gpus[node_id])
-            ],
-        }
-        for node_id, generation in generations.items()
-    }
+    states, refused = {}, {}
+    for node_id, generation in generations.items():
+        assignments = []
+        for w in sorted(gpus[node_id]):
+            assignment = _assignment(
+                workloads[w], sorted(gpus[node_id][w]), ranks[node_id, w], gangs[w], resume.get(w)
+            )
+            why = refused.get(w) or unsendable(assignment)
+            if why:
+                refused[w] = why
+            else:
+                assignments.append(assignment)
+        states[node_id] = {"generation": generation, "assignments": assignments}
+    if refused:
+        _fail(refused)
+    return states
+
+
+# An assignment this large cannot be what a job needs; agents take frames of up to 1 MiB.
+MAX_ASSIGNMENT_BYTES = 256 * 1024
+
+
+def unsendable(assignment: dict) -> str | None:
+    """Why the assignment cannot reach an agent, or None."""
+    try:
+        size = len(protocol.encode("desired_state", generation=0, assignments=[assignment]))
+    except protocol.ProtocolError as error:
+        return f"its assignment breaks the agent protocol ({error})"
+    if size > MAX_ASSIGNMENT_BYTES:
+        return f"its assignment takes {size:,} bytes, over the {MAX_ASSIGNMENT_BYTES:,} allowed"
+    return None
+
+
+def _fail(refused: dict[int, str]) -> None:
+    """Fail the workloads whose assignment cannot be sent, and free their GPUs."""
+    for workload_id, why in refused.items():
+        with transaction.atomic():
+            workload = Workload.objects.select_for_update().get(pk=workload_id)
+            try:
+                transition(workload, State.FAILED, reason=f"cannot be sent to its nodes: {why}")
+            except IllegalTransition:
+                continue
+            nodes_changed(allocations.release(workload))
 
 
 def _gang(workload_id: int) -> tuple[str, int, int]:

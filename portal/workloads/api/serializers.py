@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 from django.db.models import Max
@@ -22,10 +23,28 @@ class WorkloadEventSerializer(serializers.ModelSerializer):
         fields = ["at", "from_state", "to_state", "reason"]
 
 
+# Bounds on what one job may ask for, so that what it asks can always reach its agents.
+YEAR_S = 366 * 86400
+MAX_COMMAND = 64 * 1024  # characters
+MAX_ENV = 256  # variables
+MAX_ENV_CHARS = 64 * 1024  # names and values together
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
-    gpus = serializers.IntegerField(min_value=1)
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)
+    time_limit_s = serializers.IntegerField(
+        min_value=1, max_value=YEAR_S, required=False, allow_null=True
+    )
+    checkpoint_interval_s = serializers.IntegerField(
+        min_value=1, max_value=7 * 86400, required=False, allow_null=True
+    )
+    simulated_duration_s = serializers.FloatField(
+        min_value=0, max_value=YEAR_S, required=False, allow_null=True
+    )
 
     class Meta:
         model = Workload
@@ -70,6 +89,21 @@ class WorkloadSerializer(serializers.ModelSerializer):
     def validate_env(self, env):
         if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
             raise serializers.ValidationError("Must be an object of variable names to values.")
+        if len(env) > MAX_ENV:
+            raise serializers.ValidationError(f"At most {MAX_ENV} variables; got {len(env)}.")
+        for name, value in env.items():
+            if not ENV_NAME.fullmatch(name):
+                raise serializers.ValidationError(
+                    f"{name[:40]!r} is not a variable name (letters, digits and _, not first a "
+                    "digit, up to 128)."
+                )
+            if not isinstance(value, str | int | float | bool):
+                raise serializers.ValidationError(f"{name}: a value is a string or a number.")
+        size = sum(len(name) + len(str(value)) for name, value in env.items())
+        if size > MAX_ENV_CHARS:
+            raise serializers.ValidationError(
+                f"Names and values take {size:,} characters; at most {MAX_ENV_CHARS:,}."
+            )
         return env
 
     def validate(self, attrs):

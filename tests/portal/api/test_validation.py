@@ -85,6 +85,33 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         ({"kind": "mining"}, "kind", '"mining" is not a valid choice.'),
         ({"env": ["A=1"]}, "env", "Must be an object of variable names to values."),
         ({"name": ""}, "name", "This field may not be blank."),
+        (
+            {"simulated_duration_s": -1},
+            "simulated_duration_s",
+            "Ensure this value is greater than or equal to 0.",
+        ),
+        (
+            {"command": "x" * (1 << 20)},
+            "command",
+            "Ensure this field has no more than 65536 characters.",
+        ),
+        ({"time_limit_s": 0}, "time_limit_s", "Ensure this value is greater than or equal to 1."),
+        (
+            {"env": {f"V{i}": "1" for i in range(300)}},
+            "env",
+            "At most 256 variables; got 300.",
+        ),
+        (
+            {"env": {"BIG": "x" * 70_000}},
+            "env",
+            "Names and values take 70,003 characters; at most 65,536.",
+        ),
+        (
+            {"env": {"1X": "y"}},
+            "env",
+            "'1X' is not a variable name (letters, digits and _, not first a digit, up to 128).",
+        ),
+        ({"env": {"A": {"b": 1}}}, "env", "A: a value is a string or a number."),
     ],
     ids=[
         "more GPUs than the queue could ever get",
@@ -95,6 +122,13 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         "an unknown kind",
         "an env that is not an object",
         "no name",
+        "a negative simulated duration",
+        "a command of a megabyte",
+        "a zero time limit",
+        "too many environment variables",
+        "an environment too large",
+        "a variable name that is not one",
+        "a variable whose value is an object",
     ],
 )
 def test_bad_workloads_are_refused(acme_llm, bob, change, field, reason):
