@@ -131,7 +131,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         busy = sum(gpu["util"] for gpu in message["gpus"]) / 100
         redis = aclient()
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.hset(TELEMETRY, self.node.id, json.dumps({"ts": now, "gpus": message["gpus"]}))
+            sample = {"ts": now, "gpus": message["gpus"], "workloads": message["workloads"]}
+            pipe.hset(TELEMETRY, self.node.id, json.dumps(sample))
             pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
             pipe.zadd(LAST_SEEN, {self.node.id: now})
             pipe.set(SEEN_SINCE, now, nx=True)

@@ -107,11 +107,25 @@ def history() -> list[dict]:
 
 def node_live(node_id: int) -> dict:
     """A node's latest heartbeat (per GPU: utilization, memory, temperature, power, ECC) and
-    the generation its agent has reached since; empty before its first heartbeat."""
-    pipe = client().pipeline(transaction=False)
-    pipe.hget(TELEMETRY, node_id)
-    pipe.hget(REPORTED, node_id)
-    sample, reported = pipe.execute()
+    the generation its agent has reached since; empty before its first heartbeat. (Shown to
+    every tenant: it names no workload.)"""
+    sample = heartbeats([node_id]).get(node_id)
     if sample is None:
         return {}
-    return {**json.loads(sample), "reported_generation": int(reported or 0)}
+    return {key: sample[key] for key in ("ts", "gpus", "reported_generation")}
+
+
+def heartbeats(node_ids) -> dict[int, dict]:
+    """The latest heartbeat of each node that has one: its time, GPUs, the workloads its agent
+    runs and the generation it has reached; two Redis round trips for any number of nodes."""
+    node_ids = list(node_ids)
+    if not node_ids:
+        return {}
+    redis = client()
+    samples = redis.hmget(TELEMETRY, node_ids)
+    reached = redis.hmget(REPORTED, node_ids)
+    return {
+        node_id: {**json.loads(sample), "reported_generation": int(generation or 0)}
+        for node_id, sample, generation in zip(node_ids, samples, reached, strict=True)
+        if sample is not None
+    }

@@ -1,7 +1,14 @@
 from django.contrib import admin, messages
 
 from portal.quotas.choices import RequestStatus
-from portal.quotas.models import CapacityCheck, Cohort, Queue, QueueQuota, QuotaRequest
+from portal.quotas.models import (
+    CapacityCheck,
+    Cohort,
+    CohortQuota,
+    Queue,
+    QueueQuota,
+    QuotaRequest,
+)
 
 
 class QueueQuotaInline(admin.TabularInline):
@@ -16,7 +23,17 @@ class QueueAdmin(admin.ModelAdmin):
     inlines = [QueueQuotaInline]
 
 
-admin.site.register(Cohort)
+class CohortQuotaInline(admin.TabularInline):
+    model = CohortQuota
+    extra = 0
+
+
+@admin.register(Cohort)
+class CohortAdmin(admin.ModelAdmin):
+    """Cohorts nest; each may hold quota of its own, lent to the queues below it."""
+
+    list_display = ["name", "parent"]
+    inlines = [CohortQuotaInline]
 
 
 @admin.register(QuotaRequest)

@@ -65,24 +65,6 @@ class Queue(models.Model):
     def __str__(self):
         return f"{self.tenant.slug}/{self.name}"
 
-    def ceiling(self, gpu_model: GpuModel) -> int:
-        """The most GPUs of `gpu_model` this queue could ever hold: its quota plus what it may
-        borrow from its cohort, and never more than the region has."""
-        own = self.quotas.filter(gpu_model=gpu_model).first()
-        nominal = own.nominal if own else 0
-        borrowable = 0
-        if self.cohort_id:
-            peers = QueueQuota.objects.filter(
-                queue__cohort_id=self.cohort_id, gpu_model=gpu_model
-            ).exclude(queue=self)
-            lendable = sum(
-                q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
-                for q in peers
-            )
-            limit = own.borrowing_limit if own else None
-            borrowable = lendable if limit is None else min(limit, lendable)
-        return min(nominal + borrowable, region_capacity(self.region_id, gpu_model.pk))
-
 
 class QueueQuota(models.Model):
     """One queue's quota for one GPU model. Empty limits mean unlimited."""
@@ -107,6 +89,32 @@ class QueueQuota(models.Model):
 
     def __str__(self):
         return f"{self.queue} {self.gpu_model}: {self.nominal}"
+
+
+class CohortQuota(models.Model):
+    """A cohort's own quota for one GPU model, lent to the queues below it, and its limits
+    toward its parent cohort. Empty limits mean unlimited."""
+
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    guarantee = models.PositiveIntegerField(default=0, help_text="Never lent to the parent")
+    nominal = models.PositiveIntegerField(default=0, help_text="Lent to the queues below")
+    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
+    lending_limit = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cohort", "gpu_model"], name="%(app_label)s_%(class)s_unique_model"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(guarantee__lte=models.F("nominal")),
+                name="%(app_label)s_%(class)s_guarantee_within_nominal",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.cohort} {self.gpu_model}: {self.nominal}"
 
 
 def _capacity_nodes(region, gpu_model):

@@ -15,7 +15,7 @@ from django.utils import timezone
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.core.redis import client
-from portal.quotas.models import Cohort, Queue
+from portal.quotas import engine as quota_engine
 from portal.workloads import lifecycle
 from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
 from portal.workloads.desired import nodes_changed
@@ -83,35 +83,6 @@ def build_snapshot() -> engine.Snapshot:
         )
         for node_id, name, model, gpus, health, connected, spare, leaf, pod, dc, region in rows
     )
-    queues = tuple(
-        engine.Queue(
-            id=q.id,
-            name=q.name,
-            region=q.region.name,
-            cohort=q.cohort.name if q.cohort else None,
-            priority=q.priority,
-            weight=q.weight,
-            strategy=engine.Strategy(q.strategy),
-            preemption=engine.PreemptionPolicy(
-                reclaim=q.reclaim,
-                within_queue=q.preempt_within_queue,
-                borrow_below_priority=q.borrow_below_priority,
-            ),
-            quotas=tuple(
-                engine.Quota(
-                    gpu_model=quota.gpu_model.name,
-                    nominal=quota.nominal,
-                    guarantee=quota.guarantee,
-                    borrowing_limit=quota.borrowing_limit,
-                    lending_limit=quota.lending_limit,
-                )
-                for quota in q.quotas.all()
-            ),
-        )
-        for q in Queue.objects.select_related("cohort", "region").prefetch_related(
-            "quotas__gpu_model"
-        )
-    )
     saved = dict(
         Checkpoint.objects.filter(status=CheckpointStatus.COMPLETE)
         .values("workload_id")
@@ -159,11 +130,12 @@ def build_snapshot() -> engine.Snapshot:
             "head_of_queue",
         )
     )
-    cohorts = tuple(
-        engine.Cohort(name, parent)
-        for name, parent in Cohort.objects.values_list("name", "parent__name")
+    return engine.Snapshot(
+        nodes=nodes,
+        queues=quota_engine.queues(),
+        workloads=workloads,
+        cohorts=quota_engine.cohorts(),
     )
-    return engine.Snapshot(nodes=nodes, queues=queues, workloads=workloads, cohorts=cohorts)
 
 
 def _seconds(moment) -> float | None:

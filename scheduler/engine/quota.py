@@ -181,6 +181,14 @@ class QuotaLedger:
             from_parent = min(from_parent, quota - kept - max(0, used - kept) + limit)
         return max(0, kept - used) + from_parent
 
+    def ceiling(self, queue: Queue, gpu_model: str) -> int:
+        """The most GPUs of `gpu_model` the queue could hold with nothing else charged to the
+        ledger: its nominal quota, or all its cohort tree could lend it within its limits."""
+        nominal = queue.quota(gpu_model).nominal
+        if queue.cohort is None:
+            return nominal
+        return max(nominal, self.available(("q", queue.id), gpu_model))
+
     # -- admission checks --------------------------------------------------------------------
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:

@@ -6,6 +6,7 @@ import pytest
 
 from portal.cluster.commands import send_command
 from portal.cluster.models import Node
+from portal.workloads import invariants
 from portal.workloads.choices import CheckpointKind, RecoveryOutcome, RecoveryStep, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.ettr import job_report
@@ -89,6 +90,8 @@ def test_a_job_hit_by_xid_79_runs_again_on_the_spare_from_its_triggered_save(
     assert report["seconds"]["lost"] == 0  # nothing to redo after a triggered save
     assert report["seconds"]["recovering"] > 0
     assert 0 < report["ettr"] < 1
+    # Once every node has heartbeated the new attempt, fleet and database agree again.
+    wait_until(lambda: invariants.violations() == [], 15, "the invariants to hold")
 
 
 def _state(workload):

@@ -6,6 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
+from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads.models import Checkpoint, Recovery, Workload, WorkloadEvent
 from portal.workloads.usage import gpu_hours
@@ -117,7 +118,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
             )
-        ceiling = queue.ceiling(model)
+        ceiling = quota_engine.ceiling(queue, model)
         if gpus > ceiling:
             why = (
                 f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what "

@@ -1,0 +1,65 @@
+"""Queues and cohorts as the engine sees them, read from the database in three queries: the
+scheduling cycle's snapshot and the API's "could this queue ever hold it" check use the same
+ones, so the API never refuses what the engine would admit."""
+
+from portal.cluster.models import GpuModel
+from portal.quotas.models import Cohort, Queue, region_capacity
+from scheduler import engine
+from scheduler.engine.quota import QuotaLedger
+
+
+def engine_quota(quota) -> engine.Quota:
+    return engine.Quota(
+        gpu_model=quota.gpu_model.name,
+        nominal=quota.nominal,
+        guarantee=quota.guarantee,
+        borrowing_limit=quota.borrowing_limit,
+        lending_limit=quota.lending_limit,
+    )
+
+
+def queues() -> tuple[engine.Queue, ...]:
+    return tuple(
+        engine.Queue(
+            id=q.id,
+            name=q.name,
+            region=q.region.name,
+            cohort=q.cohort.name if q.cohort else None,
+            priority=q.priority,
+            weight=q.weight,
+            strategy=engine.Strategy(q.strategy),
+            preemption=engine.PreemptionPolicy(
+                reclaim=q.reclaim,
+                within_queue=q.preempt_within_queue,
+                borrow_below_priority=q.borrow_below_priority,
+            ),
+            quotas=tuple(engine_quota(quota) for quota in q.quotas.all()),
+        )
+        for q in Queue.objects.select_related("cohort", "region").prefetch_related(
+            "quotas__gpu_model"
+        )
+    )
+
+
+def cohorts() -> tuple[engine.Cohort, ...]:
+    return tuple(
+        engine.Cohort(
+            c.name,
+            c.parent.name if c.parent else None,
+            tuple(engine_quota(quota) for quota in c.quotas.all()),
+        )
+        for c in Cohort.objects.select_related("parent").prefetch_related("quotas__gpu_model")
+    )
+
+
+def ledger() -> QuotaLedger:
+    """An empty ledger of every queue and cohort: what quota allows with nothing running."""
+    return QuotaLedger(queues(), cohorts())
+
+
+def ceiling(queue: Queue, gpu_model: GpuModel) -> int:
+    """The most GPUs of `gpu_model` the queue could ever hold: its quota plus what its cohort
+    tree could lend it, as the engine's ledger counts it, and never more than the region has."""
+    empty = ledger()
+    most = empty.ceiling(empty.queue(queue.pk), gpu_model.name)
+    return min(most, region_capacity(queue.region_id, gpu_model.pk))
