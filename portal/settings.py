@@ -132,6 +132,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.run_cycle": {"queue": "scheduling"},
     "portal.workloads.tasks.advance_recovery": {"queue": "recovery"},
     "portal.workloads.tasks.resume_recoveries": {"queue": "recovery"},
+    "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.cluster.tasks.publish_utilization": {"queue": "telemetry"},
     "portal.demo.tasks.demo_traffic": {"queue": "telemetry"},
@@ -159,6 +160,10 @@ CELERY_BEAT_SCHEDULE = {
     "stale-recoveries": {
         "task": "portal.workloads.tasks.resume_recoveries",
         "schedule": timedelta(seconds=5),
+    },
+    "preemptions": {
+        "task": "portal.workloads.tasks.advance_preemptions",
+        "schedule": timedelta(seconds=2),
     },
     "stale-whatifs": {
         "task": "portal.whatif.tasks.resume_whatifs",

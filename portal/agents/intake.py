@@ -18,6 +18,7 @@ from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
 from portal.core.redis import client
 from portal.workloads import recovery
 from portal.workloads.models import Workload
+from portal.workloads.triggers import kick_preemptions
 from scheduler import faults
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,14 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     """(node, command id, ok, detail) acks, written down at once (`commands.answer_many`); a
-    refused save wakes the recovery waiting for it. Whether each ack counted."""
+    refused save wakes the recovery waiting for it, and any answered save the preemptions.
+    Whether each ack counted."""
     answered = commands.answer_many(acks)
     recovery.commands_refused(
         [command for command in answered if command and command.state == CommandState.FAILED]
     )
+    if any(command and command.action == "checkpoint" for command in answered):
+        kick_preemptions()
     return [command is not None for command in answered]
 
 

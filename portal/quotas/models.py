@@ -51,6 +51,9 @@ class Queue(models.Model):
         blank=True,
         help_text="While borrowing, evict others' borrowed work below this priority",
     )
+    preemption_grace_s = models.PositiveIntegerField(
+        default=60, help_text="How long a preempted job of this queue may take to save first"
+    )
 
     objects = TenantQuerySet.as_manager()
 

@@ -16,7 +16,7 @@ from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import lifecycle
+from portal.workloads import lifecycle, preemption
 from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import (
@@ -163,8 +163,8 @@ def apply(plan: engine.Plan) -> set[int]:
                 [(p.node_id, p.gpu_indices) for p in shrunk.released],
                 shrunk.reason,
             )
-        for preemption in plan.preemptions:
-            touched |= lifecycle.preempt(victims[preemption.workload_id], preemption.reason)
+        for victim in plan.preemptions:
+            touched |= preemption.begin(victims[victim.workload_id], victim.reason)
         bookings = []
         for admission in plan.admissions:
             nodes = len(admission.placements)

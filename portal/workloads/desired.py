@@ -49,6 +49,11 @@ def desired_states(node_ids) -> dict[int, dict]:
         gpus[node_id][workload_id].append(index)
         ranks[node_id, workload_id] = rank
     workloads = Workload.objects.in_bulk({w for on_node in gpus.values() for w in on_node})
+    for workload_id, workload in list(workloads.items()):
+        if workload.state == State.PREEMPTING and workload.stop_requested_at is not None:
+            del workloads[workload_id]  # told to stop: its GPUs stay booked until it has
+            for on_node in gpus.values():
+                on_node.pop(workload_id, None)
     gangs = {workload_id: _gang(workload_id) for workload_id in workloads}
     # Every (re)start resumes from the newest complete checkpoint.
     resume = dict(

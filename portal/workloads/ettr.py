@@ -17,18 +17,20 @@ def timelines(workloads: list[Workload], until: datetime | None = None) -> dict[
     end = (until or timezone.now()).timestamp()
     ids = [w.pk for w in workloads]
     states = defaultdict(list)
-    for workload_id, at, state in (
+    losses = defaultdict(list)
+    for workload_id, at, state, lost in (
         WorkloadEvent.objects.filter(workload_id__in=ids)
         .order_by("at", "id")
-        .values_list("workload_id", "at", "to_state")
+        .values_list("workload_id", "at", "to_state", "lost_s")
     ):
         states[workload_id].append((at.timestamp(), state))
+        if lost > 0:  # a preemption with no save since: the work before it is redone
+            losses[workload_id].append((at.timestamp(), lost))
     stalls = defaultdict(list)
     for workload_id, created, duration, stall in Checkpoint.objects.filter(
         workload_id__in=ids, stall_s__gt=0
     ).values_list("workload_id", "created_at", "duration_s", "stall_s"):
         stalls[workload_id].append((created.timestamp() - duration, stall))
-    losses = defaultdict(list)
     for workload_id, started, fault_at, lost in Recovery.objects.filter(
         workload_id__in=ids, lost_s__gt=0
     ).values_list("workload_id", "started_at", "fault__occurred_at", "lost_s"):

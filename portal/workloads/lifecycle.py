@@ -10,8 +10,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from portal.workloads import allocations, recovery
-from portal.workloads.choices import HOLDING, State
+from portal.workloads import allocations, preemption, recovery
+from portal.workloads.choices import State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, note, transition
 from portal.workloads.triggers import trigger_cycle
@@ -85,11 +85,11 @@ def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
 
 def _ends(workload: Workload | None, attempt: int) -> bool:
     """Whether an exit report can end the workload: it is about the current attempt of a
-    workload holding GPUs that is not recovering (a recovery expects its exits)."""
-    return (
-        _current(workload, attempt)
-        and workload.state in HOLDING
-        and workload.state != State.RECOVERING
+    workload holding GPUs that is neither recovering nor preempting (they expect exits)."""
+    return _current(workload, attempt) and workload.state in (
+        State.ADMITTED,
+        State.STARTING,
+        State.RUNNING,
     )
 
 
@@ -107,10 +107,15 @@ def _startable(workload: Workload | None, attempt: int) -> bool:
 def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:
     """The workload's processes on `node_id` exited. The first non-zero exit fails the gang;
     it succeeds once every node has exited 0 (ranks still saving or uploading are not cut off
-    by the first one done). Exits while recovering are expected: the recovery restarts it."""
+    by the first one done). Exits while recovering are expected: the recovery restarts it; and
+    while preempting: the preemption gives the GPUs back once every node's are gone."""
     # Looked at first without a lock: the exits of a 1,000-node gang's old attempt while it
     # recovers must not queue behind each other.
-    if not _ends(Workload.objects.filter(pk=workload_id).only("state", "attempt").first(), attempt):
+    peek = Workload.objects.filter(pk=workload_id).only("state", "attempt").first()
+    if _current(peek, attempt) and peek.state == State.PREEMPTING:
+        preemption.exited(workload_id, node_id, exit_code)
+        return
+    if not _ends(peek, attempt):
         return
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
@@ -141,24 +146,6 @@ def cancel(workload: Workload, actor=None) -> Workload:
         transition(workload, State.CANCELLED, reason="cancelled by user", actor=actor)
         release(workload)
     return workload
-
-
-def preempt(workload: Workload, reason: str) -> set[int]:
-    """Stop a workload holding GPUs so another can start, and requeue it with its progress.
-    (Its agents stop it when their desired state no longer lists it.) Returns the nodes it
-    held, for the caller's `nodes_changed`."""
-    with transaction.atomic():
-        workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        transition(workload, State.PREEMPTING, reason=reason)
-        node_ids = allocations.release(workload)
-        transition(
-            workload,
-            State.PENDING,
-            reason="requeued after preemption",
-            admitted_at=None,
-            started_at=None,
-        )
-    return node_ids
 
 
 def shrink(workload: Workload, released, reason: str) -> set[int]:

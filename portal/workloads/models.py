@@ -70,6 +70,14 @@ class Workload(models.Model):
     attempt = models.PositiveIntegerField(default=0, editable=False)
     # Requeued after a fault: it goes before the rest of its queue.
     head_of_queue = models.BooleanField(default=False, editable=False)
+    preemption_grace_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Time to save when preempted; empty: its queue's"
+    )
+    # While PREEMPTING (`preemption.py`): when it began, when it was told to stop (empty while
+    # it saves), and the deadline of the step it is in.
+    preempted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    stop_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    preempt_deadline = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = TenantQuerySet.as_manager()
 
@@ -164,6 +172,9 @@ class WorkloadEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Seconds of work done before this event that is lost (a preemption with no save since):
+    # ETTR books it as lost, not productive.
+    lost_s = models.FloatField(default=0)
 
     class Meta:
         ordering = ["at", "id"]

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from portal.workloads import recovery
+from portal.workloads import preemption, recovery
 from portal.workloads.cycle import run_cycles
 
 
@@ -26,3 +26,9 @@ def resume_recoveries() -> list[int]:
     for recovery_id in stale:
         advance_recovery.delay(recovery_id)
     return stale
+
+
+@shared_task(soft_time_limit=20, expires=5)
+def advance_preemptions() -> list[int]:
+    """Beat, every 2 s, and on the acks of their saves: move preempted workloads on."""
+    return preemption.advance()

@@ -6,6 +6,7 @@ from django.db import transaction
 
 RUN_CYCLE = "portal.workloads.tasks.run_cycle"
 ADVANCE_RECOVERY = "portal.workloads.tasks.advance_recovery"
+ADVANCE_PREEMPTIONS = "portal.workloads.tasks.advance_preemptions"
 
 
 def trigger_cycle() -> None:
@@ -16,3 +17,8 @@ def trigger_cycle() -> None:
 def kick_recovery(recovery_id: int) -> None:
     """Have a worker advance the recovery once the current transaction commits."""
     transaction.on_commit(lambda: current_app.signature(ADVANCE_RECOVERY, (recovery_id,)).delay())
+
+
+def kick_preemptions() -> None:
+    """Have a worker move the preemptions on (a save they wait for was answered) on commit."""
+    transaction.on_commit(lambda: current_app.signature(ADVANCE_PREEMPTIONS).delay())

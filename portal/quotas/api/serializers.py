@@ -30,6 +30,7 @@ class QueueSerializer(serializers.ModelSerializer):
             "reclaim",
             "preempt_within_queue",
             "borrow_below_priority",
+            "preemption_grace_s",
             "quotas",
         ]
 

@@ -43,6 +43,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
     checkpoint_interval_s = serializers.IntegerField(
         min_value=1, max_value=7 * 86400, required=False, allow_null=True
     )
+    preemption_grace_s = serializers.IntegerField(
+        min_value=0, max_value=3600, required=False, allow_null=True
+    )
     simulated_duration_s = serializers.FloatField(
         min_value=0, max_value=YEAR_S, required=False, allow_null=True
     )
@@ -66,6 +69,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "command",
             "env",
             "time_limit_s",
+            "preemption_grace_s",
             "simulated_duration_s",
             "state",
             "pending_reason",

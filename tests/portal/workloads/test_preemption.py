@@ -1,8 +1,21 @@
-"""The portal applies the engine's preemptions: victims stop, are booked and requeued."""
+"""The portal carries the engine's preemptions out gracefully: a victim saves, stops, and gives
+its GPUs back only once its processes are gone; its claimant starts after; the work lost since
+its save is booked."""
 
-from portal.workloads.choices import State
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.agents.intake import record_acks
+from portal.cluster.models import Node, NodeCommand
+from portal.workloads import lifecycle, preemption
+from portal.workloads.checkpoints import record_saved
+from portal.workloads.choices import CheckpointPolicy, State
 from portal.workloads.cycle import scheduling_cycle
-from portal.workloads.models import Allocation, UsageRecord
+from portal.workloads.desired import desired_state
+from portal.workloads.ettr import job_report
+from portal.workloads.models import Allocation, UsageRecord, Workload
 from tests.builders import make_queue, make_workload
 
 
@@ -11,26 +24,119 @@ def _refreshed(workload):
     return workload
 
 
-def test_a_queue_reclaims_its_quota_from_a_borrower(cluster, acme, globex):
-    """Globex borrows Acme's idle H800s; when Acme needs its quota, the borrower is preempted,
-    requeued with its GPU-hours booked, and Acme's job starts."""
+def _running(workload):
+    """As if its agents reported it running on every node."""
+    for node_id in set(workload.allocations.values_list("node_id", flat=True)):
+        lifecycle.mark_started(workload.pk, node_id)
+    assert _refreshed(workload).state == State.RUNNING
+
+
+def _nodes(workload):
+    return set(workload.allocations.values_list("node_id", flat=True))
+
+
+def _exit_everywhere(workload, code=-15):
+    """What the agents report once they stopped its processes."""
+    for node_id in _nodes(workload):
+        lifecycle.finish(workload.pk, node_id, code, workload.attempt)
+
+
+@pytest.fixture
+def reclaim(cluster, acme, globex):
+    """Globex borrows Acme's idle H800s and runs; then Acme needs its quota back."""
     acme_q = make_queue(acme, "llm", cohort="research", h800=48)
     globex_q = make_queue(globex, "train", cohort="research", h800=48)
     borrower = make_workload(globex_q, "borrower", gpus=64)
     scheduling_cycle()
-    assert _refreshed(borrower).state == State.ADMITTED
-
+    _running(borrower)
     claimant = make_workload(acme_q, "claimant", gpus=48)
-    for _ in range(2):  # reclaimed within two cycles
-        scheduling_cycle()
-    assert _refreshed(claimant).state == State.ADMITTED
+    plan = scheduling_cycle()
+    assert [p.workload_id for p in plan.preemptions] == [borrower.pk]
+    return borrower, claimant
+
+
+def test_a_victim_saves_then_stops_and_only_then_its_claimant_starts(reclaim):
+    borrower, claimant = reclaim
+    held = _nodes(borrower)
+    # 1. Saving: it keeps its GPUs and runs on, and each of its nodes is asked for a save.
+    assert _refreshed(borrower).state == State.PREEMPTING
+    saves = NodeCommand.objects.filter(workload=borrower, action="checkpoint")
+    assert {c.node_id for c in saves} == held and {c.args["kind"] for c in saves} == {"requested"}
+    assert all(desired_state(Node.objects.get(pk=n))["assignments"] for n in held)
+    scheduling_cycle()
+    assert _refreshed(claimant).state == State.PENDING  # its room is held, not yet free
+    # 2. The ranks save and ack: it is told to stop (its nodes no longer list it), but its GPUs
+    # stay booked until its processes are gone.
+    node = next(iter(held))
+    record_saved(borrower.pk, node, {"step": 40, "kind": "requested", "location": "s3://ck/40"})
+    record_acks([(c.node_id, str(c.pk), True, "saved step 40") for c in saves])
+    assert preemption.advance() == [borrower.pk]
+    assert not any(desired_state(Node.objects.get(pk=n))["assignments"] for n in held)
+    assert _nodes(borrower) == held
+    scheduling_cycle()
+    assert _refreshed(claimant).state == State.PENDING
+    # 3. Every node reports its processes gone: the GPUs go back, it is requeued with nothing
+    # lost, and the next cycle starts the claimant.
+    _exit_everywhere(borrower)
     assert _refreshed(borrower).state == State.PENDING
     assert not borrower.allocations.exists()
-    moves = list(borrower.events.values_list("to_state", "reason"))
-    assert moves[-2][0] == State.PREEMPTING and moves[-2][1]
-    assert moves[-1] == (State.PENDING, "requeued after preemption")
     assert UsageRecord.objects.filter(workload=borrower, gpus=64).exists()
-    assert borrower.started_at is None
+    assert borrower.events.last().reason == "requeued after preemption, from its save"
+    assert job_report(borrower)["seconds"]["lost"] == 0
+    scheduling_cycle()
+    assert _refreshed(claimant).state == State.ADMITTED
+
+
+def test_a_victim_that_does_not_save_stops_at_once_and_its_work_is_booked_lost(
+    cluster, acme, globex
+):
+    acme_q = make_queue(acme, "llm", cohort="research", h800=48)
+    globex_q = make_queue(globex, "train", cohort="research", h800=48)
+    borrower = make_workload(globex_q, "borrower", gpus=64, checkpoint_policy=CheckpointPolicy.NONE)
+    scheduling_cycle()
+    _running(borrower)
+    ten_minutes_ago = timezone.now() - timedelta(minutes=10)
+    Workload.objects.filter(pk=borrower.pk).update(started_at=ten_minutes_ago)
+    borrower.events.update(at=ten_minutes_ago)  # it has been running since
+    make_workload(acme_q, "claimant", gpus=48)
+    scheduling_cycle()
+    assert _refreshed(borrower).state == State.PREEMPTING
+    assert not NodeCommand.objects.filter(workload=borrower).exists()
+    assert not any(desired_state(Node.objects.get(pk=n))["assignments"] for n in _nodes(borrower))
+    _exit_everywhere(borrower)
+    assert _refreshed(borrower).state == State.PENDING
+    assert "600 s of work since its last save lost" in borrower.events.last().reason
+    assert job_report(borrower)["seconds"]["lost"] == pytest.approx(600, abs=5)
+
+
+def test_a_save_that_takes_longer_than_the_grace_is_cut_short(reclaim):
+    borrower, _ = reclaim
+    Workload.objects.filter(pk=borrower.pk).update(preempt_deadline=timezone.now())
+    assert preemption.advance() == [borrower.pk]
+    assert _refreshed(borrower).stop_requested_at is not None
+
+
+def test_processes_that_never_stop_leave_their_nodes_cordoned_as_suspect(reclaim):
+    borrower, claimant = reclaim
+    Workload.objects.filter(pk=borrower.pk).update(preempt_deadline=timezone.now())
+    preemption.advance()  # told to stop
+    silent, *others = sorted(_nodes(borrower))
+    for node_id in others:
+        lifecycle.finish(borrower.pk, node_id, -15, 0)
+    assert _refreshed(borrower).state == State.PREEMPTING  # one node still runs it
+    Workload.objects.filter(pk=borrower.pk).update(preempt_deadline=timezone.now())
+    preemption.advance()
+    assert _refreshed(borrower).state == State.PENDING and not borrower.allocations.exists()
+    node = Node.objects.get(pk=silent)
+    assert node.health == "cordoned" and "did not stop" in node.health_reason
+    assert [n.health for n in Node.objects.filter(pk__in=others)] == ["ready"] * len(others)
+
+
+def test_the_grace_is_the_queues_unless_the_job_sets_its_own(reclaim):
+    borrower, _ = reclaim
+    borrower.refresh_from_db()
+    grace = (borrower.preempt_deadline - borrower.preempted_at).total_seconds()
+    assert grace == pytest.approx(borrower.queue.preemption_grace_s)
 
 
 def test_work_within_its_queues_quota_is_left_alone(cluster, acme, globex):
@@ -49,11 +155,14 @@ def test_work_within_its_queues_quota_is_left_alone(cluster, acme, globex):
 def test_a_cycle_that_preempts_several_jobs_tells_the_agents_once(
     cluster, acme, globex, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """Two borrowers evicted and a claimant placed in one cycle: one desired-state pass for
-    every node that changed, not one per victim and one more for the admissions."""
+    """Two borrowers that do not save evicted in one cycle: one desired-state pass for every
+    node that changed, not one per victim and one more for the admissions."""
     acme_q = make_queue(acme, "llm", cohort="research", h800=64)
     globex_q = make_queue(globex, "train", cohort="research", h800=0)
-    borrowers = [make_workload(globex_q, f"borrower-{i}", gpus=32) for i in range(2)]
+    borrowers = [
+        make_workload(globex_q, f"borrower-{i}", gpus=32, checkpoint_policy=CheckpointPolicy.NONE)
+        for i in range(2)
+    ]
     scheduling_cycle()
     assert {_refreshed(b).state for b in borrowers} == {State.ADMITTED}
     held = set(Allocation.objects.values_list("node_id", flat=True))

@@ -1,0 +1,54 @@
+"""A reclaim carried out gracefully, every layer real: the engine picks the borrower, its
+simulated agents save at the control plane's request, stop it, report its processes gone, and
+only then does the claimant start on the GPUs it gave back."""
+
+import pytest
+
+from portal.cluster.models import Node
+from portal.workloads import invariants
+from portal.workloads.choices import CheckpointKind, State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Workload
+from tests.builders import make_cluster, make_queue, make_workload
+from tests.portal.processes import start_fleet, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _state(workload):
+    return Workload.objects.get(pk=workload.pk).state
+
+
+@pytest.fixture
+def fleet(portal_server, celery_worker, clean_redis):
+    make_cluster({"dc1": {"p1": ("H800", 2)}}, connected=False)  # 8 nodes, 64 GPUs
+    fleet = start_fleet(portal_server)
+    wait_until(
+        lambda: Node.objects.filter(connected=True).count() == 8, 30, "8 agents", check=fleet
+    )
+    yield
+    fleet.stop()
+
+
+def test_the_claimant_starts_only_after_the_victim_saved_and_stopped(fleet, acme, globex):
+    acme_q = make_queue(acme, "llm", cohort="research", h800=32)
+    globex_q = make_queue(globex, "train", cohort="research", h800=32)
+    borrower = make_workload(globex_q, "borrower", gpus=64, simulated_duration_s=3600)
+    scheduling_cycle()
+    wait_until(lambda: _state(borrower) == State.RUNNING, 30, "the borrower to run")
+    claimant = make_workload(acme_q, "claimant", gpus=32, simulated_duration_s=3600)
+    plan = scheduling_cycle()
+    assert [p.workload_id for p in plan.preemptions] == [borrower.pk]
+    wait_until(lambda: _state(claimant) == State.RUNNING, 60, "the claimant to run")
+    events = list(borrower.events.values_list("to_state", "reason", "at"))
+    preempted = next(at for state, _, at in events if state == State.PREEMPTING)
+    requeued = next(at for state, _, at in events if state == State.PENDING and at > preempted)
+    assert (events[-1][0], events[-1][1]) == (
+        State.PENDING,
+        "requeued after preemption, from its save",
+    )
+    save = borrower.checkpoints.get(kind=CheckpointKind.REQUESTED)
+    assert preempted <= save.created_at <= requeued  # saved while preempting, before the stop
+    admitted = claimant.events.get(to_state=State.ADMITTED).at
+    assert admitted >= requeued  # the claimant got GPUs only once the victim's were free
+    wait_until(lambda: invariants.violations() == [], 15, "the invariants to hold")
