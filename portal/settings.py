@@ -134,6 +134,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.resume_recoveries": {"queue": "recovery"},
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
+    "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
     "portal.cluster.tasks.publish_utilization": {"queue": "telemetry"},
     "portal.demo.tasks.demo_traffic": {"queue": "telemetry"},
     "portal.whatif.tasks.run_whatif": {"queue": "whatif"},
@@ -156,6 +157,10 @@ CELERY_BEAT_SCHEDULE = {
     "lost-nodes": {
         "task": "portal.agents.tasks.mark_lost_nodes",
         "schedule": timedelta(seconds=5),
+    },
+    "stalls": {
+        "task": "portal.agents.tasks.detect_stalls",
+        "schedule": timedelta(seconds=10),
     },
     "stale-recoveries": {
         "task": "portal.workloads.tasks.resume_recoveries",
@@ -237,6 +242,13 @@ WANKA = {
     # How long a fault-triggered save may take before recovery falls back to the newest
     # complete checkpoint.
     "TRIGGERED_SAVE_TIMEOUT_S": float(os.environ.get("WANKA_TRIGGERED_SAVE_TIMEOUT_S", "60")),
+    # Hangs and stragglers, from the step counters in heartbeats (`agents.progress`): a job is
+    # hung after HANG_STEPS of its step times without progress (never under HANG_FLOOR_S); a
+    # node whose steps stay STRAGGLER_FACTOR times slower than its peers' for STRAGGLER_FOR_S
+    # is a straggler.
+    "HANG_STEPS": float(os.environ.get("WANKA_HANG_STEPS", "10")),
+    "HANG_FLOOR_S": float(os.environ.get("WANKA_HANG_FLOOR_S", "120")),
+    "STRAGGLER_FOR_S": float(os.environ.get("WANKA_STRAGGLER_FOR_S", "120")),
     # Complete checkpoints kept per workload; older ones leave the registry.
     "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
 }

@@ -28,13 +28,19 @@ MISSED_HEARTBEATS = 3
 
 @transaction.atomic
 def record_fault(
-    node_id: int, kind: faults.FaultKind, message: str = "", gpu_index: int | None = None
+    node_id: int,
+    kind: faults.FaultKind,
+    message: str = "",
+    gpu_index: int | None = None,
+    workload: Workload | None = None,
 ) -> FaultEvent:
     """Record a fault on a node, take the node out of service as the catalogue says, start the
     recovery of every job it kills, and tell browsers: operators see every fault, a tenant the
-    ones that hit its workloads."""
+    ones that hit its workloads. A job's own symptom (a hang, a straggler) names `workload`:
+    it hits that job only, not the others sharing the node."""
     node = Node.objects.select_for_update().get(pk=node_id)
-    hit = list(Workload.objects.filter(allocations__node_id=node_id).distinct())
+    on_node = Workload.objects.filter(allocations__node_id=node_id).distinct()
+    hit = list(on_node.filter(pk=workload.pk) if workload is not None else on_node)
     fault = fleet_faults.record(node, kind, message, gpu_index, hit)
     if kind.kills_job:
         for workload in hit:

@@ -12,3 +12,8 @@ class Strategy(models.TextChoices):
 
     BEST_EFFORT_FIFO = "best_effort_fifo", "Best-effort FIFO (later jobs may start meanwhile)"
     STRICT_FIFO = "strict_fifo", "Strict FIFO (nothing overtakes the head)"
+
+
+class StragglerPolicy(models.TextChoices):
+    ALERT = "alert", "Only alert"
+    REPLACE = "replace", "Replace the node with a spare"

@@ -9,7 +9,7 @@ from portal.cluster.choices import Health
 from portal.cluster.models import GpuModel, Node, Region
 from portal.core.live import publish_tenant
 from portal.core.models import audit
-from portal.quotas.choices import RequestStatus, Strategy
+from portal.quotas.choices import RequestStatus, StragglerPolicy, Strategy
 from portal.tenancy.models import Tenant, TenantQuerySet
 
 
@@ -53,6 +53,12 @@ class Queue(models.Model):
     )
     preemption_grace_s = models.PositiveIntegerField(
         default=60, help_text="How long a preempted job of this queue may take to save first"
+    )
+    straggler_policy = models.CharField(
+        max_length=8,
+        choices=StragglerPolicy.choices,
+        default=StragglerPolicy.ALERT,
+        help_text="What a straggler in one of this queue's jobs brings: an alert, or a spare",
     )
 
     objects = TenantQuerySet.as_manager()

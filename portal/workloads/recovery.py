@@ -47,13 +47,17 @@ STALE_AFTER = timedelta(seconds=10)
 LOOK_AGAIN_S = 0.25
 
 
-def start(workload: Workload, fault, kind: faults.FaultKind) -> Recovery | None:
-    """Begin recovering `workload` from `fault` (inside the fault's transaction)."""
+def start(
+    workload: Workload, fault, kind: faults.FaultKind, leave_node: bool = False
+) -> Recovery | None:
+    """Begin recovering `workload` from `fault` (inside the fault's transaction). The job
+    leaves the fault's node when the catalogue says so, or when `leave_node` (a straggler
+    whose queue replaces them)."""
     workload = Workload.objects.select_for_update().get(pk=workload.pk)
     if workload.state not in RECOVERABLE:
         return None
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
-    lost = [fault.node_id] if node_lost(kind) else []
+    lost = [fault.node_id] if leave_node or node_lost(kind) else []
     transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
     healthy = [node_id for node_id in nodes if node_id not in lost] if lost else nodes
     triggered = (

@@ -2,8 +2,11 @@
 node goes down, the healthy ranks save from memory, a Celery worker swaps in the pod's hot
 spare, the agents restart the job from the triggered checkpoint, and the lost time is booked."""
 
+import time
+
 import pytest
 
+from portal.agents import progress
 from portal.cluster.commands import send_command
 from portal.cluster.models import Node
 from portal.workloads import invariants
@@ -11,6 +14,7 @@ from portal.workloads.choices import CheckpointKind, RecoveryOutcome, RecoverySt
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.ettr import job_report
 from portal.workloads.models import Recovery
+from scheduler import faults
 from tests.builders import make_cluster, make_queue, make_workload
 from tests.portal.live_client import LiveClient
 from tests.portal.processes import start_fleet, wait_until
@@ -97,3 +101,31 @@ def test_a_job_hit_by_xid_79_runs_again_on_the_spare_from_its_triggered_save(
 def _state(workload):
     workload.refresh_from_db()
     return workload.state
+
+
+def test_the_hang_drill_is_noticed_from_the_heartbeats_and_the_job_restarted(fleet, acme):
+    """An operator's hang drill stops a node's steps; the step counters in its heartbeats show
+    it (the detector runs here, its clock moved on past the limit), and the Celery worker
+    restarts the job in place."""
+    queue = make_queue(acme, "llm", h800=64)
+    workload = make_workload(queue, "stuck", gpus=8, simulated_duration_s=3600)
+    scheduling_cycle()
+    wait_until(lambda: _state(workload) == State.RUNNING, 30, "the job to run")
+    node = workload.allocations.first().node
+    command = send_command(node.pk, "inject_fault", code="hang")
+    wait_until(lambda: _answered(command), 10, "the drill to be acked")
+    time.sleep(0.5)  # a heartbeat with the step it stopped at
+    now = time.time()
+    assert progress.detect(now=now) == []
+    assert progress.detect(now=now + faults.HANG_AFTER_S) == [f"hang:{workload.pk}"]
+    wait_until(
+        lambda: _state(workload) == State.RUNNING and workload.attempt == 1,
+        30,
+        "the job to run again",
+    )
+    assert Recovery.objects.get(workload=workload).outcome == RecoveryOutcome.IN_PLACE
+
+
+def _answered(command):
+    command.refresh_from_db()
+    return command.state != "sent"

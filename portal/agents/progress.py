@@ -1,0 +1,131 @@
+"""Hangs and stragglers, noticed from the step counters agents put in every heartbeat.
+
+Every few seconds (beat) each running job's latest steps per node are compared with what was
+seen before, kept in Redis per job and attempt:
+- a job whose furthest node has made no step for HANG_STEPS of its own step times (never less
+  than HANG_FLOOR_S; the catalogue's HANG_AFTER_S while its step time is not known yet) is
+  hung: a `hang` fault on its rank-0 node hits that job only, and recovery restarts it in
+  place, saving from memory first where its policy does;
+- a node whose steps come STRAGGLER_FACTOR times slower than its peers' median, for
+  STRAGGLER_FOR_S on end, is a straggler: a `straggler` fault, and where the job's queue says
+  so, a recovery that moves its part to a hot spare (the others save first).
+"""
+
+import json
+import statistics
+import time
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import transaction
+
+from portal.agents.intake import record_fault
+from portal.cluster.summary import heartbeats
+from portal.core.redis import client
+from portal.quotas.choices import StragglerPolicy
+from portal.workloads import recovery
+from portal.workloads.choices import State
+from portal.workloads.models import Allocation, Workload
+from scheduler import faults
+
+SEEN = "wanka:progress:"  # Redis key per workload: what its steps were, as JSON
+KEEP_S = 86400
+
+
+def detect(now: float | None = None) -> list[str]:
+    """Look at every running job once: a few queries and Redis round trips for any number.
+    Returns what was found, as fault codes with ids."""
+    now = time.time() if now is None else now
+    running = Workload.objects.filter(state=State.RUNNING).select_related("queue").in_bulk()
+    nodes = defaultdict(dict)  # workload -> node -> its rank
+    for workload_id, node_id, rank in Allocation.objects.filter(
+        workload_id__in=running
+    ).values_list("workload_id", "node_id", "node_rank"):
+        nodes[workload_id][node_id] = rank
+    samples = heartbeats({n for on in nodes.values() for n in on})
+    ids = sorted(nodes)
+    raws = client().mget([f"{SEEN}{w}" for w in ids]) if ids else []
+    found = []
+    for workload_id, raw in zip(ids, raws, strict=True):
+        workload = running[workload_id]
+        on = nodes[workload_id]
+        steps = _steps(workload, {n: samples[n] for n in on if n in samples})
+        if steps:
+            found += _look(workload, on, steps, json.loads(raw) if raw else None, now)
+    return found
+
+
+def _steps(workload: Workload, samples: dict[int, dict]) -> dict[int, int]:
+    """The step each node's agent reported for the workload's current attempt."""
+    steps = {}
+    for node_id, sample in samples.items():
+        for item in sample.get("workloads", []):
+            current = item.get("attempt", 0) == workload.attempt
+            if item["workload_id"] == workload.pk and item["state"] == "running" and current:
+                steps[node_id] = item["step"]
+    return steps
+
+
+def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> list[str]:
+    if seen is None or seen["attempt"] != workload.attempt:
+        top = max(steps.values())
+        seen = {"attempt": workload.attempt, "first": [now, top], "last": [now, top]}
+        seen.update(nodes={str(n): [now, s] for n, s in steps.items()}, slow={})
+    found = _hang(workload, nodes, steps, seen, now) or _stragglers(workload, steps, seen, now)
+    client().set(f"{SEEN}{workload.pk}", json.dumps(seen), ex=KEEP_S)
+    return found
+
+
+def _hang(workload, nodes, steps, seen, now) -> list[str]:
+    top = max(steps.values())
+    if top > seen["last"][1]:
+        seen["last"] = [now, top]
+        return []
+    (first_at, first), (last_at, last) = seen["first"], seen["last"]
+    config = settings.WANKA
+    if last > first:
+        step_s = (last_at - first_at) / (last - first)
+        limit = max(config["HANG_FLOOR_S"], config["HANG_STEPS"] * step_s)
+    else:
+        limit = faults.HANG_AFTER_S
+    if now - last_at < limit:
+        return []
+    master = min(nodes, key=nodes.get)
+    message = f"no step for {now - last_at:.0f} s (limit {limit:.0f} s), stuck at step {top}"
+    with transaction.atomic():
+        record_fault(master, faults.lookup("hang"), message, workload=workload)
+    seen["first"] = seen["last"] = [now, top]  # the restart is judged afresh
+    return [f"hang:{workload.pk}"]
+
+
+def _stragglers(workload, steps, seen, now) -> list[str]:
+    """Step rates since the last look, node by node, against the peers' median."""
+    rates = {}
+    for node_id, step in steps.items():
+        at, before = seen["nodes"].get(str(node_id), (now, step))
+        if now > at:
+            rates[node_id] = (step - before) / (now - at)
+        seen["nodes"][str(node_id)] = [now, step]
+    found = []
+    for node_id, rate in rates.items():
+        peers = [r for n, r in rates.items() if n != node_id]
+        slow = bool(peers) and rate * faults.STRAGGLER_FACTOR <= statistics.median(peers)
+        since = seen["slow"].get(str(node_id))
+        if not slow or statistics.median(peers) <= 0:
+            seen["slow"].pop(str(node_id), None)
+        elif since is None:
+            seen["slow"][str(node_id)] = now
+        elif since > 0 and now - since >= settings.WANKA["STRAGGLER_FOR_S"]:
+            seen["slow"][str(node_id)] = -1  # reported: once per attempt
+            _straggler(workload, node_id, rate, statistics.median(peers))
+            found.append(f"straggler:{workload.pk}:{node_id}")
+    return found
+
+
+def _straggler(workload: Workload, node_id: int, rate: float, peers: float) -> None:
+    kind = faults.lookup("straggler")
+    message = f"{rate:.3g} steps/s against its peers' {peers:.3g}"
+    with transaction.atomic():
+        fault = record_fault(node_id, kind, message, workload=workload)
+        if workload.queue.straggler_policy == StragglerPolicy.REPLACE:
+            recovery.start(workload, fault, kind, leave_node=True)

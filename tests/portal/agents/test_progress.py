@@ -1,0 +1,98 @@
+"""Hung jobs and straggling nodes, noticed from the step counters in heartbeats."""
+
+import json
+import time
+
+import pytest
+
+from portal.agents import progress
+from portal.cluster.models import FaultEvent, Node
+from portal.cluster.summary import TELEMETRY
+from portal.workloads import lifecycle
+from portal.workloads.choices import RecoveryOutcome, State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Workload
+from tests.builders import make_workload
+
+
+def beat(redis, workload, steps: dict[int, int]):
+    """The heartbeats of the workload's nodes, each at its step."""
+    for node_id, step in steps.items():
+        item = {"workload_id": workload.pk, "state": "running", "exit_code": None, "step": step}
+        sample = {"ts": time.time(), "gpus": [], "workloads": [{**item, "attempt": 0}]}
+        redis.hset(TELEMETRY, node_id, json.dumps(sample))
+
+
+@pytest.fixture
+def running(acme_llm, clean_redis):
+    """A two-node job, running."""
+    workload = make_workload(acme_llm, "pretrain", gpus=16, checkpoint_policy="none")
+    scheduling_cycle()
+    nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
+    for node_id in nodes:
+        lifecycle.mark_started(workload.pk, node_id)
+    return workload, nodes
+
+
+def _state(workload):
+    return Workload.objects.get(pk=workload.pk).state
+
+
+def test_a_job_that_stops_stepping_is_hung_and_restarted(running, clean_redis, acme_llm):
+    workload, nodes = running
+    t = time.time()
+    beat(clean_redis, workload, {n: 10 for n in nodes})
+    assert progress.detect(now=t) == []
+    beat(clean_redis, workload, {n: 20 for n in nodes})  # a step a second
+    assert progress.detect(now=t + 10) == []
+    assert progress.detect(now=t + 100) == []  # 90 s without a step: under the 120 s floor
+    assert progress.detect(now=t + 131) == [f"hang:{workload.pk}"]
+    fault = FaultEvent.objects.get(kind="hang")
+    assert fault.node_id == nodes[0] and list(fault.workloads.all()) == [workload]
+    assert "stuck at step 20" in fault.message
+    assert _state(workload) == State.RECOVERING
+    assert Node.objects.get(pk=nodes[0]).health == "ready"  # a job's symptom, not the node's
+
+
+def test_a_job_that_steps_on_is_never_hung(running, clean_redis):
+    workload, nodes = running
+    t = time.time()
+    for i in range(20):
+        beat(clean_redis, workload, {n: i * 50 for n in nodes})
+        assert progress.detect(now=t + i * 30) == []
+    assert _state(workload) == State.RUNNING
+
+
+def test_a_straggler_its_queue_replaces_moves_to_a_spare(running, clean_redis, settings):
+    workload, (fast, slow) = running
+    settings.WANKA = {**settings.WANKA, "STRAGGLER_FOR_S": 60}
+    workload.queue.straggler_policy = "replace"
+    workload.queue.save()
+    spare = Node.objects.exclude(pk__in=[fast, slow]).filter(allocations__isnull=True).first()
+    Node.objects.filter(pk=spare.pk).update(spare=True)
+    t, found = time.time(), []
+    for i in range(10):  # the slow node at a third of its peer's pace
+        beat(clean_redis, workload, {fast: 30 * i, slow: 10 * i})
+        found += progress.detect(now=t + 10 * i)
+    assert found == [f"straggler:{workload.pk}:{slow}"]  # once, after a minute slow on end
+    fault = FaultEvent.objects.get(kind="straggler")
+    assert fault.node_id == slow and list(fault.workloads.all()) == [workload]
+    recovery = workload.recoveries.get()
+    assert recovery.lost_nodes == [slow]
+    from portal.workloads.recovery import advance
+
+    advance(recovery.pk)
+    recovery.refresh_from_db()
+    assert recovery.outcome == RecoveryOutcome.SPARE
+    assert set(workload.allocations.values_list("node_id", flat=True)) == {fast, spare.pk}
+
+
+def test_a_straggler_of_a_queue_that_only_alerts_is_left_running(running, clean_redis, settings):
+    workload, (fast, slow) = running
+    settings.WANKA = {**settings.WANKA, "STRAGGLER_FOR_S": 30}
+    t = time.time()
+    for i in range(6):
+        beat(clean_redis, workload, {fast: 30 * i, slow: 10 * i})
+        progress.detect(now=t + 10 * i)
+    assert FaultEvent.objects.get(kind="straggler").node_id == slow
+    assert _state(workload) == State.RUNNING and not workload.recoveries.exists()
