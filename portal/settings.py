@@ -135,6 +135,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
+    "portal.agents.tasks.move_off_nodes": {"queue": "recovery"},
     "portal.cluster.tasks.publish_utilization": {"queue": "telemetry"},
     "portal.demo.tasks.demo_traffic": {"queue": "telemetry"},
     "portal.whatif.tasks.run_whatif": {"queue": "whatif"},
@@ -156,6 +157,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "lost-nodes": {
         "task": "portal.agents.tasks.mark_lost_nodes",
+        "schedule": timedelta(seconds=5),
+    },
+    "node-moves": {
+        "task": "portal.agents.tasks.move_off_nodes",
         "schedule": timedelta(seconds=5),
     },
     "stalls": {
@@ -249,6 +254,9 @@ WANKA = {
     "HANG_STEPS": float(os.environ.get("WANKA_HANG_STEPS", "10")),
     "HANG_FLOOR_S": float(os.environ.get("WANKA_HANG_FLOOR_S", "120")),
     "STRAGGLER_FOR_S": float(os.environ.get("WANKA_STRAGGLER_FOR_S", "120")),
+    # How long a draining node's jobs that cannot move to a spare may run on before they are
+    # moved anyway (requeued, saving first).
+    "DRAIN_DEADLINE_S": float(os.environ.get("WANKA_DRAIN_DEADLINE_S", "3600")),
     # Complete checkpoints kept per workload; older ones leave the registry.
     "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
 }

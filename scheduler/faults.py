@@ -167,6 +167,17 @@ _KINDS: tuple[FaultKind, ...] = (
            "One rank's steps take far longer than its peers', slowing the whole job; nothing "
            "is lost, but if it persists, replace the node.",
            S.WARNING, A.NONE, kills_job=False, memory_readable=True, cordon=False),
+    # What an operator asks of a node, recorded like a fault so its jobs' tenants see why they
+    # moved. A drained node's jobs move to spares (saving first) or finish before the drain
+    # deadline; a node marked down has its jobs recovered elsewhere at once.
+    _entry("drain", "Node drained",
+           "An operator is draining the node: its jobs move to hot spares, saving first, or "
+           "finish before the drain deadline; then the node goes down.",
+           S.WARNING, A.DRAIN_NODE, kills_job=False, memory_readable=True, cordon=True),
+    _entry("node-down", "Node marked down",
+           "An operator took the node down: its jobs are recovered elsewhere, the healthy "
+           "ranks saving first where the job's policy does.",
+           S.CRITICAL, A.REPAIR, kills_job=True, memory_readable=True, cordon=True),
     _entry("slow-node", "Slow node",
            "The node is persistently slower than its peers across jobs or checks; it finishes "
            "its work but takes no new work until it is investigated.",
@@ -175,6 +186,8 @@ _KINDS: tuple[FaultKind, ...] = (
 # fmt: on
 
 CATALOGUE: Mapping[str, FaultKind] = MappingProxyType({kind.code: kind for kind in _KINDS})
+# Kinds an operator's request stands for, not something a node reports (no drill injects them).
+OPERATOR_KINDS = frozenset({"drain", "node-down"})
 
 HANG_AFTER_S = 1800.0  # no step progress for this long is a hang; jobs may set their own
 STRAGGLER_FACTOR = 1.5  # a step this many times its peers' median makes a straggler

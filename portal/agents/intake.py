@@ -7,10 +7,11 @@ import time
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from portal.cluster import commands
 from portal.cluster import faults as fleet_faults
-from portal.cluster.choices import CommandState
+from portal.cluster.choices import CommandState, Health
 from portal.cluster.delivery import tell_channels
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
@@ -129,3 +130,43 @@ def _declare_lost(node_id: int, window: float) -> bool:
         Node.objects.filter(pk=node_id).update(connected=False, agent_channel="")
         record_fault(node_id, faults.lookup("heartbeat-loss"), f"no heartbeat for {window:.0f} s")
     return True
+
+
+def carry_out_node_moves() -> list[int]:
+    """What operators asked of nodes, carried to their jobs (beat, every 5 s): a node marked
+    down has its live jobs recovered elsewhere; a draining node's jobs move to spares as soon
+    as they can (saving first), the others when the drain deadline passes, and the node goes
+    down once it holds no work. Returns the ids of the jobs set moving."""
+    moved = []
+    live = Q(allocations__workload__state__in=recovery.RECOVERABLE)
+    for node_id in (
+        Node.objects.filter(live, health=Health.DOWN).distinct().values_list("pk", flat=True)
+    ):
+        with transaction.atomic():
+            node = Node.objects.select_for_update().get(pk=node_id)
+            fault = record_fault(node_id, faults.lookup("node-down"), node.health_reason)
+            moved += list(fault.recoveries.values_list("workload_id", flat=True))
+    deadline = settings.WANKA["DRAIN_DEADLINE_S"]
+    for node in Node.objects.filter(health=Health.DRAINING):
+        overdue = (timezone.now() - node.health_changed_at).total_seconds() >= deadline
+        moved += _drain(node, overdue)
+    return moved
+
+
+def _drain(node: Node, overdue: bool) -> list[int]:
+    kind = faults.lookup("drain")
+    moved = []
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        if not node.allocations.exists():
+            node.set_health(Health.DOWN, "drained: it holds no more work")
+            return []
+        for workload in Workload.objects.filter(
+            allocations__node=node, state__in=recovery.RECOVERABLE
+        ).distinct():
+            if overdue or recovery.can_move(workload, node):
+                why = "the drain deadline passed" if overdue else "it moves to a spare"
+                fault = record_fault(node.pk, kind, why, workload=workload)
+                recovery.start(workload, fault, kind, leave_node=True)
+                moved.append(workload.pk)
+    return moved

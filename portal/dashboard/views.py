@@ -219,7 +219,7 @@ def fault_drill(request):
     if request.method == "POST":
         node = get_object_or_404(Node, pk=request.POST.get("node"), connected=True)
         code = request.POST.get("code", "")
-        if code not in faults.CATALOGUE:
+        if code not in faults.CATALOGUE or code in faults.OPERATOR_KINDS:
             messages.error(request, f"Unknown fault {code!r}.")
             return redirect("fault-drill")
         with transaction.atomic():
@@ -240,7 +240,8 @@ def fault_drill(request):
             .annotate(busy=Count("allocations"))
             .order_by("-busy", "name")[:200],
             "kinds": sorted(
-                faults.CATALOGUE.values(), key=lambda k: (k.xid is None, k.xid, k.code)
+                (k for k in faults.CATALOGUE.values() if k.code not in faults.OPERATOR_KINDS),
+                key=lambda k: (k.xid is None, k.xid, k.code),
             ),
             "drills": NodeCommand.objects.filter(action="inject_fault")
             .select_related("node")

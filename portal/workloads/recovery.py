@@ -296,6 +296,15 @@ def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
     return True
 
 
+def can_move(workload: Workload, node: Node) -> bool:
+    """Whether the workload's part on `node` could move off it now without requeueing the
+    job: a hot spare near it, or an elastic job that would keep its minimum without it."""
+    if _spare_near(workload, node, exclude=[]) is not None:
+        return True
+    left = workload.allocations.exclude(node=node).count()
+    return workload.min_gpus is not None and 0 < workload.min_gpus <= left
+
+
 def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | None:
     busy = Allocation.objects.filter(node=OuterRef("pk"))
     spares = (
