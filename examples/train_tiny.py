@@ -6,8 +6,12 @@ stopped would have seen. It runs on the GPU when there is one, else on the CPU.
 
 The contract (see `scheduler.agent.contract`):
 
-- periodic saves every ``WANKA_CHECKPOINT_INTERVAL_S`` seconds;
-- a save at the next step when the agent asks (``SIGUSR1`` plus a request file);
+- a save at the next step when the agent asks (``SIGUSR1`` plus a request file): the control
+  plane asks at the job's interval, and on a fault or a preemption; or, run by hand, every
+  ``WANKA_CHECKPOINT_INTERVAL_S`` seconds;
+- each of the policies (``WANKA_CHECKPOINT_POLICY``): "periodic" stops to save; "async" (and
+  "triggered", whose routine saves are asynchronous) copies the state to host memory, goes on
+  training and persists it on a background thread; a fault-triggered save is made at once;
 - on start, resume from ``WANKA_RESUME_FROM`` or the newest complete save in the manifest.
 
 Each save is one ``torch.save`` of the model, the optimizer and the step. The script prints
@@ -77,6 +81,15 @@ def main() -> None:
 
         return save
 
+    def snapshot(step: int):
+        """The state copied to host memory: what an async save makes training wait for."""
+
+        def copy() -> dict:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            return {**copy_to_host(state), "step": step}
+
+        return copy
+
     start = ckpt.resume_step(load)
     if start:
         print(f"resumed from step {start}", flush=True)
@@ -90,12 +103,27 @@ def main() -> None:
         done = step + 1
         if step % args.log_every == 0 or done == args.steps:
             print(f"step {done} loss {loss.item():.6f}", flush=True)
-        if ckpt.due(done):
+        if ckpt.due(done) and ckpt.next_kind() == "async":
+            ckpt.save_async(done, snapshot(done), torch.save, suffix=".pt")
+            print(f"saving step {done} (async)", flush=True)
+        elif ckpt.due(done):
             entry = ckpt.save(done, save_at(done), suffix=".pt")
             print(f"saved step {done} ({entry.kind}) to {entry.path}", flush=True)
         if args.sleep_s:
             time.sleep(args.sleep_s)  # stands in for a real step's work
+    ckpt.wait_persisted()
     print(f"finished at step {args.steps}", flush=True)
+
+
+def copy_to_host(value):
+    """A copy of a (nested) state dict with every tensor on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: copy_to_host(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(copy_to_host(v) for v in value)
+    return value
 
 
 def _device(name: str) -> torch.device:

@@ -133,6 +133,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.advance_recovery": {"queue": "recovery"},
     "portal.workloads.tasks.resume_recoveries": {"queue": "recovery"},
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
+    "portal.workloads.tasks.request_checkpoints": {"queue": "recovery"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
     "portal.agents.tasks.move_off_nodes": {"queue": "recovery"},
@@ -170,6 +171,10 @@ CELERY_BEAT_SCHEDULE = {
     "stale-recoveries": {
         "task": "portal.workloads.tasks.resume_recoveries",
         "schedule": timedelta(seconds=5),
+    },
+    "routine-checkpoints": {
+        "task": "portal.workloads.tasks.request_checkpoints",
+        "schedule": timedelta(seconds=10),
     },
     "preemptions": {
         "task": "portal.workloads.tasks.advance_preemptions",

@@ -1,13 +1,19 @@
-"""The checkpoint registry: what agents report saved, the newest complete save to resume from,
-and retention. A failed or partial save is recorded but never becomes the one to resume from."""
+"""Checkpoints: routine saves asked for at each job's interval, and the registry of what agents
+report saved (the newest complete save to resume from, retention). A failed or partial save is
+recorded but never becomes the one to resume from."""
 
 import logging
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, Max, OuterRef
+from django.utils import timezone
 
-from portal.workloads.choices import CheckpointKind, CheckpointStatus
+from portal.cluster.choices import CommandState
+from portal.cluster.commands import RESEND_WITHIN, send_commands
+from portal.cluster.models import NodeCommand
+from portal.workloads.advice import failure_rate
+from portal.workloads.choices import CheckpointKind, CheckpointPolicy, CheckpointStatus, State
 from portal.workloads.models import Allocation, Checkpoint, Workload
 from scheduler import checkpointing
 
@@ -16,6 +22,68 @@ log = logging.getLogger(__name__)
 # How much of a save stalls training, by kind: an asynchronous save stalls only for its copy to
 # host memory, which the agent reports as `stall_s`; the others stall for the whole save.
 STALLS_FOR_ALL = {CheckpointKind.PERIODIC, CheckpointKind.TRIGGERED, CheckpointKind.REQUESTED}
+
+
+# What a policy's routine saves are: a triggered policy's fallback saves are asynchronous.
+ROUTINE = {
+    CheckpointPolicy.PERIODIC: CheckpointKind.PERIODIC,
+    CheckpointPolicy.ASYNC: CheckpointKind.ASYNC,
+    CheckpointPolicy.TRIGGERED: CheckpointKind.ASYNC,
+}
+
+
+def interval_s(workload: Workload, failures_per_gpu_hour: float) -> float | None:
+    """Seconds between the job's routine saves: its own, else the advisor's Young/Daly interval
+    for its size, its policy and the failure rate the cluster has seen; None when it has none."""
+    if workload.checkpoint_interval_s:
+        return float(workload.checkpoint_interval_s)
+    if workload.checkpoint_policy not in ROUTINE:
+        return None
+    kind = checkpointing.PolicyKind(workload.checkpoint_policy)
+    return checkpointing.interval_for(
+        kind, workload.gpus, failures_per_gpu_hour=failures_per_gpu_hour
+    )
+
+
+def request_routine(now=None) -> list[int]:
+    """Ask every running job whose routine save is due for one, on all its nodes: due when its
+    interval has passed since its newest complete save (or its start) and no save it was asked
+    for is still unanswered. Returns the ids of the jobs asked."""
+    now = now or timezone.now()
+    rate, _ = failure_rate()
+    running = Workload.objects.filter(state=State.RUNNING).exclude(
+        checkpoint_policy=CheckpointPolicy.NONE
+    )
+    saved = dict(
+        Checkpoint.objects.filter(workload__in=running, status=CheckpointStatus.COMPLETE)
+        .values("workload_id")
+        .annotate(at=Max("created_at"))
+        .values_list("workload_id", "at")
+    )
+    waiting = set(  # a save asked for and not yet answered (within the resend window)
+        NodeCommand.objects.filter(
+            workload__in=running,
+            action="checkpoint",
+            state=CommandState.SENT,
+            created_at__gte=now - RESEND_WITHIN,
+        ).values_list("workload_id", flat=True)
+    )
+    asked = []
+    for workload in running:
+        every = interval_s(workload, rate)
+        since = max(filter(None, (saved.get(workload.pk), workload.started_at)), default=None)
+        if every is None or since is None or workload.pk in waiting:
+            continue
+        if (now - since).total_seconds() < every:
+            continue
+        nodes = set(workload.allocations.values_list("node_id", flat=True))
+        kind = ROUTINE.get(workload.checkpoint_policy, CheckpointKind.PERIODIC)
+        with transaction.atomic():
+            send_commands(
+                nodes, "checkpoint", workload.pk, kind=kind, reason=f"every {every:.0f} s"
+            )
+        asked.append(workload.pk)
+    return asked
 
 
 @transaction.atomic

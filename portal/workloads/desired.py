@@ -134,8 +134,7 @@ def _assignment(workload, indices, rank, gang, resume_from) -> dict:
 
 def _env(workload, resume_from: str | None) -> dict[str, str]:
     env = {str(k): str(v) for k, v in workload.env.items()}
-    if workload.checkpoint_interval_s:
-        env["WANKA_CHECKPOINT_INTERVAL_S"] = str(workload.checkpoint_interval_s)
+    # No interval: the control plane asks for routine saves (`checkpoints.request_routine`).
     env["WANKA_CHECKPOINT_POLICY"] = workload.checkpoint_policy
     if resume_from:
         env["WANKA_RESUME_FROM"] = resume_from

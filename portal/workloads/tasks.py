@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from portal.workloads import preemption, recovery
+from portal.workloads import checkpoints, preemption, recovery
 from portal.workloads.cycle import run_cycles
 
 
@@ -32,3 +32,9 @@ def resume_recoveries() -> list[int]:
 def advance_preemptions() -> list[int]:
     """Beat, every 2 s, and on the acks of their saves: move preempted workloads on."""
     return preemption.advance()
+
+
+@shared_task(soft_time_limit=20, expires=10)
+def request_checkpoints() -> list[int]:
+    """Beat, every 10 s: ask running jobs for the routine saves that are due."""
+    return checkpoints.request_routine()

@@ -11,7 +11,9 @@ The agent starts a workload with these variables in its environment:
 - ``WANKA_CHECKPOINT_DIR``: a directory for checkpoints, the request file and the manifest.
   The control plane may name one (shared storage, say); otherwise the agent makes one per
   workload under its state directory, which outlives a restart of the workload on that node.
-- ``WANKA_CHECKPOINT_INTERVAL_S`` (optional): seconds between periodic saves.
+- ``WANKA_CHECKPOINT_INTERVAL_S`` (optional): seconds between periodic saves the script times
+  itself. Under Wanka the control plane asks for routine saves at the job's interval instead.
+- ``WANKA_CHECKPOINT_POLICY``: "periodic", "async", "triggered" or "none": the job's policy.
 - ``WANKA_RESUME_FROM`` (optional): set by the control plane to the location of the newest
   complete checkpoint it knows of; the script resumes from it.
 - ``WANKA_WORKLOAD_ID``: the workload's id.
@@ -41,6 +43,13 @@ appears (or refused after a timeout).
 **Resuming.** From ``WANKA_RESUME_FROM`` when set; otherwise from the newest complete line of
 the manifest whose file still exists (the highest step; a later line wins a tie). Nothing to
 resume from means starting at step 0.
+
+**Asynchronous saves.** A request of kind "async" (or, with no request, the async policy:
+``ckpt.next_kind()``) asks for ``ckpt.save_async(step, snapshot_fn, persist_fn)``: training
+waits only while ``snapshot_fn`` copies the state to host memory; ``persist_fn(copy, path)``
+writes it on a background thread, and the manifest line, with ``"stall_s"``, the copy's part
+of ``duration_s``, is appended once the file is in place. Call ``ckpt.wait_persisted()``
+before exiting.
 
 **Several ranks.** Every rank of a job gets the signal, but a save is a collective: let rank 0
 decide (``ckpt.due(step)``) and broadcast the decision, and let one rank append the manifest
@@ -82,6 +91,7 @@ ENV_CHECKPOINT_DIR = "WANKA_CHECKPOINT_DIR"
 ENV_CHECKPOINT_INTERVAL_S = "WANKA_CHECKPOINT_INTERVAL_S"
 ENV_RESUME_FROM = "WANKA_RESUME_FROM"
 ENV_WORKLOAD_ID = "WANKA_WORKLOAD_ID"
+ENV_CHECKPOINT_POLICY = "WANKA_CHECKPOINT_POLICY"
 
 REQUEST_FILE = "request.json"
 MANIFEST_FILE = "manifest.jsonl"
@@ -104,12 +114,15 @@ class ManifestEntry:
     request_id: str | None
     status: str
     error: str = ""
+    stall_s: float | None = None  # an async save: how long training waited for its copy
 
     def to_json(self) -> str:
         """The manifest line, without its newline."""
         fields = asdict(self)
         if not self.error:
             del fields["error"]
+        if self.stall_s is None:
+            del fields["stall_s"]
         return json.dumps(fields, separators=(", ", ": "))
 
     @classmethod
@@ -126,6 +139,7 @@ class ManifestEntry:
                 request_id=None if data["request_id"] is None else str(data["request_id"]),
                 status=str(data["status"]),
                 error=str(data.get("error", "")),
+                stall_s=None if data.get("stall_s") is None else float(data["stall_s"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -134,7 +148,7 @@ class ManifestEntry:
     def event_detail(self) -> dict[str, Any]:
         """The `detail` of the `checkpoint_saved` event that reports this save (a failed one
         too, so the control plane never takes it for the newest)."""
-        return {
+        detail = {
             "step": self.step,
             "location": self.path,
             "size_bytes": self.size_bytes,
@@ -143,6 +157,9 @@ class ManifestEntry:
             "request_id": self.request_id,
             "status": self.status,
         }
+        if self.stall_s is not None:
+            detail["stall_s"] = round(max(0.0, self.stall_s), 6)
+        return detail
 
 
 @dataclass(frozen=True)
@@ -243,10 +260,13 @@ class Checkpointing:
         interval_s: float | None = None,
         resume_from: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        policy: str = "periodic",
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.interval_s = interval_s
         self.resume_from = resume_from or None
+        self.policy = policy
+        self._persisting: threading.Thread | None = None  # the async save being written
         self._clock = clock
         self._last_save = clock()
         self._last_step: int | None = None
@@ -268,6 +288,7 @@ class Checkpointing:
             Path(directory) if directory else None,
             interval_s=float(interval) if interval else None,
             resume_from=env.get(ENV_RESUME_FROM),
+            policy=env.get(ENV_CHECKPOINT_POLICY) or "periodic",
         )
         if install_signal and helper.enabled:
             helper.install_signal_handler()
@@ -332,14 +353,8 @@ class Checkpointing:
         pending request's ("requested", or "triggered" by a fault), else "periodic". A failure
         is recorded as a failed line and raised again; it never becomes the checkpoint to
         resume from."""
-        if self.directory is None:
-            raise RuntimeError(f"checkpointing is disabled: {ENV_CHECKPOINT_DIR} is not set")
-        asked = self.requested
-        request = read_request(self.directory) if asked else None
-        self._signalled.clear()  # a signal from now on asks for another save
-        kind = kind or (request.kind if request else "requested" if asked else "periodic")
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.wait_persisted()  # one save at a time: a save never overtakes an older one
+        request, kind = self._claim(kind)
         final = self.directory / f"step-{step:09d}{suffix}"
         started = time.monotonic()
         try:
@@ -350,6 +365,66 @@ class Checkpointing:
         entry = self._record(step, final, kind, size, started, request, COMPLETE, "")
         self._last_save, self._last_step = self._clock(), step
         return entry
+
+    def next_kind(self) -> str:
+        """The kind of save `due` asks for: the pending request's, else "async" under the
+        async policy, else "periodic". A script saves asynchronously (`save_async`) when this
+        says "async"."""
+        request = read_request(self.directory) if self.directory and self.requested else None
+        if request is not None:
+            return request.kind
+        return "async" if self.policy == "async" else "periodic"
+
+    def save_async(
+        self,
+        step: int,
+        snapshot_fn: Callable[[], Any],
+        persist_fn: Callable[[Any, str], Any],
+        suffix: str = "",
+    ) -> None:
+        """An asynchronous save: `snapshot_fn()` copies the state to host memory while training
+        waits (the stall), then `persist_fn(copy, path)` writes it on a background thread.
+        The manifest line (kind "async", with the stall) is appended only once the file is in
+        place, so an unfinished save is never one to resume from. One save at a time: a new
+        one first waits for the last to be persisted (that wait is part of its stall)."""
+        started = time.monotonic()
+        self.wait_persisted()
+        request, _ = self._claim("async")
+        copy = snapshot_fn()
+        stall = time.monotonic() - started
+        self._last_save, self._last_step = self._clock(), step
+        final = self.directory / f"step-{step:09d}{suffix}"
+
+        def persist() -> None:
+            try:
+                size = self._write(final, lambda path: persist_fn(copy, path))
+            except BaseException as exc:
+                self._record(
+                    step, final, "async", 0, started, request, FAILED, f"{exc!r}"[:500], stall
+                )
+                return
+            self._record(step, final, "async", size, started, request, COMPLETE, "", stall)
+
+        self._persisting = threading.Thread(target=persist, name=f"persist step {step}")
+        self._persisting.start()
+
+    def wait_persisted(self) -> None:
+        """Wait for the asynchronous save being written, if any (call before exiting)."""
+        if self._persisting is not None:
+            self._persisting.join()
+            self._persisting = None
+
+    def _claim(self, kind: str | None) -> tuple[CheckpointRequest | None, str]:
+        """Take the pending request, if any, for the save about to be made; its kind."""
+        if self.directory is None:
+            raise RuntimeError(f"checkpointing is disabled: {ENV_CHECKPOINT_DIR} is not set")
+        asked = self.requested
+        request = read_request(self.directory) if asked else None
+        self._signalled.clear()  # a signal from now on asks for another save
+        kind = kind or (request.kind if request else "requested" if asked else "periodic")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        return request, kind
 
     def _write(self, final: Path, save_fn: Callable[[str], Any]) -> int:
         temporary = final.with_name(f".{final.name}.tmp-{os.getpid()}")
@@ -377,11 +452,13 @@ class Checkpointing:
         request: CheckpointRequest | None,
         status: str,
         error: str,
+        stall_s: float | None = None,
     ) -> ManifestEntry:
         assert self.directory is not None
         request_id = request.request_id if request is not None else None
+        duration = time.monotonic() - started
         entry = ManifestEntry(
-            step, str(path), kind, size, time.monotonic() - started, request_id, status, error
+            step, str(path), kind, size, duration, request_id, status, error, stall_s
         )
         _append_line(self.directory / MANIFEST_FILE, entry.to_json())
         if request is not None:

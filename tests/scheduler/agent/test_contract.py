@@ -254,3 +254,52 @@ def test_a_save_a_fault_triggered_is_recorded_as_triggered(tmp_path: Path) -> No
     saved = ckpt.save(9, write_text("x"))
     assert (saved.kind, saved.request_id) == ("triggered", "c-4")
     assert saved.event_detail()["status"] == "complete"
+
+
+def test_an_async_save_stalls_for_its_copy_and_is_in_the_manifest_only_once_persisted(
+    tmp_path: Path,
+) -> None:
+    import threading
+    import time
+
+    ckpt = Checkpointing(tmp_path, policy="async")
+    write_request(tmp_path, CheckpointRequest("c-9", "every 20 min", kind="async"))
+    assert ckpt.due(10) and ckpt.next_kind() == "async"
+    release = threading.Event()
+
+    def persist(state, path):
+        release.wait(5)  # the disk is slow: training goes on meanwhile
+        Path(path).write_text(state)
+
+    def snapshot():
+        time.sleep(0.05)  # the copy to host memory: what training waits for
+        return "weights at step 10"
+
+    started = time.monotonic()
+    ckpt.save_async(10, snapshot, persist, suffix=".pt")
+    waited = time.monotonic() - started
+    assert 0.05 <= waited < 1
+    assert read_manifest(tmp_path) == []  # not persisted yet: nothing to resume from
+    assert (tmp_path / REQUEST_FILE).exists()
+    release.set()
+    ckpt.wait_persisted()
+    [entry] = read_manifest(tmp_path)
+    assert (entry.kind, entry.request_id, entry.status) == ("async", "c-9", "complete")
+    assert 0.05 <= entry.stall_s < entry.duration_s
+    assert entry.event_detail()["stall_s"] == round(entry.stall_s, 6)
+    assert Path(entry.path).read_text() == "weights at step 10"
+    assert not (tmp_path / REQUEST_FILE).exists()  # answered once persisted
+
+
+def test_a_failed_async_persist_is_recorded_failed_and_answers_its_request(tmp_path: Path) -> None:
+    ckpt = Checkpointing(tmp_path, policy="async")
+    write_request(tmp_path, CheckpointRequest("c-3", kind="async"))
+
+    def persist(state, path):
+        raise OSError("no space left on device")
+
+    ckpt.save_async(5, lambda: "state", persist)
+    ckpt.wait_persisted()
+    [entry] = read_manifest(tmp_path)
+    assert (entry.status, entry.request_id) == ("failed", "c-3") and "no space" in entry.error
+    assert latest_complete(tmp_path) is None

@@ -94,3 +94,22 @@ def test_it_saves_periodically_and_on_request_and_resumes_from_the_newest_save(
         assert later < 0.9 * before_crash  # and learns on
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_an_async_save_stalls_training_only_for_its_copy_to_host_memory(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
+        machine = SimulatedGpus("node-a", "H100-SXM-80GB", 1, 81559)
+        backend = ProcessBackend(machine, tmp_path, grace_s=5.0, poll_s=0.05, base_env=env)
+        job = Assignment(1, (0,), COMMAND, {"WANKA_CHECKPOINT_POLICY": "async"})
+        log = tmp_path / "workloads" / "1" / "output.log"
+        await backend.start(job)
+        await wait_for(lambda: log.exists() and losses(log.read_text()), "training to start")
+        saved = await backend.checkpoint(1, request_id="c-1", timeout_s=15, kind="async")
+        assert (saved["kind"], saved["request_id"], saved["status"]) == ("async", "c-1", "complete")
+        assert 0 < saved["stall_s"] < saved["duration_s"]  # persisting took the rest
+        assert Path(saved["location"]).stat().st_size == saved["size_bytes"] > 0
+        assert "saving step" in log.read_text() and "(async)" in log.read_text()
+        await backend.stop(1)
+
+    asyncio.run(scenario())

@@ -1,11 +1,12 @@
-"""A reclaim carried out gracefully, every layer real: the engine picks the borrower, its
-simulated agents save at the control plane's request, stop it, report its processes gone, and
-only then does the claimant start on the GPUs it gave back."""
+"""What the engine and the checkpoint policies decide reaches the jobs, every layer real (the
+ASGI server, a Celery worker, simulated agents on sockets): a reclaim carried out gracefully,
+and routine saves asked for at a job's interval."""
 
 import pytest
 
 from portal.cluster.models import Node
 from portal.workloads import invariants
+from portal.workloads.checkpoints import request_routine
 from portal.workloads.choices import CheckpointKind, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
@@ -52,3 +53,22 @@ def test_the_claimant_starts_only_after_the_victim_saved_and_stopped(fleet, acme
     admitted = claimant.events.get(to_state=State.ADMITTED).at
     assert admitted >= requeued  # the claimant got GPUs only once the victim's were free
     wait_until(lambda: invariants.violations() == [], 15, "the invariants to hold")
+
+
+def test_routine_saves_are_asked_for_and_registered_of_the_policys_kind(fleet, acme):
+    queue = make_queue(acme, "llm", h800=64)
+    job = make_workload(
+        queue,
+        "async-saver",
+        gpus=16,
+        checkpoint_policy="async",
+        checkpoint_interval_s=1,
+        simulated_duration_s=3600,
+    )
+    scheduling_cycle()
+    wait_until(lambda: _state(job) == State.RUNNING, 30, "the job to run")
+    saves = job.checkpoints.filter(kind=CheckpointKind.ASYNC)
+    for count in (1, 2):
+        wait_until(lambda: request_routine() == [job.pk], 10, "a save to be due")
+        wait_until(lambda c=count: saves.count() == c, 10, f"save {count} registered")
+    assert len({c.step for c in saves}) == 2  # two saves, each of the job's whole state
