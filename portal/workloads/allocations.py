@@ -51,3 +51,11 @@ def book(workload: Workload, gpus: int) -> None:
         ended_at=now,
         gpu_hours=gpus * (now - since).total_seconds() / 3600,
     )
+
+
+def renumber(workload: Workload) -> None:
+    """Number the workload's nodes 0..n-1 again, in their old order, after some left."""
+    ranks = sorted(set(workload.allocations.values_list("node_rank", flat=True)))
+    for new, old in enumerate(ranks):
+        if new != old:
+            workload.allocations.filter(node_rank=old).update(node_rank=new)

@@ -86,6 +86,21 @@ def request_routine(now=None) -> list[int]:
     return asked
 
 
+def work_lost(workload: Workload, at) -> float:
+    """Seconds of running the workload redoes when it restarts, as of `at`, from its newest
+    complete save: none when that save was made at `at` or later (a save asked for first)."""
+    saved = (
+        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if saved is not None and saved >= at:
+        return 0.0
+    since = max(filter(None, (saved, workload.started_at)), default=None)
+    return max(0.0, (at - since).total_seconds()) if since else 0.0
+
+
 @transaction.atomic
 def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | None:
     """Register a save a node reports for a workload it runs. Every rank of a gang reports

@@ -104,8 +104,9 @@ def build_snapshot() -> engine.Snapshot:
                 engine.Placement(node_id, tuple(sorted(indices)))
                 for node_id, indices in placements[w["id"]].items()
             ),
-            min_gpus=w["min_gpus"],
-            max_gpus=w["max_gpus"],
+            # A recovering (or resizing) workload is not resized again meanwhile.
+            min_gpus=None if w["state"] == State.RECOVERING else w["min_gpus"],
+            max_gpus=None if w["state"] == State.RECOVERING else w["max_gpus"],
             started_at=_seconds(w["started_at"]),
             time_limit_s=w["time_limit_s"],
             last_checkpoint_at=_seconds(saved.get(w["id"])),

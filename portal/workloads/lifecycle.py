@@ -7,13 +7,14 @@ lock on the workload so reports from a gang's nodes, the cycle and a user's canc
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from portal.workloads import allocations, preemption, recovery
+from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import State
 from portal.workloads.desired import nodes_changed
-from portal.workloads.models import Allocation, Workload, note, transition
+from portal.workloads.models import Allocation, Workload, WorkloadEvent, transition
 from portal.workloads.triggers import trigger_cycle
 
 
@@ -149,12 +150,23 @@ def cancel(workload: Workload, actor=None) -> Workload:
 
 
 def shrink(workload: Workload, released, reason: str) -> set[int]:
-    """Give back some GPUs of a running elastic workload: `released` is (node id, GPU indices)
-    pairs. Their GPU-hours are booked now; the rest go on. Returns the nodes they were on."""
+    """Give back some GPUs of an elastic workload (`released`: (node id, GPU indices) pairs),
+    booking their GPU-hours, and restart the rest as a new attempt in the new world (nodes,
+    ranks, GPUs), from its newest complete save: its processes must learn their new world size,
+    so a resize is a restart. The work since that save is booked as lost. Returns every node
+    it touched."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        node_ids = allocations.give_back(workload, released)
-        note(workload, reason)
+        node_ids = set(workload.allocations.values_list("node_id", flat=True))
+        allocations.give_back(workload, released)
+        allocations.renumber(workload)
+        workload.allocations.update(started=False, exit_code=None)
+        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+        lost = work_lost(workload, timezone.now())
+        transition(workload, State.RECOVERING, reason=reason)
+        if lost:
+            event = workload.events.filter(to_state=State.RECOVERING).order_by("at", "id").last()
+            WorkloadEvent.objects.filter(pk=event.pk).update(lost_s=lost)
     return node_ids
 
 

@@ -25,7 +25,8 @@ from portal.cluster.choices import HEALTH_MOVES, CommandState, Health
 from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.workloads import allocations
-from portal.workloads.choices import CheckpointPolicy, CheckpointStatus, State
+from portal.workloads.checkpoints import work_lost
+from portal.workloads.choices import CheckpointPolicy, State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, WorkloadEvent, transition
 
@@ -134,7 +135,7 @@ def _suspect(workload: Workload) -> None:
 
 def _release(workload: Workload) -> None:
     """Give the GPUs back, book the work lost since the last save, and requeue."""
-    lost = _lost_s(workload)
+    lost = work_lost(workload, workload.preempted_at)
     if lost:
         WorkloadEvent.objects.filter(
             workload=workload, to_state=State.PREEMPTING, at__gte=workload.preempted_at
@@ -151,18 +152,3 @@ def _release(workload: Workload) -> None:
         stop_requested_at=None,
         preempt_deadline=None,
     )
-
-
-def _lost_s(workload: Workload) -> float:
-    """Running time between the workload's last complete save and its preemption: none when
-    it saved during the preemption."""
-    saved = (
-        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    if saved is not None and saved >= workload.preempted_at:
-        return 0.0
-    since = max(filter(None, (saved, workload.started_at)), default=None)
-    return max(0.0, (workload.preempted_at - since).total_seconds()) if since else 0.0

@@ -336,10 +336,7 @@ def _shrink(workload: Workload, lost) -> bool:
         return False
     allocations.book(workload, held - left)
     lost.delete()
-    ranks = sorted(set(workload.allocations.values_list("node_rank", flat=True)))
-    for new, old in enumerate(ranks):
-        if new != old:
-            workload.allocations.filter(node_rank=old).update(node_rank=new)
+    allocations.renumber(workload)
     return True
 
 

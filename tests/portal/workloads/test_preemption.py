@@ -16,7 +16,7 @@ from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.ettr import job_report
 from portal.workloads.models import Allocation, UsageRecord, Workload
-from tests.builders import make_queue, make_workload
+from tests.builders import make_cluster, make_queue, make_workload
 
 
 def _refreshed(workload):
@@ -174,3 +174,30 @@ def test_a_cycle_that_preempts_several_jobs_tells_the_agents_once(
     assert len(plan.preemptions) == 2
     assert len(passes) == 1
     assert passes[0] == held  # the victims' nodes (the claimant waits for them to stop)
+
+
+def test_a_shrink_restarts_the_job_in_its_new_world(db, acme, globex):
+    """An elastic borrower gives back half its nodes for a reclaim: the rest restart as a new
+    attempt told the new node count and ranks, from its newest save, and run again once every
+    node runs that attempt."""
+    make_cluster({"dc1": {"p1": ("H800", 2)}})  # 8 nodes: the borrower takes them all
+    acme_q = make_queue(acme, "llm", cohort="research", h800=32)
+    globex_q = make_queue(globex, "train", cohort="research", h800=32)
+    elastic = make_workload(globex_q, "elastic", gpus=64, min_gpus=32)
+    scheduling_cycle()
+    _running(elastic)
+    make_workload(acme_q, "claimant", gpus=32)
+    plan = scheduling_cycle()
+    assert [s.workload_id for s in plan.shrinks] == [elastic.pk] and not plan.preemptions
+    elastic.refresh_from_db()
+    assert (elastic.state, elastic.attempt) == (State.RECOVERING, 1)
+    kept = sorted(elastic.allocations.values_list("node_rank", flat=True).distinct())
+    assert kept == [0, 1, 2, 3]  # renumbered
+    state = desired_state(elastic.allocations.first().node)
+    [assignment] = [a for a in state["assignments"] if a["workload_id"] == elastic.pk]
+    assert (assignment["nnodes"], assignment["attempt"]) == (4, 1)
+    for node_id in _nodes(elastic):
+        lifecycle.mark_started(elastic.pk, node_id, attempt=1)
+    assert _refreshed(elastic).state == State.RUNNING
+    scheduling_cycle()
+    assert Workload.objects.get(name="claimant").state == State.ADMITTED
