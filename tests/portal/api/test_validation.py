@@ -169,3 +169,14 @@ def test_the_browser_form_shows_the_same_errors(acme_llm, bob, client):
     page = client.post("/workloads/new/", {**WORKLOAD_OK, "gpus": 12}).content.decode()
     assert "ask for a multiple of 8" in page
     assert not Workload.objects.exists()
+
+
+def test_the_form_sets_a_checkpoint_interval_and_a_preemption_grace(acme_llm, bob, client):
+    client.force_login(bob)
+    assert 'name="checkpoint_interval_s"' in client.get("/workloads/new/").content.decode()
+    form = {**WORKLOAD_OK, "checkpoint_interval_s": "900", "preemption_grace_s": "30"}
+    assert client.post("/workloads/new/", form).status_code == 302
+    workload = Workload.objects.get()
+    assert (workload.checkpoint_interval_s, workload.preemption_grace_s) == (900, 30)
+    page = client.post("/workloads/new/", {**form, "name": "b", "preemption_grace_s": "9999"})
+    assert "less than or equal to 3600" in page.content.decode()
