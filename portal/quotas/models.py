@@ -75,10 +75,9 @@ class Queue(models.Model):
         return f"{self.tenant.slug}/{self.name}"
 
 
-class QueueQuota(models.Model):
-    """One queue's quota for one GPU model. Empty limits mean unlimited."""
+class Quota(models.Model):
+    """Quota and limits for one GPU model. Empty limits mean unlimited."""
 
-    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
     guarantee = models.PositiveIntegerField(default=0, help_text="Never lent, never reclaimed")
     nominal = models.PositiveIntegerField(default=0, help_text="Lendable to the cohort when idle")
@@ -86,41 +85,42 @@ class QueueQuota(models.Model):
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        constraints = [
+        abstract = True
+
+    @staticmethod
+    def constraints_for(owner: str) -> list:
+        """One quota per owner and GPU model, its guarantee within its nominal quota."""
+        return [
             models.UniqueConstraint(
-                fields=["queue", "gpu_model"], name="%(app_label)s_%(class)s_unique_model"
+                fields=[owner, "gpu_model"], name="%(app_label)s_%(class)s_unique_model"
             ),
             models.CheckConstraint(
                 condition=models.Q(guarantee__lte=models.F("nominal")),
                 name="%(app_label)s_%(class)s_guarantee_within_nominal",
             ),
         ]
+
+
+class QueueQuota(Quota):
+    """One queue's quota for one GPU model."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quotas")
+
+    class Meta:
+        constraints = Quota.constraints_for("queue")
 
     def __str__(self):
         return f"{self.queue} {self.gpu_model}: {self.nominal}"
 
 
-class CohortQuota(models.Model):
-    """A cohort's own quota for one GPU model, lent to the queues below it, and its limits
-    toward its parent cohort. Empty limits mean unlimited."""
+class CohortQuota(Quota):
+    """A cohort's own quota for one GPU model, lent to the queues below it, with its limits
+    toward its parent cohort."""
 
     cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="quotas")
-    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
-    guarantee = models.PositiveIntegerField(default=0, help_text="Never lent to the parent")
-    nominal = models.PositiveIntegerField(default=0, help_text="Lent to the queues below")
-    borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
-    lending_limit = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["cohort", "gpu_model"], name="%(app_label)s_%(class)s_unique_model"
-            ),
-            models.CheckConstraint(
-                condition=models.Q(guarantee__lte=models.F("nominal")),
-                name="%(app_label)s_%(class)s_guarantee_within_nominal",
-            ),
-        ]
+        constraints = Quota.constraints_for("cohort")
 
     def __str__(self):
         return f"{self.cohort} {self.gpu_model}: {self.nominal}"
