@@ -5,11 +5,13 @@
 A fresh throwaway PostgreSQL database (the one `DATABASE_URL` names, else the settings') and a
 Redis server of its own; `nodes` simulated H800 nodes (two pods, a hot spare in each) whose
 agents run in this process, each on its own WebSocket; one daphne, one Celery worker and Celery
-beat, heartbeats every second. Two tenants with queues in one cohort submit a Philly-shaped
-stream of jobs (1 to 64 GPUs, a third elastic, a quarter of them low priority so that reclaims
-preempt and shrink). Meanwhile, at random: faults injected through the operators' drill (XID
-79, XID 13, a hang), agents dropped for longer than the lost-node grace, and the worker,
-daphne and Redis killed (SIGKILL) and started again, Redis empty. Every few seconds the
+beat, heartbeats every 2 s. Two tenants with queues in one cohort, each owning half the GPUs,
+submit a Philly-shaped stream of jobs (1 to 64 GPUs, a third of the large ones elastic, a
+quarter of them low priority, so that reclaims preempt and shrink), one a second per 100
+nodes. Meanwhile, at random: faults injected through the operators' drill (XID 79, XID 13, a
+hang), agents dropped for longer than the lost-node grace, and the worker, daphne and Redis
+killed (SIGKILL) and started again, Redis empty; nodes a fault took down are rebooted and
+returned to service, as the on-call would. Every few seconds the
 invariant checker runs; a violation counts when it is still there at the next check (a
 moment's lag while agents converge is not one).
 
@@ -24,6 +26,7 @@ Targets: no violation, no GPU leaked, every job finished or accounted for.
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -153,6 +156,14 @@ def build(nodes: int, seed: int):
     return queues, model, specs
 
 
+def arrivals(rng: random.Random, rate: float) -> int:
+    """How many jobs arrive in one second, at `rate` a second (Poisson)."""
+    count, left = 0, rng.random()
+    while left > math.exp(-rate):
+        count, left = count + 1, left * rng.random()
+    return count
+
+
 def submit(rng: random.Random, queues, model, number: int):
     from portal.workloads.models import Workload
     from portal.workloads.triggers import trigger_cycle
@@ -175,18 +186,23 @@ def submit(rng: random.Random, queues, model, number: int):
     trigger_cycle()
 
 
-def repair() -> int:
-    """What the on-call does: nodes a fault took down whose agent is back are returned to
-    service after a look. Returns how many."""
+def down_nodes() -> list[str]:
+    """Nodes a fault took down whose agent is back."""
     from portal.cluster.choices import Health
     from portal.cluster.models import Node
 
-    repaired = 0
-    for node in Node.objects.filter(health=Health.DOWN, connected=True):
-        node.set_health(Health.REPAIRING, "soak: looked at")
-        node.set_health(Health.READY, "soak: repaired")
-        repaired += 1
-    return repaired
+    return list(
+        Node.objects.filter(health=Health.DOWN, connected=True).values_list("name", flat=True)
+    )
+
+
+def repaired(name: str) -> None:
+    from portal.cluster.choices import Health
+    from portal.cluster.models import Node
+
+    node = Node.objects.get(name=name)
+    node.set_health(Health.REPAIRING, "soak: rebooted")
+    node.set_health(Health.READY, "soak: repaired")
 
 
 def counts() -> dict:
@@ -266,17 +282,28 @@ def soak(
         elif kind == "drop-agent":
             name = rng.choice(list(agents))
             await agents[name].stop()
-            tasks[name].cancel()
             await asyncio.sleep(rng.uniform(8, 14))  # beyond the 6 s grace: lost
-            spec = next(s for s in specs if s.hostname == name)
-            agents[name] = build_agent(spec, url, 2.0)
-            tasks[name] = asyncio.create_task(agents[name].run())
+            await restart_agent(name)
         else:
             child = children[kind.removeprefix("kill-")]
             await asyncio.to_thread(child.kill)
             kills += 1
             await asyncio.sleep(rng.uniform(0.5, 2))
             await asyncio.to_thread(child.start)
+
+    async def restart_agent(name: str) -> None:
+        await agents[name].stop()
+        tasks[name].cancel()
+        spec = next(s for s in specs if s.hostname == name)
+        agents[name] = build_agent(spec, url, 2.0)  # a fresh machine: its GPUs answer again
+        tasks[name] = asyncio.create_task(agents[name].run())
+
+    async def repair() -> None:
+        """What the on-call does: a node a fault took down is rebooted and, once its agent is
+        back, returned to service."""
+        for name in await db(down_nodes):
+            await restart_agent(name)
+            await db(repaired, name)
 
     async def check() -> None:
         nonlocal seen
@@ -297,7 +324,7 @@ def soak(
         next_repair = time.monotonic() + 30
         while time.monotonic() < end:
             now = time.monotonic()
-            if rng.random() < 0.5:
+            for _ in range(arrivals(rng, nodes / 100)):  # about as busy at any size
                 number += 1
                 try:
                     await db(submit, rng, queues, model, number)
@@ -315,7 +342,7 @@ def soak(
                 await check()
                 next_check = now + 5
             if now >= next_repair:
-                await db(repair)
+                await repair()
                 next_repair = now + 30
             if now >= next_report:
                 figures = await db(counts)  # SQL only
@@ -327,7 +354,7 @@ def soak(
         settle = time.monotonic() + 120  # no new jobs, no chaos: let the stack settle
         while time.monotonic() < settle:
             await supervise()
-            await db(repair)
+            await repair()
             await check()
             await asyncio.sleep(5)
         await asyncio.gather(*(agent.stop() for agent in agents.values()))
