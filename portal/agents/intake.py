@@ -18,6 +18,7 @@ from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
 from portal.core.redis import client
 from portal.workloads import recovery
+from portal.workloads.choices import State
 from portal.workloads.models import Workload
 from portal.workloads.triggers import kick_preemptions
 from scheduler import faults
@@ -85,7 +86,8 @@ def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     recovery.commands_refused(
         [command for command in answered if command and command.state == CommandState.FAILED]
     )
-    if any(command and command.action == "checkpoint" for command in answered):
+    saves = {c.workload_id for c in answered if c and c.action == "checkpoint"}
+    if saves and Workload.objects.filter(pk__in=saves, state=State.PREEMPTING).exists():
         kick_preemptions()
     return [command is not None for command in answered]
 
