@@ -15,7 +15,7 @@ from portal.cluster import commands
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, SEEN_SINCE, TELEMETRY
+from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, TELEMETRY
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -135,7 +135,6 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             pipe.hset(TELEMETRY, self.node.id, json.dumps(sample))
             pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
             pipe.zadd(LAST_SEEN, {self.node.id: now})
-            pipe.set(SEEN_SINCE, now, nx=True)
             # The generation the agent has converged to: live here, in the database at hello.
             pipe.hset(REPORTED, self.node.id, message["generation"])
             await pipe.execute()

@@ -20,7 +20,7 @@ HISTORY = "wanka:utilization:history"  # Redis list of cluster utilization point
 HISTORY_POINTS = 900  # 30 minutes at one point every 2 s
 STALE_S = 30  # telemetry older than this no longer counts as busy
 LAST_SEEN = "wanka:heartbeats"  # Redis sorted set: node id by time of its last heartbeat
-# Since when LAST_SEEN has been kept (set once, by whoever writes it first): a Redis that
+# Since when LAST_SEEN has been kept (set by the lost-node check when missing): a Redis that
 # restarted empty knows no heartbeat from before then, which is not silence.
 SEEN_SINCE = "wanka:heartbeats:since"
 REPORTED = "wanka:reported_generation"  # Redis hash: node id -> the generation its agent reached
