@@ -12,6 +12,7 @@ seen before, kept in Redis per job and attempt:
 """
 
 import json
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -88,7 +89,7 @@ def _hang(workload, nodes, steps, seen, now) -> list[str]:
         limit = max(config["HANG_FLOOR_S"], config["HANG_STEPS"] * step_s)
     else:
         limit = faults.HANG_AFTER_S
-    if now - last_at < limit:
+    if faults.hang_fault(now - last_at, limit) is None:
         return []
     master = min(nodes, key=nodes.get)
     message = f"no step for {now - last_at:.0f} s (limit {limit:.0f} s), stuck at step {top}"
@@ -107,17 +108,20 @@ def _stragglers(workload, steps, seen, now) -> list[str]:
             rates[node_id] = (step - before) / (now - at)
         seen["nodes"][str(node_id)] = [now, step]
     found = []
-    for node_id, rate in rates.items():
-        peers = [r for n, r in rates.items() if n != node_id]
-        slow = bool(peers) and rate * faults.STRAGGLER_FACTOR <= statistics.median(peers)
+    step_s = {node_id: 1 / rate if rate > 0 else math.inf for node_id, rate in rates.items()}
+    for node_id, seconds in step_s.items():
+        peers = [s for n, s in step_s.items() if n != node_id]
+        slow = faults.straggler_fault(seconds, peers) is not None and math.isfinite(
+            statistics.median(peers)
+        )
         since = seen["slow"].get(str(node_id))
-        if not slow or statistics.median(peers) <= 0:
+        if not slow:
             seen["slow"].pop(str(node_id), None)
         elif since is None:
             seen["slow"][str(node_id)] = now
         elif since > 0 and now - since >= settings.WANKA["STRAGGLER_FOR_S"]:
             seen["slow"][str(node_id)] = -1  # reported: once per attempt
-            _straggler(workload, node_id, rate, statistics.median(peers))
+            _straggler(workload, node_id, rates[node_id], 1 / statistics.median(peers))
             found.append(f"straggler:{workload.pk}:{node_id}")
     return found
 
