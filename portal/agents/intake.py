@@ -117,10 +117,15 @@ def mark_lost_nodes() -> list[int]:
 
 
 def _declare_lost(node_id: int, window: float) -> bool:
-    """Take the node off and record its heartbeat-loss fault, unless another worker did; a
-    connection still open hears that it was declared lost (`AgentConsumer.agent_lost`)."""
+    """Take the node off and record its heartbeat-loss fault, unless another worker did or it
+    was heard from since the scan; a connection still open hears that it was declared lost
+    (`AgentConsumer.agent_lost`)."""
+    cutoff = time.time() - window
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)
+        beat = client().zscore(LAST_SEEN, node_id) or 0
+        if max(beat, node.last_seen_at.timestamp() if node.last_seen_at else 0) >= cutoff:
+            return False
         live_work = Workload.objects.filter(
             allocations__node_id=node_id, state__in=recovery.RECOVERABLE
         ).exists()
@@ -146,27 +151,34 @@ def carry_out_node_moves() -> list[int]:
     ):
         with transaction.atomic():
             node = Node.objects.select_for_update().get(pk=node_id)
+            if node.health != Health.DOWN:
+                continue  # returned to service since the scan
             fault = record_fault(node_id, faults.lookup("node-down"), node.health_reason)
             moved += list(fault.recoveries.values_list("workload_id", flat=True))
-    deadline = settings.WANKA["DRAIN_DEADLINE_S"]
-    for node in Node.objects.filter(health=Health.DRAINING):
-        overdue = (timezone.now() - node.health_changed_at).total_seconds() >= deadline
-        moved += _drain(node, overdue)
+    for node_id in Node.objects.filter(health=Health.DRAINING).values_list("pk", flat=True):
+        moved += _drain(node_id)
     return moved
 
 
-def _drain(node: Node, overdue: bool) -> list[int]:
+def _drain(node_id: int) -> list[int]:
+    """Move the draining node's jobs that can move now (one onto a spare a pass, so that two
+    never count on the same spare: the next pass sees it taken), all of them once the drain
+    deadline has passed; take the node down once it is empty."""
     kind = faults.lookup("drain")
     moved = []
     with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node.pk)
+        node = Node.objects.select_for_update().get(pk=node_id)
+        if node.health != Health.DRAINING:
+            return []  # returned to service since the scan
         if not node.allocations.exists():
             node.set_health(Health.DOWN, "drained: it holds no more work")
             return []
+        age = (timezone.now() - node.health_changed_at).total_seconds()
+        overdue = age >= settings.WANKA["DRAIN_DEADLINE_S"]
         for workload in Workload.objects.filter(
             allocations__node=node, state__in=recovery.RECOVERABLE
         ).distinct():
-            if overdue or recovery.can_move(workload, node):
+            if overdue or (not moved and recovery.can_move(workload, node)):
                 why = "the drain deadline passed" if overdue else "it moves to a spare"
                 fault = record_fault(node.pk, kind, why, workload=workload)
                 recovery.start(workload, fault, kind, leave_node=True)

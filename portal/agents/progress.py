@@ -68,9 +68,10 @@ def _steps(workload: Workload, samples: dict[int, dict]) -> dict[int, int]:
 
 
 def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> list[str]:
-    if seen is None or seen["attempt"] != workload.attempt:
+    run = [workload.attempt, workload.started_at.timestamp() if workload.started_at else 0]
+    if seen is None or seen.get("run") != run:  # a new run (a restart, or admitted again)
         top = max(steps.values())
-        seen = {"attempt": workload.attempt, "first": [now, top], "last": [now, top]}
+        seen = {"run": run, "first": [now, top], "last": [now, top]}
         seen.update(nodes={str(n): [now, s] for n, s in steps.items()}, slow={})
     found = _hang(workload, nodes, steps, seen, now) or _stragglers(workload, steps, seen, now)
     client().set(f"{SEEN}{workload.pk}", json.dumps(seen), ex=KEEP_S)

@@ -68,10 +68,19 @@ def request_routine(now=None) -> list[int]:
             created_at__gte=now - RESEND_WITHIN,
         ).values_list("workload_id", flat=True)
     )
+    last_asked = dict(
+        NodeCommand.objects.filter(workload__in=running, action="checkpoint")
+        .values("workload_id")
+        .annotate(at=Max("created_at"))
+        .values_list("workload_id", "at")
+    )
     asked = []
     for workload in running:
         every = interval_s(workload, rate)
-        since = max(filter(None, (saved.get(workload.pk), workload.started_at)), default=None)
+        # From the newest save, or the last time one was asked for (a failed save is asked
+        # for again at the next interval, not at once), or the start.
+        moments = (saved.get(workload.pk), last_asked.get(workload.pk), workload.started_at)
+        since = max(filter(None, moments), default=None)
         if every is None or since is None or workload.pk in waiting:
             continue
         if (now - since).total_seconds() < every:

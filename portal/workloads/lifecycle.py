@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from portal.workloads import allocations, preemption, recovery
 from portal.workloads.checkpoints import work_lost
-from portal.workloads.choices import State
+from portal.workloads.choices import RecoveryStep, State
 from portal.workloads.desired import nodes_changed
-from portal.workloads.models import Allocation, Workload, WorkloadEvent, transition
+from portal.workloads.models import Allocation, Workload, transition
 from portal.workloads.triggers import trigger_cycle
 
 
@@ -94,6 +94,17 @@ def _ends(workload: Workload | None, attempt: int) -> bool:
     )
 
 
+def _restart_crashed(workload: Workload | None, attempt: int) -> bool:
+    """Whether an exit is the restarted attempt's own: the workload recovers, and its new
+    attempt was already pushed (the attempt is bumped only then), so a crash of it ends the
+    job rather than waiting for start reports that will never come."""
+    return (
+        _current(workload, attempt)
+        and workload.state == State.RECOVERING
+        and workload.recoveries.filter(step=RecoveryStep.RESTARTING).exists()
+    )
+
+
 def _startable(workload: Workload | None, attempt: int) -> bool:
     """Whether a start report counts: about the current attempt of a workload being started.
     (A recovering workload's attempt is bumped only when its restart is pushed, so a report
@@ -116,10 +127,17 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
     if _current(peek, attempt) and peek.state == State.PREEMPTING:
         preemption.exited(workload_id, node_id, exit_code)
         return
-    if not _ends(peek, attempt):
+    if not _ends(peek, attempt) and not (exit_code != 0 and _restart_crashed(peek, attempt)):
         return
     with transaction.atomic():
         workload = _locked(workload_id, node_id)
+        if _current(workload, attempt) and workload.state == State.PREEMPTING:
+            preemption.exited(workload_id, node_id, exit_code)  # preempted since the peek
+            return
+        if exit_code != 0 and _restart_crashed(workload, attempt):
+            transition(workload, State.FAILED, reason=f"its restart exited with code {exit_code}")
+            nodes_changed(allocations.release(workload))
+            return
         if not _ends(workload, attempt):
             return
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
@@ -153,8 +171,8 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
     """Give back some GPUs of an elastic workload (`released`: (node id, GPU indices) pairs),
     booking their GPU-hours, and restart the rest as a new attempt in the new world (nodes,
     ranks, GPUs), from its newest complete save: its processes must learn their new world size,
-    so a resize is a restart. The work since that save is booked as lost. Returns every node
-    it touched."""
+    so a resize is a restart, recorded as a recovery that is shrunk and restarting. The work
+    since that save is booked as lost. Returns every node it touched."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
@@ -162,11 +180,9 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
         allocations.renumber(workload)
         workload.allocations.update(started=False, exit_code=None)
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
-        lost = work_lost(workload, timezone.now())
+        now = timezone.now()
+        recovery.resized(workload, reason, work_lost(workload, now), now)
         transition(workload, State.RECOVERING, reason=reason)
-        if lost:
-            event = workload.events.filter(to_state=State.RECOVERING).order_by("at", "id").last()
-            WorkloadEvent.objects.filter(pk=event.pk).update(lost_s=lost)
     return node_ids
 
 

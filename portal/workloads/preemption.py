@@ -73,8 +73,9 @@ def _step(workload: Workload) -> bool:
     now = timezone.now()
     if workload.stop_requested_at is None:
         answers = set(_save_commands(workload).values_list("state", flat=True))
-        if CommandState.SENT in answers and now < workload.preempt_deadline:
-            return False
+        waiting = CommandState.SENT in answers and CommandState.FAILED not in answers
+        if waiting and now < workload.preempt_deadline:
+            return False  # a refusal, like the deadline, stops it at once
         nodes_changed(_stop(workload, now))
         return True
     if not _running(workload).exists():

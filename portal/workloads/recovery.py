@@ -252,6 +252,24 @@ _STEPS = {
 }
 
 
+def resized(workload: Workload, reason: str, lost_s: float, now) -> Recovery:
+    """A shrink restarts the workload (inside the shrink's transaction): a recovery already
+    restarting, so that it closes like any other once every node runs the new attempt."""
+    latest = checkpointing.latest_complete(
+        workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
+    )
+    return Recovery.objects.create(
+        workload=workload,
+        step=RecoveryStep.RESTARTING,
+        outcome=RecoveryOutcome.SHRUNK,
+        detail=reason[:500],
+        resume_step=latest.step if latest else None,
+        resume_location=latest.location if latest else "",
+        lost_s=lost_s,
+        restart_pushed_at=now,
+    )
+
+
 def restarted(workload: Workload) -> None:
     """Every node runs the new attempt (inside mark_started's transaction): back to RUNNING."""
     recovery = Recovery.objects.filter(workload=workload, step=RecoveryStep.RESTARTING).first()

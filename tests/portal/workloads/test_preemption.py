@@ -201,3 +201,11 @@ def test_a_shrink_restarts_the_job_in_its_new_world(db, acme, globex):
     assert _refreshed(elastic).state == State.RUNNING
     scheduling_cycle()
     assert Workload.objects.get(name="claimant").state == State.ADMITTED
+
+
+def test_a_refused_save_stops_the_victim_at_once(reclaim):
+    borrower, _ = reclaim
+    first, *_ = NodeCommand.objects.filter(workload=borrower, action="checkpoint")
+    record_acks([(first.node_id, str(first.pk), False, "checkpoint: no space left")])
+    assert preemption.advance() == [borrower.pk]  # not the whole grace later
+    assert _refreshed(borrower).stop_requested_at is not None

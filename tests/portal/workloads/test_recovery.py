@@ -264,3 +264,17 @@ def test_the_checkpoint_registry_keeps_the_newest_and_never_resumes_from_a_faile
         workload, Recovery(workload=workload, started_at=timezone.now())
     )
     assert rec_point["resume_step"] == 30
+
+
+def test_a_restart_that_crashes_before_every_node_runs_it_fails_the_job(acme_llm):
+
+    workload, (master, lost) = running_job(acme_llm)
+    spare_in_pod_of(lost)
+    record_fault(lost, faults.lookup("xid-79"))
+    recovery.advance(workload.recoveries.get().pk)
+    workload.refresh_from_db()
+    assert workload.recoveries.get().step == RecoveryStep.RESTARTING and workload.attempt == 1
+    lifecycle.finish(workload.pk, master, 1, attempt=1)  # the new attempt dies at once
+    workload.refresh_from_db()
+    assert workload.state == State.FAILED and not workload.allocations.exists()
+    assert "its restart exited with code 1" in workload.events.last().reason

@@ -62,3 +62,12 @@ def test_without_an_interval_the_advisors_applies(acme_llm, policy, kind):
 def test_a_job_that_does_not_checkpoint_is_never_asked(acme_llm):
     _running(acme_llm, checkpoint_policy="none", checkpoint_interval_s=60)
     assert request_routine(now=timezone.now() + timedelta(hours=1)) == []
+
+
+def test_a_failed_save_is_asked_for_again_at_the_next_interval_not_at_once(acme_llm):
+    workload = _running(acme_llm, checkpoint_policy="periodic", checkpoint_interval_s=60)
+    assert request_routine() == [workload.pk]
+    asked = NodeCommand.objects.filter(workload=workload)
+    record_acks([(c.node_id, str(c.pk), False, "no space left") for c in asked])
+    assert request_routine() == []
+    assert request_routine(now=timezone.now() + timedelta(seconds=61)) == [workload.pk]
