@@ -49,16 +49,11 @@ def _current(workload: Workload | None, attempt: int) -> bool:
     return workload is not None and workload.attempt == attempt
 
 
-def mark_started(workload_id: int, node_id: int, attempt: int = 0) -> None:
-    """An agent runs its part of the workload; the gang is RUNNING once every node does (and
-    a recovering one once every node runs the restarted attempt)."""
-    mark_started_many([(workload_id, node_id, attempt)])
-
-
 def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
-    """(workload, node, attempt) start reports of many nodes, as `mark_started` does each: a
-    few queries per workload for any number of its nodes (the agents' server gathers them,
-    `GroupCommit`), not three per node of a 1,000-node gang.
+    """(workload, node, attempt) start reports: an agent runs its part of the workload; the
+    gang is RUNNING once every node does (and a recovering one once every node runs the
+    restarted attempt). A few queries per workload for any number of its nodes (the agents'
+    server gathers them, `GroupCommit`), not three per node of a 1,000-node gang.
 
     The nodes' rows are marked without locking the workload, so reports gathered in other
     processes do not queue behind one lock; the batch that commits last sees every node started

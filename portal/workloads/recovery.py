@@ -271,7 +271,7 @@ def resized(workload: Workload, reason: str, lost_s: float, now) -> Recovery:
 
 
 def restarted(workload: Workload) -> None:
-    """Every node runs the new attempt (inside mark_started's transaction): back to RUNNING."""
+    """Every node runs the new attempt (inside mark_started_many's transaction): back to RUNNING."""
     recovery = Recovery.objects.filter(workload=workload, step=RecoveryStep.RESTARTING).first()
     transition(workload, State.RUNNING, reason="recovered: running again")
     if recovery is not None:

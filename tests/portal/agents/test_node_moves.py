@@ -19,7 +19,7 @@ from tests.builders import make_workload
 def _run(workload):
     scheduling_cycle()
     for node_id in set(workload.allocations.values_list("node_id", flat=True)):
-        lifecycle.mark_started(workload.pk, node_id)
+        lifecycle.mark_started_many([(workload.pk, node_id, 0)])
     return workload.allocations.first().node
 
 

@@ -30,7 +30,7 @@ def running(acme_llm, clean_redis):
     scheduling_cycle()
     nodes = sorted(set(workload.allocations.values_list("node_id", flat=True)))
     for node_id in nodes:
-        lifecycle.mark_started(workload.pk, node_id)
+        lifecycle.mark_started_many([(workload.pk, node_id, 0)])
     return workload, nodes
 
 

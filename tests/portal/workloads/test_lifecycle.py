@@ -33,16 +33,16 @@ def _state(workload):
 
 def test_running_once_every_node_runs_it(gang):
     workload, (a, b) = gang
-    lifecycle.mark_started(workload.pk, a)
+    lifecycle.mark_started_many([(workload.pk, a, 0)])
     assert _state(workload) == State.STARTING
-    lifecycle.mark_started(workload.pk, b)
+    lifecycle.mark_started_many([(workload.pk, b, 0)])
     assert _state(workload) == State.RUNNING
 
 
 def test_succeeded_only_when_the_last_node_exits_zero(gang):
     workload, (a, b) = gang
-    lifecycle.mark_started(workload.pk, a)
-    lifecycle.mark_started(workload.pk, b)
+    lifecycle.mark_started_many([(workload.pk, a, 0)])
+    lifecycle.mark_started_many([(workload.pk, b, 0)])
     lifecycle.finish(workload.pk, a, 0)
     assert _state(workload) == State.RUNNING
     assert workload.allocations.count() == 16  # node b still saving: its GPUs stay booked
@@ -65,7 +65,7 @@ def test_a_node_that_finishes_before_the_other_reports_running(gang):
 
 def test_the_first_non_zero_exit_fails_the_gang(gang):
     workload, (a, b) = gang
-    lifecycle.mark_started(workload.pk, a)
+    lifecycle.mark_started_many([(workload.pk, a, 0)])
     lifecycle.finish(workload.pk, b, 137)
     workload.refresh_from_db()
     assert (workload.state, workload.exit_code) == (State.FAILED, 137)
@@ -77,7 +77,7 @@ def test_a_node_without_the_workload_changes_nothing(gang, cluster):
     workload, nodes = gang
     other = next(n.id for n in cluster if n.id not in nodes)
     lifecycle.finish(workload.pk, other, 0)
-    lifecycle.mark_started(workload.pk, other)
+    lifecycle.mark_started_many([(workload.pk, other, 0)])
     assert _state(workload) == State.ADMITTED
 
 
@@ -97,7 +97,9 @@ def test_cancelling_a_finished_job_is_a_conflict_and_changes_nothing(gang, bob):
 def test_cancel_uses_the_current_state_not_a_stale_copy(gang, bob):
     workload, (a, b) = gang
     stale = type(workload).objects.get(pk=workload.pk)
-    lifecycle.mark_started(workload.pk, a)  # moves it to STARTING behind the stale copy's back
+    lifecycle.mark_started_many(
+        [(workload.pk, a, 0)]
+    )  # moves it to STARTING behind the stale copy's back
     lifecycle.cancel(stale)
     assert _state(workload) == State.CANCELLED
     assert not workload.allocations.exists()
@@ -109,8 +111,8 @@ def test_a_job_past_its_time_limit_fails_and_frees_its_gpus(gang):
     from django.utils import timezone
 
     workload, (a, b) = gang
-    lifecycle.mark_started(workload.pk, a)
-    lifecycle.mark_started(workload.pk, b)
+    lifecycle.mark_started_many([(workload.pk, a, 0)])
+    lifecycle.mark_started_many([(workload.pk, b, 0)])
     type(workload).objects.filter(pk=workload.pk).update(
         time_limit_s=60, started_at=timezone.now() - timedelta(seconds=61)
     )

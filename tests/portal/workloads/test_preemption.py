@@ -27,7 +27,7 @@ def _refreshed(workload):
 def _running(workload):
     """As if its agents reported it running on every node."""
     for node_id in set(workload.allocations.values_list("node_id", flat=True)):
-        lifecycle.mark_started(workload.pk, node_id)
+        lifecycle.mark_started_many([(workload.pk, node_id, 0)])
     assert _refreshed(workload).state == State.RUNNING
 
 
@@ -197,7 +197,7 @@ def test_a_shrink_restarts_the_job_in_its_new_world(db, acme, globex):
     [assignment] = [a for a in state["assignments"] if a["workload_id"] == elastic.pk]
     assert (assignment["nnodes"], assignment["attempt"]) == (4, 1)
     for node_id in _nodes(elastic):
-        lifecycle.mark_started(elastic.pk, node_id, attempt=1)
+        lifecycle.mark_started_many([(elastic.pk, node_id, 1)])
     assert _refreshed(elastic).state == State.RUNNING
     scheduling_cycle()
     assert Workload.objects.get(name="claimant").state == State.ADMITTED

@@ -25,7 +25,7 @@ XID_79 = faults.lookup("xid-79")  # GPU fell off the bus: node lost, memory unre
 
 def start_all(workload):
     for node_id in set(workload.allocations.values_list("node_id", flat=True)):
-        lifecycle.mark_started(workload.pk, node_id, workload.attempt)
+        lifecycle.mark_started_many([(workload.pk, node_id, workload.attempt)])
     workload.refresh_from_db()
 
 
@@ -110,7 +110,7 @@ def test_triggered_save_then_restart_on_a_spare_of_the_same_pod(triggered):
     assert not Node.objects.get(pk=spare.pk).spare  # it left the pool
     assert Allocation.objects.get(workload=workload, node=spare, gpu_index=0).node_rank == 1
 
-    lifecycle.mark_started(workload.pk, master, attempt=0)  # a late report of the old run
+    lifecycle.mark_started_many([(workload.pk, master, 0)])  # a late report of the old run
     lifecycle.finish(workload.pk, master, -15, attempt=0)
     workload.refresh_from_db()
     assert workload.state == State.RECOVERING

@@ -21,7 +21,7 @@ def _running(queue, **fields):
     workload = make_workload(queue, gpus=16, **fields)
     scheduling_cycle()
     for node_id in set(workload.allocations.values_list("node_id", flat=True)):
-        lifecycle.mark_started(workload.pk, node_id)
+        lifecycle.mark_started_many([(workload.pk, node_id, 0)])
     started = timezone.now() - timedelta(minutes=5)
     Workload.objects.filter(pk=workload.pk).update(started_at=started)
     workload.refresh_from_db()
