@@ -18,8 +18,48 @@ class QueueQuotaInline(admin.TabularInline):
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ["name", "tenant", "region", "cohort", "priority", "weight", "strategy"]
-    list_filter = ["tenant", "region", "cohort"]
+    list_display = [
+        "name",
+        "tenant",
+        "region",
+        "cohort",
+        "priority",
+        "weight",
+        "strategy",
+        "reclaim_within_cohort",
+        "within_cluster_queue",
+        "borrow_within_cohort",
+        "fair_sharing",
+    ]
+    list_filter = [
+        "tenant",
+        "region",
+        "cohort",
+        "reclaim_within_cohort",
+        "within_cluster_queue",
+        "borrow_within_cohort",
+        "fair_sharing",
+    ]
+    list_select_related = ["tenant", "region", "cohort"]
+    fieldsets = [
+        (None, {"fields": ["tenant", "name", "region", "cohort", "priority", "weight"]}),
+        ("Scheduling", {"fields": ["strategy", "preemption_grace_s", "straggler_policy"]}),
+        (
+            "Preemption (Kueue's names)",
+            {
+                "fields": [
+                    "reclaim_within_cohort",
+                    "within_cluster_queue",
+                    "borrow_within_cohort",
+                    "max_priority_threshold",
+                    "fair_sharing",
+                    "preempt_by_fair_share",
+                ],
+                "description": "What this queue's waiting work may evict to start, as Kueue's "
+                "ClusterQueue preemption policy says it.",
+            },
+        ),
+    ]
     inlines = [QueueQuotaInline]
 
 

@@ -18,6 +18,17 @@ def engine_quota(quota) -> engine.Quota:
     )
 
 
+def preemption_policy(queue: Queue) -> engine.PreemptionPolicy:
+    return engine.PreemptionPolicy(
+        reclaim_within_cohort=engine.ReclaimWithinCohort(queue.reclaim_within_cohort),
+        within_cluster_queue=engine.WithinClusterQueue(queue.within_cluster_queue),
+        borrow_within_cohort=queue.borrow_within_cohort,
+        max_priority_threshold=queue.max_priority_threshold,
+        fair_sharing=engine.FairSharing(queue.fair_sharing),
+        preempt_by_fair_share=queue.preempt_by_fair_share,
+    )
+
+
 def queues() -> tuple[engine.Queue, ...]:
     return tuple(
         engine.Queue(
@@ -28,11 +39,7 @@ def queues() -> tuple[engine.Queue, ...]:
             priority=q.priority,
             weight=q.weight,
             strategy=engine.Strategy(q.strategy),
-            preemption=engine.PreemptionPolicy(
-                reclaim=q.reclaim,
-                within_queue=q.preempt_within_queue,
-                borrow_below_priority=q.borrow_below_priority,
-            ),
+            preemption=preemption_policy(q),
             quotas=tuple(engine_quota(quota) for quota in q.quotas.all()),
         )
         for q in Queue.objects.select_related("cohort", "region").prefetch_related(

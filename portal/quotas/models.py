@@ -1,5 +1,6 @@
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
@@ -9,7 +10,14 @@ from portal.cluster.choices import Health
 from portal.cluster.models import GpuModel, Node, Region
 from portal.core.live import publish_tenant
 from portal.core.models import audit
-from portal.quotas.choices import RequestStatus, StragglerPolicy, Strategy
+from portal.quotas.choices import (
+    FairSharing,
+    ReclaimWithinCohort,
+    RequestStatus,
+    StragglerPolicy,
+    Strategy,
+    WithinClusterQueue,
+)
 from portal.tenancy.models import Tenant, TenantQuerySet
 
 
@@ -23,6 +31,35 @@ class Cohort(models.Model):
 
     def __str__(self):
         return self.name
+
+
+THRESHOLD_NEEDS_BORROWING = (
+    "A maximum priority threshold applies only when borrow_within_cohort is set."
+)
+# A queue's preemption policy as the dashboard puts it to tenants (`preemption_in_words`).
+_RECLAIM_WORDS = {
+    ReclaimWithinCohort.NEVER: "never",
+    ReclaimWithinCohort.LOWER_PRIORITY: "only from lower-priority jobs",
+    ReclaimWithinCohort.ANY: "from any borrower",
+}
+_WITHIN_QUEUE_WORDS = {
+    WithinClusterQueue.NEVER: "nothing",
+    WithinClusterQueue.LOWER_PRIORITY: "lower-priority jobs",
+    WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY: (
+        "lower-priority jobs, and newer jobs of the same priority"
+    ),
+}
+_FAIR_SHARING_WORDS = {
+    FairSharing.OFF: "",
+    FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: (
+        ", if this queue's share stays no larger than theirs afterwards"
+    ),
+    FairSharing.LESS_THAN_INITIAL_SHARE: ", if this queue's share ends below what theirs was",
+    FairSharing.BOTH: (
+        ", if this queue's share stays no larger than theirs afterwards, or else ends below "
+        "what theirs was"
+    ),
+}
 
 
 class Queue(models.Model):
@@ -39,17 +76,46 @@ class Queue(models.Model):
     strategy = models.CharField(
         max_length=20, choices=Strategy.choices, default=Strategy.BEST_EFFORT_FIFO
     )
-    # Preemption policy: what this queue's pending work may evict to start.
-    reclaim = models.BooleanField(
-        default=True, help_text="Under its nominal quota, take back what others borrowed"
+    # Preemption policy: what this queue's pending work may evict to start, in Kueue's names
+    # (scheduler.engine.PreemptionPolicy).
+    reclaim_within_cohort = models.CharField(
+        max_length=16,
+        choices=ReclaimWithinCohort.choices,
+        default=ReclaimWithinCohort.ANY,
+        help_text="Under its nominal quota, take back what other queues of the cohort borrowed: "
+        "never, only from lower-priority work, or from any",
     )
-    preempt_within_queue = models.BooleanField(
-        default=True, help_text="Evict lower-priority work of this queue"
+    within_cluster_queue = models.CharField(
+        max_length=32,
+        choices=WithinClusterQueue.choices,
+        default=WithinClusterQueue.LOWER_PRIORITY,
+        help_text="Evict this queue's own work to start a job: never, lower-priority work, or also "
+        "newer work of the same priority",
     )
-    borrow_below_priority = models.IntegerField(
+    borrow_within_cohort = models.BooleanField(
+        default=False,
+        help_text="While borrowing, evict lower-priority work other queues of the cohort borrowed",
+    )
+    max_priority_threshold = models.IntegerField(
         null=True,
         blank=True,
-        help_text="While borrowing, evict others' borrowed work below this priority",
+        help_text="With borrow_within_cohort, evict only work of at most this priority "
+        "(empty: any of lower priority)",
+    )
+    fair_sharing = models.CharField(
+        max_length=64,
+        choices=FairSharing.choices,
+        default=FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        help_text="Whether borrow_within_cohort also weighs the two queues' shares: Off (priority "
+        "alone), LessThanOrEqualToFinalShare (this queue's share after no larger than the "
+        "other's after), LessThanInitialShare (smaller than the other's before), or the first "
+        "and, where it finds no room, the second",
+    )
+    preempt_by_fair_share = models.BooleanField(
+        default=False,
+        help_text="While borrowing, also evict other queues' borrowed work of this queue's "
+        "priority or above, as reclaim_within_cohort allows, when fair_sharing lets the shares "
+        "go (Kueue's preemption with fair sharing enabled)",
     )
     preemption_grace_s = models.PositiveIntegerField(
         default=60, help_text="How long a preempted job of this queue may take to save first"
@@ -73,6 +139,28 @@ class Queue(models.Model):
 
     def __str__(self):
         return f"{self.tenant.slug}/{self.name}"
+
+    def clean(self):
+        if self.max_priority_threshold is not None and not self.borrow_within_cohort:
+            raise ValidationError({"max_priority_threshold": THRESHOLD_NEEDS_BORROWING})
+
+    def preemption_in_words(self) -> list[str]:
+        """The preemption policy as a tenant reads it, a short line per setting."""
+        borrowing = "nothing"
+        by_share = self.preempt_by_fair_share and self.fair_sharing != FairSharing.OFF
+        if by_share and self.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
+            borrowing = "other queues' jobs on borrowed quota, by fair share"
+            borrowing += _FAIR_SHARING_WORDS[self.fair_sharing]
+        elif self.borrow_within_cohort:
+            borrowing = "other queues' lower-priority jobs on borrowed quota"
+            if self.max_priority_threshold is not None:
+                borrowing += f" (of priority {self.max_priority_threshold} at most)"
+            borrowing += _FAIR_SHARING_WORDS[self.fair_sharing]
+        return [
+            f"Takes back lent quota: {_RECLAIM_WORDS[self.reclaim_within_cohort]}",
+            f"Preempts in this queue: {_WITHIN_QUEUE_WORDS[self.within_cluster_queue]}",
+            f"Preempts while borrowing: {borrowing}",
+        ]
 
 
 class Quota(models.Model):

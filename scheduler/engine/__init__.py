@@ -4,6 +4,7 @@ from scheduler.engine.cycle import Clock, plan
 from scheduler.engine.model import (
     Admission,
     Cohort,
+    FairSharing,
     Node,
     Pending,
     Placement,
@@ -12,11 +13,13 @@ from scheduler.engine.model import (
     PreemptionPolicy,
     Queue,
     Quota,
+    ReclaimWithinCohort,
     Reservation,
     Shrink,
     Snapshot,
     Strategy,
     TopologyLevel,
+    WithinClusterQueue,
     Workload,
 )
 
@@ -24,6 +27,7 @@ __all__ = [
     "Admission",
     "Clock",
     "Cohort",
+    "FairSharing",
     "Node",
     "Pending",
     "Placement",
@@ -32,11 +36,13 @@ __all__ = [
     "PreemptionPolicy",
     "Queue",
     "Quota",
+    "ReclaimWithinCohort",
     "Reservation",
     "Shrink",
     "Snapshot",
     "Strategy",
     "TopologyLevel",
+    "WithinClusterQueue",
     "Workload",
     "plan",
 ]

@@ -32,7 +32,13 @@ from scheduler.engine.capacity import (
     plural,
     widest_level,
 )
-from scheduler.engine.model import Queue, Reservation, TopologyLevel, Workload
+from scheduler.engine.model import (
+    Queue,
+    ReclaimWithinCohort,
+    Reservation,
+    TopologyLevel,
+    Workload,
+)
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
 
@@ -143,7 +149,7 @@ class KeptOut:
 
     def __init__(self) -> None:
         self._priority: dict[int, int] = {}  # queue id -> highest priority kept out
-        self._reclaim: set = set()  # cohort roots where one kept out may reclaim
+        self._reclaim: dict = {}  # cohort root -> highest priority bar of the reclaim rule
         self._borrow: dict = {}  # cohort root -> highest priority bar of the borrow rule
 
     def adds(self, workload: Workload, queue: Queue, ledger: QuotaLedger, within: bool) -> bool:
@@ -155,7 +161,7 @@ class KeptOut:
             return False
         root = ledger.root(queue)
         if within:
-            return policy.reclaim and root not in self._reclaim
+            return _reclaim_bar(workload, queue) > self._reclaim.get(root, -math.inf)
         bar = _borrow_bar(workload, queue)
         return bar is not None and bar > self._borrow.get(root, -math.inf)
 
@@ -169,7 +175,9 @@ class KeptOut:
             return
         root = ledger.root(queue)
         if within and policy.reclaim:
-            self._reclaim.add(root)
+            self._reclaim[root] = max(
+                _reclaim_bar(workload, queue), self._reclaim.get(root, -math.inf)
+            )
         bar = None if within else _borrow_bar(workload, queue)
         if bar is not None:
             self._borrow[root] = max(bar, self._borrow.get(root, -math.inf))
@@ -181,12 +189,23 @@ class KeptOut:
         if queue.cohort is None or not _borrowed(workload, queue, ledger):
             return False
         root = ledger.root(queue)
-        return root in self._reclaim or workload.priority < self._borrow.get(root, -math.inf)
+        return workload.priority < max(
+            self._reclaim.get(root, -math.inf), self._borrow.get(root, -math.inf)
+        )
 
 
 def _borrow_bar(workload: Workload, queue: Queue) -> int | None:
-    threshold = queue.preemption.borrow_below_priority
-    return None if threshold is None else min(threshold, workload.priority)
+    return queue.preemption.borrow_ceiling(workload.priority)
+
+
+def _reclaim_bar(workload: Workload, queue: Queue) -> float:
+    """The priority work it may reclaim must be below (-inf: none)."""
+    policy = queue.preemption
+    if policy.reclaim_within_cohort == ReclaimWithinCohort.ANY:
+        return math.inf
+    if policy.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY:
+        return workload.priority
+    return -math.inf
 
 
 def _borrowed(workload: Workload, queue: Queue, ledger: QuotaLedger) -> bool:
@@ -225,6 +244,6 @@ def preemptible_by(hold: Hold, workload: Workload, queue: Queue, ledger: QuotaLe
     if not _borrowed(workload, queue, ledger):
         return False
     if hold.within_nominal:
-        return policy.reclaim
-    threshold = policy.borrow_below_priority
-    return threshold is not None and workload.priority < min(threshold, owner.priority)
+        return workload.priority < _reclaim_bar(owner, owner_queue)
+    ceiling = policy.borrow_ceiling(owner.priority)
+    return ceiling is not None and workload.priority < ceiling

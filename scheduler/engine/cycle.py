@@ -332,13 +332,17 @@ class Cycle:
             return None
         if over_quota and refusal(self.ledger.check, queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
+        reclaims = queue.preemption.reclaim and (
+            within or self._within_after_own(pool, queue, workload)
+        )
         # Whether it may take from other queues (see `preemption`): to reclaim, no workload of
         # its queue that must borrow waits before it; to borrow, none at all.
-        others = queue.id not in (rooms.borrowers_waiting if within else rooms.queues_waiting)
+        others = queue.id not in (rooms.borrowers_waiting if reclaims else rooms.queues_waiting)
         memo = (
             queue.id,
             pool.gpu_model,
             within,
+            reclaims,
             others,
             workload.priority,
             widest_level(workload),
@@ -347,21 +351,39 @@ class Cycle:
         )
         if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
             return None
-        if pool.free_gpus() + self._could_free(pool, queue, workload, within) < workload.gpus:
+        if pool.free_gpus() + self._could_free(pool, queue, workload, reclaims) < workload.gpus:
             return None
-        search = VictimSearch(
-            pool,
-            self.ledger,
-            self.occupancy,
-            Claimant(workload, queue, workload.gpus, within, others),
-        )
-        claim = self._search(search, pool, workload, over_quota)
+        claimant = Claimant(workload, queue, workload.gpus, within, others, reclaims)
+        claim = None
+        strategies = queue.preemption.fair_sharing.strategies
+        for strategy in strategies if queue.preemption.borrows_over_others else strategies[:1]:
+            search = VictimSearch(pool, self.ledger, self.occupancy, claimant, strategy)
+            claim = self._search(search, pool, workload, over_quota)
+            if claim is not None:
+                break
         if claim is None:
             rooms.searches[queue.id] += 1
             rooms.no_victims[memo] = min(workload.gpus, rooms.no_victims.get(memo, 1 << 62))
         return claim
 
-    def _could_free(self, pool: Pool, queue: Queue, workload: Workload, within: bool) -> int:
+    def _within_after_own(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
+        """Whether the workload fits in its queue's nominal quota once the queue's own work of
+        a lower priority is gone (so it may reclaim from others; Kueue, too, takes both)."""
+        if not queue.preemption.within_queue:
+            return False
+        model = workload.gpu_model
+        spare = queue.quota(model).nominal - self.ledger.usage[queue.id, model]
+        if spare <= 0:
+            return False  # at its nominal quota already: it borrows, as in Kueue
+        for victim in self.occupancy.ordered(pool, queue.id):
+            if victim.priority >= workload.priority:
+                break  # in value order: lowest priority first
+            spare += victim.held
+            if spare >= workload.gpus:
+                return True
+        return False
+
+    def _could_free(self, pool: Pool, queue: Queue, workload: Workload, reclaims: bool) -> int:
         """At most how many GPUs preemption could free for the workload: a quick bound that
         spares a search which cannot succeed."""
         model = workload.gpu_model
@@ -369,12 +391,16 @@ class Cycle:
         policy = queue.preemption
         if policy.within_queue:
             bound += self.ledger.staying(queue.id, model)
+        nested = len(self.ledger.path(queue)) > 2  # it may reclaim at a cohort's quota
         if queue.cohort is not None and (
-            (within and policy.reclaim) or (not within and policy.borrow_below_priority is not None)
+            reclaims or policy.borrows_over_others or (nested and policy.reclaim)
         ):
             for other_id in self.ledger.members(queue):
-                if other_id != queue.id:
-                    bound += self.ledger.borrowing(self.ledger.queue(other_id), model)
+                other = self.ledger.queue(other_id)
+                if other_id != queue.id and self.ledger.borrowing(other, model) > 0:
+                    # Whole workloads go while their queue borrows: all above its guarantee.
+                    guarantee = other.quota(model).guarantee
+                    bound += self.ledger.staying(other_id, model) - guarantee
         return bound
 
     def _search(

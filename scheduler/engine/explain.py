@@ -3,6 +3,7 @@ workloads that wait for them."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from scheduler.engine.capacity import describe, plural
@@ -16,16 +17,31 @@ def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> 
     model = workload.gpu_model
     if rule == Rule.RECLAIM:
         used, nominal = ledger.usage[queue.id, model], queue.quota(model).nominal
+        gpus = workload.gpus
+        cohort = None if used + gpus <= nominal else ledger.lowest_fit(queue, model, gpus)
+        if cohort is not None:
+            name, in_use, quota = cohort
+            return (
+                f"cohort {name} of queue {queue.name} has room in its {model} quota "
+                f"({in_use}/{quota} in use, job needs {gpus})"
+            )
+        own = ", with its own lower-priority work stopped" if used + gpus > nominal else ""
         return (
             f"queue {queue.name} is under its {model} nominal quota ({used}/{nominal} in "
-            f"use, job needs {workload.gpus})"
+            f"use, job needs {gpus}{own})"
         )
     if rule == Rule.PRIORITY:
         return f"it has priority {workload.priority} in queue {queue.name}"
     if rule == Rule.BORROW:
-        threshold = queue.preemption.borrow_below_priority
+        ceiling = queue.preemption.borrow_ceiling(workload.priority)
+        if ceiling == math.inf:
+            share = ledger.share(queue, workload.gpu_model, workload.gpus)
+            return (
+                f"queue {queue.name} may borrow over others' borrowed work by fair share "
+                f"(its share with the job: {share:.2f})"
+            )
         return (
-            f"queue {queue.name} may borrow over work below priority {threshold} and it has "
+            f"queue {queue.name} may borrow over work below priority {ceiling} and it has "
             f"priority {workload.priority}"
         )
     return "the work there is already stopping"

@@ -7,6 +7,7 @@ Every field added after the first engine has a default, so older callers keep wo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cached_property
@@ -62,15 +63,85 @@ class Quota:
     lending_limit: int | None = None
 
 
+class ReclaimWithinCohort(StrEnum):
+    """Kueue's reclaimWithinCohort: what a queue under its nominal quota takes back from the
+    borrowed work of the other queues of its cohort tree."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"  # only work of a lower priority than the claimant
+    ANY = "Any"  # any borrowed work
+
+
+class WithinClusterQueue(StrEnum):
+    """Kueue's withinClusterQueue: what a claimant may evict of its own queue's work."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    # lower priority, or the same priority and admitted later than the claimant was submitted
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class FairSharing(StrEnum):
+    """When a claimant that borrows may evict another queue's borrowed work, judged by the two
+    queues' weighted shares (Kueue's fair-sharing preemption strategies)."""
+
+    OFF = "Off"  # by priority alone (Kueue without fair sharing)
+    # the claimant's queue, with the claimant, ends with no larger share than the victim's
+    # queue is left with: else the victim's queue would come first next cycle and take it back
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    # ... ends with a smaller share than the victim's queue had before this victim
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+    # the first, and where it finds no room, the second (Kueue's default list)
+    BOTH = "LessThanOrEqualToFinalShare,LessThanInitialShare"
+
+    @property
+    def strategies(self) -> tuple[FairSharing, ...]:
+        """The strategies tried, in order."""
+        return tuple(FairSharing(part) for part in self.value.split(","))
+
+
 @dataclass(frozen=True)
 class PreemptionPolicy:
-    """What a queue's pending work may preempt (or shrink) to start."""
+    """What a queue's pending work may preempt (or shrink) to start; Kueue's names and meanings
+    (`preemption` tells how the engine applies them, docs/adr/0003 where it differs)."""
 
-    reclaim: bool = True  # under its nominal quota: take back what queues of its cohort borrow
-    within_queue: bool = True  # evict lower-priority work of its own queue
-    # While borrowing: evict borrowed work of other queues in its cohort whose priority is below
-    # both this threshold and the claimant's priority. None: never.
-    borrow_below_priority: int | None = None
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.ANY
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.LOWER_PRIORITY
+    # While borrowing, evict borrowed work of other queues of its cohort tree whose priority is
+    # below the claimant's (Kueue's borrowWithinCohort LowerPriority) and at most
+    # `max_priority_threshold` when that is set.
+    borrow_within_cohort: bool = False
+    max_priority_threshold: int | None = None
+    fair_sharing: FairSharing = FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+    # While borrowing, evict other queues' borrowed work of any priority reclaim_within_cohort
+    # allows, as far as `fair_sharing` lets the shares go (Kueue's preemption with fair
+    # sharing enabled); off with FairSharing.OFF.
+    preempt_by_fair_share: bool = False
+
+    @property
+    def reclaim(self) -> bool:
+        return self.reclaim_within_cohort != ReclaimWithinCohort.NEVER
+
+    @property
+    def within_queue(self) -> bool:
+        return self.within_cluster_queue != WithinClusterQueue.NEVER
+
+    @property
+    def borrows_over_others(self) -> bool:
+        """Whether a claimant that borrows may evict other queues' borrowed work at all."""
+        return self.borrow_ceiling(0) is not None
+
+    def borrow_ceiling(self, priority: int) -> float | None:
+        """Borrowing, the priority a victim of another queue must stay below for a claimant of
+        `priority` (inf: any); None when borrowing evicts nobody."""
+        ceilings = []
+        if self.borrow_within_cohort:
+            threshold = self.max_priority_threshold
+            ceilings.append(priority if threshold is None else min(priority, threshold + 1))
+        if self.preempt_by_fair_share and self.fair_sharing != FairSharing.OFF and self.reclaim:
+            lower = self.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
+            ceilings.append(priority if lower else math.inf)
+        return max(ceilings, default=None)
 
 
 @dataclass(frozen=True)

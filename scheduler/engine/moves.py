@@ -44,9 +44,11 @@ class Claimant:
     workload: Workload
     queue: Queue
     gpus: int
-    within_nominal: bool
+    within_nominal: bool  # it fits in its queue's nominal quota now
     takes_from_others: bool = True  # whether it may reclaim or borrow from other queues
-    # (see the rules in `preemption`'s docstring)
+    # Whether it takes back borrowed work (else it borrows): it fits in its queue's nominal
+    # quota once the queue's own work it may evict is gone. See `preemption`'s docstring.
+    reclaims: bool = False
 
 
 @dataclass

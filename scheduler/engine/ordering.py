@@ -35,16 +35,18 @@ def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload) -> tuple:
 
     Criteria, in order:
     1. a head that fits in its queue's nominal quota before one that must borrow (a queue's
-       own quota is never a matter of fair sharing);
+       own quota is never a matter of fair sharing), and in nested cohorts one that borrows
+       from a lower cohort before one that must go higher (Kueue's borrowing level);
     2. among borrowing heads only: the lower weighted dominant resource share (DRS) the queue
        would have with the head admitted, so borrowing goes first to the queue that borrows
        least for its weight (fair sharing, as in Kueue);
     3. then `queue_order`: queue priority, workload priority, submit time, id.
     """
-    if ledger.within_nominal(queue, workload.gpu_model, workload.gpus):
+    level = ledger.level(queue, workload.gpu_model, workload.gpus)
+    if level == 0:
         return (0, 0.0, *queue_order(workload, queue.priority))
     share = ledger.share(queue, workload.gpu_model, workload.gpus)
-    return (1, share, *queue_order(workload, queue.priority))
+    return (level, share, *queue_order(workload, queue.priority))
 
 
 class Heads:

@@ -40,14 +40,21 @@ and the set is minimised again. Only the quota phase touches the ledger, and und
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
 from scheduler.engine.errors import Inadmissible
-from scheduler.engine.model import TopologyLevel, Workload
+from scheduler.engine.model import (
+    FairSharing,
+    Queue,
+    ReclaimWithinCohort,
+    TopologyLevel,
+    WithinClusterQueue,
+    Workload,
+)
 from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
@@ -62,9 +69,16 @@ class VictimSearch:
     """Finds the cheapest room for one claimant in one pool; see the module docstring."""
 
     def __init__(
-        self, pool: Pool, ledger: QuotaLedger, occupancy: Occupancy, claimant: Claimant
+        self,
+        pool: Pool,
+        ledger: QuotaLedger,
+        occupancy: Occupancy,
+        claimant: Claimant,
+        strategy: FairSharing | None = None,
     ) -> None:
         self.pool = pool
+        # The fair-sharing strategy of this search: the queue's, or one of its list.
+        self.strategy = claimant.queue.preemption.fair_sharing if strategy is None else strategy
         self.ledger = ledger
         self.occupancy = occupancy
         self.claimant = claimant
@@ -73,11 +87,14 @@ class VictimSearch:
         self._claimant_share = ledger.share(
             claimant.queue, claimant.workload.gpu_model, claimant.gpus
         )
+        self._newer_equal = (
+            claimant.queue.preemption.within_cluster_queue
+            == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        )
         self._moves: list[Move] | None = None
         self._segments: list[tuple[int, int]] = []  # each victim queue's evictions in moves
-        # Fair share of each victim queue; the claimant's own queue counts as the least fair
-        # to take from, so rooms from other queues cost less.
-        self._shares: dict[int, float] = {claimant.queue.id: -math.inf}
+        self._shares: dict[int, float] = {}  # fair share of each other victim queue
+        self._depth: float | None = None  # see `_fit_depth`
 
     # -- candidates --------------------------------------------------------------------------
 
@@ -95,12 +112,20 @@ class VictimSearch:
             for rule, queue_id, below in self._victim_queues():
                 queue_shrinks, queue_evictions, priorities = self._queue_moves(rule, queue_id)
                 count = len(priorities) if below is None else bisect_left(priorities, below)
-                if count:
-                    shrinks += [
-                        m for m in queue_shrinks if below is None or m.workload.priority < below
+                taken = queue_evictions[:count]
+                if rule == Rule.PRIORITY and self._newer_equal:
+                    # Kueue's LowerOrNewerEqualPriority: also work of the claimant's priority
+                    # submitted after it (still in value order: it comes next).
+                    taken += [
+                        m
+                        for m in queue_evictions[count : bisect_right(priorities, below)]
+                        if m.workload.submitted_at > self.claimant.workload.submitted_at
                     ]
-                    segments.append((len(evictions), len(evictions) + count))
-                    evictions += queue_evictions[:count]
+                if taken:
+                    gone = {m.workload.id for m in taken}
+                    shrinks += [m for m in queue_shrinks if m.workload.id in gone]
+                    segments.append((len(evictions), len(evictions) + len(taken)))
+                    evictions += taken
             offset = len(found) + len(shrinks)
             self._segments = [(start + offset, end + offset) for start, end in segments]
             self._moves = found + shrinks + evictions
@@ -109,20 +134,44 @@ class VictimSearch:
     def _victim_queues(self) -> Iterable[tuple[Rule, int, int | None]]:
         """(rule, queue id, priority its victims must be below) in victim order: other queues
         by falling share, then the claimant's own."""
-        claimant, queue = self.claimant, self.claimant.queue
+        queue = self.claimant.queue
         policy = queue.preemption
-        reclaim = policy.reclaim and claimant.within_nominal
+        priority = self.claimant.workload.priority
+        lower = policy.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
+        borrow = policy.borrow_ceiling(priority)
         for _, other_id in self._other_queues():
-            if reclaim:
-                yield Rule.RECLAIM, other_id, None
-            else:
-                yield (
-                    Rule.BORROW,
-                    other_id,
-                    min(policy.borrow_below_priority, claimant.workload.priority),
-                )
+            if self._reclaims_from(other_id):
+                yield Rule.RECLAIM, other_id, priority if lower else None
+            elif borrow is not None:
+                yield Rule.BORROW, other_id, borrow
         if policy.within_queue:
-            yield Rule.PRIORITY, queue.id, claimant.workload.priority
+            yield Rule.PRIORITY, queue.id, priority
+
+    def _reclaims_from(self, other_id: int) -> bool:
+        """Whether the claimant may take back what another queue borrows (Kueue's
+        hierarchical reclaim): some subtree on its path, no higher than its branch where the
+        two paths meet, has quota for it. In one flat cohort that subtree is the claimant's
+        queue (`Claimant.reclaims`)."""
+        queue = self.claimant.queue
+        if not queue.preemption.reclaim:
+            return False
+        mine, _ = self.ledger.branches(queue, self.ledger.queue(other_id))
+        return self._fit_depth() <= self.ledger.path(queue).index(mine)
+
+    def _fit_depth(self) -> float:
+        """How far up its path the claimant finds quota for itself: 0 at its queue (counting
+        the queue's own work it may evict), 1 at its cohort, ...; inf if nowhere."""
+        if self._depth is None:
+            claimant, queue = self.claimant, self.claimant.queue
+            path = self.ledger.path(queue)
+            model = claimant.workload.gpu_model
+            self._depth = 0 if claimant.reclaims else math.inf
+            if not claimant.reclaims:
+                for depth in range(1, len(path)):
+                    if self.ledger.fits_at(path[depth], queue, model, claimant.gpus):
+                        self._depth = depth
+                        break
+        return self._depth
 
     def _queue_moves(self, rule: Rule, queue_id: int) -> tuple[list[Move], list[Move], list[int]]:
         """A queue's shrink moves, evictions and their priorities, in value order; made once
@@ -155,20 +204,19 @@ class VictimSearch:
         share first; none when no rule could take from them."""
         claimant, queue = self.claimant, self.claimant.queue
         policy = queue.preemption
-        reclaim = policy.reclaim and claimant.within_nominal
-        borrow = not claimant.within_nominal and policy.borrow_below_priority is not None
-        if queue.cohort is None or not claimant.takes_from_others or not (reclaim or borrow):
+        if queue.cohort is None or not claimant.takes_from_others:
+            return []
+        if not (policy.reclaim or policy.borrows_over_others):
             return []
         model = claimant.workload.gpu_model
         candidates = self.occupancy.candidates[self.pool]
         found = []
         for other_id in self.ledger.members(queue):
+            if other_id == queue.id or not candidates.get(other_id):
+                continue
             other = self.ledger.queue(other_id)
-            if (
-                other_id != queue.id
-                and candidates.get(other_id)
-                and self.ledger.borrowing(other, model) > 0
-            ):
+            _, branch = self.ledger.branches(queue, other)
+            if self.ledger.borrowing(other, model) > 0 and self.ledger.over_quota(branch, model):
                 share = self.ledger.share(other)
                 self._shares[other_id] = share
                 found.append((-share, other_id))
@@ -222,24 +270,43 @@ class VictimSearch:
             return after >= min(self._usage_before, guarantee)
         if used <= victim_queue.quota(model).nominal or used - gpus < guarantee:
             return False
+        _, branch = self.ledger.branches(self.claimant.queue, victim_queue)
+        if branch[0] == "c":
+            # Its cohort, too, must still borrow from where it meets the claimant's.
+            inside = 0
+            if released is not None:
+                path = self.ledger.path
+                queue_of = self.ledger.queue
+                inside = sum(g for q, g in released.items() if branch in path(queue_of(q)))
+            if not self.ledger.over_quota(branch, model, inside):
+                return False
         if move.rule == Rule.BORROW:
-            # Fair sharing (Kueue's LessThanOrEqualToFinalShare): the claimant's queue, with the
-            # claimant, may not end with a larger share than the victim's queue is left with;
-            # else the victim's queue would come first next cycle and take the room back.
-            left = self.ledger.share(
-                victim_queue, model, -(gpus + gone + self.ledger.stopping[victim_queue.id, model])
-            )
-            return self._claimant_share <= left
+            return self._fair(victim_queue, model, gone, gpus)
         return True
 
-    def quota_ok(self) -> bool:
-        """Whether the claimant's queue may take its GPUs (with a live trial's releases)."""
-        if self.claimant.within_nominal:
+    def _fair(self, victim_queue: Queue, model: str, gone: int, gpus: int) -> bool:
+        """Whether the claimant's queue may take `gpus` more borrowed GPUs from `victim_queue`
+        (`gone` taken already) under its fair-sharing strategy (`FairSharing`): its share with
+        the claimant against the victim queue's share after this victim, or before it."""
+        strategy = self.strategy
+        if strategy == FairSharing.OFF:
             return True
+        before = gone + self.ledger.stopping[victim_queue.id, model]
+        if strategy == FairSharing.LESS_THAN_INITIAL_SHARE:
+            return self._claimant_share < self.ledger.share(victim_queue, model, -before)
+        return self._claimant_share <= self.ledger.share(victim_queue, model, -(before + gpus))
+
+    def quota_ok(self, trial: Trial) -> bool:
+        """Whether the claimant's queue may take its GPUs (with a live trial's releases): a
+        claimant that takes back borrowed work must end within its nominal quota."""
+        claimant = self.claimant
+        if claimant.within_nominal:
+            return True
+        model = claimant.workload.gpu_model
+        if trial.reclaiming and claimant.reclaims:
+            return self.ledger.within_nominal(claimant.queue, model, claimant.gpus)
         try:
-            self.ledger.check(
-                self.claimant.queue, self.claimant.workload.gpu_model, self.claimant.gpus
-            )
+            self.ledger.check(claimant.queue, model, claimant.gpus)
         except Inadmissible:
             return False
         return True
@@ -300,12 +367,12 @@ class VictimSearch:
         free = _FreeGPUs(self.pool, self.claimant.gpus)
         rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
         best = min(rooms, key=lambda room: room[:4], default=None)
-        top = best[0][0] if best is not None else math.inf
-        if self._lowest_victim(moves, top, free) < top:
+        bar = best[0][:2] if best is not None else (True, math.inf)
+        if self._lowest_victim(moves, bar, free) < bar:
             below = [
                 i
                 for i, move in enumerate(moves)
-                if move.kind != MoveKind.EVICT or move.workload.priority < top
+                if move.kind != MoveKind.EVICT or self._rank(move.workload) < bar
             ]
             rooms += self._rooms_on(moves, below, free, evicting=True)
         if not rooms:
@@ -321,8 +388,8 @@ class VictimSearch:
             trial.moves(), TopologyLevel.LEAF, domain, (node_id,), self._cost(trial.moves())
         )
 
-    def _lowest_victim(self, moves: list[Move], below: float, free: _FreeGPUs) -> float:
-        """The lowest priority, if below `below`, of a victim that could be in a room of several
+    def _lowest_victim(self, moves: list[Move], below: tuple, free: _FreeGPUs) -> tuple:
+        """The lowest `_rank`, if below `below`, of a victim that could be in a room of several
         evictions: one on a node the claimant may use that is elastic or that the rules let go
         on its own (with others it only releases more of its queue, so if it may not go alone
         it may not go with them)."""
@@ -331,12 +398,12 @@ class VictimSearch:
             for index in range(start, end):
                 move = moves[index]
                 workload = move.workload
-                if workload.priority >= lowest:
+                if self._rank(workload) >= lowest:
                     break  # a segment is in value order, lowest priority first
                 if any(free[node] is not None for node in move.frees) and (
                     workload.is_elastic or self.guard(move, sum(move.frees.values()), {})
                 ):
-                    lowest = workload.priority
+                    lowest = self._rank(workload)
                     break
         return lowest
 
@@ -390,7 +457,7 @@ class VictimSearch:
                 move = moves[index]
                 workload = move.workload
                 key = (
-                    workload.priority,
+                    *self._rank(workload),
                     1,
                     -self._shares.get(workload.queue_id, 0.0),
                     self.occupancy.value(workload)[1],
@@ -466,23 +533,30 @@ class VictimSearch:
     def _cost(self, moves: list[Move]) -> tuple:
         """How much a room costs; smaller is better.
 
-        Criteria, in order: the highest priority evicted (shrinks and stopping work alone beat
-        any eviction), the number of evictions, the lowest fair share among the victims'
-        queues, negated (taking from queues that borrow more is cheaper; the claimant's own
-        queue counts lowest), the work the evictions lose, the GPUs shrunk.
+        Criteria, in order: whether it evicts work of the claimant's own queue (other queues'
+        borrowed work goes first, as in Kueue), the highest priority evicted (shrinks and
+        stopping work alone beat any eviction), the number of evictions, the lowest fair share
+        among the victims' queues, negated (taking from queues that borrow more is cheaper),
+        the work the evictions lose, the GPUs shrunk.
         """
         evicted = [m.workload for m in moves if m.kind == MoveKind.EVICT]
         shrunk = sum(sum(m.frees.values()) for m in moves if m.kind == MoveKind.SHRINK)
         if not evicted:
-            return (-math.inf, 0, 0.0, 0.0, shrunk)
-        value, share = self.occupancy.value, self._shares
+            return (False, -math.inf, 0, 0.0, 0.0, shrunk)
+        value, share, own = self.occupancy.value, self._shares, self.claimant.queue.id
         return (
+            any(w.queue_id == own for w in evicted),
             max(w.priority for w in evicted),
             len(evicted),
             -min(share.get(w.queue_id, 0.0) for w in evicted),
             sum(value(w)[1] for w in evicted),
             shrunk,
         )
+
+    def _rank(self, workload: Workload) -> tuple[bool, int]:
+        """A victim's place in the first two criteria of `_cost`; a room never ranks below
+        any of its victims."""
+        return (workload.queue_id == self.claimant.queue.id, workload.priority)
 
     def for_quota(self, nodes: tuple[int, ...]) -> Claim | None:
         """Room in quota only: the claimant fits on free GPUs (`nodes`) but its queue may not
@@ -513,19 +587,44 @@ class VictimSearch:
         return trial
 
     def _settle_quota(self, trial: Trial, enough: Callable[[], bool]) -> bool:
-        """Top the room's moves up until the claimant's quota allows it, then minimise again."""
-        if self.quota_ok():
+        """Top the room's moves up until the claimant's quota allows it, then minimise again.
+
+        A claimant that may reclaim but does not fit in its nominal quota yet may also borrow,
+        if the cohort has the quota idle: the moves that borrow are tried too (taking back no
+        borrowed work, so without the nominal bound), and the cheaper set wins."""
+        if self.quota_ok(trial):
             return True
+        base = trial.moves()
+        borrowed = None
+        if self.claimant.reclaims and not trial.reclaiming:
+            if self._top_up(trial, enough, skip=Rule.RECLAIM):
+                borrowed = trial.moves()
+            _reset(trial, base)
+        if not self._top_up(trial, enough):
+            if borrowed is None:
+                return False
+        elif borrowed is None or self._cost(trial.moves()) <= self._cost(borrowed):
+            return True
+        _reset(trial, borrowed)
+        return True
+
+    def _top_up(self, trial: Trial, enough: Callable[[], bool], skip: Rule | None = None) -> bool:
+        """Take further moves in order (none by the `skip` rule) until the quota allows the
+        claimant, then drop those not needed; whether it came to that."""
         with trial.on_ledger():
             chosen = {id(move) for move in trial.moves()}
             for move in self.moves():
-                if self.quota_ok():
+                if self.quota_ok(trial):
                     break
-                if move.rule != Rule.RELEASING and id(move) not in chosen and trial.allows(move):
+                if (
+                    move.rule not in (Rule.RELEASING, skip)
+                    and id(move) not in chosen
+                    and trial.allows(move)
+                ):
                     trial.take(move)
-            if not self.quota_ok():
+            if not self.quota_ok(trial):
                 return False
-            _minimise(trial, lambda: enough() and self.quota_ok())
+            _minimise(trial, lambda: enough() and self.quota_ok(trial))
         return True
 
     def _completable(self, by_node: dict[int, list[int]], moves: list[Move]) -> dict[int, int]:
@@ -570,7 +669,13 @@ class Trial:
         self.taken: list[tuple[Move, dict[int, int]]] = []
         self.shrunk: Counter[int] = Counter()  # workload -> GPUs shrunk
         self.released: Counter[int] = Counter()  # queue id -> GPUs the moves release
+        self.reclaims = 0  # moves taken by the reclaim rule
         self.live = False  # whether `released` is applied to the ledger
+
+    @property
+    def reclaiming(self) -> bool:
+        """Whether the trial takes back borrowed work of other queues."""
+        return self.reclaims > 0
 
     def _frees(self, move: Move) -> dict[int, int]:
         """What the move would free now: on each node, no more than the workload still holds
@@ -617,6 +722,7 @@ class Trial:
         return move, frees
 
     def _account(self, move: Move, frees: dict[int, int], sign: int) -> None:
+        self.reclaims += sign * (move.rule == Rule.RECLAIM)
         for node, gpus in frees.items():
             before = self.missing.get(node)
             if before is not None:
@@ -679,6 +785,14 @@ class _FreeGPUs(dict):
 def _freed_at_least(count: int) -> Callable[[Trial], bool]:
     """Whether a trial has freed at least `count` of its target nodes."""
     return lambda trial: trial.done >= count
+
+
+def _reset(trial: Trial, moves: list[Move]) -> None:
+    """Make the trial's moves exactly `moves` again."""
+    for index in range(len(trial.taken) - 1, -1, -1):
+        trial.drop(index)
+    for move in moves:
+        trial.take(move)
 
 
 def _minimise(trial: Trial, enough: Callable[[], bool]) -> None:

@@ -50,8 +50,11 @@ class QuotaLedger:
         self.stopping: Counter[tuple[int, str]] = Counter()
         self._cohort_usage: Counter[tuple[TreeNode, str]] = Counter()
         self._static = cache(self._compute_static)
+        self._height = cache(self._compute_height)
         self._members: dict[TreeNode, list[int]] = {}
         self._roots: dict[int, TreeNode] = {}
+        self._paths: dict[int, tuple[TreeNode, ...]] = {}
+        self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
 
     def _link_tree(self) -> None:
         for queue in sorted(self._queues.values(), key=lambda q: q.id):
@@ -188,6 +191,84 @@ class QuotaLedger:
         if queue.cohort is None:
             return nominal
         return max(nominal, self.available(("q", queue.id), gpu_model))
+
+    def path(self, queue: Queue) -> tuple[TreeNode, ...]:
+        """The queue's node and its cohorts up to the root, lowest first."""
+        found = self._paths.get(queue.id)
+        if found is None:
+            node: TreeNode | None = ("q", queue.id)
+            nodes = []
+            while node is not None:
+                nodes.append(node)
+                node = self._parent[node]
+            found = self._paths[queue.id] = tuple(nodes)
+        return found
+
+    def branches(self, queue: Queue, other: Queue) -> tuple[TreeNode, TreeNode]:
+        """(the queue's branch, the other's branch) just below where their paths meet: the
+        two subtrees whose quota decides whether one may take back what the other uses."""
+        key = (queue.id, other.id)
+        found = self._branches.get(key)
+        if found is None:
+            mine = self.path(queue)
+            index = {node: i for i, node in enumerate(mine)}
+            theirs = self.path(other)
+            for j, node in enumerate(theirs):
+                if node in index:
+                    found = (mine[index[node] - 1], theirs[j - 1])
+                    break
+            else:
+                found = (mine[-1], theirs[-1])  # different trees
+            self._branches[key] = found
+        return found
+
+    def fits_at(self, node: TreeNode, queue: Queue, gpu_model: str, gpus: int) -> bool:
+        """Whether `node`'s subtree, with `gpus` more GPUs used by the queue below it, stays
+        within the node's quota (own nominal plus what its children lend it)."""
+        delta = gpus
+        for step in self.path(queue):
+            old = self._used(step, gpu_model)
+            if step == node:
+                return old + delta <= self._static(step, gpu_model)[0]
+            _, kept, _ = self._static(step, gpu_model)
+            delta = max(0, old + delta - kept) - max(0, old - kept)
+        return False
+
+    def lowest_fit(self, queue: Queue, gpu_model: str, gpus: int) -> tuple[str, int, int] | None:
+        """(name, GPUs used, quota) of the lowest cohort on the queue's path whose subtree
+        has quota for `gpus` more, or None."""
+        for node in self.path(queue)[1:]:
+            if self.fits_at(node, queue, gpu_model, gpus):
+                return str(node[1]), self._used(node, gpu_model), self._static(node, gpu_model)[0]
+        return None
+
+    def over_quota(self, node: TreeNode, gpu_model: str, released: int = 0) -> bool:
+        """Whether the subtree uses more than its quota (it borrows from above), with
+        `released` GPUs fewer."""
+        quota = self._static(node, gpu_model)[0]
+        if node[0] == "q":
+            return self.staying(node[1], gpu_model) - released > quota  # type: ignore[arg-type]
+        return self._used(node, gpu_model) - released > quota
+
+    def level(self, queue: Queue, gpu_model: str, gpus: int) -> int:
+        """How high in its tree the queue must go to find quota for `gpus` more (Kueue's
+        borrowing level): 0 when its nominal quota has room, else the height of the lowest
+        cohort on its path whose subtree has room (1 for a cohort of queues only), at most
+        its root's."""
+        if self.within_nominal(queue, gpu_model, gpus):
+            return 0
+        path = self.path(queue)
+        for node in path[1:-1]:
+            if self.fits_at(node, queue, gpu_model, gpus):
+                return self._height(node)
+        return max(1, self._height(path[-1]))
+
+    def _compute_height(self, node: TreeNode) -> int:
+        """A tree node's distance to its furthest leaf: 0 for a queue, 1 for a cohort of
+        queues only."""
+        children = self._children.get(node, ())
+        heights = [self._height(child) + 1 for child in children if child[0] == "c"]
+        return max([1 if children else 0, *heights])
 
     # -- admission checks --------------------------------------------------------------------
 

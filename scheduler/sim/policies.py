@@ -20,12 +20,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from scheduler.engine import Cohort, Plan, PreemptionPolicy, Queue, Quota, Snapshot, Strategy, plan
+from scheduler.engine import (
+    Cohort,
+    Plan,
+    PreemptionPolicy,
+    Queue,
+    Quota,
+    ReclaimWithinCohort,
+    Snapshot,
+    Strategy,
+    WithinClusterQueue,
+    plan,
+)
 from scheduler.sim.spec import ClusterSpec
 from scheduler.sim.trace import TraceJob
 
 FIFO_QUEUE_ID = 0
-NO_PREEMPTION = PreemptionPolicy(reclaim=False, within_queue=False, borrow_below_priority=None)
+NO_PREEMPTION = PreemptionPolicy(
+    reclaim_within_cohort=ReclaimWithinCohort.NEVER,
+    within_cluster_queue=WithinClusterQueue.NEVER,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,12 @@ def static(spec: ClusterSpec) -> SchedulingPolicy:
 def no_reclaim(spec: ClusterSpec) -> SchedulingPolicy:
     queues = tuple(
         replace(
-            queue, preemption=replace(queue.preemption, reclaim=False, borrow_below_priority=None)
+            queue,
+            preemption=replace(
+                queue.preemption,
+                reclaim_within_cohort=ReclaimWithinCohort.NEVER,
+                borrow_within_cohort=False,
+            ),
         )
         for queue in spec.queues
     )

@@ -114,8 +114,20 @@ def setup_text(results: dict) -> str:
         f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
         f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
         f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
-        f" seed {config['seed']}.</p>"
+        f" seed {config['seed']}.</p>" + preemption_text(results)
     )
+
+
+def preemption_text(results: dict) -> str:
+    """Which preemption settings each policy ran with, in Kueue's names."""
+    items = []
+    for name, figures in results["policies"].items():
+        settings = "; ".join(
+            f"{count} queue{'s' if count > 1 else ''}: {html.escape(words)}"
+            for words, count in figures.get("preemption", {}).items()
+        )
+        items.append(f"<li><b>{html.escape(name)}</b>: {settings}</li>")
+    return f"<p>Preemption settings (Kueue's names):</p><ul>{''.join(items)}</ul>"
 
 
 ROWS = (

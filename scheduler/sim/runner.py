@@ -15,6 +15,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from scheduler.engine import Queue
 from scheduler.sim.policies import make_policy
 from scheduler.sim.simulator import Hook, SimConfig, Simulator
 from scheduler.sim.spec import ClusterSpec
@@ -78,6 +79,7 @@ def run(
             large_gang_gpus=large,
         )
         figures["events"] = simulator.events
+        figures["preemption"] = describe_preemption(make_policy(name, spec).queues)
         results["policies"][name] = figures
         if on_progress is not None:
             on_progress((index + 1) / len(names), f"{name}: done")
@@ -117,6 +119,25 @@ def describe_cluster(spec: ClusterSpec) -> dict:
             for q in spec.queues
         },
     }
+
+
+def describe_preemption(queues: Sequence[Queue]) -> dict[str, int]:
+    """How many queues run each preemption policy, in Kueue's names."""
+    described: Counter[str] = Counter()
+    for queue in queues:
+        policy = queue.preemption
+        words = [
+            f"reclaimWithinCohort={policy.reclaim_within_cohort}",
+            f"withinClusterQueue={policy.within_cluster_queue}",
+            f"borrowWithinCohort={'LowerPriority' if policy.borrow_within_cohort else 'Never'}",
+        ]
+        if policy.borrow_within_cohort and policy.max_priority_threshold is not None:
+            words.append(f"maxPriorityThreshold={policy.max_priority_threshold}")
+        words.append(f"fairSharing={policy.fair_sharing}")
+        if policy.preempt_by_fair_share:
+            words.append("preemptByFairShare")
+        described[", ".join(words)] += 1
+    return dict(sorted(described.items()))
 
 
 def describe_trace(trace: Sequence[TraceJob]) -> dict:

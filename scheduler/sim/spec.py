@@ -15,7 +15,9 @@
          "strategy": "best_effort_fifo",
          "quotas": {"H800": {"nominal": 512, "guarantee": 128, "borrowing_limit": null,
                              "lending_limit": null}},
-         "preemption": {"reclaim": true, "within_queue": true, "borrow_below_priority": null}},
+         "preemption": {"reclaim_within_cohort": "Any", "within_cluster_queue": "LowerPriority",
+                        "borrow_within_cohort": false, "max_priority_threshold": null,
+                        "fair_sharing": "LessThanOrEqualToFinalShare"}},
         {"name": "cv", "cohort": "research", "quotas": {"H800": 256}}
       ]
     }
@@ -33,11 +35,22 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from scheduler.engine import Cohort, Node, PreemptionPolicy, Queue, Quota, Strategy
+from scheduler.engine import (
+    Cohort,
+    FairSharing,
+    Node,
+    PreemptionPolicy,
+    Queue,
+    Quota,
+    ReclaimWithinCohort,
+    Strategy,
+    WithinClusterQueue,
+)
 
 
 class SpecError(ValueError):
@@ -293,13 +306,36 @@ def _int(value: Any, where: str) -> int:
 
 
 def _preemption(data: dict, where: str) -> PreemptionPolicy:
+    """A queue's preemption policy, Kueue's names and values (`PreemptionPolicy`)."""
     if not isinstance(data, dict):
         raise SpecError(f"{where}: must be an object")
-    below = data.get("borrow_below_priority")
+    default = PreemptionPolicy()
+    unknown = sorted(set(data) - set(PreemptionPolicy.__dataclass_fields__))
+    if unknown:
+        raise SpecError(f"{where}: unknown setting {unknown[0]!r}")
+    threshold = data.get("max_priority_threshold")
+    borrow = data.get("borrow_within_cohort", default.borrow_within_cohort)
+    if not isinstance(borrow, bool):
+        raise SpecError(f"{where}.borrow_within_cohort: must be true or false, not {borrow!r}")
     return PreemptionPolicy(
-        reclaim=bool(data.get("reclaim", True)),
-        within_queue=bool(data.get("within_queue", True)),
-        borrow_below_priority=None
-        if below is None
-        else _int(below, f"{where}.borrow_below_priority"),
+        reclaim_within_cohort=_choice(
+            ReclaimWithinCohort, data, "reclaim_within_cohort", default, where
+        ),
+        within_cluster_queue=_choice(
+            WithinClusterQueue, data, "within_cluster_queue", default, where
+        ),
+        borrow_within_cohort=borrow,
+        max_priority_threshold=None
+        if threshold is None
+        else _int(threshold, f"{where}.max_priority_threshold"),
+        fair_sharing=_choice(FairSharing, data, "fair_sharing", default, where),
     )
+
+
+def _choice(kind: type[StrEnum], data: dict, key: str, default: object, where: str) -> Any:
+    value = data.get(key, getattr(default, key))
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(member.value for member in kind)
+        raise SpecError(f"{where}.{key}: must be one of {names}, not {value!r}") from None

@@ -1,7 +1,13 @@
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Region
-from portal.quotas.models import Queue, QueueQuota, QuotaRequest, region_capacity
+from portal.quotas.models import (
+    THRESHOLD_NEEDS_BORROWING,
+    Queue,
+    QueueQuota,
+    QuotaRequest,
+    region_capacity,
+)
 
 
 class QueueQuotaSerializer(serializers.ModelSerializer):
@@ -27,12 +33,32 @@ class QueueSerializer(serializers.ModelSerializer):
             "priority",
             "weight",
             "strategy",
-            "reclaim",
-            "preempt_within_queue",
-            "borrow_below_priority",
+            "reclaim_within_cohort",
+            "within_cluster_queue",
+            "borrow_within_cohort",
+            "max_priority_threshold",
+            "fair_sharing",
+            "preempt_by_fair_share",
             "preemption_grace_s",
             "quotas",
         ]
+
+    def validate(self, attrs):
+        borrow, threshold = (
+            self._as_saved(attrs, name)
+            for name in ("borrow_within_cohort", "max_priority_threshold")
+        )
+        if threshold is not None and not borrow:
+            raise serializers.ValidationError({"max_priority_threshold": THRESHOLD_NEEDS_BORROWING})
+        return attrs
+
+    def _as_saved(self, attrs, name):
+        """A field as the queue will have it: a partial update keeps what it does not name."""
+        if name in attrs:
+            return attrs[name]
+        if self.instance is not None:
+            return getattr(self.instance, name)
+        return Queue._meta.get_field(name).get_default()
 
 
 class TenantQueueField(serializers.SlugRelatedField):

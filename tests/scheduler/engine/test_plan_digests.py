@@ -24,9 +24,11 @@ from scheduler.engine import (
     PreemptionPolicy,
     Queue,
     Quota,
+    ReclaimWithinCohort,
     Snapshot,
     Strategy,
     TopologyLevel,
+    WithinClusterQueue,
     Workload,
     plan,
 )
@@ -76,10 +78,15 @@ def queues(rng: random.Random) -> tuple[list[Queue], list[Cohort]]:
             borrowing_limit=rng.choice([None, None, 32]),
             lending_limit=rng.choice([None, None, nominal // 2]),
         )
+        reclaim, within = rng.random() > 0.2, rng.random() > 0.3
+        below = rng.choice([None, None, 5])
         policy = PreemptionPolicy(
-            reclaim=rng.random() > 0.2,
-            within_queue=rng.random() > 0.3,
-            borrow_below_priority=rng.choice([None, None, 5]),
+            reclaim_within_cohort=ReclaimWithinCohort.ANY if reclaim else ReclaimWithinCohort.NEVER,
+            within_cluster_queue=WithinClusterQueue.LOWER_PRIORITY
+            if within
+            else WithinClusterQueue.NEVER,
+            borrow_within_cohort=below is not None,
+            max_priority_threshold=None if below is None else below - 1,
         )
         made.append(
             Queue(

@@ -18,8 +18,10 @@ from scheduler.engine import (
     PreemptionPolicy,
     Queue,
     Quota,
+    ReclaimWithinCohort,
     Snapshot,
     TopologyLevel,
+    WithinClusterQueue,
     Workload,
     plan,
 )
@@ -30,8 +32,11 @@ COHORTS = [None, "research", "research", "vision"]
 POLICIES = st.sampled_from(
     [
         PreemptionPolicy(),
-        PreemptionPolicy(reclaim=False, within_queue=False),
-        PreemptionPolicy(borrow_below_priority=2),
+        PreemptionPolicy(
+            reclaim_within_cohort=ReclaimWithinCohort.NEVER,
+            within_cluster_queue=WithinClusterQueue.NEVER,
+        ),
+        PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=1),
     ]
 )
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

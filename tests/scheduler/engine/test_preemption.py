@@ -7,7 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.engine import Plan, PreemptionPolicy, Queue, Snapshot, TopologyLevel, Workload, plan
+from scheduler.engine import (
+    Plan,
+    PreemptionPolicy,
+    Queue,
+    Snapshot,
+    TopologyLevel,
+    WithinClusterQueue,
+    Workload,
+    plan,
+)
 from scheduler.engine.testing import (
     apply_plan,
     make_cluster,
@@ -101,6 +110,12 @@ CASES = [
         id="borrowed work is reclaimed even when it also holds the lender's nominal share",
     ),
     pytest.param(
+        [nlp, make_queue("cv", h800=16, cohort="research")],
+        [busy(90, make_queue("cv", h800=16, cohort="research"), *LEAF), make_workload(1, nlp, 24)],
+        stops(90),
+        id="a reclaim takes a borrower's whole workload, more than the borrower borrows",
+    ),
+    pytest.param(
         [nlp, make_queue("cv", h800=16, cohort="research", guarantee=16)],
         [
             busy(90, make_queue("cv", h800=16, cohort="research", guarantee=16), *LEAF),
@@ -180,7 +195,7 @@ CASES = [
         id="nothing is preempted for a job that could never fit",
     ),
     pytest.param(
-        [replace(solo, preemption=PreemptionPolicy(within_queue=False))],
+        [replace(solo, preemption=PreemptionPolicy(within_cluster_queue=WithinClusterQueue.NEVER))],
         [
             *(busy(90 + i, solo, node) for i, node in enumerate(LEAF)),
             make_workload(1, solo, 8, priority=5),
@@ -204,7 +219,7 @@ CASES = [
                 "nlp",
                 h800=0,
                 cohort="research",
-                preemption=PreemptionPolicy(borrow_below_priority=5),
+                preemption=PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=4),
             ),
             make_queue("idle", h800=32, cohort="research"),
             cv,
@@ -222,7 +237,7 @@ CASES = [
                 "nlp",
                 h800=0,
                 cohort="research",
-                preemption=PreemptionPolicy(borrow_below_priority=5),
+                preemption=PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=4),
             ),
             make_queue("idle", h800=32, cohort="research"),
             cv,

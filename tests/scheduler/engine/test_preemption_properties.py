@@ -9,16 +9,32 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import Plan, PreemptionPolicy, Queue, Snapshot, Workload, plan
-from scheduler.engine.testing import apply_plan, make_cluster, make_queue, make_snapshot, on
+from scheduler.engine import (
+    Plan,
+    PreemptionPolicy,
+    Queue,
+    ReclaimWithinCohort,
+    Snapshot,
+    WithinClusterQueue,
+    Workload,
+    plan,
+)
+from scheduler.engine.testing import (
+    apply_plan,
+    make_cluster,
+    make_cohort,
+    make_queue,
+    make_snapshot,
+    on,
+)
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 POLICIES = st.sampled_from(
     [
         PreemptionPolicy(),
-        PreemptionPolicy(reclaim=False),
-        PreemptionPolicy(within_queue=False),
-        PreemptionPolicy(borrow_below_priority=3),
+        PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.NEVER),
+        PreemptionPolicy(within_cluster_queue=WithinClusterQueue.NEVER),
+        PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=2),
     ]
 )
 CYCLES = 30
@@ -79,9 +95,11 @@ def pending(draw: st.DrawFn, queues: list[Queue], count: int) -> list[Workload]:
 
 @st.composite
 def churn(draw: st.DrawFn) -> Snapshot:
-    """Two or three queues, mostly in one cohort, on one leaf of six nodes full of their work,
-    with more work waiting: what preemption feeds on."""
+    """Two or three queues, mostly in one cohort tree (a cohort and a child cohort that may
+    own quota), on one leaf of six nodes full of their work, with more work waiting: what
+    preemption feeds on."""
     nodes = make_cluster(nodes=6)
+    cohorts = [make_cohort("lab"), make_cohort("team", "lab", h800=draw(st.sampled_from([0, 8])))]
     queues = []
     for name in ("q1", "q2", "q3")[: draw(st.integers(2, 3))]:
         nominal = draw(st.sampled_from([0, 8, 16, 24, 32]))
@@ -90,13 +108,13 @@ def churn(draw: st.DrawFn) -> Snapshot:
                 name,
                 h800=nominal,
                 guarantee=draw(st.sampled_from([0, nominal // 2])),
-                cohort=draw(st.sampled_from(["lab", "lab", None])),
+                cohort=draw(st.sampled_from(["lab", "lab", "team", None])),
                 preemption=draw(POLICIES),
                 priority=draw(st.sampled_from([0, 0, 1])),
             )
         )
     workloads = [*fill(draw, nodes, queues, 100), *pending(draw, queues, draw(st.integers(1, 5)))]
-    return make_snapshot(nodes, queues, workloads)
+    return make_snapshot(nodes, queues, workloads, cohorts)
 
 
 def usage_before(snapshot: Snapshot) -> Counter:
@@ -152,8 +170,7 @@ def test_every_victim_is_one_the_rules_allow(snapshot: Snapshot) -> None:
             assert victim.priority < claimant.priority
         else:
             victim_queue, claimant_queue = queues[victim.queue_id], queues[claimant.queue_id]
-            assert victim_queue.cohort is not None
-            assert victim_queue.cohort == claimant_queue.cohort
+            assert victim_queue.cohort is not None and claimant_queue.cohort is not None
             assert most[victim_queue.id] > victim_queue.quota("H800").nominal
     for shrink in result.shrinks:
         workload = workloads[shrink.workload_id]

@@ -187,7 +187,11 @@ SPEC = {
             "weight": 2,
             "strategy": "strict_fifo",
             "quotas": {"H800": {"nominal": 32, "guarantee": 8, "borrowing_limit": 16}},
-            "preemption": {"reclaim": False, "borrow_below_priority": 2},
+            "preemption": {
+                "reclaim_within_cohort": "Never",
+                "borrow_within_cohort": True,
+                "max_priority_threshold": 1,
+            },
         },
         {"name": "cv", "cohort": "all", "quotas": {"H800": 16, "H20": 4}},
     ],
@@ -207,7 +211,7 @@ def test_a_cluster_spec_builds_nodes_queues_and_cohorts() -> None:
     nlp = spec.queues[0]
     assert (nlp.id, nlp.priority, nlp.weight, nlp.strategy) == (1, 3, 2.0, Strategy.STRICT_FIFO)
     assert (nlp.quota("H800").guarantee, nlp.quota("H800").borrowing_limit) == (8, 16)
-    assert (nlp.preemption.reclaim, nlp.preemption.borrow_below_priority) == (False, 2)
+    assert (nlp.preemption.reclaim, nlp.preemption.borrow_ceiling(5)) == (False, 2)
     assert [(c.name, c.parent) for c in spec.cohorts] == [("all", None), ("team", "all")]
 
 

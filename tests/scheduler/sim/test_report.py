@@ -45,6 +45,18 @@ def test_the_report_holds_every_figure_for_every_policy(results) -> None:
     assert "<td>queueing delay, p95</td>" in page
 
 
+def test_the_report_says_which_preemption_settings_each_policy_ran(results) -> None:
+    wanka, fifo = (results["policies"][name]["preemption"] for name in ("wanka", "fifo"))
+    assert sum(wanka.values()) == len(results["cluster"]["queues"])
+    assert all("reclaimWithinCohort=Any" in words for words in wanka)
+    assert list(fifo) == [
+        "reclaimWithinCohort=Never, withinClusterQueue=Never, borrowWithinCohort=Never, "
+        "fairSharing=LessThanOrEqualToFinalShare"
+    ]
+    page = render(results, "test")
+    assert "<li><b>fifo</b>: 1 queue: reclaimWithinCohort=Never" in page
+
+
 def test_plotly_is_embedded_once_and_unpacks_to_the_library(results) -> None:
     page = render(results, "test")
     packed = re.search(r'<script id="plotly-gz" type="text/plain">([^<]*)</script>', page)
