@@ -50,7 +50,7 @@ _WITHIN_QUEUE_WORDS = {
     ),
 }
 _FAIR_SHARING_WORDS = {
-    FairSharing.OFF: "",
+    FairSharing.OFF: ", if this queue's share is no larger than theirs",
     FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: (
         ", if this queue's share stays no larger than theirs afterwards"
     ),
@@ -106,10 +106,11 @@ class Queue(models.Model):
         max_length=64,
         choices=FairSharing.choices,
         default=FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
-        help_text="Whether borrow_within_cohort also weighs the two queues' shares: Off (priority "
-        "alone), LessThanOrEqualToFinalShare (this queue's share after no larger than the "
-        "other's after), LessThanInitialShare (smaller than the other's before), or the first "
-        "and, where it finds no room, the second",
+        help_text="How borrow_within_cohort weighs the two queues' shares: Off (only that this "
+        "queue's share is no larger than the other's before, which keeps the room with "
+        "the job), LessThanOrEqualToFinalShare (this queue's share after no larger than "
+        "the other's after), LessThanInitialShare (smaller than the other's before), or "
+        "the first and, where it finds no room, the second",
     )
     preempt_by_fair_share = models.BooleanField(
         default=False,

@@ -194,7 +194,7 @@ class KeptOut:
         )
 
 
-def _borrow_bar(workload: Workload, queue: Queue) -> int | None:
+def _borrow_bar(workload: Workload, queue: Queue) -> float | None:
     return queue.preemption.borrow_ceiling(workload.priority)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from itertools import chain
 from operator import attrgetter
@@ -354,13 +354,13 @@ class Cycle:
         if pool.free_gpus() + self._could_free(pool, queue, workload, reclaims) < workload.gpus:
             return None
         claimant = Claimant(workload, queue, workload.gpus, within, others, reclaims)
-        claim = None
-        strategies = queue.preemption.fair_sharing.strategies
-        for strategy in strategies if queue.preemption.borrows_over_others else strategies[:1]:
-            search = VictimSearch(pool, self.ledger, self.occupancy, claimant, strategy)
-            claim = self._search(search, pool, workload, over_quota)
-            if claim is not None:
-                break
+        claim = self._claim(pool, claimant, over_quota)
+        if reclaims and not within:
+            # It may also start by borrowing idle quota, evicting its own queue's work only:
+            # the cheaper room wins (the one that leaves other queues alone, if as cheap).
+            own = self._claim(pool, replace(claimant, takes_from_others=False), over_quota)
+            if own is not None and (claim is None or own.cost <= claim.cost):
+                claim = own
         if claim is None:
             rooms.searches[queue.id] += 1
             rooms.no_victims[memo] = min(workload.gpus, rooms.no_victims.get(memo, 1 << 62))
@@ -382,6 +382,17 @@ class Cycle:
             if spare >= workload.gpus:
                 return True
         return False
+
+    def _claim(self, pool: Pool, claimant: Claimant, over_quota: bool) -> Claim | None:
+        """The claimant's cheapest room under its queue's fair-sharing strategies, in turn."""
+        policy = claimant.queue.preemption
+        strategies = policy.fair_sharing.strategies
+        for strategy in strategies if policy.borrows_over_others else strategies[:1]:
+            search = VictimSearch(pool, self.ledger, self.occupancy, claimant, strategy)
+            claim = self._search(search, pool, claimant.workload, over_quota)
+            if claim is not None:
+                return claim
+        return None
 
     def _could_free(self, pool: Pool, queue: Queue, workload: Workload, reclaims: bool) -> int:
         """At most how many GPUs preemption could free for the workload: a quick bound that

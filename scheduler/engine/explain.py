@@ -32,6 +32,11 @@ def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> 
         )
     if rule == Rule.PRIORITY:
         return f"it has priority {workload.priority} in queue {queue.name}"
+    if rule == Rule.NEWER:
+        return (
+            f"it has priority {workload.priority} in queue {queue.name} and was submitted "
+            "first (LowerOrNewerEqualPriority)"
+        )
     if rule == Rule.BORROW:
         ceiling = queue.preemption.borrow_ceiling(workload.priority)
         if ceiling == math.inf:
@@ -65,6 +70,11 @@ def preemption_reason(ledger: QuotaLedger, move: Move, queue: Queue, workload: W
         return (
             f"reclaimed for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
             f", and {_borrows(ledger, victim)}"
+        )
+    if move.rule == Rule.NEWER:
+        return (
+            f"preempted for workload {workload.id} of the same queue {queue.name} and the same "
+            f"priority {workload.priority}, submitted before this workload"
         )
     if move.rule == Rule.PRIORITY:
         return (

@@ -77,7 +77,7 @@ class WithinClusterQueue(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
-    # lower priority, or the same priority and admitted later than the claimant was submitted
+    # lower priority, or the same priority and submitted after the claimant
     LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
 
 
@@ -85,7 +85,9 @@ class FairSharing(StrEnum):
     """When a claimant that borrows may evict another queue's borrowed work, judged by the two
     queues' weighted shares (Kueue's fair-sharing preemption strategies)."""
 
-    OFF = "Off"  # by priority alone (Kueue without fair sharing)
+    # no fairness asked for: only that the claimant's queue, with it, has no larger share than
+    # the victim's queue before the victim (else the victim would come back first next cycle)
+    OFF = "Off"
     # the claimant's queue, with the claimant, ends with no larger share than the victim's
     # queue is left with: else the victim's queue would come first next cycle and take it back
     LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"

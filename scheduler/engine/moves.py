@@ -25,6 +25,7 @@ class Rule(IntEnum):
     RECLAIM = 1  # the claimant's queue takes back quota others borrow
     PRIORITY = 2  # lower priority within the claimant's own queue
     BORROW = 3  # borrowed work below the claimant's priority threshold
+    NEWER = 4  # work of the claimant's queue and priority submitted after it
 
 
 @dataclass(slots=True)

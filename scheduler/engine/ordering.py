@@ -82,6 +82,8 @@ class Heads:
         self._version: dict[int, int] = defaultdict(int)
         self._heap: list[tuple[tuple, int, int]] = []
         self._current: int | None = None  # the queue whose head was handed out last
+        # Whether some queue sits in a nested cohort, where keys may go stale (see `next`).
+        self._nested = any(len(ledger.path(q)) > 2 for q in ledger.queues())
         for queue_id in sorted(self._fifo):
             self._push(queue_id)
 
@@ -139,7 +141,10 @@ class Heads:
     def next(self) -> tuple[Queue, Workload] | None:
         """The best head, taken out of its queue; None when every queue is empty.
 
-        The queue of the previous head is re-keyed first, now that its head was decided.
+        The queue of the previous head is re-keyed first, now that its head was decided. Keys
+        only grow within a cycle (usage only grows), but other queues' admissions can raise a
+        key in nested cohorts (the borrowing level), so a head is keyed afresh when taken and
+        put back if its key grew.
         """
         entry = None
         if self._current is not None:
@@ -148,12 +153,17 @@ class Heads:
         while self._heap or entry is not None:
             if entry is not None:
                 # Re-key the last queue and take the best head in one heap operation.
-                _, queue_id, version = heapq.heappushpop(self._heap, entry)
+                key, queue_id, version = heapq.heappushpop(self._heap, entry)
                 entry = None
             else:
-                _, queue_id, version = heapq.heappop(self._heap)
+                key, queue_id, version = heapq.heappop(self._heap)
             if version != self._version[queue_id] or not self._fifo[queue_id]:
                 continue
+            if self._nested:
+                fresh = self._entry(queue_id)
+                if fresh is not None and fresh[0] > key:
+                    entry = fresh
+                    continue
             workload = self._fifo[queue_id].pop(self._head[queue_id])
             self._current = queue_id
             return self._ledger.queue(queue_id), workload

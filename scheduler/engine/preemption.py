@@ -1,19 +1,29 @@
 """Preemption: which running work to stop (or shrink) so that a waiting workload can start.
 
-Who may be preempted, by a claimant of queue Q (each rule a switch of Q's PreemptionPolicy):
-- reclaim: when the claimant fits in Q's nominal quota, borrowed work of other queues of Q's
-  cohort tree, taken only from a queue while it still borrows (uses more than its nominal);
-- within queue: work of Q itself with a lower priority than the claimant;
+Who may be preempted, by a claimant of queue Q (Q's PreemptionPolicy, in Kueue's names; where
+Wanka decides differently from Kueue, docs/adr/0003-differences-from-kueue.md says why):
+- reclaim (`reclaim_within_cohort`, Any or LowerPriority than the claimant): borrowed work of
+  other queues of Q's cohort tree, taken only from a queue while it still borrows (uses more
+  than its nominal quota, and in nested cohorts its branch more than the branch's quota).
+  Open when the claimant fits in Q's nominal quota, counting Q's own lower-priority work it
+  may evict as gone (then it must end within that quota), or, in nested cohorts, from a queue
+  in another branch when a subtree on Q's path, no higher than Q's branch where the two meet,
+  has quota for it (Kueue's hierarchical reclaim);
+- within queue (`within_cluster_queue`): work of Q itself with a lower priority than the
+  claimant, or also of its priority but submitted later (LowerOrNewerEqualPriority);
 - borrow within cohort: when the claimant must borrow, borrowed work of other queues of the tree
-  whose priority is below both the claimant's and Q's `borrow_below_priority`, as long as Q's
-  fair share with the claimant stays at or below the victim queue's share without its victims
-  (Kueue's LessThanOrEqualToFinalShare), so that fair sharing does not hand the room back.
+  whose priority is below the claimant's and at most Q's `max_priority_threshold`, or any that
+  reclaim allows with `preempt_by_fair_share`, as long as Q's `fair_sharing` strategy allows it
+  (LessThanOrEqualToFinalShare: Q's share with the claimant stays at or below the victim
+  queue's share after this victim; LessThanInitialShare: below it before this victim; both:
+  the first, then the second), so that fair sharing does not hand the room back.
 Taking from other queues is open to a claimant only where the next cycle gives the room back to
 it, not to its victims. Reclaim: to a claimant that fits in Q's nominal quota (counting the
 room made for Q earlier in the cycle, so a queue far under its quota gets it back at once)
 while no workload of Q that must borrow was left waiting before it: the next cycle then takes
 Q's work up to the claimant before any work that must borrow (`ordering`: within the nominal
-quota first, across queues and among a queue's workloads of one priority). Borrowing: only to
+quota first, across queues and among a queue's workloads of one priority; in nested cohorts a
+borrower with quota in a lower cohort before one that must go higher). Borrowing: only to
 the first workload of Q left waiting in the cycle, which the next cycle orders Q by (Kueue,
 too, lets only queue heads preempt). Any claimant may preempt lower-priority work of its own
 queue, which always comes after it.
@@ -26,7 +36,8 @@ Moves are tried in this order: workloads already stopping; shrinking elastic wor
 their minimum; then evictions: other queues before the claimant's own, the queue with the
 highest fair share (DRS) first, then the lowest priority, the least work lost since the last
 checkpoint (GPU-seconds), the most recently started, the lowest id (`occupancy.value`).
-Rooms are compared by `VictimSearch._cost`.
+Rooms are compared by `VictimSearch._cost`: a room that evicts none of the claimant's own work
+beats one that does (Kueue, too, takes other queues' candidates first).
 
 Search, in two phases. Room: for a gang, every domain the gang may use, tightest level first;
 in each, the moves that touch its nodes are taken in order until enough whole nodes are free,
@@ -34,7 +45,9 @@ then every move not needed is dropped again (the most valuable first). For a sma
 same on each node. The cheapest room wins (`_cost`; ties: the domain's name, or for a node
 the fewest free GPUs, then its name), so victims sit together rather than scattered. Quota: if
 the claimant's queue still may not take the GPUs, further moves are taken in order until it may,
-and the set is minimised again. Only the quota phase touches the ledger, and undoes its changes.
+and the set is minimised again; a claimant that may reclaim but could also borrow idle quota
+tries both and keeps the cheaper. Only the quota phase touches the ledger, and undoes its
+changes.
 """
 
 from __future__ import annotations
@@ -113,17 +126,19 @@ class VictimSearch:
                 queue_shrinks, queue_evictions, priorities = self._queue_moves(rule, queue_id)
                 count = len(priorities) if below is None else bisect_left(priorities, below)
                 taken = queue_evictions[:count]
+                taken_shrinks = [
+                    m for m in queue_shrinks if below is None or m.workload.priority < below
+                ]
                 if rule == Rule.PRIORITY and self._newer_equal:
                     # Kueue's LowerOrNewerEqualPriority: also work of the claimant's priority
                     # submitted after it (still in value order: it comes next).
-                    taken += [
-                        m
-                        for m in queue_evictions[count : bisect_right(priorities, below)]
-                        if m.workload.submitted_at > self.claimant.workload.submitted_at
-                    ]
+                    for move in queue_evictions[count : bisect_right(priorities, below)]:
+                        if move.workload.submitted_at > self.claimant.workload.submitted_at:
+                            *shrink, evict = self._cached(Rule.NEWER, move.workload)
+                            taken_shrinks += shrink
+                            taken.append(evict)
                 if taken:
-                    gone = {m.workload.id for m in taken}
-                    shrinks += [m for m in queue_shrinks if m.workload.id in gone]
+                    shrinks += taken_shrinks
                     segments.append((len(evictions), len(evictions) + len(taken)))
                     evictions += taken
             offset = len(found) + len(shrinks)
@@ -131,7 +146,7 @@ class VictimSearch:
             self._moves = found + shrinks + evictions
         return self._moves
 
-    def _victim_queues(self) -> Iterable[tuple[Rule, int, int | None]]:
+    def _victim_queues(self) -> Iterable[tuple[Rule, int, float | None]]:
         """(rule, queue id, priority its victims must be below) in victim order: other queues
         by falling share, then the claimant's own."""
         queue = self.claimant.queue
@@ -139,10 +154,11 @@ class VictimSearch:
         priority = self.claimant.workload.priority
         lower = policy.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
         borrow = policy.borrow_ceiling(priority)
+        borrows = not (self.claimant.within_nominal or self.claimant.reclaims)
         for _, other_id in self._other_queues():
             if self._reclaims_from(other_id):
                 yield Rule.RECLAIM, other_id, priority if lower else None
-            elif borrow is not None:
+            elif borrow is not None and borrows:
                 yield Rule.BORROW, other_id, borrow
         if policy.within_queue:
             yield Rule.PRIORITY, queue.id, priority
@@ -265,7 +281,7 @@ class VictimSearch:
         gone = released.get(victim_queue.id, 0) if released is not None else 0
         used = self.ledger.staying(victim_queue.id, model) - gone
         guarantee = victim_queue.quota(model).guarantee
-        if move.rule == Rule.PRIORITY:
+        if move.rule in (Rule.PRIORITY, Rule.NEWER):
             after = used - gpus + self.claimant.gpus
             return after >= min(self._usage_before, guarantee)
         if used <= victim_queue.quota(model).nominal or used - gpus < guarantee:
@@ -289,11 +305,14 @@ class VictimSearch:
         (`gone` taken already) under its fair-sharing strategy (`FairSharing`): its share with
         the claimant against the victim queue's share after this victim, or before it."""
         strategy = self.strategy
-        if strategy == FairSharing.OFF:
-            return True
         before = gone + self.ledger.stopping[victim_queue.id, model]
+        share_before = self.ledger.share(victim_queue, model, -before)
+        if strategy == FairSharing.OFF:
+            # No fairness asked for, only what keeps the room with the claimant: its queue
+            # comes before the victim's next cycle (borrowers go by share, then priority).
+            return self._claimant_share <= share_before
         if strategy == FairSharing.LESS_THAN_INITIAL_SHARE:
-            return self._claimant_share < self.ledger.share(victim_queue, model, -before)
+            return self._claimant_share < share_before
         return self._claimant_share <= self.ledger.share(victim_queue, model, -(before + gpus))
 
     def quota_ok(self, trial: Trial) -> bool:
@@ -303,7 +322,9 @@ class VictimSearch:
         if claimant.within_nominal:
             return True
         model = claimant.workload.gpu_model
-        if trial.reclaiming and claimant.reclaims:
+        if trial.rules[Rule.NEWER] or (trial.rules[Rule.RECLAIM] and claimant.reclaims):
+            # It takes work that would otherwise come back before it next cycle: it must end
+            # within its nominal quota, where the next cycle orders it first.
             return self.ledger.within_nominal(claimant.queue, model, claimant.gpus)
         try:
             self.ledger.check(claimant.queue, model, claimant.gpus)
@@ -587,40 +608,15 @@ class VictimSearch:
         return trial
 
     def _settle_quota(self, trial: Trial, enough: Callable[[], bool]) -> bool:
-        """Top the room's moves up until the claimant's quota allows it, then minimise again.
-
-        A claimant that may reclaim but does not fit in its nominal quota yet may also borrow,
-        if the cohort has the quota idle: the moves that borrow are tried too (taking back no
-        borrowed work, so without the nominal bound), and the cheaper set wins."""
+        """Top the room's moves up until the claimant's quota allows it, then minimise again."""
         if self.quota_ok(trial):
             return True
-        base = trial.moves()
-        borrowed = None
-        if self.claimant.reclaims and not trial.reclaiming:
-            if self._top_up(trial, enough, skip=Rule.RECLAIM):
-                borrowed = trial.moves()
-            _reset(trial, base)
-        if not self._top_up(trial, enough):
-            if borrowed is None:
-                return False
-        elif borrowed is None or self._cost(trial.moves()) <= self._cost(borrowed):
-            return True
-        _reset(trial, borrowed)
-        return True
-
-    def _top_up(self, trial: Trial, enough: Callable[[], bool], skip: Rule | None = None) -> bool:
-        """Take further moves in order (none by the `skip` rule) until the quota allows the
-        claimant, then drop those not needed; whether it came to that."""
         with trial.on_ledger():
             chosen = {id(move) for move in trial.moves()}
             for move in self.moves():
                 if self.quota_ok(trial):
                     break
-                if (
-                    move.rule not in (Rule.RELEASING, skip)
-                    and id(move) not in chosen
-                    and trial.allows(move)
-                ):
+                if move.rule != Rule.RELEASING and id(move) not in chosen and trial.allows(move):
                     trial.take(move)
             if not self.quota_ok(trial):
                 return False
@@ -669,13 +665,8 @@ class Trial:
         self.taken: list[tuple[Move, dict[int, int]]] = []
         self.shrunk: Counter[int] = Counter()  # workload -> GPUs shrunk
         self.released: Counter[int] = Counter()  # queue id -> GPUs the moves release
-        self.reclaims = 0  # moves taken by the reclaim rule
+        self.rules: Counter[Rule] = Counter()  # moves taken by each rule
         self.live = False  # whether `released` is applied to the ledger
-
-    @property
-    def reclaiming(self) -> bool:
-        """Whether the trial takes back borrowed work of other queues."""
-        return self.reclaims > 0
 
     def _frees(self, move: Move) -> dict[int, int]:
         """What the move would free now: on each node, no more than the workload still holds
@@ -722,7 +713,7 @@ class Trial:
         return move, frees
 
     def _account(self, move: Move, frees: dict[int, int], sign: int) -> None:
-        self.reclaims += sign * (move.rule == Rule.RECLAIM)
+        self.rules[move.rule] += sign
         for node, gpus in frees.items():
             before = self.missing.get(node)
             if before is not None:
@@ -785,14 +776,6 @@ class _FreeGPUs(dict):
 def _freed_at_least(count: int) -> Callable[[Trial], bool]:
     """Whether a trial has freed at least `count` of its target nodes."""
     return lambda trial: trial.done >= count
-
-
-def _reset(trial: Trial, moves: list[Move]) -> None:
-    """Make the trial's moves exactly `moves` again."""
-    for index in range(len(trial.taken) - 1, -1, -1):
-        trial.drop(index)
-    for move in moves:
-        trial.take(move)
 
 
 def _minimise(trial: Trial, enough: Callable[[], bool]) -> None:

@@ -245,10 +245,17 @@ class QuotaLedger:
     def over_quota(self, node: TreeNode, gpu_model: str, released: int = 0) -> bool:
         """Whether the subtree uses more than its quota (it borrows from above), with
         `released` GPUs fewer."""
-        quota = self._static(node, gpu_model)[0]
+        return self._staying(node, gpu_model) - released > self._static(node, gpu_model)[0]
+
+    def _staying(self, node: TreeNode, gpu_model: str) -> int:
+        """What the subtree uses of its quota, less the work told to stop this cycle."""
         if node[0] == "q":
-            return self.staying(node[1], gpu_model) - released > quota  # type: ignore[arg-type]
-        return self._used(node, gpu_model) - released > quota
+            return self.staying(node[1], gpu_model)  # type: ignore[arg-type]
+        used = 0
+        for child in self._children.get(node, ()):
+            _, kept, _ = self._static(child, gpu_model)
+            used += max(0, self._staying(child, gpu_model) - kept)
+        return used
 
     def level(self, queue: Queue, gpu_model: str, gpus: int) -> int:
         """How high in its tree the queue must go to find quota for `gpus` more (Kueue's

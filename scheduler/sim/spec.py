@@ -314,9 +314,6 @@ def _preemption(data: dict, where: str) -> PreemptionPolicy:
     if unknown:
         raise SpecError(f"{where}: unknown setting {unknown[0]!r}")
     threshold = data.get("max_priority_threshold")
-    borrow = data.get("borrow_within_cohort", default.borrow_within_cohort)
-    if not isinstance(borrow, bool):
-        raise SpecError(f"{where}.borrow_within_cohort: must be true or false, not {borrow!r}")
     return PreemptionPolicy(
         reclaim_within_cohort=_choice(
             ReclaimWithinCohort, data, "reclaim_within_cohort", default, where
@@ -324,12 +321,20 @@ def _preemption(data: dict, where: str) -> PreemptionPolicy:
         within_cluster_queue=_choice(
             WithinClusterQueue, data, "within_cluster_queue", default, where
         ),
-        borrow_within_cohort=borrow,
+        borrow_within_cohort=_flag(data, "borrow_within_cohort", default, where),
         max_priority_threshold=None
         if threshold is None
         else _int(threshold, f"{where}.max_priority_threshold"),
         fair_sharing=_choice(FairSharing, data, "fair_sharing", default, where),
+        preempt_by_fair_share=_flag(data, "preempt_by_fair_share", default, where),
     )
+
+
+def _flag(data: dict, key: str, default: object, where: str) -> bool:
+    value = data.get(key, getattr(default, key))
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}.{key}: must be true or false, not {value!r}")
+    return value
 
 
 def _choice(kind: type[StrEnum], data: dict, key: str, default: object, where: str) -> Any:

@@ -66,7 +66,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='queue',
             name='fair_sharing',
-            field=models.CharField(choices=[('Off', 'Off'), ('LessThanOrEqualToFinalShare', 'LessThanOrEqualToFinalShare'), ('LessThanInitialShare', 'LessThanInitialShare'), ('LessThanOrEqualToFinalShare,LessThanInitialShare', 'LessThanOrEqualToFinalShare,LessThanInitialShare')], default='LessThanOrEqualToFinalShare', help_text="Whether borrow_within_cohort also weighs the two queues' shares: Off (priority alone), LessThanOrEqualToFinalShare (this queue's share after no larger than the other's after), LessThanInitialShare (smaller than the other's before), or the first and, where it finds no room, the second", max_length=64),
+            field=models.CharField(choices=[('Off', 'Off'), ('LessThanOrEqualToFinalShare', 'LessThanOrEqualToFinalShare'), ('LessThanInitialShare', 'LessThanInitialShare'), ('LessThanOrEqualToFinalShare,LessThanInitialShare', 'LessThanOrEqualToFinalShare,LessThanInitialShare')], default='LessThanOrEqualToFinalShare', help_text="How borrow_within_cohort weighs the two queues' shares: Off (only that this queue's share is no larger than the other's before, which keeps the room with the job), LessThanOrEqualToFinalShare (this queue's share after no larger than the other's after), LessThanInitialShare (smaller than the other's before), or the first and, where it finds no room, the second", max_length=64),
         ),
         migrations.AddField(
             model_name='queue',

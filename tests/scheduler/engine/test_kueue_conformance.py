@@ -120,6 +120,8 @@ FEWEST = "Fewest victims first, then the queue that borrows most"
 SHARE_BEFORE = "A borrowing claimant's share counts all it asks for"
 QUEUE_SHARES = "Fair shares are queues' shares, with no cohort weights"
 IDLE_LENT = "Idle quota is lent even when its owner could not take it back"
+ROOM_KEPT = "Borrowing preemption keeps the room with the claimant"
+CHEAPEST = "Where its own work must go anyway, the cheapest room wins"
 
 # -- TestPreemption's ClusterQueues (single resource: cpu; memory never binds in these cases) --
 
@@ -379,6 +381,8 @@ PREEMPTION_CASES = [
         ],
         W("in", "b_standard", 2, 2),
         {"b_standard_mid", "a_best_effort_lower"},
+        wanka=set(),
+        why=ROOM_KEPT,
     ),
     case(
         PREEMPTION,
@@ -582,6 +586,8 @@ HIERARCHY_CASES = [
         W("in", "q", 0, 3),
         {"admitted_borrowing", "admitted_same_cohort_preemptible"},
         cohorts=(Co("r", None, 1), Co("c", "r", 4)),
+        wanka=set(),
+        why=ROOM_KEPT,
     ),
     case(
         HIERARCHY,
@@ -1044,6 +1050,8 @@ SCHEDULE_CASES = [
         [W("preemptor", "eng-beta", 0, 20)],
         {"borrower", "low-2"},
         set(),
+        wanka={"low-1"},
+        why=CHEAPEST,
     ),
     schedule(
         "multiple CQs need preemption",

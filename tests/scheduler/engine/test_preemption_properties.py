@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.engine import (
+    FairSharing,
     Plan,
     PreemptionPolicy,
     Queue,
@@ -35,9 +36,18 @@ POLICIES = st.sampled_from(
         PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.NEVER),
         PreemptionPolicy(within_cluster_queue=WithinClusterQueue.NEVER),
         PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=2),
+        PreemptionPolicy(borrow_within_cohort=True, fair_sharing=FairSharing.OFF),
+        PreemptionPolicy(
+            reclaim_within_cohort=ReclaimWithinCohort.LOWER_PRIORITY,
+            within_cluster_queue=WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY,
+            borrow_within_cohort=True,
+            fair_sharing=FairSharing.LESS_THAN_INITIAL_SHARE,
+        ),
+        PreemptionPolicy(preempt_by_fair_share=True, fair_sharing=FairSharing.BOTH),
     ]
 )
 CYCLES = 30
+NEWER = WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
 
 
 def fill(draw: st.DrawFn, nodes, queues: list[Queue], first_id: int) -> list[Workload]:
@@ -68,7 +78,7 @@ def fill(draw: st.DrawFn, nodes, queues: list[Queue], first_id: int) -> list[Wor
                     draw(st.sampled_from(queues)).id,
                     "H800",
                     gpus,
-                    0.0,
+                    float(draw(st.integers(-5, 5))),
                     priority=draw(st.integers(0, 2)),
                     placements=placements,
                     started_at=float(draw(st.integers(-500, 0))),
@@ -167,7 +177,12 @@ def test_every_victim_is_one_the_rules_allow(snapshot: Snapshot) -> None:
         assert victim.is_running and not victim.preempting
         assert not claimant.is_running and claimant_id not in admitted
         if victim.queue_id == claimant.queue_id:
-            assert victim.priority < claimant.priority
+            newer = queues[victim.queue_id].preemption.within_cluster_queue == NEWER
+            assert victim.priority < claimant.priority or (
+                newer
+                and victim.priority == claimant.priority
+                and victim.submitted_at > claimant.submitted_at
+            )
         else:
             victim_queue, claimant_queue = queues[victim.queue_id], queues[claimant.queue_id]
             assert victim_queue.cohort is not None and claimant_queue.cohort is not None
