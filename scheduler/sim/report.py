@@ -39,11 +39,7 @@ def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
         "ettr": ettr_figure(results),
     }
     divs = "\n".join(f'<div id="{name}" class="figure"></div>' for name in figures)
-    specs = json.dumps(
-        {name: json.loads(fig.to_json()) for name, fig in figures.items()},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    specs = script_json({name: json.loads(fig.to_json()) for name, fig in figures.items()})
     large = next(iter(results["policies"].values()), {}).get("large_gangs", {}).get("min_gpus")
     return PAGE.format(
         definitions=DEFINITIONS.format(large=large),
@@ -54,6 +50,13 @@ def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
         figures=specs,
         plotly=plotly_script(plotlyjs),
     )
+
+
+def script_json(data: object) -> str:
+    """JSON to embed in a <script>: "<", ">" and "&" escaped, so that no name in it (a queue
+    of a trace, say) can close the script and run as markup (as Django's json_script does)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def plotly_script(mode: str) -> str:

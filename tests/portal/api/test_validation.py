@@ -180,3 +180,45 @@ def test_the_form_sets_a_checkpoint_interval_and_a_preemption_grace(acme_llm, bo
     assert (workload.checkpoint_interval_s, workload.preemption_grace_s) == (900, 30)
     page = client.post("/workloads/new/", {**form, "name": "b", "preemption_grace_s": "9999"})
     assert "less than or equal to 3600" in page.content.decode()
+
+
+def test_json_nested_too_deep_is_a_400_on_every_endpoint(acme_llm, alice):
+    deep = "[" * 1000 + "]" * 1000
+    client = api_client(alice)
+    for url in ["/api/v1/quota-requests/", "/api/v1/enrol/"]:
+        response = client.generic("POST", url, deep, content_type="application/json")
+        assert response.status_code == 400, url
+        (error,) = response.json()["errors"]
+        assert error["field"] is None and "nested more than 32 deep" in error["reason"]
+    assert not QuotaRequest.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "count"),
+    [
+        ({"limit": str(2**63)}, 200, 1),
+        ({"limit": str(2**64 + 5)}, 200, 1),
+        ({"offset": str(2**63)}, 400, None),
+        ({"limit": "abc"}, 200, 1),
+    ],
+    ids=["limit 2^63", "limit over 2^64", "offset 2^63", "a limit that is no number"],
+)
+def test_huge_pagination_values_are_bounded_not_a_500(acme_llm, alice, query, status, count):
+    response = api_client(alice).get("/api/v1/queues/", query)
+    assert response.status_code == status
+    if status == 200:
+        assert len(response.json()["results"]) == count
+    else:
+        assert response.json()["errors"] == [
+            {"field": "offset", "reason": "Ensure this value is less than or equal to 1000000000."}
+        ]
+
+
+def test_a_page_holds_at_most_the_largest_page(acme_llm, alice, monkeypatch):
+    from portal.core.limits import Pagination
+
+    monkeypatch.setattr(Pagination, "max_limit", 2)  # rather than making 501 queues
+    for i in range(3):
+        make_queue(acme_llm.tenant, f"extra{i}")
+    page = api_client(alice).get("/api/v1/queues/", {"limit": "10"}).json()
+    assert (page["count"], len(page["results"])) == (4, 2)

@@ -158,3 +158,15 @@ def cluster_spec() -> dict:
 def test_a_trace_naming_an_unknown_queue_is_refused() -> None:
     with pytest.raises(SimulationError, match="names queue 'nlp'"):
         run([TraceJob(1, 0.0, 1, "H800", 10.0, "nlp")], cluster(), ["wanka"])
+
+
+def test_names_from_a_trace_cannot_run_as_script_in_the_report(results) -> None:
+    payload = "</script><script>alert(1)</script>"
+    planted = json.loads(json.dumps(results))
+    planted["cluster"]["name"] = payload
+    planted["cluster"]["queues"] = {payload: q for q in planted["cluster"]["queues"].values()}
+    for policy in planted["policies"].values():
+        policy["by_queue"] = {payload: q for q in policy["by_queue"].values()}
+    page = render(planted, payload)
+    assert "<script>alert(1)" not in page
+    assert payload in json.dumps(figures(page))  # the name is still there, as text
