@@ -164,9 +164,9 @@ def test_names_from_a_trace_cannot_run_as_script_in_the_report(results) -> None:
     payload = "</script><script>alert(1)</script>"
     planted = json.loads(json.dumps(results))
     planted["cluster"]["name"] = payload
-    planted["cluster"]["queues"] = {payload: q for q in planted["cluster"]["queues"].values()}
+    planted["cluster"]["queues"] = {payload + n: q for n, q in planted["cluster"]["queues"].items()}
     for policy in planted["policies"].values():
-        policy["by_queue"] = {payload: q for q in policy["by_queue"].values()}
+        policy["by_queue"] = {payload + n: q for n, q in policy["by_queue"].items()}
     page = render(planted, payload)
     assert "<script>alert(1)" not in page
     assert payload in json.dumps(figures(page))  # the name is still there, as text
