@@ -2,10 +2,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from portal.dashboard import views
+from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("workloads/", views.workload_list, name="workload-list"),
     path("workloads/new/", views.workload_new, name="workload-new"),

@@ -1,0 +1,42 @@
+"""Sign-in that resists password guessing: after `FAILURES` wrong passwords for one username
+within `WINDOW_S` seconds, that username cannot sign in until the window has passed, whatever
+password it gives. Counted in Redis, so every web process sees the same count."""
+
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
+
+from portal.core import redis
+
+FAILURES = 10
+WINDOW_S = 15 * 60
+
+
+def _key(username: str) -> str:
+    return f"wanka:signin-failures:{username.strip().lower()}"
+
+
+class SignInForm(AuthenticationForm):
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": "Wrong username or password.",
+    }
+
+    def clean(self):
+        key = _key(self.cleaned_data.get("username") or "")
+        client = redis.client()
+        if int(client.get(key) or 0) >= FAILURES:
+            minutes = max(1, -(-client.ttl(key) // 60))
+            raise ValidationError(
+                f"Too many failed sign-ins for this username; try again in {minutes} minutes.",
+                code="throttled",
+            )
+        try:
+            cleaned = super().clean()
+        except ValidationError:
+            with client.pipeline() as pipe:
+                pipe.incr(key)
+                pipe.expire(key, WINDOW_S, nx=True)
+                pipe.execute()
+            raise
+        client.delete(key)
+        return cleaned

@@ -1,0 +1,47 @@
+"""Password guessing is throttled per username, in Redis (real Redis: every web process shares
+the count)."""
+
+import pytest
+
+from portal.core import redis
+from portal.dashboard import signin
+
+
+@pytest.fixture(autouse=True)
+def clean_counts():
+    redis.client().delete(signin._key("alice"))
+    yield
+    redis.client().delete(signin._key("alice"))
+
+
+def sign_in(client, password):
+    return client.post("/login/", {"username": "alice", "password": password})
+
+
+def test_ten_wrong_passwords_lock_the_username_even_for_the_right_one(client, alice):
+    for _ in range(signin.FAILURES):
+        page = sign_in(client, "guess")
+        assert page.status_code == 200
+        assert "Wrong username or password." in page.content.decode()
+    page = sign_in(client, "pw-alice")
+    assert page.status_code == 200  # the form again, not a redirect
+    assert "Too many failed sign-ins for this username; try again in 15 minutes." in (
+        page.content.decode()
+    )
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_lock_ends_with_its_window_and_a_success_clears_the_count(client, alice):
+    for _ in range(signin.FAILURES):
+        sign_in(client, "guess")
+    redis.client().delete(signin._key("alice"))  # the window has passed
+    for _ in range(signin.FAILURES - 1):
+        sign_in(client, "guess")
+    assert sign_in(client, "pw-alice").status_code == 302
+    assert redis.client().get(signin._key("alice")) is None
+
+
+def test_the_count_ignores_case_and_spaces(client, alice):
+    for name in ["Alice", " alice", "ALICE "] * 3:
+        client.post("/login/", {"username": name, "password": "guess"})
+    assert int(redis.client().get(signin._key("alice"))) == 9
