@@ -36,6 +36,17 @@ if not SECRET_KEY:
     SECRET_KEY = key_file.read_text().strip()
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+# Served over HTTPS (behind a proxy that sets X-Forwarded-Proto): cookies only over TLS, HTTP
+# redirected, browsers told to use HTTPS for a year. `manage.py check --deploy` then passes.
+HTTPS = env_bool("WANKA_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SESSION_COOKIE_HTTPONLY = True
+# Preloading HSTS submits the domain to browsers' built-in lists, which is hard to undo: the
+# operator's decision (SECURE_HSTS_PRELOAD), not a default.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 INSTALLED_APPS = [
     "daphne",
@@ -71,6 +82,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.core.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -248,7 +260,11 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI served from our own static files, not fetched from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"WorkloadState": "portal.workloads.choices.State"},
+    "ENUM_NAME_OVERRIDES": {
+        "WorkloadState": "portal.workloads.choices.State",
+        "WorkloadKind": "portal.workloads.choices.Kind",
+        "CheckpointKind": "portal.workloads.choices.CheckpointKind",
+    },
 }
 
 WANKA = {

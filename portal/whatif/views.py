@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
 from portal.core.models import audit
+from portal.core.security import SANDBOXED_REPORT
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
 from portal.whatif.tasks import run_whatif
@@ -93,7 +94,9 @@ def whatif_report(request, pk):
     whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state"), pk=pk)
     if whatif.state != RunState.DONE or not whatif.report_path.exists():
         raise Http404("No report yet.")
-    return FileResponse(whatif.report_path.open("rb"), content_type="text/html")
+    response = FileResponse(whatif.report_path.open("rb"), content_type="text/html")
+    response.headers["Content-Security-Policy"] = SANDBOXED_REPORT
+    return response
 
 
 @staff_member_required

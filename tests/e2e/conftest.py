@@ -36,6 +36,16 @@ def browser():
 
 @pytest.fixture
 def page(browser):
+    """A fresh page; the test fails if anything it loaded broke the Content-Security-Policy."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    yield context.new_page()
+    page = context.new_page()
+    refused = []
+    page.on(
+        "console",
+        lambda message: (
+            refused.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
+    yield page
     context.close()
+    assert not refused, refused

@@ -48,12 +48,11 @@ def test_a_job_goes_live_on_the_dashboard(running_portal, page, acme, bob):
 
     state = page.locator("tr:has-text('live-job') [data-state]")
     state.filter(has_text="running").wait_for(timeout=30_000)
-    page.wait_for_function(
-        "document.getElementById('utilization-chart').data[0].y.slice(-1)[0] > 0", timeout=15_000
-    )
-    page.wait_for_function(
-        f"document.getElementById('utilization-chart').data[0].x.length > {points_before}"
-    )
+    # Polled from here: Playwright's wait_for_function evaluates a string, which the page's
+    # Content-Security-Policy forbids.
+    series = "document.getElementById('utilization-chart').data[0]"
+    wait_until(lambda: page.evaluate(f"{series}.y.slice(-1)[0] > 0"), 15, "busy GPUs charted")
+    wait_until(lambda: page.evaluate(f"{series}.x.length > {points_before}"), 30, "a new point")
     assert page.evaluate("window.notReloaded")
     assert page.locator("#tile-allocated").inner_text() == "16"
     page.screenshot(path=settings.DATA_DIR / "dashboard.png", full_page=True)
@@ -65,3 +64,18 @@ def test_signing_in_with_a_wrong_password_says_so(portal_server, page, bob):
     page.fill("input[name=password]", "wrong")
     page.click("button[type=submit]")
     assert page.locator(".error").inner_text() == "Wrong username or password."
+
+
+def test_the_console_and_the_api_docs_run_under_the_content_security_policy(
+    portal_server, page, operator
+):
+    base = f"http://127.0.0.1:{portal_server}"
+    sign_in(page, base, "operator", "pw-operator")
+    for path, ready in [
+        ("/admin/", "#site-name"),
+        ("/admin/quotas/queue/", "#changelist"),
+        ("/admin/quotas/queue/add/", "fieldset"),
+        ("/api/docs/", ".swagger-ui .info"),
+    ]:
+        page.goto(base + path)
+        page.wait_for_selector(ready, timeout=15_000)

@@ -49,7 +49,9 @@ def test_a_philly_run_from_the_page_to_its_report(staff):
     assert whatif.state == RunState.DONE and whatif.progress == 1.0
     assert set(whatif.results["policies"]) == {"wanka", "fifo"}
     assert whatif.results["policies"]["wanka"]["jobs"] == whatif.results["trace"]["jobs"] > 0
-    report = b"".join(staff.get(f"/ops/whatif/{whatif.pk}/report/").streaming_content)
+    response = staff.get(f"/ops/whatif/{whatif.pk}/report/")
+    assert response.headers["Content-Security-Policy"].startswith("sandbox allow-scripts;")
+    report = b"".join(response.streaming_content)
     assert b"plotly" in report.lower() and b"wanka" in report
     figures = staff.get(f"/ops/whatif/{whatif.pk}/results.json").json()
     assert figures["policies"]["fifo"]["preemptions"]["count"] == 0
