@@ -249,8 +249,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.core.api.exception_handler",
-    # Per client address; only the unauthenticated enrolment endpoint uses a scope.
+    # Per client address; only the unauthenticated enrolment endpoint uses a scope. The address
+    # is the connection's, or with WANKA_PROXIES trusted proxies in front, the one they saw
+    # (X-Forwarded-For, counted from the right): a client cannot pick its own.
     "DEFAULT_THROTTLE_RATES": {"enrol": "120/minute"},
+    "NUM_PROXIES": int(os.environ.get("WANKA_PROXIES", "0")),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Wanka API",

@@ -155,3 +155,24 @@ def test_node_lifecycle_moves(cluster, operator, path, allowed):
         with pytest.raises(Conflict):
             for health in path:
                 node.set_health(health, "test", actor=operator)
+
+
+def test_the_enrol_throttle_counts_the_client_not_the_forwarded_for_header(db, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    rates = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
+    limit = int(rates["enrol"].split("/")[0])
+    client = APIClient()
+    answers = [
+        client.post(
+            "/api/v1/enrol/",
+            {"bootstrap_token": "nope", "hostname": "h", "facts": FACTS},
+            format="json",
+            HTTP_X_FORWARDED_FOR=f"10.0.0.{i % 250}",
+        ).status_code
+        for i in range(limit + 1)
+    ]
+    assert 429 not in answers[:limit]
+    assert answers[-1] == 429  # a new X-Forwarded-For each time did not make a new client
+    cache.clear()
