@@ -25,6 +25,10 @@ from portal.workloads.desired import desired_state
 from scheduler.agent import protocol
 
 log = logging.getLogger(__name__)
+# The largest frame an agent may send; a hello or heartbeat of an 8-GPU node with its jobs is a
+# few kilobytes. A larger one closes the connection at once, before any of it is decoded.
+MAX_FRAME_BYTES = 256 * 1024
+CLOSE_TOO_BIG = 4009  # "too big" (daphne lets an application close only with 1000 or 3000-4999)
 
 
 def in_db(func):
@@ -102,7 +106,18 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         started = time.perf_counter()
-        await self.handle(text_data if text_data is not None else bytes_data)
+        raw = text_data if text_data is not None else bytes_data
+        size = len(raw) if isinstance(raw, bytes) else len(raw.encode())
+        if size > MAX_FRAME_BYTES:
+            log.warning(
+                "node %s: frame of %d bytes, over the %d allowed: connection closed",
+                self.node.name,
+                size,
+                MAX_FRAME_BYTES,
+            )
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        await self.handle(raw)
         fanin.stats.record(time.perf_counter() - started)
 
     async def handle(self, raw):

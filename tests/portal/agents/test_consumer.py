@@ -235,3 +235,26 @@ def test_a_node_declared_lost_while_its_agent_still_beats_is_connected_again(age
         assert node.agent_channel
     finally:
         agent.stop()
+
+
+def test_a_frame_over_the_bound_closes_the_connection_at_once_and_is_logged(
+    agent_url, portal_server, cluster
+):
+    from websockets.exceptions import ConnectionClosed
+
+    from portal.agents.consumers import CLOSE_TOO_BIG, MAX_FRAME_BYTES
+
+    node = cluster[0]
+    token = node.issue_token()
+    with connect(
+        agent_url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None
+    ) as ws:
+        ws.send("x" * (MAX_FRAME_BYTES + 1))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=2)
+        assert closed.value.rcvd.code == CLOSE_TOO_BIG
+    wait_until(
+        lambda: f"node {node.name}: frame of {MAX_FRAME_BYTES + 1} bytes" in _server_log(),
+        5,
+        "the rejection in the log",
+    )
