@@ -16,6 +16,10 @@ class QueueQuotaInline(admin.TabularInline):
     extra = 0
 
 
+# The preemption settings that take a few values: columns and filters of the queue list.
+PREEMPTION_CHOICES = [f for f in Queue.PREEMPTION_FIELDS if f != "max_priority_threshold"]
+
+
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
     list_display = [
@@ -26,20 +30,9 @@ class QueueAdmin(admin.ModelAdmin):
         "priority",
         "weight",
         "strategy",
-        "reclaim_within_cohort",
-        "within_cluster_queue",
-        "borrow_within_cohort",
-        "fair_sharing",
+        *PREEMPTION_CHOICES,
     ]
-    list_filter = [
-        "tenant",
-        "region",
-        "cohort",
-        "reclaim_within_cohort",
-        "within_cluster_queue",
-        "borrow_within_cohort",
-        "fair_sharing",
-    ]
+    list_filter = ["tenant", "region", "cohort", *PREEMPTION_CHOICES]
     list_select_related = ["tenant", "region", "cohort"]
     fieldsets = [
         (None, {"fields": ["tenant", "name", "region", "cohort", "priority", "weight"]}),
@@ -47,14 +40,7 @@ class QueueAdmin(admin.ModelAdmin):
         (
             "Preemption (Kueue's names)",
             {
-                "fields": [
-                    "reclaim_within_cohort",
-                    "within_cluster_queue",
-                    "borrow_within_cohort",
-                    "max_priority_threshold",
-                    "fair_sharing",
-                    "preempt_by_fair_share",
-                ],
+                "fields": Queue.PREEMPTION_FIELDS,
                 "description": "What this queue's waiting work may evict to start, as Kueue's "
                 "ClusterQueue preemption policy says it.",
             },

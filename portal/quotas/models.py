@@ -118,6 +118,15 @@ class Queue(models.Model):
         "priority or above, as reclaim_within_cohort allows, when fair_sharing lets the shares "
         "go (Kueue's preemption with fair sharing enabled)",
     )
+    # The preemption policy's fields, in the order the console and the API show them.
+    PREEMPTION_FIELDS = (
+        "reclaim_within_cohort",
+        "within_cluster_queue",
+        "borrow_within_cohort",
+        "max_priority_threshold",
+        "fair_sharing",
+        "preempt_by_fair_share",
+    )
     preemption_grace_s = models.PositiveIntegerField(
         default=60, help_text="How long a preempted job of this queue may take to save first"
     )

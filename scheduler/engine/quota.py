@@ -52,7 +52,6 @@ class QuotaLedger:
         self._static = cache(self._compute_static)
         self._height = cache(self._compute_height)
         self._members: dict[TreeNode, list[int]] = {}
-        self._roots: dict[int, TreeNode] = {}
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
 
@@ -109,13 +108,7 @@ class QuotaLedger:
 
     def root(self, queue: Queue) -> TreeNode:
         """The root of the queue's cohort tree; the queue itself when it is in no cohort."""
-        found = self._roots.get(queue.id)
-        if found is None:
-            node: TreeNode = ("q", queue.id)
-            while (parent := self._parent[node]) is not None:
-                node = parent
-            found = self._roots[queue.id] = node
-        return found
+        return self.path(queue)[-1]
 
     def members(self, queue: Queue) -> list[int]:
         """Ids of the queues in the queue's cohort tree (itself included), in id order."""

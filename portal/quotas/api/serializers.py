@@ -33,12 +33,7 @@ class QueueSerializer(serializers.ModelSerializer):
             "priority",
             "weight",
             "strategy",
-            "reclaim_within_cohort",
-            "within_cluster_queue",
-            "borrow_within_cohort",
-            "max_priority_threshold",
-            "fair_sharing",
-            "preempt_by_fair_share",
+            *Queue.PREEMPTION_FIELDS,
             "preemption_grace_s",
             "quotas",
         ]
