@@ -45,9 +45,9 @@ then every move not needed is dropped again (the most valuable first). For a sma
 same on each node. The cheapest room wins (`_cost`; ties: the domain's name, or for a node
 the fewest free GPUs, then its name), so victims sit together rather than scattered. Quota: if
 the claimant's queue still may not take the GPUs, further moves are taken in order until it may,
-and the set is minimised again; a claimant that may reclaim but could also borrow idle quota
-tries both and keeps the cheaper. Only the quota phase touches the ledger, and undoes its
-changes.
+and the set is minimised again. Only the quota phase touches the ledger, and undoes its changes.
+A claimant that may reclaim but could also evict its own work alone is searched both ways, and
+the cheaper room wins (`Cycle.find_room`).
 """
 
 from __future__ import annotations
@@ -179,14 +179,13 @@ class VictimSearch:
         the queue's own work it may evict), 1 at its cohort, ...; inf if nowhere."""
         if self._depth is None:
             claimant, queue = self.claimant, self.claimant.queue
-            path = self.ledger.path(queue)
-            model = claimant.workload.gpu_model
-            self._depth = 0 if claimant.reclaims else math.inf
-            if not claimant.reclaims:
-                for depth in range(1, len(path)):
-                    if self.ledger.fits_at(path[depth], queue, model, claimant.gpus):
-                        self._depth = depth
-                        break
+            path, model = self.ledger.path(queue), claimant.workload.gpu_model
+            fits = (
+                depth
+                for depth in range(1, len(path))
+                if self.ledger.fits_at(path[depth], queue, model, claimant.gpus)
+            )
+            self._depth = 0 if claimant.reclaims else next(fits, math.inf)
         return self._depth
 
     def _queue_moves(self, rule: Rule, queue_id: int) -> tuple[list[Move], list[Move], list[int]]:
