@@ -1,0 +1,545 @@
+"""Parallel plans for training a transformer on N GPUs: TP x PP x DP, micro-batches, recompute.
+
+`plans(model, gpu, gpus, batch)` ranks every plan whose memory fits, fastest first; `plan(...)`
+is the first. A plan keeps the global batch exactly for any data-parallel size: when the
+replicas cannot share the batch evenly, some take one sequence more (the job weighs each
+replica's loss by its share, see `examples/train_elastic.py`).
+
+The time of one iteration is built from closed forms, per pipeline stage and micro-batch:
+
+- **compute**: each layer's matrix FLOPs (Narayanan et al., SC'21, §5.1: 24bsh^2 + 4bs^2h per
+  forward pass of a GPT layer; here for grouped-query attention and gated FFNs too) at the GPU's
+  achievable GEMM rate, and its element-wise work (layer norms, activations, dropout, softmax),
+  which is bound by memory bandwidth: it reads and writes the tensors Korthikanti et al. 2022
+  count as activations (34sbh + 5as^2b bytes per layer, Table 2);
+- **recompute**: "full" runs each layer's forward again in the backward pass; "selective"
+  recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
+- **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
+  all-gather pairs of the same volume) of b*s*h values per layer and pass over NVLink, on the
+  critical path;
+- **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
+  point-to-point sends between stages;
+- **data parallelism**: a ring reduction of the gradients (reduce-scatter plus all-gather of
+  the parameters with the distributed optimizer) over the network, or over NVLink inside a node;
+  with overlap it hides behind the backward pass of the last micro-batch, and only what is left
+  over counts. Across data centers the reduction is hierarchical: inside each, then over the
+  link between them, which the whole job shares;
+- **optimizer step**: Adam reads and writes its state once, bound by memory bandwidth.
+
+Memory per GPU: parameters, gradients and optimizer state (18 bytes per parameter for mixed
+precision Adam, 6 + 12/DP with the distributed optimizer), the activations of the micro-batches
+in flight on the first stage (Korthikanti Table 2; p of them in 1F1B, (1 + (p-1)/(pv)) times more
+when interleaved) and the last stage's logits, plus a fixed reserve for the CUDA context, NCCL
+buffers and fragmentation.
+
+`docs/parallelism.md` compares the predictions with every published measurement we found with
+its configuration; `python -m bench.parallelism` prints that table and the re-planning times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer; `ffn` is the FFN's inner size, `kv_heads` 0 for one per head."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    kv_heads: int = 0
+    gated: bool = False  # SwiGLU: three FFN matrices instead of two
+    tied: bool = True  # the output layer shares the embedding's weights
+    dropout: bool = True
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def layer_params(self) -> int:
+        h, d = self.hidden, self.hidden // self.heads
+        attention = h * (h + 2 * self.kv * d) + h * h
+        return attention + (3 if self.gated else 2) * h * self.ffn + 4 * h
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        output = 0 if self.tied else self.embedding_params
+        return self.layers * self.layer_params + self.embedding_params + output
+
+    def flops_per_sequence(self) -> float:
+        """Forward and backward FLOPs of one sequence, without recompute (the MFU convention)."""
+        return 3 * (self.layers * self._layer_flops(1, 1) + self._logit_flops(1, 1))
+
+    def _layer_flops(self, batch: int, tp: int) -> float:
+        return self._matrix_flops(batch, tp) + self._attention_flops(batch, tp)
+
+    def _matrix_flops(self, batch: int, tp: int) -> float:
+        h, d, tokens = self.hidden, self.hidden // self.heads, batch * self.seq
+        attention = h * (h + 2 * self.kv * d) + h * h
+        return 2 * tokens * (attention + (3 if self.gated else 2) * h * self.ffn) / tp
+
+    def _attention_flops(self, batch: int, tp: int) -> float:
+        return 4 * batch * self.seq**2 * self.hidden / tp
+
+    def _logit_flops(self, batch: int, tp: int) -> float:
+        return 2 * batch * self.seq * self.hidden * self.vocab / tp
+
+
+def gpt(name: str, layers: int, hidden: int, heads: int, seq: int = 2048) -> ModelSpec:
+    """A GPT-3 style model as Megatron-LM trains it (FFN 4h, GeLU, vocabulary 51,200)."""
+    return ModelSpec(name, layers, hidden, heads, ffn=4 * hidden, vocab=51200, seq=seq)
+
+
+def llama(name: str, layers: int, hidden: int, heads: int, ffn: int, seq: int = 8192) -> ModelSpec:
+    """A Llama 3 style model: grouped-query attention with 8 KV heads, SwiGLU, 128,256 tokens."""
+    return ModelSpec(
+        name, layers, hidden, heads, ffn, 128256, seq, 8, gated=True, tied=False, dropout=False
+    )
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        gpt("gpt3-1.3b", 24, 2048, 16),
+        gpt("gpt3-13b", 40, 5120, 40),
+        gpt("gpt3-175b", 96, 12288, 96),
+        gpt("megatron-530b", 105, 20480, 128),
+        gpt("megatron-1t", 128, 25600, 160),
+        llama("llama3-8b", 32, 4096, 32, 14336),
+        llama("llama3-70b", 80, 8192, 64, 28672),
+        llama("llama3-405b", 126, 16384, 128, 53248),
+    )
+}
+
+
+class SpecError(ValueError):
+    """A model spec that cannot be used; `field` names what is wrong."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+SPEC_FIELDS = ("layers", "hidden", "heads", "ffn", "vocab", "seq")
+
+
+def model_spec(value: str | dict) -> ModelSpec:
+    """A catalogue model by name, or a spec field by field; `SpecError` says what is wrong."""
+    if isinstance(value, str):
+        if value not in MODELS:
+            raise SpecError("model", f"unknown model {value!r}; known: {', '.join(MODELS)}")
+        return MODELS[value]
+    if not isinstance(value, dict):
+        raise SpecError("model", "a catalogue name or an object with " + ", ".join(SPEC_FIELDS))
+    numbers = {}
+    for field in (*SPEC_FIELDS, "kv_heads"):
+        number = value.get(field, 0 if field == "kv_heads" else None)
+        if type(number) is not int or number < 0 or (number == 0 and field != "kv_heads"):
+            raise SpecError(f"model.{field}", "a positive whole number is required")
+        numbers[field] = number
+    if numbers["hidden"] % numbers["heads"]:
+        raise SpecError("model.heads", "must divide the hidden size")
+    if numbers["kv_heads"] and numbers["heads"] % numbers["kv_heads"]:
+        raise SpecError("model.kv_heads", "must divide the attention heads")
+    flags = {
+        k: bool(value.get(k, d)) for k, d in (("gated", False), ("tied", True), ("dropout", True))
+    }
+    return ModelSpec(str(value.get("name") or "custom")[:64], **numbers, **flags)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU type and its node: peak dense BF16, memory, and bandwidths per GPU in GB/s."""
+
+    name: str
+    memory_gib: float
+    bf16_tflops: float
+    hbm_gbps: float
+    nvlink_gbps: float  # one direction
+    network_gbps: float  # its NIC, one direction
+    gemm_efficiency: float  # achieved share of peak on large BF16 GEMMs
+    per_node: int = 8
+
+
+# Peak dense BF16, memory and bandwidths from the vendors' data sheets; one 200 Gb/s HDR NIC per
+# A100 and one 400 Gb/s NDR NIC per Hopper or Blackwell GPU (rail-optimised, as in DGX
+# SuperPODs). The GEMM efficiency is the effective share of peak that reproduces the published
+# runs in docs/parallelism.md (A100 with 2021-22 kernels, H100 with 2024 ones); the other GPUs
+# take their generation's figure.
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in (
+        Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
+        Gpu("H100", 80, 989, 3350, 450, 50, 0.80),
+        Gpu("H800", 80, 989, 3350, 200, 50, 0.80),
+        Gpu("H20", 96, 148, 4000, 450, 50, 0.80),
+        Gpu("H200", 141, 989, 4800, 450, 50, 0.80),
+        Gpu("B200", 180, 2250, 8000, 900, 50, 0.80),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the training software does; the defaults are today's Megatron-Core."""
+
+    overlap: bool = True  # gradient reduction and parameter gather overlap compute
+    sequence_parallel: bool = True  # activations outside the matrices split over TP too
+    flash_attention: bool = True  # attention scores are never written to memory
+    fp32_gradients: bool = True  # gradients kept and reduced in fp32 (fp16 in 2021)
+
+
+STACK_2021 = Stack(
+    overlap=False, sequence_parallel=False, flash_attention=False, fp32_gradients=False
+)
+"""Megatron-LM as Narayanan et al. ran it in 2021."""
+
+
+class Recompute(StrEnum):
+    """How much of the forward pass the backward pass runs again."""
+
+    SELECTIVE = "selective"  # the attention core only (Korthikanti et al. §4.2)
+    FULL = "full"  # every layer
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a job is split: the knobs a plan chooses."""
+
+    tp: int
+    pp: int
+    dp: int
+    vp: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
+    micro_batch: int = 1
+    recompute: Recompute = Recompute.SELECTIVE
+    distributed_optimizer: bool = True
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """A layout for one model, batch and GPU count, with what the model predicts for it."""
+
+    model: str
+    gpu: str
+    gpus: int
+    batch: int
+    layout: Layout
+    sequences: tuple[int, int]  # per replica: the larger share, then the smaller
+    larger_shares: int  # replicas that take the larger share
+    iteration_s: float
+    tokens_per_s: float
+    mfu: float  # model FLOPs (no recompute) per second over peak
+    memory_gib: float
+    datacenters: int = 1
+
+    @property
+    def micro_batches(self) -> tuple[int, int]:
+        """Micro-batches per replica for each share; the last may be partly filled."""
+        return tuple(-(-n // self.layout.micro_batch) for n in self.sequences)
+
+    @property
+    def bubble(self) -> float:
+        """The pipeline's idle share of the ideal time: (p - 1) / (v m), Narayanan et al. §2.2."""
+        return (self.layout.pp - 1) / (self.layout.vp * self.micro_batches[0])
+
+    @property
+    def shape(self) -> str:
+        layout = self.layout
+        interleave = f" (x{layout.vp} interleaved)" if layout.vp > 1 else ""
+        return f"TP{layout.tp} x PP{layout.pp}{interleave} x DP{layout.dp}"
+
+    def as_json(self) -> dict:
+        """The plan as the job reads it from WANKA_PARALLEL_PLAN."""
+        return {
+            **asdict(self.layout),
+            "model": self.model,
+            "gpu": self.gpu,
+            "gpus": self.gpus,
+            "global_batch": self.batch,
+            "sequences_per_replica": list(self.sequences),
+            "replicas_with_more": self.larger_shares,
+            "micro_batches_per_replica": list(self.micro_batches),
+            "datacenters": self.datacenters,
+            "predicted": {
+                "iteration_s": round(self.iteration_s, 4),
+                "tokens_per_s": round(self.tokens_per_s),
+                "mfu": round(self.mfu, 4),
+                "memory_gib": round(self.memory_gib, 2),
+            },
+        }
+
+
+# Fitted once to the published runs in docs/parallelism.md and shared by every GPU type.
+ELEMENTWISE_PASSES = 2.0  # element-wise kernels read and write the stored activations once
+ATTENTION_EFFICIENCY = 0.8  # the attention core's share of the GEMM rate (per-head GEMMs)
+LINK_EFFICIENCY = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
+RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
+DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
+
+MICRO_BATCHES = (1, 2, 4, 8)
+INTERLEAVE = (1, 2, 3, 4, 6, 8)
+
+
+class NoPlan(ValueError):
+    """No plan fits: the model is too large for this many GPUs of this type."""
+
+
+def plan(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, **fixed) -> ParallelPlan:
+    """The fastest plan that fits; `NoPlan` says why there is none."""
+    ranked = plans(model, gpu, gpus, batch, limit=1, **fixed)
+    if not ranked:
+        raise NoPlan(f"{model.name} does not fit on {gpus} {gpu.name} GPUs with a batch of {batch}")
+    return ranked[0]
+
+
+def plans(
+    model: ModelSpec,
+    gpu: Gpu,
+    gpus: int,
+    batch: int,
+    *,
+    stack: Stack = Stack(),
+    datacenters: int = 1,
+    limit: int = 10,
+    **fixed,
+) -> list[ParallelPlan]:
+    """Plans that fit, fastest first; `fixed` pins layout fields (tp=8, pp=4, ...)."""
+    if gpus <= 0 or gpus % gpu.per_node:
+        raise ValueError(f"{gpus} GPUs is not a whole number of {gpu.per_node}-GPU nodes")
+    if unknown := set(fixed) - set(Layout.__dataclass_fields__):
+        raise TypeError(f"not layout fields: {', '.join(sorted(unknown))}")
+    found = [
+        evaluate(model, gpu, batch, layout, stack=stack, datacenters=datacenters)
+        for layout in layouts(model, gpu, gpus, batch, datacenters, **fixed)
+    ]
+    found = [p for p in found if p.memory_gib <= gpu.memory_gib]
+    found.sort(key=lambda p: (p.iteration_s, p.memory_gib))
+    return found[:limit]
+
+
+def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int = 1, **fixed):
+    """Every layout worth evaluating, pruned as early as possible.
+
+    TP divides the node and the attention heads (and KV heads); PP is at most the layers, which
+    it shares out as evenly as it can; every replica gets a sequence, and replicas split evenly
+    over the data centers; weights and optimizer state must fit before anything else is tried.
+    """
+    for tp in _divisors(math.gcd(gpu.per_node, model.heads, model.kv)):
+        for pp in _divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            if pp > model.layers or dp > batch or dp % datacenters:
+                continue
+            if not _allowed(fixed, tp=tp, pp=pp, dp=dp):
+                continue
+            if _weights_gib(model, tp, pp, dp, True, 2) > gpu.memory_gib:
+                continue
+            stage_layers = -(-model.layers // pp)
+            for vp in INTERLEAVE if pp > 1 else (1,):
+                if stage_layers % vp or not _allowed(fixed, vp=vp):
+                    continue
+                yield from _inner(fixed, tp, pp, dp, vp, -(-batch // dp))
+
+
+def _inner(fixed, tp, pp, dp, vp, most):
+    for micro_batch in MICRO_BATCHES:
+        if micro_batch > most or (vp > 1 and -(-most // micro_batch) < pp):
+            continue
+        for recompute in Recompute:
+            # The distributed optimizer saves memory and traffic: off only when asked.
+            distributed = fixed.get("distributed_optimizer", True)
+            layout = Layout(tp, pp, dp, vp, micro_batch, recompute, distributed)
+            if _allowed(fixed, **asdict(layout)):
+                yield layout
+
+
+def evaluate(
+    model: ModelSpec, gpu: Gpu, batch: int, layout: Layout, *, stack: Stack = Stack(), datacenters=1
+) -> ParallelPlan:
+    """The predicted iteration time, throughput and memory of one layout."""
+    tp, pp, dp, vp, b = layout.tp, layout.pp, layout.dp, layout.vp, layout.micro_batch
+    more, larger_shares = -(-batch // dp), batch % dp or dp
+    fewer = batch // dp if batch % dp else more
+    micro_s = _stage_micro_batch_s(model, gpu, layout, stack)
+    compute = micro_s * (more / b + (pp - 1) / vp)
+    p2p = _p2p_s(model, gpu, layout) * -(-more // b) * vp if pp > 1 else 0.0
+    reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters)
+    hidden = _backward_s(model, gpu, layout, stack) if stack.overlap else 0.0
+    step = _optimizer_s(model, gpu, layout)
+    iteration = compute + p2p + max(0.0, reduce - hidden) + step
+    tokens = batch * model.seq / iteration
+    return ParallelPlan(
+        model=model.name,
+        gpu=gpu.name,
+        gpus=tp * pp * dp,
+        batch=batch,
+        layout=layout,
+        sequences=(more, fewer),
+        larger_shares=larger_shares,
+        iteration_s=iteration,
+        tokens_per_s=tokens,
+        mfu=tokens
+        / model.seq
+        * model.flops_per_sequence()
+        / (tp * pp * dp * gpu.bf16_tflops * 1e12),
+        memory_gib=_memory_gib(model, layout, stack, min(pp, -(-more // b))),
+        datacenters=datacenters,
+    )
+
+
+def _stage_micro_batch_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
+    """Forward, recompute and backward of one micro-batch through the busiest stage."""
+    tp, b = layout.tp, layout.micro_batch
+    gemm = gpu.bf16_tflops * 1e12 * gpu.gemm_efficiency
+    matrix = model._matrix_flops(b, tp) / gemm
+    attention = model._attention_flops(b, tp) / (gemm * ATTENTION_EFFICIENCY)
+    elementwise = ELEMENTWISE_PASSES * _activation_bytes(model, b, tp, stack) / (gpu.hbm_gbps * 1e9)
+    forward = matrix + attention + elementwise + 2 * _tp_collective_s(model, gpu, layout)
+    again = forward if layout.recompute is Recompute.FULL else attention
+    layer = 3 * forward + again  # backward costs twice the forward
+    logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage, which sets the pace
+    return -(-model.layers // layout.pp) * layer + logits
+
+
+def _backward_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
+    """The backward pass of the last micro-batch, behind which the gradient reduction hides."""
+    return _stage_micro_batch_s(model, gpu, layout, stack) * 2 / 3 * layout.vp
+
+
+def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+    """One all-reduce of a micro-batch's hidden states among the tensor-parallel ranks."""
+    tp = layout.tp
+    if tp == 1:
+        return 0.0
+    size = 2 * layout.micro_batch * model.seq * model.hidden
+    return 2 * (tp - 1) / tp * size / (gpu.nvlink_gbps * 1e9 * LINK_EFFICIENCY)
+
+
+def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+    """Sending one micro-batch's activations forward and its gradients back between stages."""
+    size = 2 * layout.micro_batch * model.seq * model.hidden / layout.tp
+    return 2 * size / (gpu.network_gbps * 1e9 * LINK_EFFICIENCY)
+
+
+def _dp_reduce_s(
+    model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, datacenters: int
+) -> float:
+    """Reducing the gradients (and gathering the parameters) among the data-parallel replicas."""
+    dp = layout.dp
+    if dp == 1:
+        return 0.0
+    params, grad = _stage_params(model, layout.tp, layout.pp), _grad_bytes(stack)
+    # A ring all-reduce moves the gradients twice; the distributed optimizer reduce-scatters
+    # them once and all-gathers the updated bf16 parameters.
+    size = params * (grad + 2 if layout.distributed_optimizer else 2 * grad)
+    inside = dp // datacenters
+    ring = (inside - 1) / inside * size / (_dp_bandwidth(gpu, layout) * 1e9 * LINK_EFFICIENCY)
+    if datacenters == 1:
+        return ring
+    # Each DC holds one copy of the whole model's gradients after its own reduce-scatter.
+    across = 2 * (datacenters - 1) / datacenters * model.params * grad
+    return ring + across / (DC_LINK_GBPS * 1e9 * LINK_EFFICIENCY)
+
+
+def _dp_bandwidth(gpu: Gpu, layout: Layout) -> float:
+    """A replica group's ring bandwidth: NVLink inside a node, else its ranks' NICs in the node."""
+    model_parallel = layout.tp * layout.pp
+    if model_parallel * layout.dp <= gpu.per_node:
+        return gpu.nvlink_gbps
+    ranks_per_node = max(1, gpu.per_node // model_parallel)
+    return min(gpu.nvlink_gbps, gpu.network_gbps * ranks_per_node)
+
+
+def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+    """Adam reads and writes its fp32 state, the gradients and the bf16 weights once."""
+    params = _stage_params(model, layout.tp, layout.pp)
+    if layout.distributed_optimizer:
+        params /= layout.dp
+    return params * 32 / (gpu.hbm_gbps * 1e9)
+
+
+def _stage_params(model: ModelSpec, tp: int, pp: int) -> float:
+    """Parameters on one GPU of the busiest stage (the first, with the embedding)."""
+    embedding = model.embedding_params * (2 if pp == 1 and not model.tied else 1)
+    return (-(-model.layers // pp) * model.layer_params + embedding) / tp
+
+
+def _grad_bytes(stack: Stack) -> int:
+    return 4 if stack.fp32_gradients else 2
+
+
+def _weights_gib(
+    model: ModelSpec, tp: int, pp: int, dp: int, distributed: bool, grad: int
+) -> float:
+    """Weights, gradients and Adam's fp32 master weights and moments, with the reserve."""
+    per_param = 2 + grad + (12 / dp if distributed else 12)
+    return _stage_params(model, tp, pp) * per_param / GIB + RESERVE_GIB
+
+
+def _activation_bytes(model: ModelSpec, b: int, tp: int, stack: Stack) -> float:
+    """Stored activations of one layer and micro-batch on one GPU, in bytes.
+
+    Korthikanti et al. 2022, §4.1 and Table 2 (34sbh + 5as^2b for GPT), term by term so that
+    grouped-query attention, gated FFNs and models without dropout count what they store.
+    """
+    s, h, kv = model.seq * b, model.hidden, model.kv * (model.hidden // model.heads)
+    masks = s * h * 2 if model.dropout else 0  # one byte per value, after attention and FFN
+    whole = 4 * s * h + 2 * s * h + 2 * s * h + masks  # two norms' inputs, QKV and FC1 inputs
+    attention = 2 * s * h + 4 * s * kv + 2 * s * h  # Q, K and V; the output projection's input
+    ffn = 2 * s * model.ffn * (3 if model.gated else 2)  # activation input(s), FC2 input
+    scores = 0 if stack.flash_attention else 5 * model.heads * model.seq**2 * b
+    if stack.sequence_parallel:
+        return (whole + attention + ffn + scores) / tp
+    return whole + (attention + ffn + scores) / tp
+
+
+def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) -> float:
+    """Peak memory of a GPU on the first stage."""
+    tp, pp, b = layout.tp, layout.pp, layout.micro_batch
+    weights = _weights_gib(
+        model, tp, pp, layout.dp, layout.distributed_optimizer, _grad_bytes(stack)
+    )
+    layer = _activation_bytes(model, b, tp, stack)
+    stored = (
+        layer if layout.recompute is Recompute.SELECTIVE else 2 * model.seq * b * model.hidden / tp
+    )
+    if layout.recompute is Recompute.SELECTIVE and not stack.flash_attention:
+        stored -= 5 * model.heads * model.seq**2 * b / tp  # the scores are recomputed
+    stage_layers = -(-model.layers // pp)
+    interleave = 1 + (pp - 1) / (pp * layout.vp) if layout.vp > 1 else 1
+    activations = stored * stage_layers * in_flight * interleave
+    if layout.recompute is Recompute.FULL:
+        activations += layer  # the layer being recomputed holds all of its activations
+    logits = 4 * b * model.seq * model.vocab / tp if pp == 1 else 0
+    return weights + (activations + logits) / GIB
+
+
+def _allowed(fixed: dict, **values) -> bool:
+    return all(fixed.get(k, v) == v for k, v in values.items())
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def throughput_curve(model: ModelSpec, gpu: Gpu, batch: int, sizes, **kwargs) -> dict[int, float]:
+    """Tokens per second at each GPU count that fits: what each size of a job is worth."""
+    curve = {}
+    for gpus in sizes:
+        ranked = plans(model, gpu, gpus, batch, limit=1, **kwargs)
+        if ranked:
+            curve[gpus] = ranked[0].tokens_per_s
+    return curve

@@ -1,0 +1,184 @@
+"""The parallelism planner: FLOPs, parameters, memory and the bubble by hand, the published runs,
+and properties every plan keeps (the global batch exactly, memory within the GPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.parallelism import PUBLISHED, validation
+from scheduler.parallelism import (
+    GIB,
+    GPUS,
+    MODELS,
+    RESERVE_GIB,
+    Layout,
+    NoPlan,
+    Recompute,
+    SpecError,
+    Stack,
+    _activation_bytes,
+    evaluate,
+    gpt,
+    model_spec,
+    plan,
+    plans,
+)
+
+A100, H800 = GPUS["A100"], GPUS["H800"]
+
+
+def test_flops_are_narayanans_closed_form() -> None:
+    """A GPT sequence forward and back: 72slh^2 (1 + s/6h + V/12lh), SC'21 eq. 3 less recompute."""
+    m = gpt("1.7B", 24, 2304, 24)
+    s, n, h, v = m.seq, m.layers, m.hidden, m.vocab
+    assert m.flops_per_sequence() == pytest.approx(
+        72 * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
+    )
+
+
+def test_gpt3_has_175_billion_parameters() -> None:
+    assert MODELS["gpt3-175b"].params == pytest.approx(175e9, rel=0.005)
+    assert MODELS["llama3-405b"].params == pytest.approx(405e9, rel=0.01)
+    assert MODELS["llama3-8b"].params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_memory_is_korthikantis_activations_and_mixed_precision_adam() -> None:
+    """1.3B on one GPU, no sequence parallelism, no flash attention, selective recompute:
+    18 bytes per parameter, and per layer 34sbh bytes (the 5as^2b of the scores recomputed),
+    plus the fp32 logits of one micro-batch."""
+    m = MODELS["gpt3-1.3b"]
+    layout = Layout(tp=1, pp=1, dp=1, micro_batch=2, distributed_optimizer=False)
+    stack = Stack(overlap=False, sequence_parallel=False, flash_attention=False)
+    p = evaluate(m, A100, 2, layout, stack=stack)
+    s, b, h = m.seq, 2, m.hidden
+    expected = m.params * 18 + m.layers * 34 * s * b * h + 4 * b * s * m.vocab
+    assert p.memory_gib == pytest.approx(expected / GIB + RESERVE_GIB, rel=1e-9)
+
+
+def test_tensor_parallelism_splits_what_sequence_parallelism_lets_it() -> None:
+    """Korthikanti Table 2: sbh(10 + 24/t + 5as/ht), and sbh(34/t + 5as/ht) with sequence
+    parallelism."""
+    m, t = gpt("x", 1, 4096, 32), 8
+    s, h, a = m.seq, m.hidden, m.heads
+    for sp, per_sbh in (
+        (False, 10 + 24 / t + 5 * a * s / (h * t)),
+        (True, 34 / t + 5 * a * s / (h * t)),
+    ):
+        stack = Stack(sequence_parallel=sp, flash_attention=False)
+        assert _activation_bytes(m, 1, t, stack) == pytest.approx(per_sbh * s * h)
+
+
+def test_the_bubble_is_p_minus_1_over_v_m() -> None:
+    """PP 8 with 64 micro-batches: 7/64 idle; interleaved 4 ways: 7/256."""
+    m = MODELS["gpt3-175b"]
+    plain = evaluate(m, A100, 64, Layout(tp=8, pp=8, dp=1))
+    interleaved = evaluate(m, A100, 64, Layout(tp=8, pp=8, dp=1, vp=4))
+    assert plain.bubble == pytest.approx(7 / 64)
+    assert interleaved.bubble == pytest.approx(7 / 256)
+    assert interleaved.iteration_s < plain.iteration_s
+
+
+def test_every_published_run_within_ten_percent_and_five_on_average() -> None:
+    errors = [abs(predicted / published - 1) for _, published, predicted in validation()]
+    assert len(errors) == len(PUBLISHED) >= 20
+    assert max(errors) <= 0.10
+    assert sum(errors) / len(errors) <= 0.05
+
+
+def test_more_gpus_never_make_a_big_job_slower_per_iteration() -> None:
+    m = MODELS["gpt3-175b"]
+    times = [plan(m, H800, n, 1536).iteration_s for n in (512, 1024, 2048)]
+    assert times[0] > times[1] > times[2]
+
+
+def test_a_model_too_large_has_no_plan_and_says_so() -> None:
+    with pytest.raises(NoPlan, match="megatron-1t does not fit on 8 H800"):
+        plan(MODELS["megatron-1t"], H800, 8, 64)
+
+
+def test_gpu_counts_are_whole_nodes_and_fixed_fields_are_layout_fields() -> None:
+    with pytest.raises(ValueError, match="whole number of 8-GPU nodes"):
+        plans(MODELS["gpt3-13b"], H800, 900, 512)
+    with pytest.raises(TypeError, match="tensor"):
+        plans(MODELS["gpt3-13b"], H800, 64, 512, tensor=4)
+
+
+def test_pinned_fields_are_kept() -> None:
+    p = plan(MODELS["gpt3-13b"], H800, 64, 512, tp=4, recompute=Recompute.FULL)
+    assert (p.layout.tp, p.layout.recompute) == (4, Recompute.FULL)
+
+
+def test_spanning_two_data_centers_costs_the_link() -> None:
+    """The same layout across two data centers pays for the gradients over the shared link."""
+    m, layout = MODELS["gpt3-175b"], Layout(tp=8, pp=8, dp=16)
+    one = evaluate(m, H800, 1536, layout)
+    two = evaluate(m, H800, 1536, layout, datacenters=2)
+    assert two.iteration_s > one.iteration_s
+    assert two.tokens_per_s / one.tokens_per_s > 0.9  # big batches hide most of it
+
+
+@pytest.mark.parametrize(
+    "value, field",
+    [
+        ("gpt-9", "model"),
+        (
+            {"layers": 2, "hidden": 64, "heads": 3, "ffn": 256, "vocab": 100, "seq": 16},
+            "model.heads",
+        ),
+        ({"layers": 2, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 100}, "model.seq"),
+        (
+            {"layers": -1, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 100, "seq": 8},
+            "model.layers",
+        ),
+        ({"layers": 2, "hidden": 64, "heads": 4, "ffn": 1.5, "vocab": 100, "seq": 8}, "model.ffn"),
+        (
+            {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 3, "ffn": 8, "vocab": 9, "seq": 8},
+            "model.kv_heads",
+        ),
+        (["gpt3-13b"], "model"),
+    ],
+)
+def test_a_bad_spec_names_its_field(value, field) -> None:
+    with pytest.raises(SpecError) as error:
+        model_spec(value)
+    assert error.value.field == field
+
+
+def test_a_spec_by_fields_or_by_name() -> None:
+    spec = model_spec(
+        {
+            "name": "mine",
+            "layers": 4,
+            "hidden": 256,
+            "heads": 4,
+            "ffn": 1024,
+            "vocab": 1000,
+            "seq": 128,
+        }
+    )
+    assert (spec.name, spec.kv, spec.gated) == ("mine", 4, False)
+    assert model_spec("llama3-70b") is MODELS["llama3-70b"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(1, 256),
+    batch=st.integers(1, 4096),
+    name=st.sampled_from(["gpt3-1.3b", "gpt3-13b", "llama3-8b", "llama3-70b"]),
+)
+def test_every_plan_keeps_the_batch_exactly_and_fits(nodes, batch, name) -> None:
+    """For any GPU count: shares sum to the global batch, micro-batches hold them, memory fits."""
+    for p in plans(MODELS[name], H800, nodes * 8, batch, limit=5):
+        more, fewer = p.sequences
+        dp = p.layout.dp
+        assert more * p.larger_shares + fewer * (dp - p.larger_shares) == batch
+        assert more - fewer in (0, 1) and fewer >= 1
+        shares = zip(p.micro_batches, p.sequences, strict=True)
+        assert all(mb * p.layout.micro_batch >= n for mb, n in shares)
+        assert p.layout.tp * p.layout.pp * dp == nodes * 8 == p.gpus
+        assert p.memory_gib <= H800.memory_gib
+        assert 0 < p.mfu < 1 and math.isfinite(p.iteration_s)
