@@ -5,7 +5,12 @@ from rest_framework.routers import DefaultRouter
 
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
-from portal.workloads.api.views import CheckpointAdviceView, EttrView, WorkloadViewSet
+from portal.workloads.api.views import (
+    CheckpointAdviceView,
+    EttrView,
+    ParallelPlansView,
+    WorkloadViewSet,
+)
 
 router = DefaultRouter()
 router.register("queues", QueueViewSet)
@@ -21,6 +26,7 @@ urlpatterns = [
     path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),
     path("api/v1/ettr/", EttrView.as_view(), name="ettr"),
     path("api/v1/checkpoint-advice/", CheckpointAdviceView.as_view(), name="checkpoint-advice"),
+    path("api/v1/parallelism/plans/", ParallelPlansView.as_view(), name="parallel-plans"),
     # Namespaced: the router's names ("workload-list") are also the pages'.
     path("api/v1/", include((router.urls, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

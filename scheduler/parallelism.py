@@ -318,8 +318,10 @@ def plans(
     **fixed,
 ) -> list[ParallelPlan]:
     """Plans that fit, fastest first; `fixed` pins layout fields (tp=8, pp=4, ...)."""
-    if gpus <= 0 or gpus % gpu.per_node:
-        raise ValueError(f"{gpus} GPUs is not a whole number of {gpu.per_node}-GPU nodes")
+    if gpus <= 0 or (gpus > gpu.per_node and gpus % gpu.per_node):
+        raise ValueError(
+            f"{gpus} GPUs is neither part of a node nor whole {gpu.per_node}-GPU nodes"
+        )
     if unknown := set(fixed) - set(Layout.__dataclass_fields__):
         raise TypeError(f"not layout fields: {', '.join(sorted(unknown))}")
     found = [
@@ -334,11 +336,11 @@ def plans(
 def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int = 1, **fixed):
     """Every layout worth evaluating, pruned as early as possible.
 
-    TP divides the node and the attention heads (and KV heads); PP is at most the layers, which
-    it shares out as evenly as it can; every replica gets a sequence, and replicas split evenly
-    over the data centers; weights and optimizer state must fit before anything else is tried.
+    TP divides the node, the GPUs and the attention (and KV) heads; PP is at most the layers,
+    which it shares out as evenly as it can; every replica gets a sequence, and replicas split
+    evenly over the data centers; weights and optimizer state must fit before anything else.
     """
-    for tp in _divisors(math.gcd(gpu.per_node, model.heads, model.kv)):
+    for tp in _divisors(math.gcd(gpu.per_node, gpus, model.heads, model.kv)):
         for pp in _divisors(gpus // tp):
             dp = gpus // (tp * pp)
             if pp > model.layers or dp > batch or dp % datacenters:
@@ -455,7 +457,7 @@ def _dp_reduce_s(
 
 
 def _dp_bandwidth(gpu: Gpu, layout: Layout) -> float:
-    """A replica group's ring bandwidth: NVLink inside a node, else its ranks' NICs in the node."""
+    """A replica group's ring bandwidth: NVLink inside a node, else its ranks' NICs there."""
     model_parallel = layout.tp * layout.pp
     if model_parallel * layout.dp <= gpu.per_node:
         return gpu.nvlink_gbps

@@ -28,7 +28,7 @@ from portal.workloads.ettr import job_report, series
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import IllegalTransition, Recovery, Workload
 from portal.workloads.usage import gpu_hours
-from scheduler import faults
+from scheduler import faults, parallelism
 
 
 def _membership(request, needs: str = "read"):
@@ -81,6 +81,7 @@ def workload_detail(request, pk):
         {
             "workload": workload,
             "events": workload.events.all(),
+            "parallel_plans": list(workload.parallel_plans.all()),
             "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
             "gpu_hours": gpu_hours(workload.usage, [workload]),
             "ettr": report,
@@ -149,6 +150,7 @@ def workload_new(request):
         priorities=PriorityClass.choices,
         topologies=Topology.choices,
         policies=CheckpointPolicy.choices,
+        models=list(parallelism.MODELS),
     )
     return render(request, "dashboard/workload_new.html", context)
 

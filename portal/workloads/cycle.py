@@ -16,7 +16,7 @@ from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import lifecycle, preemption
+from portal.workloads import lifecycle, parallel, preemption
 from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import (
@@ -151,7 +151,7 @@ def apply(plan: engine.Plan) -> set[int]:
     rolls the whole plan back.
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
-    workloads = Workload.objects.in_bulk(ids)
+    workloads = Workload.objects.select_related("gpu_model").in_bulk(ids)
     victims = Workload.objects.in_bulk(
         [p.workload_id for p in plan.preemptions] + [s.workload_id for s in plan.shrinks]
     )
@@ -191,6 +191,9 @@ def apply(plan: engine.Plan) -> set[int]:
                     )
                     for index in placement.gpu_indices
                 ]
+            gpus = sum(len(p.gpu_indices) for p in admission.placements)
+            workload = workloads[admission.workload_id]
+            parallel.replan(workload, gpus, workload.attempt, f"admitted on {gpus} GPUs")
         Allocation.objects.bulk_create(bookings)
         changed = []
         for pending in plan.pending:

@@ -14,7 +14,7 @@ from django.db.models import F
 
 from portal.cluster.delivery import tell
 from portal.cluster.models import Node
-from portal.workloads import allocations
+from portal.workloads import allocations, parallel
 from portal.workloads.choices import CheckpointStatus, State
 from portal.workloads.models import (
     Allocation,
@@ -23,7 +23,7 @@ from portal.workloads.models import (
     Workload,
     transition,
 )
-from scheduler.agent import protocol
+from scheduler.agent import contract, protocol
 
 MASTER_PORT_BASE = 29500
 
@@ -61,12 +61,17 @@ def desired_states(node_ids) -> dict[int, dict]:
         .order_by("workload_id", "step")
         .values_list("workload_id", "location")
     )
+    plans = parallel.current(workloads)
     states, refused = {}, {}
     for node_id, generation in generations.items():
         assignments = []
         for w in sorted(gpus[node_id]):
             assignment = _assignment(
-                workloads[w], sorted(gpus[node_id][w]), ranks[node_id, w], gangs[w], resume.get(w)
+                workloads[w],
+                sorted(gpus[node_id][w]),
+                ranks[node_id, w],
+                gangs[w],
+                _env(workloads[w], resume.get(w), plans.get(w)),
             )
             why = refused.get(w) or unsendable(assignment)
             if why:
@@ -115,13 +120,13 @@ def _gang(workload_id: int) -> tuple[str, int, int]:
     return master[0], master[1], last + 1
 
 
-def _assignment(workload, indices, rank, gang, resume_from) -> dict:
+def _assignment(workload, indices, rank, gang, env) -> dict:
     master, first_gpu, nnodes = gang
     return {
         "workload_id": workload.pk,
         "gpu_indices": indices,
         "command": workload.command,
-        "env": _env(workload, resume_from),
+        "env": env,
         "attempt": workload.attempt,
         "simulated_duration_s": workload.simulated_duration_s,
         "nnodes": nnodes,
@@ -132,12 +137,14 @@ def _assignment(workload, indices, rank, gang, resume_from) -> dict:
     }
 
 
-def _env(workload, resume_from: str | None) -> dict[str, str]:
+def _env(workload, resume_from: str | None, plan: str | None) -> dict[str, str]:
     env = {str(k): str(v) for k, v in workload.env.items()}
     # No interval: the control plane asks for routine saves (`checkpoints.request_routine`).
-    env["WANKA_CHECKPOINT_POLICY"] = workload.checkpoint_policy
+    env[contract.ENV_CHECKPOINT_POLICY] = workload.checkpoint_policy
     if resume_from:
-        env["WANKA_RESUME_FROM"] = resume_from
+        env[contract.ENV_RESUME_FROM] = resume_from
+    if plan:
+        env[contract.ENV_PARALLEL_PLAN] = plan
     return env
 
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from portal.workloads import allocations, preemption, recovery
+from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import RecoveryStep, State
 from portal.workloads.desired import nodes_changed
@@ -175,6 +175,8 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
         allocations.renumber(workload)
         workload.allocations.update(started=False, exit_code=None)
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+        gpus = workload.allocations.count()
+        parallel.replan(workload, gpus, workload.attempt + 1, f"shrunk to {gpus} GPUs: {reason}")
         now = timezone.now()
         recovery.resized(workload, reason, work_lost(workload, now), now)
         transition(workload, State.RECOVERING, reason=reason)

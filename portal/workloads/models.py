@@ -52,6 +52,13 @@ class Workload(models.Model):
     simulated_duration_s = models.FloatField(
         null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"
     )
+    # A job that names its model and batch is handed a parallel plan (`parallel.py`).
+    model_spec = models.JSONField(
+        null=True, blank=True, help_text="The model it trains, as scheduler.parallelism takes it"
+    )
+    global_batch = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Sequences per training step"
+    )
     # Written only by transition().
     state = models.CharField(
         max_length=16, choices=State.choices, default=State.PENDING, editable=False, db_index=True
@@ -159,6 +166,24 @@ def note(workload: Workload, reason: str, actor=None) -> None:
             "reason": reason,
         },
     )
+
+
+class ParallelPlan(models.Model):
+    """The parallel plan a workload was handed for the GPUs it held, and why it changed."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="parallel_plans")
+    attempt = models.PositiveIntegerField()
+    gpus = models.PositiveIntegerField()
+    plan = models.JSONField()
+    reason = models.CharField(max_length=300)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["workload", "id"]
+
+    def __str__(self):
+        layout = self.plan
+        return f"TP{layout['tp']} x PP{layout['pp']} x DP{layout['dp']} on {self.gpus} GPUs"
 
 
 class WorkloadEvent(models.Model):

@@ -24,7 +24,7 @@ from portal.cluster.choices import CommandState, Health
 from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.core.live import OPS_GROUP, publish, publish_tenant
-from portal.workloads import allocations
+from portal.workloads import allocations, parallel
 from portal.workloads.choices import (
     CheckpointPolicy,
     CheckpointStatus,
@@ -214,6 +214,10 @@ def _replacing(recovery: Recovery):
         touched |= set(workload.allocations.values_list("node_id", flat=True))
         workload.allocations.update(started=False, exit_code=None)
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+        if outcome == RecoveryOutcome.SHRUNK:
+            gpus = workload.allocations.count()
+            why = f"recovered onto {gpus} GPUs without the lost nodes"
+            parallel.replan(workload, gpus, workload.attempt + 1, why)
         nodes_changed(touched)
         note(workload, _restart_note(outcome, resume))
         _move(

@@ -17,6 +17,11 @@ The agent starts a workload with these variables in its environment:
 - ``WANKA_RESUME_FROM`` (optional): set by the control plane to the location of the newest
   complete checkpoint it knows of; the script resumes from it.
 - ``WANKA_WORKLOAD_ID``: the workload's id.
+- ``WANKA_PARALLEL_PLAN`` (a job that names its model): the parallel plan for the GPUs this
+  attempt holds, as JSON (`scheduler.parallelism.ParallelPlan.as_json`): TP, PP, DP, the
+  micro-batch size and the sequences of the global batch each replica takes. The agent also
+  writes it to ``parallel_plan.json`` in the checkpoint directory, and every manifest line
+  records the plan its save was made with, so a job resumed on another plan knows to reshard.
 
 **Asking for a checkpoint.** The agent writes ``request.json`` in the checkpoint directory,
 ``{"request_id": "...", "reason": "...", "kind": "requested"}`` (atomically: a temporary file
@@ -30,7 +35,8 @@ place once complete, and only then appends one line to ``manifest.jsonl`` in the
 directory::
 
     {"step": 1200, "path": "/ckpt/step-000001200.pt", "kind": "requested",
-     "size_bytes": 18874368, "duration_s": 0.41, "request_id": "c-17", "status": "complete"}
+     "size_bytes": 18874368, "duration_s": 0.41, "request_id": "c-17", "status": "complete",
+     "plan": {"tp": 1, "pp": 1, "dp": 4, ...}}
 
 ``kind`` is "periodic", "async", "triggered" (a save forced by a fault) or "requested";
 ``request_id`` names the request a save answers, else null. A save that fails appends a line
@@ -92,9 +98,11 @@ ENV_CHECKPOINT_INTERVAL_S = "WANKA_CHECKPOINT_INTERVAL_S"
 ENV_RESUME_FROM = "WANKA_RESUME_FROM"
 ENV_WORKLOAD_ID = "WANKA_WORKLOAD_ID"
 ENV_CHECKPOINT_POLICY = "WANKA_CHECKPOINT_POLICY"
+ENV_PARALLEL_PLAN = "WANKA_PARALLEL_PLAN"
 
 REQUEST_FILE = "request.json"
 MANIFEST_FILE = "manifest.jsonl"
+PLAN_FILE = "parallel_plan.json"
 REQUEST_SIGNAL = signal.SIGUSR1
 
 KINDS = ("periodic", "async", "triggered", "requested")
@@ -115,14 +123,14 @@ class ManifestEntry:
     status: str
     error: str = ""
     stall_s: float | None = None  # an async save: how long training waited for its copy
+    plan: dict | None = None  # the parallel plan the save was made with
 
     def to_json(self) -> str:
         """The manifest line, without its newline."""
         fields = asdict(self)
-        if not self.error:
-            del fields["error"]
-        if self.stall_s is None:
-            del fields["stall_s"]
+        for name, empty in (("error", ""), ("stall_s", None), ("plan", None)):
+            if fields[name] == empty:
+                del fields[name]
         return json.dumps(fields, separators=(", ", ": "))
 
     @classmethod
@@ -140,6 +148,7 @@ class ManifestEntry:
                 status=str(data["status"]),
                 error=str(data.get("error", "")),
                 stall_s=None if data.get("stall_s") is None else float(data["stall_s"]),
+                plan=data["plan"] if isinstance(data.get("plan"), dict) else None,
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -178,6 +187,11 @@ def write_request(directory: Path, request: CheckpointRequest) -> None:
     """Leave a request for the script, atomically (the script never reads half a file)."""
     data = {"request_id": request.request_id, "reason": request.reason, "kind": request.kind}
     _write_atomically(Path(directory) / REQUEST_FILE, json.dumps(data).encode())
+
+
+def write_plan(directory: Path, plan_json: str) -> None:
+    """Leave the attempt's parallel plan beside the checkpoints, atomically."""
+    _write_atomically(Path(directory) / PLAN_FILE, plan_json.encode())
 
 
 def read_request(directory: Path) -> CheckpointRequest | None:
@@ -261,11 +275,13 @@ class Checkpointing:
         resume_from: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         policy: str = "periodic",
+        plan: dict | None = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.interval_s = interval_s
         self.resume_from = resume_from or None
         self.policy = policy
+        self.plan = plan
         self._persisting: threading.Thread | None = None  # the async save being written
         self._clock = clock
         self._last_save = clock()
@@ -289,6 +305,7 @@ class Checkpointing:
             interval_s=float(interval) if interval else None,
             resume_from=env.get(ENV_RESUME_FROM),
             policy=env.get(ENV_CHECKPOINT_POLICY) or "periodic",
+            plan=json.loads(env[ENV_PARALLEL_PLAN]) if env.get(ENV_PARALLEL_PLAN) else None,
         )
         if install_signal and helper.enabled:
             helper.install_signal_handler()
@@ -322,6 +339,14 @@ class Checkpointing:
             return None
         entry = latest_complete(self.directory)
         return None if entry is None else entry.path
+
+    def resume_plan(self) -> dict | None:
+        """The parallel plan the checkpoint to resume from was saved with, if it says."""
+        location = self.resume_location()
+        if location is None or self.directory is None:
+            return None
+        saved = [e for e in read_manifest(self.directory) if e.path == location]
+        return saved[-1].plan if saved else None
 
     @property
     def requested(self) -> bool:
@@ -458,7 +483,7 @@ class Checkpointing:
         request_id = request.request_id if request is not None else None
         duration = time.monotonic() - started
         entry = ManifestEntry(
-            step, str(path), kind, size, duration, request_id, status, error, stall_s
+            step, str(path), kind, size, duration, request_id, status, error, stall_s, self.plan
         )
         _append_line(self.directory / MANIFEST_FILE, entry.to_json())
         if request is not None:

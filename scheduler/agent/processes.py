@@ -28,7 +28,8 @@ since torchrun takes its defaults from the ``PET_*`` variables):
 ``PET_NNODES`` ...           the same for torchrun: ``PET_NNODES``, ``PET_NODE_RANK``,
                              ``PET_NPROC_PER_NODE``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``
 ``WANKA_WORKLOAD_ID``        the workload's id
-``WANKA_CHECKPOINT_DIR``     see `scheduler.agent.contract` (kept if the assignment sets it)
+``WANKA_CHECKPOINT_DIR``     see `scheduler.agent.contract` (kept if the assignment sets it);
+                             a ``WANKA_PARALLEL_PLAN`` is also written there as a file
 ``PYTHONUNBUFFERED``         ``1`` unless the assignment says otherwise, so Python output
                              reaches the log as it is written
 ==========================  ==========================================================
@@ -73,12 +74,14 @@ from scheduler.agent.backends import (
 from scheduler.agent.contract import (
     COMPLETE,
     ENV_CHECKPOINT_DIR,
+    ENV_PARALLEL_PLAN,
     ENV_WORKLOAD_ID,
     REQUEST_SIGNAL,
     CheckpointRequest,
     ManifestEntry,
     ManifestTail,
     latest_complete,
+    write_plan,
     write_request,
 )
 
@@ -174,6 +177,8 @@ class ProcessBackend:
         await self._stop_leftover(wid, workdir)
         checkpoint_dir = Path(assignment.env.get(ENV_CHECKPOINT_DIR) or workdir / "checkpoints")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if ENV_PARALLEL_PLAN in assignment.env:
+            write_plan(checkpoint_dir, assignment.env[ENV_PARALLEL_PLAN])
         env = launch_env(assignment, checkpoint_dir, self._base_env)
         process, log_start = await _spawn(argv, workdir, env)
         (workdir / PGID_FILE).write_text(str(process.pid))

@@ -100,9 +100,10 @@ def test_a_model_too_large_has_no_plan_and_says_so() -> None:
         plan(MODELS["megatron-1t"], H800, 8, 64)
 
 
-def test_gpu_counts_are_whole_nodes_and_fixed_fields_are_layout_fields() -> None:
-    with pytest.raises(ValueError, match="whole number of 8-GPU nodes"):
+def test_gpu_counts_are_part_of_a_node_or_whole_nodes_and_fixed_fields_are_layout_fields() -> None:
+    with pytest.raises(ValueError, match="whole 8-GPU nodes"):
         plans(MODELS["gpt3-13b"], H800, 900, 512)
+    assert plan(MODELS["gpt3-1.3b"], H800, 3, 12).layout.dp == 3
     with pytest.raises(TypeError, match="tensor"):
         plans(MODELS["gpt3-13b"], H800, 64, 512, tensor=4)
 

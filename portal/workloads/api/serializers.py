@@ -8,9 +8,13 @@ from rest_framework import serializers
 from portal.cluster.models import GpuModel, Node
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
-from portal.workloads.models import Checkpoint, Recovery, Workload, WorkloadEvent
+from portal.workloads import parallel
+from portal.workloads.choices import Kind
+from portal.workloads.models import Checkpoint, ParallelPlan, Recovery, Workload, WorkloadEvent
 from portal.workloads.usage import gpu_hours
+from scheduler import parallelism
 from scheduler.ettr import Phase
+from scheduler.parallelism import SpecError
 
 GPU_MODEL_FIELD = {
     "slug_field": "name",
@@ -32,6 +36,19 @@ MAX_ENV_CHARS = 64 * 1024  # names and values together
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
+class ModelSpecField(serializers.JSONField):
+    """A model from the planner's catalogue by name, or a spec field by field (layers, hidden,
+    heads, ffn, vocab, seq; kv_heads, gated, tied, dropout optional); kept resolved."""
+
+    def to_internal_value(self, data):
+        try:
+            return parallel.spec(super().to_internal_value(data))
+        except SpecError as error:
+            path = error.field.removeprefix("model").lstrip(".")
+            detail = {path: error.reason} if path else error.reason
+            raise serializers.ValidationError(detail) from None
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
@@ -48,6 +65,10 @@ class WorkloadSerializer(serializers.ModelSerializer):
     )
     simulated_duration_s = serializers.FloatField(
         min_value=0, max_value=YEAR_S, required=False, allow_null=True
+    )
+    model = ModelSpecField(source="model_spec", required=False, allow_null=True)
+    global_batch = serializers.IntegerField(
+        min_value=1, max_value=10_000_000, required=False, allow_null=True
     )
 
     class Meta:
@@ -71,6 +92,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "time_limit_s",
             "preemption_grace_s",
             "simulated_duration_s",
+            "model",
+            "global_batch",
             "state",
             "pending_reason",
             "queue_position",
@@ -129,15 +152,63 @@ class WorkloadSerializer(serializers.ModelSerializer):
                 f"its cohort can lend come to {ceiling}. Request more quota first."
             )
             raise serializers.ValidationError({"gpus": why})
+        self._validate_model(attrs, model.name, lo)
         return attrs
+
+    def _validate_model(self, attrs, gpu: str, fewest: int) -> None:
+        """A model comes with its global batch, on a training job, and fits its smallest size."""
+        spec, batch = attrs.get("model_spec"), attrs.get("global_batch")
+        if spec is None and batch is None:
+            return
+        if spec is None or batch is None:
+            missing = "model" if spec is None else "global_batch"
+            raise serializers.ValidationError({missing: "A model and a global batch go together."})
+        if attrs.get("kind", Kind.TRAINING) == Kind.INFERENCE:
+            raise serializers.ValidationError({"model": "Only training jobs get parallel plans."})
+        for field, gpus in (("gpus", attrs["gpus"]), ("min_gpus", fewest)):
+            why = parallel.why_not(spec, gpu, gpus, batch)
+            if why:
+                raise serializers.ValidationError({field: why})
+
+
+class ParallelPlanSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ParallelPlan
+        fields = ["attempt", "gpus", "reason", "created_at", "plan"]
+
+
+class PlanQuerySerializer(serializers.Serializer):
+    """What would this model do on N GPUs of this type."""
+
+    model = ModelSpecField()
+    global_batch = serializers.IntegerField(min_value=1, max_value=10_000_000)
+    gpu_model = serializers.ChoiceField(choices=list(parallelism.GPUS))
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    datacenters = serializers.IntegerField(min_value=1, max_value=8, default=1)
+    alternatives = serializers.IntegerField(min_value=0, max_value=20, default=5)
+
+    def validate(self, attrs):
+        node = parallelism.GPUS[attrs["gpu_model"]].per_node
+        if attrs["gpus"] > node and attrs["gpus"] % node:
+            why = f"Part of one node or whole {node}-GPU nodes: {attrs['gpus']} is neither."
+            raise serializers.ValidationError({"gpus": why})
+        return attrs
+
+
+class PlanAnswerSerializer(serializers.Serializer):
+    plan = serializers.JSONField(help_text="The fastest plan that fits (WANKA_PARALLEL_PLAN)")
+    alternatives = serializers.ListField(child=serializers.JSONField(), help_text="Next fastest")
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
     events = WorkloadEventSerializer(many=True, read_only=True)
+    parallel_plans = ParallelPlanSerializer(
+        many=True, read_only=True, help_text="Oldest first; the last is the current plan"
+    )
     gpu_hours = serializers.SerializerMethodField(help_text="Booked plus used so far")
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*WorkloadSerializer.Meta.fields, "gpu_hours", "events"]
+        fields = [*WorkloadSerializer.Meta.fields, "gpu_hours", "parallel_plans", "events"]
 
     def get_gpu_hours(self, workload) -> float:
         return round(gpu_hours(workload.usage, [workload]), 4)

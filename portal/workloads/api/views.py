@@ -12,6 +12,8 @@ from portal.workloads.api.serializers import (
     AdviceSerializer,
     EttrQuerySerializer,
     EttrReportSerializer,
+    PlanAnswerSerializer,
+    PlanQuerySerializer,
     TimelineSerializer,
     WorkloadDetailSerializer,
     WorkloadSerializer,
@@ -19,6 +21,7 @@ from portal.workloads.api.serializers import (
 from portal.workloads.ettr import job_report, series, window_report
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload
+from scheduler import parallelism
 
 
 class WorkloadViewSet(
@@ -34,7 +37,9 @@ class WorkloadViewSet(
 
     def get_queryset(self):
         queryset = super().get_queryset()
-        return queryset.prefetch_related("events") if self.action == "retrieve" else queryset
+        if self.action == "retrieve":
+            return queryset.prefetch_related("events", "parallel_plans")
+        return queryset
 
     def perform_create(self, serializer):
         lifecycle.submit(serializer, self.request.user)
@@ -87,3 +92,27 @@ class CheckpointAdviceView(APIView):
         query = AdviceQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(AdviceSerializer(advice_report(query.validated_data["gpus"])).data)
+
+
+class ParallelPlansView(APIView):
+    """What a model would do on N GPUs: the fastest parallel plan that fits, and the next
+    fastest, with predicted iteration time, tokens per second, MFU and memory per GPU."""
+
+    @extend_schema(request=PlanQuerySerializer, responses=PlanAnswerSerializer)
+    def post(self, request):
+        query = PlanQuerySerializer(data=request.data)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        found = parallelism.plans(
+            parallelism.ModelSpec(**q["model"]),
+            parallelism.GPUS[q["gpu_model"]],
+            q["gpus"],
+            q["global_batch"],
+            datacenters=q["datacenters"],
+            limit=q["alternatives"] + 1,
+        )
+        if not found:
+            why = f"{q['model']['name']} does not fit on {q['gpus']} {q['gpu_model']} GPUs."
+            return Response({"errors": [{"field": "gpus", "reason": why}]}, status=400)
+        answer = {"plan": found[0].as_json(), "alternatives": [p.as_json() for p in found[1:]]}
+        return Response(PlanAnswerSerializer(answer).data)

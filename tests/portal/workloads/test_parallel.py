@@ -1,0 +1,166 @@
+"""Parallel plans in the portal: a job that names its model gets a plan for the GPUs it holds on
+admission and a new one when a reclaim shrinks it, in its environment, its API and its page;
+bad models are refused by field; the what-if endpoint answers for any GPU count."""
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.desired import desired_state
+from portal.workloads.models import Workload
+from scheduler.agent.contract import ENV_PARALLEL_PLAN
+from tests.builders import api_client, make_cluster, make_queue, make_workload
+
+JOB = {
+    "name": "pretrain",
+    "queue": "train",
+    "gpu_model": "H800",
+    "gpus": 64,
+    "min_gpus": 32,
+    "max_gpus": 64,
+    "model": "gpt3-13b",
+    "global_batch": 512,
+    "simulated_duration_s": 3600,
+}
+
+
+def _plan_on(workload) -> dict:
+    """The plan the workload's first node is told to hand its processes."""
+    node = workload.allocations.order_by("node_rank").first().node
+    (assignment,) = [
+        a for a in desired_state(node)["assignments"] if a["workload_id"] == workload.pk
+    ]
+    return json.loads(assignment["env"][ENV_PARALLEL_PLAN])
+
+
+@pytest.fixture
+def research(db, acme, globex):
+    make_cluster({"dc1": {"p1": ("H800", 2)}})  # 8 nodes, 64 GPUs
+    return (
+        make_queue(acme, "llm", cohort="research", h800=32),
+        make_queue(globex, "train", cohort="research", h800=32),
+    )
+
+
+def test_a_reclaim_shrinks_the_job_and_its_new_attempt_gets_the_new_plan(research, charlie, client):
+    acme_q, _ = research
+    response = api_client(charlie).post("/api/v1/workloads/", JOB, format="json")
+    assert response.status_code == 201, response.json()
+    job = Workload.objects.get(pk=response.json()["id"])
+    assert job.model_spec["layers"] == 40 and job.model_spec["name"] == "gpt3-13b"
+
+    scheduling_cycle()
+    before = _plan_on(job)
+    assert (before["gpus"], before["global_batch"]) == (64, 512)
+    assert before["tp"] * before["pp"] * before["dp"] == 64
+
+    make_workload(acme_q, "claimant", gpus=32, simulated_duration_s=3600)
+    plan = scheduling_cycle()
+    assert [s.workload_id for s in plan.shrinks] == [job.pk]
+    job.refresh_from_db()
+    after = _plan_on(job)
+    assert (after["gpus"], after["global_batch"]) == (32, 512)
+    assert after["tp"] * after["pp"] * after["dp"] == 32
+    more, fewer = after["sequences_per_replica"]
+    larger = after["replicas_with_more"]
+    assert more * larger + fewer * (after["dp"] - larger) == 512  # the batch is kept
+
+    records = list(job.parallel_plans.all())
+    assert [(r.attempt, r.gpus) for r in records] == [
+        (0, 64),
+        (job.attempt, 32),
+    ] and job.attempt == 1
+    assert records[0].reason == "admitted on 64 GPUs"
+    assert records[1].reason.startswith("shrunk to 32 GPUs: ")
+
+    detail = api_client(charlie).get(f"/api/v1/workloads/{job.pk}/").json()
+    assert [p["gpus"] for p in detail["parallel_plans"]] == [64, 32]
+    client.force_login(charlie)
+    page = client.get(reverse("workload-detail", args=[job.pk])).content.decode()
+    history = page[page.index('id="plan-history"') :]
+    for p in (before, after):
+        assert f"TP{p['tp']} × PP{p['pp']} × DP{p['dp']}" in history
+    assert "shrunk to 32 GPUs" in history
+
+
+def test_a_job_without_a_model_gets_no_plan(acme_llm):
+    job = make_workload(acme_llm, "plain", gpus=8)
+    scheduling_cycle()
+    assert not job.parallel_plans.exists()
+    node = job.allocations.first().node
+    assert ENV_PARALLEL_PLAN not in desired_state(node)["assignments"][0]["env"]
+
+
+SPEC = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000, "seq": 1024}
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"global_batch": None}, "global_batch", "A model and a global batch go together."),
+        ({"model": None}, "model", "A model and a global batch go together."),
+        ({"model": "gpt-9"}, "model", "unknown model 'gpt-9'"),
+        ({"model": {**SPEC, "heads": 7}}, "model.heads", "must divide the hidden size"),
+        ({"model": {**SPEC, "seq": "long"}}, "model.seq", "a positive whole number"),
+        ({"model": "llama3-405b", "gpus": 8, "min_gpus": 8}, "gpus", "does not fit in the memory"),
+        ({"model": "gpt3-175b", "min_gpus": 8}, "min_gpus", "does not fit in the memory of 8"),
+        ({"kind": "inference"}, "model", "Only training jobs get parallel plans."),
+    ],
+    ids=[
+        "a model without a batch",
+        "a batch without a model",
+        "a model not in the catalogue",
+        "heads that do not divide the hidden size",
+        "a field that is not a number",
+        "a model too large for the GPUs asked for",
+        "an elastic minimum the model cannot run on",
+        "an inference job",
+    ],
+)
+def test_a_bad_model_is_refused_by_field(research, charlie, change, field, reason):
+    body = {k: v for k, v in {**JOB, **change}.items() if v is not None}
+    response = api_client(charlie).post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["field"] == field and reason in error["reason"], error
+    assert not Workload.objects.exists()
+
+
+def test_a_spec_given_field_by_field_is_kept_resolved(research, charlie):
+    body = {**JOB, "model": {**SPEC, "name": "mine"}, "gpus": 8, "min_gpus": 8, "max_gpus": 8}
+    response = api_client(charlie).post("/api/v1/workloads/", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["model"] == {**SPEC, "name": "mine", "kv_heads": 0, "gated": False,
+                                        "tied": True, "dropout": True}  # fmt: skip
+
+
+def test_what_a_model_would_do_on_any_gpu_count(db, bob):
+    body = {"model": "gpt3-175b", "global_batch": 1536, "gpu_model": "H800", "gpus": 1000}
+    answer = api_client(bob).post("/api/v1/parallelism/plans/", body, format="json").json()
+    plan = answer["plan"]
+    assert plan["tp"] * plan["pp"] * plan["dp"] == 1000 and len(answer["alternatives"]) == 5
+    times = [p["predicted"]["iteration_s"] for p in [plan, *answer["alternatives"]]]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"gpus": 900}, "gpus"),
+        ({"gpu_model": "V100"}, "gpu_model"),
+        ({"model": {"layers": 1}}, "model.hidden"),
+        ({"gpus": 8, "model": "megatron-1t"}, "gpus"),
+    ],
+    ids=["not whole nodes", "a GPU the planner does not know", "a half spec", "does not fit"],
+)
+def test_the_what_if_refuses_by_field(db, bob, change, field):
+    body = {"model": "gpt3-175b", "global_batch": 1536, "gpu_model": "H800", "gpus": 1000}
+    response = api_client(bob).post("/api/v1/parallelism/plans/", {**body, **change}, format="json")
+    assert response.status_code == 400
+    assert [e["field"] for e in response.json()["errors"]] == [field]
+
+
+def test_the_what_if_needs_a_login(client, db):
+    assert client.post("/api/v1/parallelism/plans/", {}).status_code in (401, 403)
