@@ -256,7 +256,7 @@ class VictimSearch:
         if workload.held <= workload.fewest_gpus:
             return []
         size = self.pool.node_size
-        if len(workload.placements) > 1 or workload.held >= size:
+        if len(workload.placements) > 1:
             keep_nodes = max(1, -(-workload.fewest_gpus // size))
             spare = workload.placements[keep_nodes:][::-1]
             return [

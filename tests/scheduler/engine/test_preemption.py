@@ -383,6 +383,17 @@ def test_a_shrink_gives_back_whole_nodes_and_says_why() -> None:
     )
 
 
+def test_a_one_node_job_holding_its_whole_node_shrinks_by_gpus_not_evicted() -> None:
+    """An 8-GPU job with a minimum of 4 gives 4 GPUs of its node to a 4-GPU claimant."""
+    snapshot = make_snapshot(
+        [N1], [nlp, cv], [busy(90, cv, N1, min_gpus=4), make_workload(1, nlp, 4)]
+    )
+    result = plan(snapshot, now=NOW)
+    assert decided(result) == {"preempted": [], "shrunk": {90: 4}}
+    (shrink,) = result.shrinks
+    assert [(p.node_id, len(p.gpu_indices)) for p in shrink.released] == [(N1.id, 4)]
+
+
 def test_work_already_stopping_is_waited_for_not_preempted_again() -> None:
     stopping = [replace(w, preempting=True) if w.id in (92, 93) else w for w in CV_ON_LEAF]
     snapshot = make_snapshot(LEAF, [nlp, cv], [*stopping, make_workload(1, nlp, 16)])
