@@ -111,6 +111,7 @@ def build_snapshot() -> engine.Snapshot:
             time_limit_s=w["time_limit_s"],
             last_checkpoint_at=_seconds(saved.get(w["id"])),
             preempting=w["state"] == State.PREEMPTING,
+            throughput=_throughput(w, placements[w["id"]]),
         )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
@@ -129,6 +130,8 @@ def build_snapshot() -> engine.Snapshot:
             "time_limit_s",
             "state",
             "head_of_queue",
+            "model_spec",
+            "global_batch",
         )
     )
     return engine.Snapshot(
@@ -136,6 +139,16 @@ def build_snapshot() -> engine.Snapshot:
         queues=quota_engine.queues(),
         workloads=workloads,
         cohorts=quota_engine.cohorts(),
+    )
+
+
+def _throughput(w: dict, placed: dict) -> tuple:
+    """The planner's throughput curve of a running elastic job with a model, for its shrinks."""
+    held = sum(len(indices) for indices in placed.values())
+    if not (w["model_spec"] and w["min_gpus"] and held > w["min_gpus"]):
+        return ()
+    return parallel.throughput(
+        w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], held
     )
 
 

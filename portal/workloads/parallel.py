@@ -32,6 +32,20 @@ def best(model_spec: dict, gpu: str, gpus: int, batch: int) -> parallelism.Paral
     return _best(parallelism.ModelSpec(**model_spec), gpu, gpus, batch)
 
 
+CURVE_POINTS = 9  # sizes planned per elastic job; the engine interpolates between them
+
+
+def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, held: int) -> tuple:
+    """(GPUs, tokens/s) at up to `CURVE_POINTS` sizes from `fewest` to `held` that a job may
+    shrink to (part of a node, or whole nodes): what the engine weighs shrinks by."""
+    node = parallelism.GPUS[gpu].per_node if gpu in parallelism.GPUS else 8
+    sizes = [g for g in range(fewest, held + 1) if g <= node or g % node == 0]
+    step = max(1, -(-len(sizes) // CURVE_POINTS))
+    picked = {*sizes[::step], sizes[-1]} if sizes else set()
+    curve = ((g, best(model_spec, gpu, g, batch)) for g in sorted(picked))
+    return tuple((g, p.tokens_per_s) for g, p in curve if p is not None)
+
+
 def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
     """Why a job of this model cannot run on `gpus` GPUs of `gpu`, or None when it can."""
     if gpu not in parallelism.GPUS:

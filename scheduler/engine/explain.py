@@ -92,8 +92,12 @@ def shrink_reason(
 ) -> str:
     """Why an elastic workload shrinks to `keep` GPUs for `workload`."""
     victim = move.workload
+    kept = ""
+    if victim.throughput:
+        share = victim.rate(keep) / victim.rate(victim.held)
+        kept = f", keeping {share:.0%} of its throughput"
     return (
-        f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}) "
+        f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}{kept}) "
         f"to make room for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
     )
 

@@ -219,6 +219,9 @@ class Workload:
     last_checkpoint_at: float | None = None  # its last saved checkpoint
     time_limit_s: float | None = None  # it is stopped this long after it starts
     preempting: bool = False  # already told to stop: its GPUs are about to be free
+    # (GPUs, tokens/s) at the sizes it may run on, from the parallelism planner; empty: its
+    # throughput is taken to grow linearly with its GPUs.
+    throughput: tuple[tuple[int, float], ...] = ()
 
     @property
     def is_running(self) -> bool:
@@ -238,6 +241,31 @@ class Workload:
     def is_elastic(self) -> bool:
         most = self.gpus if self.max_gpus is None else self.max_gpus
         return self.fewest_gpus < most
+
+    def rate(self, gpus: int) -> float:
+        """Its throughput on `gpus` GPUs (tokens/s; GPUs themselves when it has no curve),
+        interpolated between the sizes its curve gives."""
+        if not self.throughput:
+            return float(gpus)
+        points = self._curve
+        if gpus in points:
+            return points[gpus]
+        below = max((g for g in points if g < gpus), default=None)
+        above = min((g for g in points if g > gpus), default=None)
+        if below is None or above is None:
+            return points[below if above is None else above] * gpus / (below or above)
+        share = (gpus - below) / (above - below)
+        return points[below] + share * (points[above] - points[below])
+
+    @cached_property
+    def _curve(self) -> dict[int, float]:
+        return dict(self.throughput)
+
+    def gpus_lost(self, before: int, after: int) -> float:
+        """What shrinking from `before` to `after` GPUs costs, in GPUs of its average speed at
+        `before`: `before - after` when it scales linearly, less when the GPUs given back were
+        adding little (Pollux and Sia weigh resizes by throughput the same way)."""
+        return (self.rate(before) - self.rate(after)) / (self.rate(before) / before)
 
     @property
     def ends_at(self) -> float | None:

@@ -141,6 +141,7 @@ class VictimSearch:
                     shrinks += taken_shrinks
                     segments.append((len(evictions), len(evictions) + len(taken)))
                     evictions += taken
+            shrinks = _by_throughput_lost(shrinks)
             offset = len(found) + len(shrinks)
             self._segments = [(start + offset, end + offset) for start, end in segments]
             self._moves = found + shrinks + evictions
@@ -557,10 +558,11 @@ class VictimSearch:
         borrowed work goes first, as in Kueue), the highest priority evicted (shrinks and
         stopping work alone beat any eviction), the number of evictions, the lowest fair share
         among the victims' queues, negated (taking from queues that borrow more is cheaper),
-        the work the evictions lose, the GPUs shrunk.
+        the work the evictions lose, the throughput the shrinks lose (in GPUs of each job's
+        average speed: the GPUs shrunk, for jobs that scale linearly).
         """
         evicted = [m.workload for m in moves if m.kind == MoveKind.EVICT]
-        shrunk = sum(sum(m.frees.values()) for m in moves if m.kind == MoveKind.SHRINK)
+        shrunk = _throughput_lost([m for m in moves if m.kind == MoveKind.SHRINK])
         if not evicted:
             return (False, -math.inf, 0, 0.0, 0.0, shrunk)
         value, share, own = self.occupancy.value, self._shares, self.claimant.queue.id
@@ -785,3 +787,30 @@ def _minimise(trial: Trial, enough: Callable[[], bool]) -> None:
             continue
         trial.take(move)  # needed: put it back where it was
         trial.taken.insert(index, trial.taken.pop())
+
+
+def _shrink_steps(moves: list[Move]) -> Iterator[tuple[Move, float]]:
+    """Each shrink move with the throughput it loses (`Workload.gpus_lost`), taking a job's
+    moves in their order: each gives back GPUs from what the ones before it left."""
+    held: dict[int, int] = {}
+    for move in moves:
+        workload = move.workload
+        before = held.get(workload.id, workload.held)
+        held[workload.id] = after = before - sum(move.frees.values())
+        yield move, workload.gpus_lost(before, after)
+
+
+def _throughput_lost(moves: list[Move]) -> float:
+    return sum(lost for _, lost in _shrink_steps(moves))
+
+
+def _by_throughput_lost(moves: list[Move]) -> list[Move]:
+    """Shrinks where the least throughput is lost per GPU given back come first; a job's own
+    moves keep their order (each is ranked no better than the one before it)."""
+    worst: dict[int, float] = {}
+    keyed = []
+    for index, (move, lost) in enumerate(_shrink_steps(moves)):
+        per_gpu = lost / sum(move.frees.values())
+        worst[move.workload.id] = max(per_gpu, worst.get(move.workload.id, 0.0))
+        keyed.append((worst[move.workload.id], index, move))
+    return [move for *_, move in sorted(keyed, key=lambda k: k[:2])]

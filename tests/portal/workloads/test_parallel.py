@@ -7,6 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from portal.workloads import parallel
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.models import Workload
@@ -164,3 +165,19 @@ def test_the_what_if_refuses_by_field(db, bob, change, field):
 
 def test_the_what_if_needs_a_login(client, db):
     assert client.post("/api/v1/parallelism/plans/", {}).status_code in (401, 403)
+
+
+def test_the_engine_shrinks_the_job_that_loses_least_throughput(research, globex):
+    """Two borrowed gpt3-1.3b jobs on 16 GPUs each, elastic down to 8: with a batch of 4,096
+    the second node doubles the speed, with a batch of 16 it adds 57 %. The reclaim shrinks
+    the second, although without curves the first comes first."""
+    acme_q, globex_q = research
+    elastic = {"gpus": 16, "min_gpus": 8, "max_gpus": 16, "model_spec": parallel.spec("gpt3-1.3b")}
+    large = make_workload(globex_q, "large-batch", global_batch=4096, **elastic)
+    small = make_workload(globex_q, "small-batch", global_batch=16, **elastic)
+    make_workload(globex_q, "filler", gpus=32)
+    scheduling_cycle()
+    make_workload(acme_q, "claimant", gpus=8)
+    plan = scheduling_cycle()
+    assert [s.workload_id for s in plan.shrinks] == [small.pk] != [large.pk]
+    assert "keeping 64% of its throughput" in plan.shrinks[0].reason

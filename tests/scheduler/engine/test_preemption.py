@@ -394,6 +394,27 @@ def test_a_one_node_job_holding_its_whole_node_shrinks_by_gpus_not_evicted() -> 
     assert [(p.node_id, len(p.gpu_indices)) for p in shrink.released] == [(N1.id, 4)]
 
 
+def test_a_throughput_curve_is_interpolated_and_linear_without_one() -> None:
+    linear = busy(90, cv, N1, N2, min_gpus=8)
+    assert (linear.rate(12), linear.gpus_lost(16, 8)) == (12.0, 8.0)
+    curved = replace(linear, throughput=((8, 100.0), (16, 120.0)))
+    assert curved.rate(12) == 110.0 and curved.rate(4) == 50.0  # below: linear from 8
+    assert curved.gpus_lost(16, 8) == pytest.approx(20 / (120 / 16))
+
+
+def test_the_job_whose_last_gpus_add_least_throughput_is_shrunk() -> None:
+    """Two borrowers of 16 GPUs with a minimum of 8: without curves the first in value order
+    gives back a node; when the other's planner says its second node adds only 20 %, it does."""
+    first, second = busy(90, cv, N1, N2, min_gpus=8), busy(91, cv, N3, N4, min_gpus=8)
+    claimant = make_workload(1, nlp, 8)
+    linear = plan(make_snapshot(LEAF, [nlp, cv], [first, second, claimant]), now=NOW)
+    assert decided(linear) == {"preempted": [], "shrunk": {90: 8}}
+    flat = replace(second, throughput=((8, 100.0), (16, 120.0)))
+    result = plan(make_snapshot(LEAF, [nlp, cv], [first, flat, claimant]), now=NOW)
+    assert decided(result) == {"preempted": [], "shrunk": {91: 8}}
+    assert "(its minimum is 8, keeping 83% of its throughput)" in result.shrinks[0].reason
+
+
 def test_work_already_stopping_is_waited_for_not_preempted_again() -> None:
     stopping = [replace(w, preempting=True) if w.id in (92, 93) else w for w in CV_ON_LEAF]
     snapshot = make_snapshot(LEAF, [nlp, cv], [*stopping, make_workload(1, nlp, 16)])
