@@ -225,24 +225,31 @@ def for_xid(xid: int) -> FaultKind:
     )
 
 
-def triggered_save_possible(kind: FaultKind, nodes: int, data_parallel: int) -> bool:
+def triggered_save_possible(
+    kind: FaultKind,
+    nodes: int,
+    data_parallel: int,
+    replicas_per_node: int = 1,
+    sharded: bool = False,
+) -> bool:
     """Whether the job's healthy ranks can save a full copy of its state from GPU memory.
 
     The rule: possible when the faulty node's memory stays readable (then every rank can save),
-    or when the job spans at least two nodes with at least two data-parallel replicas (then a
-    replica on another node is whole, since replicas are placed on different nodes, or several
-    to a node when one is smaller than a node). A one-node job whose GPU memory is lost cannot
-    save. The rule assumes each replica holds the whole model and optimizer state, as with
-    plain or hybrid-sharded data parallelism; with state sharded across all data-parallel ranks
-    (ZeRO-3, full FSDP) a lost node takes its shards with it.
+    or when the job spans at least two nodes and some data-parallel replica lies wholly outside
+    the lost node: more replicas than a node holds (`replicas_per_node`: one when a replica
+    fills a node or more, several when its TP x PP is smaller). A one-node job whose GPU memory
+    is lost cannot save. The rule assumes each replica holds the whole model and optimizer
+    state; when the optimizer state is `sharded` across the replicas (the distributed
+    optimizer, ZeRO, FSDP) a lost node takes its shards with it.
     """
-    if nodes < 1 or data_parallel < 1:
+    if nodes < 1 or data_parallel < 1 or replicas_per_node < 1:
         raise ValueError(
-            f"nodes and data_parallel must be at least 1, not {nodes}, {data_parallel}"
+            f"nodes, data_parallel and replicas_per_node must be at least 1, not {nodes}, "
+            f"{data_parallel}, {replicas_per_node}"
         )
     if kind.memory_readable:
         return True
-    return nodes >= 2 and data_parallel >= 2
+    return nodes >= 2 and not sharded and data_parallel > replicas_per_node
 
 
 def ecc_fault(

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from functools import lru_cache
 
+from portal.workloads.choices import CheckpointPolicy
 from portal.workloads.models import ParallelPlan, Workload
 from scheduler import parallelism
 
@@ -17,19 +18,25 @@ def spec(value) -> dict:
 
 
 @lru_cache(maxsize=4096)
-def _best(model: parallelism.ModelSpec, gpu: str, gpus: int, batch: int):
+def _best(model: parallelism.ModelSpec, gpu: str, gpus: int, batch: int, **fixed):
     try:
-        return parallelism.plan(model, parallelism.GPUS[gpu], gpus, batch)
+        return parallelism.plan(model, parallelism.GPUS[gpu], gpus, batch, **fixed)
     except (parallelism.NoPlan, ValueError):
         return None
 
 
-def best(model_spec: dict, gpu: str, gpus: int, batch: int) -> parallelism.ParallelPlan | None:
+def best(
+    model_spec: dict, gpu: str, gpus: int, batch: int, whole_replicas: bool = False
+) -> parallelism.ParallelPlan | None:
     """The fastest plan that fits, or None (the model does not fit, or the GPU is unknown to the
-    planner); the same question is answered once per process."""
+    planner); the same question is answered once per process. `whole_replicas`: rather a plan
+    whose replicas each hold the whole optimizer state, when one fits, so that a fault-triggered
+    save can be made from the replicas a lost node leaves (`faults.triggered_save_possible`)."""
     if gpu not in parallelism.GPUS:
         return None
-    return _best(parallelism.ModelSpec(**model_spec), gpu, gpus, batch)
+    model = parallelism.ModelSpec(**model_spec)
+    found = _best(model, gpu, gpus, batch, distributed_optimizer=False) if whole_replicas else None
+    return found or _best(model, gpu, gpus, batch)
 
 
 CURVE_POINTS = 9  # sizes planned per elastic job; the engine interpolates between them
@@ -63,7 +70,10 @@ def replan(workload: Workload, gpus: int, attempt: int, reason: str) -> Parallel
     """Record the plan for the `gpus` the workload now holds, unless it is the plan it has."""
     if not workload.model_spec:
         return None
-    found = best(workload.model_spec, workload.gpu_model.name, gpus, workload.global_batch)
+    triggered = workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
+    found = best(
+        workload.model_spec, workload.gpu_model.name, gpus, workload.global_batch, triggered
+    )
     if found is None:
         return None  # the engine never gives a job a size its model cannot use
     plan = found.as_json()

@@ -63,7 +63,7 @@ def start(
     triggered = (
         workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
         and healthy
-        and faults.triggered_save_possible(kind, len(nodes), data_parallel=len(nodes))
+        and faults.triggered_save_possible(kind, len(nodes), **_replicas(workload, len(nodes)))
     )
     if triggered:
         timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
@@ -84,6 +84,21 @@ def start(
     _announce(recovery)
     kick_recovery(recovery.pk)
     return recovery
+
+
+def _replicas(workload: Workload, nodes: int) -> dict:
+    """How the job's state is held, from its parallel plan; without one, one full replica per
+    node is assumed."""
+    record = workload.parallel_plans.last()
+    if record is None:
+        return {"data_parallel": nodes}
+    plan = record.plan
+    per_node = max(1, record.gpus // nodes // (plan["tp"] * plan["pp"]))
+    return {
+        "data_parallel": plan["dp"],
+        "replicas_per_node": per_node,
+        "sharded": plan["distributed_optimizer"],
+    }
 
 
 def node_lost(kind: faults.FaultKind) -> bool:

@@ -156,6 +156,22 @@ def test_when_a_fault_triggered_save_is_possible(
     assert triggered_save_possible(lookup(code), nodes, data_parallel) is possible
 
 
+@pytest.mark.parametrize(
+    ("nodes", "data_parallel", "per_node", "sharded", "possible"),
+    [
+        pytest.param(2, 16, 8, False, True, id="16 replicas of one GPU on 2 nodes: 8 survive"),
+        pytest.param(2, 2, 4, False, False, id="2 replicas of 4 GPUs, both on the lost node"),
+        pytest.param(16, 4, 1, True, False, id="optimizer state sharded: a node takes its shard"),
+    ],
+)
+def test_the_plan_says_how_many_replicas_a_lost_node_takes(
+    nodes: int, data_parallel: int, per_node: int, sharded: bool, possible: bool
+) -> None:
+    kind = lookup("xid-79")
+    assert triggered_save_possible(kind, nodes, data_parallel, per_node, sharded) is possible
+    assert triggered_save_possible(lookup("nic-down"), nodes, data_parallel, per_node, sharded)
+
+
 def test_an_unknown_xid_counts_as_unreadable_memory() -> None:
     assert not triggered_save_possible(for_xid(999), 1, 1)
     assert triggered_save_possible(for_xid(999), 2, 2)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from portal.agents.intake import record_acks, record_fault
 from portal.cluster.choices import CommandState, Health
 from portal.cluster.models import Node, NodeCommand
-from portal.workloads import lifecycle, recovery
+from portal.workloads import lifecycle, parallel, recovery
 from portal.workloads.checkpoints import record_saved
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
 from portal.workloads.cycle import build_snapshot, scheduling_cycle
@@ -278,3 +278,29 @@ def test_a_restart_that_crashes_before_every_node_runs_it_fails_the_job(acme_llm
     workload.refresh_from_db()
     assert workload.state == State.FAILED and not workload.allocations.exists()
     assert "its restart exited with code 1" in workload.events.last().reason
+
+
+@pytest.mark.parametrize(
+    ("distributed_optimizer", "step"),
+    [(False, RecoveryStep.SAVING), (True, RecoveryStep.REPLACING)],
+    ids=["replicas hold whole copies: the healthy ones save", "sharded state: no save to try"],
+)
+def test_the_parallel_plan_decides_whether_a_triggered_save_can_be_made(
+    acme_llm, distributed_optimizer, step
+):
+    """gpt3-1.3b on 16 GPUs is 16 one-GPU replicas, 8 on each node: a lost node leaves 8
+    whole ones, unless the optimizer state is sharded across all 16. (A triggered job is
+    planned with whole replicas when they fit, as here.)"""
+    workload, (_, lost) = running_job(
+        acme_llm,
+        checkpoint_policy="triggered",
+        model_spec=parallel.spec("gpt3-1.3b"),
+        global_batch=512,
+    )
+    record = workload.parallel_plans.get()
+    plan = record.plan
+    assert (plan["tp"], plan["pp"], plan["dp"], plan["distributed_optimizer"]) == (1, 1, 16, False)
+    record.plan["distributed_optimizer"] = distributed_optimizer
+    record.save()
+    record_fault(lost, XID_79, gpu_index=3)
+    assert Recovery.objects.get(workload=workload).step == step
