@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 GIB = 1024**3
 
@@ -537,11 +538,25 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def throughput_curve(model: ModelSpec, gpu: Gpu, batch: int, sizes, **kwargs) -> dict[int, float]:
-    """Tokens per second at each GPU count that fits: what each size of a job is worth."""
-    curve = {}
-    for gpus in sizes:
-        ranked = plans(model, gpu, gpus, batch, limit=1, **kwargs)
-        if ranked:
-            curve[gpus] = ranked[0].tokens_per_s
-    return curve
+@lru_cache(maxsize=8192)
+def best_plan(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, **fixed) -> ParallelPlan | None:
+    """`plan`, remembered, and None where there is none: what the control plane and the
+    simulator ask again and again for the same jobs."""
+    try:
+        return plan(model, gpu, gpus, batch, **fixed)
+    except (NoPlan, ValueError):
+        return None
+
+
+CURVE_POINTS = 9  # sizes planned per elastic job; the engine interpolates between them
+
+
+def curve(model: ModelSpec, gpu: Gpu, batch: int, fewest: int, most: int) -> tuple:
+    """(GPUs, tokens/s) at up to `CURVE_POINTS` sizes from `fewest` to `most` GPUs an elastic
+    job may run on (part of a node, or whole nodes), evenly spread and both ends included:
+    what the engine weighs its resizes by, and what the simulator runs it at."""
+    sizes = [g for g in range(fewest, most + 1) if g <= gpu.per_node or g % gpu.per_node == 0]
+    step = max(1, -(-len(sizes) // CURVE_POINTS))
+    picked = sorted({*sizes[::step], sizes[-1]}) if sizes else []
+    found = ((g, best_plan(model, gpu, g, batch)) for g in picked)
+    return tuple((g, p.tokens_per_s) for g, p in found if p is not None)

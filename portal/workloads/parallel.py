@@ -4,7 +4,6 @@ fewer nodes), recorded with the reason, and handed to the job as ``WANKA_PARALLE
 
 import json
 from dataclasses import asdict
-from functools import lru_cache
 
 from portal.workloads.choices import CheckpointPolicy
 from portal.workloads.models import ParallelPlan, Workload
@@ -17,40 +16,26 @@ def spec(value) -> dict:
     return asdict(parallelism.model_spec(value))
 
 
-@lru_cache(maxsize=4096)
-def _best(model: parallelism.ModelSpec, gpu: str, gpus: int, batch: int, **fixed):
-    try:
-        return parallelism.plan(model, parallelism.GPUS[gpu], gpus, batch, **fixed)
-    except (parallelism.NoPlan, ValueError):
-        return None
-
-
 def best(
     model_spec: dict, gpu: str, gpus: int, batch: int, whole_replicas: bool = False
 ) -> parallelism.ParallelPlan | None:
     """The fastest plan that fits, or None (the model does not fit, or the GPU is unknown to the
-    planner); the same question is answered once per process. `whole_replicas`: rather a plan
-    whose replicas each hold the whole optimizer state, when one fits, so that a fault-triggered
-    save can be made from the replicas a lost node leaves (`faults.triggered_save_possible`)."""
+    planner). `whole_replicas`: rather a plan whose replicas each hold the whole optimizer
+    state, when one fits, so that a fault-triggered save can be made from the replicas a lost
+    node leaves (`faults.triggered_save_possible`)."""
     if gpu not in parallelism.GPUS:
         return None
-    model = parallelism.ModelSpec(**model_spec)
-    found = _best(model, gpu, gpus, batch, distributed_optimizer=False) if whole_replicas else None
-    return found or _best(model, gpu, gpus, batch)
-
-
-CURVE_POINTS = 9  # sizes planned per elastic job; the engine interpolates between them
+    args = (parallelism.ModelSpec(**model_spec), parallelism.GPUS[gpu], gpus, batch)
+    sole = parallelism.best_plan(*args, distributed_optimizer=False) if whole_replicas else None
+    return sole or parallelism.best_plan(*args)
 
 
 def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, held: int) -> tuple:
-    """(GPUs, tokens/s) at up to `CURVE_POINTS` sizes from `fewest` to `held` that a job may
-    shrink to (part of a node, or whole nodes): what the engine weighs shrinks by."""
-    node = parallelism.GPUS[gpu].per_node if gpu in parallelism.GPUS else 8
-    sizes = [g for g in range(fewest, held + 1) if g <= node or g % node == 0]
-    step = max(1, -(-len(sizes) // CURVE_POINTS))
-    picked = {*sizes[::step], sizes[-1]} if sizes else set()
-    curve = ((g, best(model_spec, gpu, g, batch)) for g in sorted(picked))
-    return tuple((g, p.tokens_per_s) for g, p in curve if p is not None)
+    """The planner's (GPUs, tokens/s) curve of a job that may shrink from `held` to `fewest`."""
+    if gpu not in parallelism.GPUS:
+        return ()
+    model = parallelism.ModelSpec(**model_spec)
+    return parallelism.curve(model, parallelism.GPUS[gpu], batch, fewest, held)
 
 
 def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:

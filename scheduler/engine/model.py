@@ -196,6 +196,20 @@ class Placement:
     gpu_indices: tuple[int, ...]
 
 
+def at(curve: dict[int, float], gpus: int) -> float:
+    """A throughput curve's value at `gpus`: linear between its points, and beyond its ends in
+    proportion to the nearest one."""
+    if gpus in curve:
+        return curve[gpus]
+    below = max((g for g in curve if g < gpus), default=None)
+    above = min((g for g in curve if g > gpus), default=None)
+    if below is None or above is None:
+        nearest = below if above is None else above
+        return curve[nearest] * gpus / nearest
+    share = (gpus - below) / (above - below)
+    return curve[below] + share * (curve[above] - curve[below])
+
+
 @dataclass(frozen=True)
 class Workload:
     """A job in the snapshot: pending (no placements) or holding GPUs (placements).
@@ -243,19 +257,8 @@ class Workload:
         return self.fewest_gpus < most
 
     def rate(self, gpus: int) -> float:
-        """Its throughput on `gpus` GPUs (tokens/s; GPUs themselves when it has no curve),
-        interpolated between the sizes its curve gives."""
-        if not self.throughput:
-            return float(gpus)
-        points = self._curve
-        if gpus in points:
-            return points[gpus]
-        below = max((g for g in points if g < gpus), default=None)
-        above = min((g for g in points if g > gpus), default=None)
-        if below is None or above is None:
-            return points[below if above is None else above] * gpus / (below or above)
-        share = (gpus - below) / (above - below)
-        return points[below] + share * (points[above] - points[below])
+        """Its throughput on `gpus` GPUs (tokens/s; GPUs themselves when it has no curve)."""
+        return at(self._curve, gpus) if self.throughput else float(gpus)
 
     @cached_property
     def _curve(self) -> dict[int, float]:

@@ -1,8 +1,10 @@
 """One job's life in the simulator: computing, checkpointing, failing, recovering, finishing.
 
 A job's work is its trace duration at its requested size; on fewer GPUs (an elastic job that
-was shrunk) it progresses in proportion, `held / gpus` seconds of work per second. While it
-holds GPUs it is in one phase at a time:
+was shrunk) it progresses in proportion, `held / gpus` seconds of work per second, or, for a job
+that names its model, at the planner's throughput for `held` GPUs over that for `gpus` (the
+curve the engine weighs its shrinks by, `scheduler.parallelism.curve`). While it holds GPUs it
+is in one phase at a time:
 
 - COMPUTE: work advances; after `interval_s` seconds of compute a routine checkpoint is due;
 - STALL: a routine checkpoint's stall (a periodic stop-the-world save, or an async copy to host
@@ -27,8 +29,10 @@ import math
 from dataclasses import dataclass
 from enum import IntEnum
 
+from scheduler import parallelism
 from scheduler.checkpointing import Costs, Policy, PolicyKind, interval_for
 from scheduler.engine import Placement
+from scheduler.engine.model import at
 from scheduler.sim.trace import TraceJob
 
 EPS = 1e-6  # seconds of work below which a job counts as done (float rounding)
@@ -116,6 +120,7 @@ class Job:
         self.faults = 0
         self.preemptions = 0
         self.shrinks = 0
+        self.throughput = throughput_curve(spec)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -253,7 +258,14 @@ class Job:
     def _hold(self, placements: tuple[Placement, ...]) -> None:
         self.placements = placements
         self.held = sum(len(p.gpu_indices) for p in placements)
-        self.rate = self.held / self.spec.gpus
+        self.rate = self.speed(self.held)
+
+    def speed(self, gpus: int) -> float:
+        """Seconds of work per second on `gpus` GPUs: 1 at its requested size."""
+        if not self.throughput:
+            return gpus / self.spec.gpus
+        curve = dict(self.throughput)
+        return at(curve, gpus) / at(curve, self.spec.gpus)
 
     def _enter(self, phase: Phase, ends: float | None) -> None:
         self.phase = phase
@@ -300,3 +312,12 @@ class Job:
         else:
             self._complete(now, self.capture)
         self._enter(Phase.COMPUTE, None)
+
+
+def throughput_curve(spec: TraceJob) -> tuple:
+    """The planner's curve for an elastic job that names its model, else ()."""
+    gpu = parallelism.GPUS.get(spec.gpu_model)
+    if not spec.model or gpu is None or spec.fewest_gpus >= spec.gpus:
+        return ()
+    model = parallelism.MODELS[spec.model]
+    return parallelism.curve(model, gpu, spec.global_batch, spec.fewest_gpus, spec.gpus)

@@ -134,7 +134,13 @@ class Recorder:
         self.cycles = 0
         self.preemptions = 0
         self.shrinks = 0
+        self.kept: list[tuple[float, float]] = []  # each shrink: (GPUs, throughput) kept
         self.faults: Counter[str] = Counter()
+
+    def shrunk(self, gpus_kept: float, throughput_kept: float) -> None:
+        """A job was shrunk, keeping these shares of its GPUs and of its throughput."""
+        self.shrinks += 1
+        self.kept.append((gpus_kept, throughput_kept))
 
     # -- GPUs --------------------------------------------------------------------------------
 

@@ -149,6 +149,7 @@ ROWS = (
         "preemptions (GPU-h lost)",
         lambda p: f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})",
     ),
+    ("shrinks (throughput / GPUs kept)", lambda p: _shrinks(p["preemptions"])),
     (
         "faults (GPU-h lost)",
         lambda p: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})",
@@ -193,6 +194,14 @@ def summary_table(results: dict) -> str:
         for label, cell in ROWS
     )
     return f"<table><tr><th></th>{head}</tr>{rows}</table>"
+
+
+def _shrinks(preemptions: dict) -> str:
+    """How many shrinks, and what they kept on average."""
+    count, kept = preemptions["shrinks"], preemptions["shrink_throughput_kept"]
+    if not count:
+        return "0"
+    return f"{count:,} ({kept:.0%} / {preemptions['shrink_gpus_kept']:.0%})"
 
 
 def _duration(seconds: float) -> str:

@@ -270,10 +270,11 @@ class Simulator:
             self.recorder.preemptions += 1
         for shrink in plan.shrinks:
             job = self.jobs[shrink.workload_id]
+            held, rate = job.held, job.rate
             with self._tracking(job, faults=True):
                 self.allocations.give(shrink.released)
                 job.resize(self.now, _without(job.placements, shrink.released))
-            self.recorder.shrinks += 1
+            self.recorder.shrunk(job.held / held, job.rate / rate)
         for admission in plan.admissions:
             job = self.jobs[admission.workload_id]
             if job.id not in self.pending:

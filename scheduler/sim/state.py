@@ -132,4 +132,5 @@ class Workloads:
             started_at=job.started_at,
             last_checkpoint_at=job.last_checkpoint_at,
             time_limit_s=limit,
+            throughput=job.throughput,
         )

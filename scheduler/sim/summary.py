@@ -66,6 +66,12 @@ def r4(value: float) -> float:
     return round(value, 4)
 
 
+def _mean(values: Iterable[float]) -> float | None:
+    """The mean to 4 places, None for no values."""
+    values = list(values)
+    return r4(sum(values) / len(values)) if values else None
+
+
 def r6(value: float) -> float:
     return round(value, 6)
 
@@ -110,6 +116,8 @@ def summarize(
         "preemptions": {
             "count": recorder.preemptions,
             "shrinks": recorder.shrinks,
+            "shrink_gpus_kept": _mean(g for g, _ in recorder.kept),
+            "shrink_throughput_kept": _mean(t for _, t in recorder.kept),
             "gpu_hours_lost": r4(sum(o.lost_preemption_gpu_s for o in outcomes) / 3600),
         },
         "faults": {

@@ -10,7 +10,9 @@ documented in `docs/sim-trace-format.md`:
 - optional: `id` (unique whole number; default the row's number), `priority` (default 0),
   `status` (the source's final status, kept for reports), `min_gpus` (elastic when below
   `gpus`), `checkpoint` (`periodic`, `async`, `triggered` or `none`, with an optional interval
-  in seconds: `periodic:3600`; default the run's policy, interval from the advisor).
+  in seconds: `periodic:3600`; default the run's policy, interval from the advisor), `model`
+  and `global_batch` (a model of `scheduler.parallelism.MODELS` and its batch: a shrunk job
+  then runs at the planner's throughput for the GPUs it keeps, not in proportion to them).
 
 Empty optional cells take their default. A bad row raises `TraceError` naming the line and
 column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.checkpointing import Policy, PolicyKind
+from scheduler.parallelism import MODELS
 
 REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
 
@@ -48,6 +51,8 @@ class TraceJob:
     status: str = ""
     min_gpus: int | None = None  # None: `gpus` (not elastic)
     checkpoint: Policy | None = None  # None: the run's default policy
+    model: str = ""  # a name of scheduler.parallelism.MODELS; "" for none
+    global_batch: int | None = None  # sequences per step, with `model`
 
     @property
     def fewest_gpus(self) -> int:
@@ -85,6 +90,7 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
     if not queue:
         raise TraceError(f"line {line}, column queue: empty (give a queue or a tenant)")
     given_id = cell.whole("id", minimum=0, optional=True)
+    model, batch = cell.model("model", "global_batch")
     return TraceJob(
         id=index if given_id is None else given_id,
         submit_s=cell.number("submit_s"),
@@ -96,6 +102,8 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         status=(row.get("status") or "").strip().lower(),
         min_gpus=min_gpus,
         checkpoint=cell.checkpoint("checkpoint"),
+        model=model,
+        global_batch=batch,
     )
 
 
@@ -160,6 +168,20 @@ class _Cells:
         except ValueError as why:
             raise self.error(column, str(why)) from None
 
+    def model(self, column: str, batch_column: str) -> tuple[str, int | None]:
+        """A model of the planner's catalogue and its global batch, both or neither."""
+        name = self._raw(column, optional=True) or ""
+        batch = self.whole(batch_column, minimum=1, optional=True)
+        if bool(name) != (batch is not None):
+            raise self.error(
+                column if not name else batch_column, "give both model and global_batch"
+            )
+        if name and name not in MODELS:
+            raise self.error(
+                column, f"{name!r} is not a model of the catalogue ({', '.join(MODELS)})"
+            )
+        return name, batch
+
 
 def parse_policy(text: str) -> Policy:
     """A checkpoint policy from `kind` or `kind:interval_s`, e.g. `periodic:3600`; the interval
@@ -201,6 +223,8 @@ COLUMNS = (
     "status",
     "min_gpus",
     "checkpoint",
+    "model",
+    "global_batch",
 )
 
 
@@ -222,6 +246,8 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
                 job.status,
                 "" if job.min_gpus is None else job.min_gpus,
                 format_policy(job.checkpoint),
+                job.model,
+                "" if job.global_batch is None else job.global_batch,
             ]
         )
     return out.getvalue()

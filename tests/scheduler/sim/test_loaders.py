@@ -49,6 +49,29 @@ def test_written_traces_read_back_the_same() -> None:
     assert read_csv(write_csv(jobs).splitlines()) == jobs
 
 
+MODEL_HEADER = HEADER + ",model,global_batch"
+
+
+def test_a_job_may_name_its_model_and_batch() -> None:
+    (job,) = load("0,16,H800,100,a,,,8,,gpt3-13b,512", header=MODEL_HEADER)
+    assert (job.model, job.global_batch) == ("gpt3-13b", 512)
+    assert read_csv(write_csv([job]).splitlines()) == [job]
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ("0,8,H800,10,a,,,,,gpt-9,64", "line 2, column model: 'gpt-9' is not a model of the"),
+        ("0,8,H800,10,a,,,,,gpt3-13b,", "line 2, column global_batch: give both model and"),
+        ("0,8,H800,10,a,,,,,,64", "line 2, column model: give both model and global_batch"),
+    ],
+    ids=["a model not in the catalogue", "a model without a batch", "a batch without a model"],
+)
+def test_a_bad_model_names_its_column(row: str, error: str) -> None:
+    with pytest.raises(TraceError, match="^" + re.escape(error)):
+        load(row, header=MODEL_HEADER)
+
+
 @pytest.mark.parametrize(
     ("row", "error"),
     [

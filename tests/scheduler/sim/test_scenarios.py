@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.checkpointing import Costs, Policy, PolicyKind
+from scheduler.parallelism import GPUS, MODELS, plan
 from scheduler.sim.runner import simulate
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.trace import TraceJob
@@ -118,6 +119,26 @@ def test_an_elastic_borrower_is_shrunk_instead_of_preempted() -> None:
     assert outcomes[1].jct_s == pytest.approx(1925.0)
     assert (outcomes[2].wait_s, outcomes[2].jct_s) == (10.0, 110.0)
     assert (simulator.recorder.preemptions, simulator.recorder.shrinks) == (0, 1)
+
+
+def test_a_shrunk_job_with_a_model_runs_at_the_planners_speed() -> None:
+    """The same with gpt3-1.3b and a batch of 16, whose second node adds only 57 %: on 8 GPUs
+    it keeps 1/1.57 of its speed, not half, so its 905 s of work take 905 x 1.57 s."""
+    model = {"model": "gpt3-1.3b", "global_batch": 16}
+    trace = [
+        TraceJob(1, 0.0, 16, "H800", 1000.0, "b", min_gpus=8, checkpoint=Policy(PolicyKind.NONE),
+                 **model),
+        TraceJob(2, 95.0, 8, "H800", 100.0, "a"),
+    ]  # fmt: skip
+    speed = (
+        plan(MODELS["gpt3-1.3b"], GPUS["H800"], 8, 16).tokens_per_s
+        / plan(MODELS["gpt3-1.3b"], GPUS["H800"], 16, 16).tokens_per_s
+    )
+    assert 0.6 < speed < 0.7
+    simulator = simulate(trace, TWO_NODES, "wanka", NO_FAULTS)
+    outcomes = {o.id: o for o in simulator.recorder.outcomes}
+    assert outcomes[1].jct_s == pytest.approx(115.0 + 905.0 / speed)
+    assert simulator.recorder.kept == [(0.5, pytest.approx(speed))]
 
 
 def test_the_no_reclaim_baseline_lets_the_borrower_finish() -> None:
