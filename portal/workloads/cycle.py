@@ -98,7 +98,7 @@ def build_snapshot() -> engine.Snapshot:
             # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
             submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
             priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
-            topology=LEVELS[w["topology"]],
+            topology=_topology(w),
             topology_required=w["topology_required"],
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
@@ -142,6 +142,18 @@ def build_snapshot() -> engine.Snapshot:
     )
 
 
+def _topology(w: dict) -> engine.TopologyLevel:
+    """The job's level; a job with a model that may span data centers is kept in one when the
+    planner says spanning would cost it much (`parallel.spans_datacenters`)."""
+    level = LEVELS[w["topology"]]
+    if level != engine.TopologyLevel.ANY or not w["model_spec"] or w["state"] != State.PENDING:
+        return level
+    spans = parallel.spans_datacenters(
+        w["model_spec"], w["gpu_model__name"], w["gpus"], w["global_batch"]
+    )
+    return level if spans else engine.TopologyLevel.DATACENTER
+
+
 def _throughput(w: dict, placed: dict) -> tuple:
     """The planner's throughput curve of a running elastic job with a model, for its shrinks."""
     held = sum(len(indices) for indices in placed.values())
@@ -168,6 +180,7 @@ def apply(plan: engine.Plan) -> set[int]:
     victims = Workload.objects.in_bulk(
         [p.workload_id for p in plan.preemptions] + [s.workload_id for s in plan.shrinks]
     )
+    datacenter = _datacenters(plan, workloads)
     touched: set[int] = set()
     with transaction.atomic():
         # Victims first: the GPUs they give back may be the ones the admissions below take.
@@ -206,7 +219,11 @@ def apply(plan: engine.Plan) -> set[int]:
                 ]
             gpus = sum(len(p.gpu_indices) for p in admission.placements)
             workload = workloads[admission.workload_id]
-            parallel.replan(workload, gpus, workload.attempt, f"admitted on {gpus} GPUs")
+            if workload.model_spec:
+                dcs = len({datacenter[p.node_id] for p in admission.placements})
+                where = f" in {dcs} data centers" if dcs > 1 else ""
+                why = f"admitted on {gpus} GPUs{where}"
+                parallel.replan(workload, gpus, workload.attempt, why, datacenters=dcs)
         Allocation.objects.bulk_create(bookings)
         changed = []
         for pending in plan.pending:
@@ -220,6 +237,20 @@ def apply(plan: engine.Plan) -> set[int]:
         Workload.objects.bulk_update(changed, ["pending_reason", "queue_position"])
         nodes_changed(touched)
     return touched
+
+
+def _datacenters(plan: engine.Plan, workloads: dict) -> dict[int, int]:
+    """The data center of each node a job with a model is admitted on (its plan depends on
+    how many it spans); no query when there is none."""
+    nodes = {
+        p.node_id
+        for a in plan.admissions
+        if a.workload_id in workloads and workloads[a.workload_id].model_spec
+        for p in a.placements
+    }
+    if not nodes:
+        return {}
+    return dict(Node.objects.filter(pk__in=nodes).values_list("pk", "leaf__pod__datacenter"))
 
 
 def scheduling_cycle() -> engine.Plan:

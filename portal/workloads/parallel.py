@@ -17,7 +17,12 @@ def spec(value) -> dict:
 
 
 def best(
-    model_spec: dict, gpu: str, gpus: int, batch: int, whole_replicas: bool = False
+    model_spec: dict,
+    gpu: str,
+    gpus: int,
+    batch: int,
+    whole_replicas: bool = False,
+    datacenters: int = 1,
 ) -> parallelism.ParallelPlan | None:
     """The fastest plan that fits, or None (the model does not fit, or the GPU is unknown to the
     planner). `whole_replicas`: rather a plan whose replicas each hold the whole optimizer
@@ -26,8 +31,22 @@ def best(
     if gpu not in parallelism.GPUS:
         return None
     args = (parallelism.ModelSpec(**model_spec), parallelism.GPUS[gpu], gpus, batch)
-    sole = parallelism.best_plan(*args, distributed_optimizer=False) if whole_replicas else None
-    return sole or parallelism.best_plan(*args)
+    where = {"datacenters": datacenters} if datacenters > 1 else {}
+    whole = {"distributed_optimizer": False} if whole_replicas else None
+    return (whole is not None and parallelism.best_plan(*args, **where, **whole)) or (
+        parallelism.best_plan(*args, **where)
+    )
+
+
+# A job that may span data centers does so only when the planner says it keeps this much.
+SPAN_KEEPS = 0.9
+
+
+def spans_datacenters(model_spec: dict, gpu: str, gpus: int, batch: int) -> bool:
+    """Whether the job loses little (`SPAN_KEEPS`) when its replicas are split over two data
+    centers, the gradients crossing the region's link."""
+    one, two = (best(model_spec, gpu, gpus, batch, datacenters=k) for k in (1, 2))
+    return one is not None and two is not None and two.tokens_per_s >= SPAN_KEEPS * one.tokens_per_s
 
 
 def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, held: int) -> tuple:
@@ -51,14 +70,16 @@ def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
     return None
 
 
-def replan(workload: Workload, gpus: int, attempt: int, reason: str) -> ParallelPlan | None:
-    """Record the plan for the `gpus` the workload now holds, unless it is the plan it has."""
+def replan(
+    workload: Workload, gpus: int, attempt: int, reason: str, datacenters: int = 1
+) -> ParallelPlan | None:
+    """Record the plan for the `gpus` the workload now holds (over `datacenters`), unless it is
+    the plan it has."""
     if not workload.model_spec:
         return None
     triggered = workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
-    found = best(
-        workload.model_spec, workload.gpu_model.name, gpus, workload.global_batch, triggered
-    )
+    spec, gpu, batch = workload.model_spec, workload.gpu_model.name, workload.global_batch
+    found = best(spec, gpu, gpus, batch, triggered, datacenters) or best(spec, gpu, gpus, batch)
     if found is None:
         return None  # the engine never gives a job a size its model cannot use
     plan = found.as_json()

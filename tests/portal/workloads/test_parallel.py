@@ -11,6 +11,7 @@ from portal.workloads import parallel
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.models import Workload
+from scheduler import parallelism
 from scheduler.agent.contract import ENV_PARALLEL_PLAN
 from tests.builders import api_client, make_cluster, make_queue, make_workload
 
@@ -181,3 +182,42 @@ def test_the_engine_shrinks_the_job_that_loses_least_throughput(research, globex
     plan = scheduling_cycle()
     assert [s.workload_id for s in plan.shrinks] == [small.pk] != [large.pk]
     assert "keeping 64% of its throughput" in plan.shrinks[0].reason
+
+
+@pytest.fixture
+def link(monkeypatch):
+    """Set the region's link between data centers (GB/s), with the planner's memory cleared."""
+
+    def set_to(gbps: float) -> None:
+        monkeypatch.setattr(parallelism, "DC_LINK_GBPS", gbps)
+        parallelism.best_plan.cache_clear()
+
+    yield set_to
+    parallelism.best_plan.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("gbps", "spans"),
+    [(1600.0, True), (2.0, False)],
+    ids=["a fast link costs little: it spans both", "a slow one would: it waits for one"],
+)
+def test_a_job_that_may_span_data_centers_does_when_the_planner_says_little_is_lost(
+    acme_llm, link, gbps, spans
+):
+    """96 H800 GPUs exist only across dc1 (64) and dc2 (32)."""
+    link(gbps)
+    job = make_workload(
+        acme_llm, "wide", gpus=96, topology="any", model_spec=parallel.spec("gpt3-13b"),
+        global_batch=512,
+    )  # fmt: skip
+    acme_llm.quotas.update(nominal=96)  # quota is not what stops it
+    plan = scheduling_cycle()
+    job.refresh_from_db()
+    if spans:
+        assert [a.workload_id for a in plan.admissions] == [job.pk]
+        record = job.parallel_plans.get()
+        assert record.plan["datacenters"] == 2 and record.plan["dp"] % 2 == 0
+        assert record.reason == "admitted on 96 GPUs in 2 data centers"
+    else:
+        assert not plan.admissions and not job.parallel_plans.exists()
+        assert "one data center" in job.pending_reason
