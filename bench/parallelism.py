@@ -156,20 +156,30 @@ def validation() -> list[tuple[Published, float, float]]:
     return out
 
 
+REPLANNED = (("gpt3-175b", 1536), ("llama3-405b", 2048), ("llama3-8b", 16384))
+
+
 def replan_s(gpus: int, repeat: int) -> float:
-    """The median time of a whole ranked search for GPT-3 175B on `gpus` H800 GPUs."""
-    model, gpu = MODELS["gpt3-175b"], GPUS["H800"]
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        plan(model, gpu, gpus, 1536)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """The slowest, over a few catalogue models, of the median time of a whole ranked search
+    on `gpus` H800 GPUs."""
+    slowest = 0.0
+    for name, batch in REPLANNED:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            plan(MODELS[name], GPUS["H800"], gpus, batch)
+            times.append(time.perf_counter() - start)
+        slowest = max(slowest, statistics.median(times))
+    return slowest
+
+
+TARGETS = {"mean_err": 0.05, "max_err": 0.10, "replan_s_16k": 1.0}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="one timing run instead of five")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
 
     rows = validation()
@@ -184,8 +194,8 @@ def main() -> None:
     repeat = 1 if args.short else 5
     replan_1k, replan_16k = replan_s(1024, repeat), replan_s(16384, repeat)
     print(
-        f"re-plan GPT-3 175B: {replan_1k * 1000:.0f} ms at 1,024 GPUs, "
-        f"{replan_16k * 1000:.0f} ms at 16,384"
+        f"re-plan, slowest of {', '.join(name for name, _ in REPLANNED)}: "
+        f"{replan_1k * 1000:.0f} ms at 1,024 GPUs, {replan_16k * 1000:.0f} ms at 16,384"
     )
 
     model, gpu, batch = MODELS["gpt3-175b"], GPUS["H800"], 1536
@@ -205,20 +215,24 @@ def main() -> None:
         f"throughput kept {kept:.1%} with {896 / 1000:.1%} of the GPUs; "
         f"global batch {total} of {batch}"
     )
-    print(
-        json.dumps(
-            {
-                "rows": len(rows),
-                "mean_err": round(statistics.mean(errors), 4),
-                "max_err": round(max(errors), 4),
-                "replan_s_1k": round(replan_1k, 4),
-                "replan_s_16k": round(replan_16k, 4),
-                "batch_kept": total == batch,
-                "throughput_kept_1000_to_900": round(kept, 4),
-                "gpus_kept_1000_to_900": 0.896,
-            }
-        )
-    )
+    figures = {
+        "rows": len(rows),
+        "mean_err": round(statistics.mean(errors), 4),
+        "max_err": round(max(errors), 4),
+        "replan_s_1k": round(replan_1k, 4),
+        "replan_s_16k": round(replan_16k, 4),
+        "batch_kept": total == batch,
+        "throughput_kept_1000_to_900": round(kept, 4),
+        "gpus_kept_1000_to_900": 0.896,
+    }
+    print(json.dumps(figures))
+    missed = [k for k, most in TARGETS.items() if figures[k] > most]
+    if not figures["batch_kept"]:
+        missed.append("batch_kept")
+    if kept < 0.88:  # the 90 % of the GPUs asked for, less two points
+        missed.append("throughput_kept_1000_to_900")
+    if args.check and missed:
+        raise SystemExit(f"missed targets: {', '.join(missed)}")
 
 
 if __name__ == "__main__":
