@@ -1,16 +1,19 @@
 """The parallelism planner against published training runs, its speed, and one resize.
 
-    python -m bench.parallelism [--short]
+    python -m bench.parallelism [--short] [--check]
 
 1. Every published measurement we found with its full configuration, predicted with the same
    TP, PP, GPU count, batch and software (the planner picks what the source leaves open:
    micro-batch, interleaving, recompute); one line each with the error.
-2. Re-planning time (the whole ranked search) at 1,024 and 16,384 GPUs on one core.
+2. Re-planning time (the whole ranked search) at 1,024 and 16,384 GPUs on one core: the
+   slowest of GPT-3 175B, Llama 3 405B and Llama 3 8B.
 3. GPT-3 175B on H800 nodes: the plan on 1,000 GPUs, then on the 896 (112 whole nodes) left when
    only 900 are there, the throughput and the batch kept.
 
 The last line is JSON: rows, mean_err, max_err, replan_s_1k, replan_s_16k, batch_kept,
-throughput_kept_1000_to_900, gpus_kept_1000_to_900.
+throughput_kept_1000_to_900, gpus_kept_1000_to_900. With --check it exits 1 when a target is
+missed: mean_err <= 0.05, max_err <= 0.10, replan_s_16k <= 1, the batch kept, and at least 88 %
+of the throughput kept.
 """
 
 from __future__ import annotations
