@@ -75,6 +75,7 @@ def workload_list(request):
 def workload_detail(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
     report = job_report(workload)
+    allocations = list(workload.allocations.select_related("node"))
     return render(
         request,
         "dashboard/workload_detail.html",
@@ -82,7 +83,8 @@ def workload_detail(request, pk):
             "workload": workload,
             "events": workload.events.all(),
             "parallel_plans": list(workload.parallel_plans.all()),
-            "nodes": sorted({a.node.name for a in workload.allocations.select_related("node")}),
+            "nodes": sorted({a.node.name for a in allocations}),
+            "held": len(allocations),
             "gpu_hours": gpu_hours(workload.usage, [workload]),
             "ettr": report,
             "phases": [

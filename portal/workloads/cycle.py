@@ -194,12 +194,11 @@ def apply(plan: engine.Plan) -> set[int]:
             touched |= preemption.begin(victims[victim.workload_id], victim.reason)
         bookings = []
         for admission in plan.admissions:
-            nodes = len(admission.placements)
             try:
                 transition(
                     workloads[admission.workload_id],
                     State.ADMITTED,
-                    reason=f"placed on {nodes} node{'s' if nodes > 1 else ''}",
+                    reason=_placed(workloads[admission.workload_id], admission),
                     pending_reason="",
                     queue_position=None,
                     head_of_queue=False,
@@ -237,6 +236,16 @@ def apply(plan: engine.Plan) -> set[int]:
         Workload.objects.bulk_update(changed, ["pending_reason", "queue_position"])
         nodes_changed(touched)
     return touched
+
+
+def _placed(workload: Workload, admission: engine.Admission) -> str:
+    """Where an admission puts the workload, and on how few GPUs when it starts smaller."""
+    nodes = len(admission.placements)
+    where = f"placed on {nodes} node{'s' if nodes > 1 else ''}"
+    gpus = sum(len(p.gpu_indices) for p in admission.placements)
+    if gpus < workload.gpus:
+        return f"{where}, on {gpus} of its {workload.gpus} GPUs (elastic: all that is free)"
+    return where
 
 
 def _datacenters(plan: engine.Plan, workloads: dict) -> dict[int, int]:

@@ -446,6 +446,14 @@ class Pool:
             )
         return self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
 
+    def most_free(self) -> int:
+        """The most GPUs free on one node: whole nodes' too."""
+        return (
+            self.node_size
+            if self._wholes.best(DEPTH[TopologyLevel.ANY])
+            else self._most_free_on_a_node()
+        )
+
     def _most_free_on_a_node(self) -> int:
         for count in range(self.node_size - 1, 0, -1):
             if self._best_partial(count) is not None:

@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
-from scheduler.engine.capacity import Capacity, Pool, widest_level
+from scheduler.engine.capacity import DEPTH, Capacity, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     claim_reason,
@@ -231,9 +231,26 @@ class Cycle:
         if claim is not None:
             self.apply_claim(pool, queue, workload, claim)
             return Outcome.PREEMPT
+        if self._start_smaller(pool, queue, workload):
+            return Outcome.FIT
         if quota is not None:
             return self._no_fit(workload, quota)
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
+
+    def _start_smaller(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
+        """An elastic workload that can neither start at its size nor have room made for it
+        starts at the largest size between its minimum and its size that its quota allows and
+        free GPUs hold (never by preempting), the largest first."""
+        if not workload.is_elastic or workload.fewest_gpus >= workload.gpus:
+            return False
+        node, widest = pool.node_size, max(widest_level(workload), TopologyLevel.LEAF)
+        largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free())
+        for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
+            if refusal(self.ledger.check, queue, workload.gpu_model, gpus) is not None:
+                continue
+            smaller = replace(workload, gpus=gpus)
+            return refusal(self.admit, pool, queue, smaller) is None
+        return False
 
     def _no_fit(self, workload: Workload, reason: str) -> Outcome:
         self.wait(workload, reason)
@@ -504,3 +521,11 @@ class Cycle:
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         self.holds[workload.id] = Hold(reservation, workload, queue, within)
         return f"{reason}; {reservation.reason}"
+
+
+def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:
+    """Shape-valid GPU counts from `most` down to `fewest`: whole nodes above one node."""
+    gpus = most if most <= node else most - most % node
+    while gpus >= fewest and gpus > 0:
+        yield gpus
+        gpus = gpus - node if gpus > node else gpus - 1

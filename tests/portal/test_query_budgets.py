@@ -36,7 +36,7 @@ def test_pages(many_workloads, bob, client, url, django_assert_max_num_queries):
 
 def test_workload_page(many_workloads, bob, client, django_assert_max_num_queries):
     """Constant, whatever the job's history: the state, ETTR (events, stalls, losses),
-    checkpoints, recoveries, and the cluster's failure rate for the advisor."""
+    checkpoints, recoveries, parallel plans, and the cluster's failure rate for the advisor."""
     client.force_login(bob)
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(19):
         assert client.get(f"/workloads/{many_workloads[0].pk}/").status_code == 200

@@ -221,3 +221,20 @@ def test_a_job_that_may_span_data_centers_does_when_the_planner_says_little_is_l
     else:
         assert not plan.admissions and not job.parallel_plans.exists()
         assert "one data center" in job.pending_reason
+
+
+def test_an_elastic_job_with_a_model_starts_on_what_is_free_with_the_plan_for_it(research, globex):
+    """32 of the 64 GPUs are taken: a job asking for 64, elastic down to 32, starts on the 32
+    that are free, with the plan for 32."""
+    _, globex_q = research
+    make_workload(globex_q, "taken", gpus=32, simulated_duration_s=3600)
+    scheduling_cycle()
+    elastic = {"min_gpus": 32, "max_gpus": 64, "model_spec": parallel.spec("gpt3-13b")}
+    job = make_workload(globex_q, "elastic", gpus=64, global_batch=512, **elastic)
+    plan = scheduling_cycle()
+    assert [sum(len(p.gpu_indices) for p in a.placements) for a in plan.admissions] == [32]
+    job.refresh_from_db()
+    assert job.events.last().reason == (
+        "placed on 4 nodes, on 32 of its 64 GPUs (elastic: all that is free)"
+    )
+    assert job.parallel_plans.get().gpus == 32 == job.allocations.count()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.engine import Node, Snapshot, Workload, plan
+from scheduler.engine import Node, Snapshot, TopologyLevel, Workload, plan
 from scheduler.engine.testing import (
     cordon,
     make_cluster,
@@ -17,12 +17,13 @@ from scheduler.engine.testing import (
 )
 
 nlp = make_queue("nlp", h800=1000, h20=1000)
+small = make_queue("small", h800=16)
 LEAF = make_cluster(nodes=4)  # dc1-p1-l1-n1 .. n4
 N1, N2, N3, N4 = LEAF
 
 
-def job(workload_id: int, gpus: int, **kwargs: object) -> Workload:
-    return make_workload(workload_id, nlp, gpus, **kwargs)
+def job(workload_id: int, gpus: int, queue=nlp, **kwargs: object) -> Workload:
+    return make_workload(workload_id, queue, gpus, **kwargs)
 
 
 def held(workload_id: int, node: Node, *indices: int) -> Workload:
@@ -137,3 +138,35 @@ def test_gpus_of_running_workloads_are_never_given_again_even_if_listed_free() -
         1: "dc1-p1-l1-n1[6,7]",
         2: "no schedulable H800 node has 2 free GPUs (the most on one node is 0; 0 free in all)",
     }
+
+
+def gpus_admitted(snapshot: Snapshot) -> dict[int, int]:
+    result = plan(snapshot, now=1000.0)
+    return {a.workload_id: sum(len(p.gpu_indices) for p in a.placements) for a in result.admissions}
+
+
+@pytest.mark.parametrize(
+    ("workloads", "queues", "admitted"),
+    [
+        pytest.param(
+            [held(9, N1), held(8, N2), job(1, 32, min_gpus=8)], [nlp], {1: 16},
+            id="an elastic gang that cannot get 32 GPUs starts on the 16 free",
+        ),
+        pytest.param(
+            [held(9, N1, 0, 1, 2), job(1, 8, min_gpus=2, topology=TopologyLevel.NODE),
+             *(held(10 + i, n) for i, n in enumerate((N2, N3, N4)))],
+            [nlp], {1: 5},
+            id="a one-node elastic job takes the 5 GPUs left on a node",
+        ),
+        pytest.param(
+            [job(1, 32, min_gpus=8, queue=small)], [small], {1: 16},
+            id="one whose quota allows 16 of its 32 starts on 16",
+        ),
+        pytest.param(
+            [held(9, N1), held(8, N2), held(7, N3), job(1, 32, min_gpus=16)], [nlp], {},
+            id="below its minimum it waits",
+        ),
+    ],
+)  # fmt: skip
+def test_an_elastic_job_starts_at_the_largest_size_that_fits(workloads, queues, admitted):
+    assert gpus_admitted(make_snapshot(LEAF, queues, workloads)) == admitted
