@@ -446,6 +446,23 @@ class Pool:
             )
         return self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
 
+    def growth(self, workload: Workload, most: int) -> tuple[Placement, ...]:
+        """Free GPUs a running workload could grow by, up to `most`: on its node for a one-node
+        workload (it stays on that node), else whole free nodes in the domain its topology
+        allows around its first node. Takes nothing."""
+        size, first = self.node_size, workload.placements[0].node_id
+        if first not in self._domains or most <= 0:
+            return ()
+        if len(workload.placements) == 1 and workload.held < size:
+            free = sorted(self._free[first])[: min(most, size - workload.held)]
+            return (Placement(first, tuple(free)),) if free else ()
+        count = most // size
+        if not count or workload.held % size:
+            return ()
+        domain = self._domains[first][DEPTH[max(widest_level(workload), TopologyLevel.LEAF)]]
+        nodes = self._pick_whole(domain, min(count, self._whole[domain]))
+        return tuple(Placement(n.id, tuple(sorted(self._free[n.id]))) for n in nodes)
+
     def most_free(self) -> int:
         """The most GPUs free on one node: whole nodes' too."""
         return (

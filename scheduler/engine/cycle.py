@@ -22,12 +22,14 @@ from scheduler.engine.capacity import DEPTH, Capacity, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     claim_reason,
+    grow_reason,
     kept_off_reason,
     preemption_reason,
     shrink_reason,
 )
 from scheduler.engine.model import (
     Admission,
+    Grow,
     Pending,
     Placement,
     Plan,
@@ -88,11 +90,14 @@ def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
                 heads.refresh(cycle.touched_queues)
             if cycle.waits(workload) and queue.strategy == Strategy.STRICT_FIFO:
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
-    # 5. Requeue the rest: each waiting workload's reason and position in its queue.
-    with timer("5. explain"):
+    # 5. Grow: free GPUs no waiting work can use go to elastic work below its most.
+    with timer("5. grow"):
+        cycle.grow(snapshot.workloads)
+    # 6. Requeue the rest: each waiting workload's reason and position in its queue.
+    with timer("6. explain"):
         pending = cycle.number_in_queues()
-    # 6. Usage after the plan: preempted work gone, shrinks applied, admissions added.
-    with timer("6. usage"):
+    # 7. Usage after the plan: preempted work gone, resizes applied, admissions added.
+    with timer("7. usage"):
         usage = cycle.usage_after()
     return Plan(
         admissions=cycle.admissions,
@@ -100,6 +105,7 @@ def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
         usage=usage,
         preemptions=cycle.preemptions,
         shrinks=cycle.shrinks,
+        grows=cycle.grows,
         reservations=[hold.reservation for hold in cycle.holds.values()],
         timings=timer.timings,
     )
@@ -167,6 +173,7 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.shrinks: list[Shrink] = []
+        self.grows: list[Grow] = []
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -251,6 +258,56 @@ class Cycle:
             smaller = replace(workload, gpus=gpus)
             return refusal(self.admit, pool, queue, smaller) is None
         return False
+
+    # -- growing ----------------------------------------------------------------------------
+
+    def grow(self, workloads: Iterable[Workload]) -> None:
+        """Give free GPUs to running elastic workloads below their most, in pools where no
+        work waits: never by preempting, a workload at most every `GROW_EVERY_S` (each resize
+        restarts it), the most throughput gained per GPU first (`Workload.rate`), then the
+        higher priority, then the lower id. A one-node workload grows within its node, a
+        multi-node one by whole nodes within the domain its topology allows."""
+        waiting = set()
+        for workload, _ in self._waiting.values():
+            queue = self.ledger.queue_or_none(workload.queue_id)
+            waiting.add((queue.region if queue else None, workload.gpu_model))
+        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
+        candidates = []
+        for workload in workloads:
+            queue = self.ledger.queue_or_none(workload.queue_id)
+            if queue is None or (queue.region, workload.gpu_model) in waiting:
+                continue
+            if workload.id in changed or not self._may_grow(workload):
+                continue
+            node = self.capacity.pool(queue.region, workload.gpu_model).node_size
+            gain = _gain_per_gpu(workload, node)
+            candidates.append((-gain, -workload.priority, workload.id, workload, queue))
+        for *_, workload, queue in sorted(candidates, key=lambda c: c[:3]):
+            self._grow(self.capacity.pool(queue.region, workload.gpu_model), queue, workload)
+
+    def _may_grow(self, workload: Workload) -> bool:
+        most = workload.gpus if workload.max_gpus is None else workload.max_gpus
+        if not workload.is_running or workload.preempting or workload.held >= most:
+            return False
+        times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
+        return bool(times) and self.now - max(times) >= GROW_EVERY_S
+
+    def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
+        most = workload.gpus if workload.max_gpus is None else workload.max_gpus
+        added = pool.growth(workload, most - workload.held)
+        while added:
+            extra = sum(len(p.gpu_indices) for p in added)
+            if refusal(self.ledger.check, queue, workload.gpu_model, extra) is None:
+                break
+            added = added[:-1] if len(added) > 1 else pool.growth(workload, extra - 1)
+        if not added:
+            return
+        for placement in added:
+            pool.take(placement)
+        extra = sum(len(p.gpu_indices) for p in added)
+        self.ledger.charge(queue.id, workload.gpu_model, extra)
+        reason = grow_reason(workload, workload.held + extra, queue.region)
+        self.grows.append(Grow(workload.id, workload.held + extra, added, reason))
 
     def _no_fit(self, workload: Workload, reason: str) -> Outcome:
         self.wait(workload, reason)
@@ -529,3 +586,14 @@ def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:
     while gpus >= fewest and gpus > 0:
         yield gpus
         gpus = gpus - node if gpus > node else gpus - 1
+
+
+GROW_EVERY_S = 300.0  # a workload grows at most this often after it started or was resized
+
+
+def _gain_per_gpu(workload: Workload, node: int) -> float:
+    """What one more step (a node, or a GPU within one) adds, in GPUs of its average speed."""
+    held = workload.held
+    step = 1 if held < node and len(workload.placements) == 1 else node
+    per_gpu = workload.rate(held) / held
+    return (workload.rate(held + step) - workload.rate(held)) / step / per_gpu

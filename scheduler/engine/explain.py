@@ -102,6 +102,19 @@ def shrink_reason(
     )
 
 
+def grow_reason(workload: Workload, gpus: int, region: str) -> str:
+    """Why an elastic workload grows to `gpus` GPUs."""
+    gained = ""
+    if workload.throughput:
+        more = workload.rate(gpus) / workload.rate(workload.held) - 1
+        gained = f", {more:.0%} more throughput"
+    where = f" in {region}" if region else ""
+    return (
+        f"grown from {workload.held} to {gpus} GPUs{gained}: they were free and no work waits "
+        f"for {workload.gpu_model} GPUs{where}"
+    )
+
+
 def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
     """Why a claimant waits although room is being made for it."""
     evicted = Counter()

@@ -236,6 +236,7 @@ class Workload:
     # (GPUs, tokens/s) at the sizes it may run on, from the parallelism planner; empty: its
     # throughput is taken to grow linearly with its GPUs.
     throughput: tuple[tuple[int, float], ...] = ()
+    resized_at: float | None = None  # when it was last shrunk or grown
 
     @property
     def is_running(self) -> bool:
@@ -327,6 +328,16 @@ class Shrink:
 
 
 @dataclass(frozen=True)
+class Grow:
+    """Grow a running elastic workload to `gpus` GPUs with the free GPUs `added`."""
+
+    workload_id: int
+    gpus: int
+    added: tuple[Placement, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reservation:
     """Nodes held for a waiting workload; only work that is preemptible by it, or that ends
     before `start_at`, may be placed on them meanwhile.
@@ -356,5 +367,6 @@ class Plan:
     usage: dict[tuple[int, str], int] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)
     shrinks: list[Shrink] = field(default_factory=list)
+    grows: list[Grow] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)

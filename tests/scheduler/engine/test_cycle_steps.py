@@ -11,7 +11,14 @@ from scheduler.engine import plan
 from scheduler.engine.testing import make_cluster, make_queue, make_snapshot, make_workload
 
 ENGINE = Path(__file__).resolve().parents[3] / "scheduler" / "engine"
-STEPS = ["1. take stock", "2. queue", "3-4. nominate and decide", "5. explain", "6. usage"]
+STEPS = [
+    "1. take stock",
+    "2. queue",
+    "3-4. nominate and decide",
+    "5. grow",
+    "6. explain",
+    "7. usage",
+]
 
 
 class FakeClock:

@@ -170,3 +170,60 @@ def gpus_admitted(snapshot: Snapshot) -> dict[int, int]:
 )  # fmt: skip
 def test_an_elastic_job_starts_at_the_largest_size_that_fits(workloads, queues, admitted):
     assert gpus_admitted(make_snapshot(LEAF, queues, workloads)) == admitted
+
+
+LONG_AGO = 0.0  # started long before the cycle at 1000 s, so it may grow
+
+
+def elastic(workload_id: int, *placements, most: int, queue=nlp, **extra) -> Workload:
+    extra.setdefault("started_at", LONG_AGO)
+    return make_running(workload_id, queue, *placements, min_gpus=2, max_gpus=most, **extra)
+
+
+def grown(snapshot: Snapshot) -> dict[int, int]:
+    return {g.workload_id: g.gpus for g in plan(snapshot, now=1000.0).grows}
+
+
+@pytest.mark.parametrize(
+    ("workloads", "queues", "expected"),
+    [
+        pytest.param(
+            [elastic(1, on(N1, 0, 1, 2, 3), most=8)], [nlp], {1: 8},
+            id="a one-node job takes the free GPUs of its node up to its most",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32)], [nlp], {1: 32},
+            id="a gang takes whole free nodes of its domain",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32, queue=small)], [small], {},
+            id="not past its queue's quota",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32), held(2, N3), job(3, 16)], [nlp], {},
+            id="not while work waits for these GPUs",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32, resized_at=900.0)], [nlp], {},
+            id="not within five minutes of its last resize",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=16, throughput=((8, 100.0), (16, 110.0))),
+             elastic(2, on(N2), most=16), held(3, N3)],
+            [nlp], {2: 16},
+            id="the one free node goes where it adds the most throughput",
+        ),
+    ],
+)  # fmt: skip
+def test_an_elastic_job_grows_into_free_gpus_nobody_waits_for(workloads, queues, expected):
+    assert grown(make_snapshot(LEAF, queues, workloads)) == expected
+
+
+def test_a_grow_says_why() -> None:
+    workload = elastic(1, on(N1), on(N2), most=32, throughput=((16, 100.0), (32, 180.0)))
+    (grow,) = plan(make_snapshot(LEAF, [nlp], [workload]), now=1000.0).grows
+    assert [p.node_id for p in grow.added] == [N3.id, N4.id]
+    assert grow.reason == (
+        "grown from 16 to 32 GPUs, 80% more throughput: they were free and no work waits for "
+        "H800 GPUs"
+    )
