@@ -120,6 +120,7 @@ class Job:
         self.faults = 0
         self.preemptions = 0
         self.shrinks = 0
+        self.resized_at: float | None = None
         self.throughput = throughput_curve(spec)
 
     # -- reading -----------------------------------------------------------------------------
@@ -182,10 +183,14 @@ class Job:
             self._enter(Phase.COMPUTE, None)
 
     def resize(self, now: float, placements: tuple[Placement, ...]) -> None:
-        """Go on with fewer GPUs: the ranks re-plan from memory, one restart, nothing lost."""
+        """Go on with fewer or more GPUs: the ranks re-plan from memory, one restart, nothing
+        lost."""
         self.advance(now)
+        before = self.held
         self._hold(placements)
-        self.shrinks += 1
+        if self.held < before:
+            self.shrinks += 1
+        self.resized_at = now
         self._recover(now, Cause.RESIZE)
 
     def preempt(self, now: float) -> None:

@@ -134,6 +134,7 @@ class Recorder:
         self.cycles = 0
         self.preemptions = 0
         self.shrinks = 0
+        self.grows = 0
         self.kept: list[tuple[float, float]] = []  # each shrink: (GPUs, throughput) kept
         self.faults: Counter[str] = Counter()
 

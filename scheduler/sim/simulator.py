@@ -30,6 +30,7 @@ from enum import IntEnum
 
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import Placement, Plan
+from scheduler.engine.cycle import GROW_EVERY_S
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.jobs import Checkpointing, Job, Phase
 from scheduler.sim.metrics import Recorder
@@ -101,6 +102,7 @@ class Simulator:
         self._seq = 0
         self._versions: dict[tuple[int, Kind], int] = {}
         self.pending: set[int] = set()
+        self.growable: set[int] = set()  # running elastic jobs below their most
         self.ended: set[int] = set()
         self.events = 0
         self._last_cycle = -math.inf
@@ -213,7 +215,7 @@ class Simulator:
 
     def request_cycle(self) -> None:
         """Ask for a cycle: now, or one period after the last, unless one is coming."""
-        if self._cycle_at is not None or not self.pending:
+        if self._cycle_at is not None or not (self.pending or self.growable):
             return
         self._cycle_at = max(self.now, self._last_cycle + self.config.cycle_s)
         self._push(self._cycle_at, Kind.CYCLE, 0, 0)
@@ -227,6 +229,7 @@ class Simulator:
         self.request_cycle()
 
     def _finish(self, job: Job) -> None:
+        self.growable.discard(job.id)
         self.allocations.give(job.placements)
         job.finish(self.now)
         self.workloads.changed(job)
@@ -247,21 +250,22 @@ class Simulator:
     def _cycle(self) -> None:
         self._cycle_at = None
         self._last_cycle = self.now
-        if not self.pending:
+        if not self.pending and not self.growable:
             return
         self.recorder.cycle_started(self.now)
         snapshot = self.workloads.snapshot(self.allocations)
         plan = self.last_plan = self.policy.plan(snapshot, self.now)
         self._apply(plan)
         self.recorder.cycle_ended(self.now)
-        if plan.admissions or plan.preemptions or plan.shrinks:
+        if plan.admissions or plan.preemptions or plan.shrinks or plan.grows:
             self.request_cycle()
 
     def _apply(self, plan: Plan) -> None:
-        """Preempted jobs stop and wait again, shrunk ones give back GPUs, admitted ones
-        start; in that order, so GPUs are freed before any are taken."""
+        """Preempted jobs stop and wait again, shrunk ones give back GPUs, grown ones take
+        more, admitted ones start; in that order, so GPUs are freed before any are taken."""
         for preemption in plan.preemptions:
             job = self.jobs[preemption.workload_id]
+            self.growable.discard(job.id)
             with self._tracking(job):
                 self.allocations.give(job.placements)
                 job.preempt(self.now)
@@ -275,6 +279,14 @@ class Simulator:
                 self.allocations.give(shrink.released)
                 job.resize(self.now, _without(job.placements, shrink.released))
             self.recorder.shrunk(job.held / held, job.rate / rate)
+            self._may_grow(job)
+        for grow in plan.grows:
+            job = self.jobs[grow.workload_id]
+            with self._tracking(job, faults=True):
+                self.allocations.take(grow.added, job.id)
+                job.resize(self.now, _with(job.placements, grow.added))
+            self.recorder.grows += 1
+            self._may_grow(job)
         for admission in plan.admissions:
             job = self.jobs[admission.workload_id]
             if job.id not in self.pending:
@@ -284,6 +296,15 @@ class Simulator:
                 job.start(self.now, admission.placements)
                 self.pending.discard(job.id)
                 self.recorder.pending_removed(job)
+            self._may_grow(job)
+
+    def _may_grow(self, job: Job) -> None:
+        """Note a running elastic job below its most, and look again when it may grow."""
+        if job.spec.min_gpus is None or job.held >= job.spec.gpus:
+            self.growable.discard(job.id)
+            return
+        self.growable.add(job.id)
+        self._push(self.now + GROW_EVERY_S, Kind.CYCLE, 0, 0)
 
 
 @contextmanager
@@ -332,6 +353,14 @@ class _Tracking:
         sim._reschedule(
             job, self.faults or job.held != self.held, job.persisting_until != self.persisting
         )
+
+
+def _with(placements: tuple[Placement, ...], added: tuple[Placement, ...]) -> tuple[Placement, ...]:
+    """Placements with the GPUs a grow adds (on a node it has, or on new nodes after its own)."""
+    indices = {p.node_id: list(p.gpu_indices) for p in placements}
+    for placement in added:
+        indices.setdefault(placement.node_id, []).extend(placement.gpu_indices)
+    return tuple(Placement(node, tuple(sorted(gpus))) for node, gpus in indices.items())
 
 
 def _without(

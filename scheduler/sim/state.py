@@ -133,4 +133,5 @@ class Workloads:
             last_checkpoint_at=job.last_checkpoint_at,
             time_limit_s=limit,
             throughput=job.throughput,
+            resized_at=job.resized_at,
         )

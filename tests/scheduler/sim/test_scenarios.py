@@ -141,6 +141,27 @@ def test_a_shrunk_job_with_a_model_runs_at_the_planners_speed() -> None:
     assert simulator.recorder.kept == [(0.5, pytest.approx(speed))]
 
 
+def test_an_elastic_job_starts_on_what_is_free_and_grows_when_it_may() -> None:
+    """b's job asks for 32 GPUs, elastic down to 8, while a's holds 3 of the 4 nodes until 100:
+    it starts on the one free node at once (start-smaller), and once 300 s have passed since
+    that start, the next cycle grows it onto the 3 nodes freed meanwhile. A job of a model the
+    cluster has none of keeps cycles running (the simulator cycles while work waits)."""
+    trace = [
+        TraceJob(1, 0.0, 24, "H800", 100.0, "a"),
+        TraceJob(2, 1.0, 32, "H800", 2000.0, "b", min_gpus=8, checkpoint=Policy(PolicyKind.NONE)),
+        TraceJob(3, 1.0, 8, "H20", 10.0, "a"),
+    ]
+    simulator = simulate(trace, FOUR_NODES, "wanka", NO_FAULTS)
+    outcomes = {o.id: o for o in simulator.recorder.outcomes}
+    assert outcomes[2].wait_s < 20
+    assert simulator.recorder.grows == 1
+    # 300 s on 8 GPUs (a quarter of the work per second), a 20 s restart, the rest on 32.
+    started = 1.0 + outcomes[2].wait_s
+    grown = started + 300 + 10  # the first cycle at or after the window
+    done = grown + 20 + (2000 - (grown - started - 20) * 8 / 32)
+    assert outcomes[2].jct_s + 1.0 == pytest.approx(done, abs=15)
+
+
 def test_the_no_reclaim_baseline_lets_the_borrower_finish() -> None:
     trace = [TraceJob(1, 0.0, 16, "H800", 1000.0, "b"), TraceJob(2, 95.0, 8, "H800", 100.0, "a")]
     assert figures("no-reclaim", trace, TWO_NODES) == {
