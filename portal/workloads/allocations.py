@@ -1,11 +1,11 @@
-"""A workload's GPUs: booked by the cycle, given back in part (a shrink), released whole. Every
-change books the GPU-hours of what it frees and returns the nodes it touched, for the caller's
-one `desired.nodes_changed` per transaction."""
+"""A workload's GPUs: booked by the cycle, added to (a grow), given back in part (a shrink),
+released whole. Every change books the GPU-hours of what it frees and returns the nodes it
+touched, for the caller's one `desired.nodes_changed` per transaction."""
 
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.workloads.models import UsageRecord, Workload
+from portal.workloads.models import Allocation, UsageRecord, Workload
 from portal.workloads.triggers import trigger_cycle
 
 
@@ -17,7 +17,7 @@ def release(workload: Workload) -> set[int]:
     if not gpus:
         return set()
     node_ids = set(allocations.values_list("node_id", flat=True))
-    book(workload, gpus)
+    book(workload, allocations)
     allocations.delete()
     trigger_cycle()
     return node_ids
@@ -31,25 +31,44 @@ def give_back(workload: Workload, released) -> set[int]:
         gpus |= Q(node_id=node_id, gpu_index__in=indices)
     gone = workload.allocations.filter(gpus)
     node_ids = set(gone.values_list("node_id", flat=True))
-    book(workload, gone.count())
+    book(workload, gone)
     gone.delete()
     return node_ids
 
 
-def book(workload: Workload, gpus: int) -> None:
-    """Book `gpus` GPUs of the workload from its start (or admission) until now."""
-    if not gpus:
-        return
+def add(workload: Workload, added) -> set[int]:
+    """Book more GPUs to a running workload, `added` as (node id, GPU indices) pairs: on a node
+    it has (its rank there), or on new nodes, ranked after its own. Returns those nodes."""
+    ranks = dict(workload.allocations.values_list("node_id", "node_rank"))
+    after = max(ranks.values(), default=-1) + 1
+    rows = []
+    for node_id, indices in added:
+        if node_id not in ranks:
+            ranks[node_id], after = after, after + 1
+        rows += [
+            Allocation(workload=workload, node_id=node_id, gpu_index=i, node_rank=ranks[node_id])
+            for i in indices
+        ]
+    Allocation.objects.bulk_create(rows)
+    return {node_id for node_id, _ in added}
+
+
+def book(workload: Workload, gone) -> None:
+    """Book the GPU-hours of the workload's allocations `gone`, each from the later of the
+    workload's start (or admission) and its own booking (a GPU a grow added) until now."""
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
+    starts = [max(since, booked) for booked in gone.values_list("created_at", flat=True)]
+    if not starts:
+        return
     UsageRecord.objects.create(
         tenant_id=workload.tenant_id,
         workload=workload,
         gpu_model_id=workload.gpu_model_id,
-        gpus=gpus,
-        started_at=since,
+        gpus=len(starts),
+        started_at=min(starts),
         ended_at=now,
-        gpu_hours=gpus * (now - since).total_seconds() / 3600,
+        gpu_hours=sum((now - start).total_seconds() for start in starts) / 3600,
     )
 
 

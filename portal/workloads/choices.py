@@ -111,5 +111,6 @@ class RecoveryOutcome(models.TextChoices):
     IN_PLACE = "in_place", "Restarted in place"
     SPARE = "spare", "Restarted on hot spares"
     SHRUNK = "shrunk", "Shrunk and restarted"
+    GROWN = "grown", "Grown and restarted"
     REQUEUED = "requeued", "Requeued at the head of its queue"
     ENDED = "ended", "Ended while recovering"

@@ -17,12 +17,19 @@ from portal.cluster.models import Node
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
 from portal.workloads import lifecycle, parallel, preemption
-from portal.workloads.choices import HOLDING, CheckpointStatus, State, Topology
+from portal.workloads.choices import (
+    HOLDING,
+    CheckpointStatus,
+    RecoveryOutcome,
+    State,
+    Topology,
+)
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import (
     Allocation,
     Checkpoint,
     IllegalTransition,
+    Recovery,
     Workload,
     transition,
 )
@@ -83,6 +90,12 @@ def build_snapshot() -> engine.Snapshot:
         )
         for node_id, name, model, gpus, health, connected, spare, leaf, pod, dc, region in rows
     )
+    resized = dict(
+        Recovery.objects.filter(outcome__in=[RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN])
+        .values("workload_id")
+        .annotate(at=Max("started_at"))
+        .values_list("workload_id", "at")
+    )
     saved = dict(
         Checkpoint.objects.filter(status=CheckpointStatus.COMPLETE)
         .values("workload_id")
@@ -112,6 +125,7 @@ def build_snapshot() -> engine.Snapshot:
             last_checkpoint_at=_seconds(saved.get(w["id"])),
             preempting=w["state"] == State.PREEMPTING,
             throughput=_throughput(w, placements[w["id"]]),
+            resized_at=_seconds(resized.get(w["id"])),
         )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
@@ -155,12 +169,14 @@ def _topology(w: dict) -> engine.TopologyLevel:
 
 
 def _throughput(w: dict, placed: dict) -> tuple:
-    """The planner's throughput curve of a running elastic job with a model, for its shrinks."""
+    """The planner's throughput curve of a running elastic job with a model, from its fewest
+    to its most GPUs: what its shrinks and grows are weighed by."""
     held = sum(len(indices) for indices in placed.values())
-    if not (w["model_spec"] and w["min_gpus"] and held > w["min_gpus"]):
+    most = max(w["max_gpus"] or w["gpus"], held)
+    if not (w["model_spec"] and w["min_gpus"] and held and w["min_gpus"] < most):
         return ()
     return parallel.throughput(
-        w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], held
+        w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], most
     )
 
 
@@ -171,14 +187,16 @@ def _seconds(moment) -> float | None:
 def apply(plan: engine.Plan) -> set[int]:
     """Write the plan in one transaction; return the ids of nodes whose desired state changed.
 
-    Shrinks and preemptions first, then admissions. A workload cancelled since the snapshot is
-    skipped. A GPU booked twice (which the engine never plans) fails the unique constraint and
-    rolls the whole plan back.
+    Shrinks and preemptions first, then grows, then admissions. A workload cancelled since the
+    snapshot is skipped. A GPU booked twice (which the engine never plans) fails the unique
+    constraint and rolls the whole plan back.
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
     workloads = Workload.objects.select_related("gpu_model").in_bulk(ids)
     victims = Workload.objects.in_bulk(
-        [p.workload_id for p in plan.preemptions] + [s.workload_id for s in plan.shrinks]
+        [p.workload_id for p in plan.preemptions]
+        + [s.workload_id for s in plan.shrinks]
+        + [g.workload_id for g in plan.grows]
     )
     datacenter = _datacenters(plan, workloads)
     touched: set[int] = set()
@@ -192,6 +210,9 @@ def apply(plan: engine.Plan) -> set[int]:
             )
         for victim in plan.preemptions:
             touched |= preemption.begin(victims[victim.workload_id], victim.reason)
+        for grown in plan.grows:
+            added = [(p.node_id, p.gpu_indices) for p in grown.added]
+            touched |= lifecycle.grow(victims[grown.workload_id], added, grown.reason)
         bookings = []
         for admission in plan.admissions:
             try:
@@ -273,11 +294,12 @@ def scheduling_cycle() -> engine.Plan:
     applied = time.perf_counter()
     apply(plan)
     log.info(
-        "cycle: %d admitted, %d preempted, %d shrunk, %d pending, %d reservations; "
+        "cycle: %d admitted, %d preempted, %d shrunk, %d grown, %d pending, %d reservations; "
         "snapshot %.0f ms, plan %.0f ms (%s), apply %.0f ms",
         len(plan.admissions),
         len(plan.preemptions),
         len(plan.shrinks),
+        len(plan.grows),
         len(plan.pending),
         len(plan.reservations),
         (planned - started) * 1e3,

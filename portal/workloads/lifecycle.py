@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
-from portal.workloads.choices import RecoveryStep, State
+from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, transition
 from portal.workloads.triggers import trigger_cycle
@@ -179,6 +179,27 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
         parallel.replan(workload, gpus, workload.attempt + 1, f"shrunk to {gpus} GPUs: {reason}")
         now = timezone.now()
         recovery.resized(workload, reason, work_lost(workload, now), now)
+        transition(workload, State.RECOVERING, reason=reason)
+    return node_ids
+
+
+def grow(workload: Workload, added, reason: str) -> set[int]:
+    """Give a running elastic workload more GPUs (`added`: (node id, GPU indices) pairs) and
+    restart it as a new attempt in its larger world from its newest complete save, recorded as
+    a recovery that grew and is restarting. Returns every node it touched (none when it is no
+    longer running)."""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state != State.RUNNING:
+            return set()
+        node_ids = set(workload.allocations.values_list("node_id", flat=True))
+        node_ids |= allocations.add(workload, added)
+        workload.allocations.update(started=False, exit_code=None)
+        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+        gpus = workload.allocations.count()
+        parallel.replan(workload, gpus, workload.attempt + 1, reason)
+        now = timezone.now()
+        recovery.resized(workload, reason, work_lost(workload, now), now, RecoveryOutcome.GROWN)
         transition(workload, State.RECOVERING, reason=reason)
     return node_ids
 

@@ -49,12 +49,12 @@ def spans_datacenters(model_spec: dict, gpu: str, gpus: int, batch: int) -> bool
     return one is not None and two is not None and two.tokens_per_s >= SPAN_KEEPS * one.tokens_per_s
 
 
-def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, held: int) -> tuple:
-    """The planner's (GPUs, tokens/s) curve of a job that may shrink from `held` to `fewest`."""
+def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, most: int) -> tuple:
+    """The planner's (GPUs, tokens/s) curve of a job that may run on `fewest` to `most`."""
     if gpu not in parallelism.GPUS:
         return ()
     model = parallelism.ModelSpec(**model_spec)
-    return parallelism.curve(model, parallelism.GPUS[gpu], batch, fewest, held)
+    return parallelism.curve(model, parallelism.GPUS[gpu], batch, fewest, most)
 
 
 def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:

@@ -271,8 +271,10 @@ _STEPS = {
 }
 
 
-def resized(workload: Workload, reason: str, lost_s: float, now) -> Recovery:
-    """A shrink restarts the workload (inside the shrink's transaction): a recovery already
+def resized(
+    workload: Workload, reason: str, lost_s: float, now, outcome=RecoveryOutcome.SHRUNK
+) -> Recovery:
+    """A shrink or a grow restarts the workload (inside its transaction): a recovery already
     restarting, so that it closes like any other once every node runs the new attempt."""
     latest = checkpointing.latest_complete(
         workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
@@ -280,7 +282,7 @@ def resized(workload: Workload, reason: str, lost_s: float, now) -> Recovery:
     return Recovery.objects.create(
         workload=workload,
         step=RecoveryStep.RESTARTING,
-        outcome=RecoveryOutcome.SHRUNK,
+        outcome=outcome,
         detail=reason[:500],
         resume_step=latest.step if latest else None,
         resume_location=latest.location if latest else "",
@@ -371,7 +373,7 @@ def _shrink(workload: Workload, lost) -> bool:
     left = held - lost.count()
     if workload.min_gpus is None or left < workload.min_gpus or left == 0:
         return False
-    allocations.book(workload, held - left)
+    allocations.book(workload, lost)
     lost.delete()
     allocations.renumber(workload)
     return True

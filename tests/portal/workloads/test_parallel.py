@@ -3,11 +3,14 @@ admission and a new one when a reclaim shrinks it, in its environment, its API a
 bad models are refused by field; the what-if endpoint answers for any GPU count."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from portal.workloads import parallel
+from portal.workloads import lifecycle, parallel
+from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.models import Workload
@@ -238,3 +241,39 @@ def test_an_elastic_job_with_a_model_starts_on_what_is_free_with_the_plan_for_it
         "placed on 4 nodes, on 32 of its 64 GPUs (elastic: all that is free)"
     )
     assert job.parallel_plans.get().gpus == 32 == job.allocations.count()
+
+
+def test_an_elastic_job_grows_back_when_the_gpus_free_up_and_books_only_what_it_held(
+    research, globex
+):
+    """Started on 32 of its 64 GPUs; ten minutes later the other job ends and nothing waits:
+    the next cycle grows it to 64 as a new attempt with the plan for 64. Its GPU-hours count
+    the grown GPUs from the grow, not from its start."""
+    _, globex_q = research
+    taken = make_workload(globex_q, "taken", gpus=32, simulated_duration_s=3600)
+    scheduling_cycle()
+    elastic = {"min_gpus": 32, "max_gpus": 64, "model_spec": parallel.spec("gpt3-13b")}
+    job = make_workload(globex_q, "elastic", gpus=64, global_batch=512, **elastic)
+    scheduling_cycle()
+    for node_id in set(job.allocations.values_list("node_id", flat=True)):
+        lifecycle.mark_started_many([(job.pk, node_id, 0)])
+    ten_minutes_ago = timezone.now() - timedelta(minutes=10)
+    Workload.objects.filter(pk=job.pk).update(started_at=ten_minutes_ago)
+    job.allocations.update(created_at=ten_minutes_ago)  # booked at its admission
+    lifecycle.cancel(taken)
+
+    plan = scheduling_cycle()
+    assert [(g.workload_id, g.gpus) for g in plan.grows] == [(job.pk, 64)]
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.allocations.count()) == (State.RECOVERING, 1, 64)
+    assert _plan_on(job)["gpus"] == 64
+    record = job.parallel_plans.last()
+    assert (record.gpus, record.attempt) == (64, 1)
+    assert record.reason.startswith("grown from 32 to 64 GPUs, ")
+    assert "% more throughput: they were free and no work waits for H800 GPUs" in record.reason
+    assert sorted(job.allocations.values_list("node_rank", flat=True).distinct()) == list(range(8))
+
+    lifecycle.cancel(job)
+    booked = job.usage.get()
+    assert booked.gpus == 64
+    assert booked.gpu_hours == pytest.approx(32 * 10 / 60, rel=0.01)  # the new 32: ~0 h
