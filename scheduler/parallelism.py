@@ -136,6 +136,16 @@ class SpecError(ValueError):
 
 
 SPEC_FIELDS = ("layers", "hidden", "heads", "ffn", "vocab", "seq")
+# Far beyond any model trained, yet small enough that every figure stays a finite float.
+SPEC_LIMITS = {
+    "layers": 10_000,
+    "hidden": 1_000_000,
+    "heads": 100_000,
+    "ffn": 10_000_000,
+    "vocab": 10_000_000,
+    "seq": 10_000_000,
+    "kv_heads": 100_000,
+}
 
 
 def model_spec(value: str | dict) -> ModelSpec:
@@ -151,14 +161,18 @@ def model_spec(value: str | dict) -> ModelSpec:
         number = value.get(field, 0 if field == "kv_heads" else None)
         if type(number) is not int or number < 0 or (number == 0 and field != "kv_heads"):
             raise SpecError(f"model.{field}", "a positive whole number is required")
+        if number > SPEC_LIMITS[field]:
+            raise SpecError(f"model.{field}", f"at most {SPEC_LIMITS[field]:,}")
         numbers[field] = number
     if numbers["hidden"] % numbers["heads"]:
         raise SpecError("model.heads", "must divide the hidden size")
     if numbers["kv_heads"] and numbers["heads"] % numbers["kv_heads"]:
         raise SpecError("model.kv_heads", "must divide the attention heads")
-    flags = {
-        k: bool(value.get(k, d)) for k, d in (("gated", False), ("tied", True), ("dropout", True))
-    }
+    flags = {}
+    for field, default in (("gated", False), ("tied", True), ("dropout", True)):
+        flags[field] = value.get(field, default)
+        if type(flags[field]) is not bool:
+            raise SpecError(f"model.{field}", "true or false")
     return ModelSpec(str(value.get("name") or "custom")[:64], **numbers, **flags)
 
 

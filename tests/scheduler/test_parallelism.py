@@ -141,6 +141,22 @@ def test_spanning_two_data_centers_costs_the_link() -> None:
             "model.kv_heads",
         ),
         (["gpt3-13b"], "model"),
+        (
+            {"layers": 2, "hidden": 10**160, "heads": 4, "ffn": 8, "vocab": 9, "seq": 8},
+            "model.hidden",
+        ),
+        (
+            {
+                "layers": 2,
+                "hidden": 64,
+                "heads": 4,
+                "ffn": 8,
+                "vocab": 9,
+                "seq": 8,
+                "gated": "false",
+            },
+            "model.gated",
+        ),
     ],
 )
 def test_a_bad_spec_names_its_field(value, field) -> None:

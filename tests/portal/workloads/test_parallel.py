@@ -156,9 +156,16 @@ def test_what_a_model_would_do_on_any_gpu_count(db, bob):
         ({"gpus": 900}, "gpus"),
         ({"gpu_model": "V100"}, "gpu_model"),
         ({"model": {"layers": 1}}, "model.hidden"),
+        ({"model": {**SPEC, "hidden": 10**160}}, "model.hidden"),
         ({"gpus": 8, "model": "megatron-1t"}, "gpus"),
     ],
-    ids=["not whole nodes", "a GPU the planner does not know", "a half spec", "does not fit"],
+    ids=[
+        "not whole nodes",
+        "a GPU the planner does not know",
+        "a half spec",
+        "a number no float can hold",
+        "does not fit",
+    ],
 )
 def test_the_what_if_refuses_by_field(db, bob, change, field):
     body = {"model": "gpt3-175b", "global_batch": 1536, "gpu_model": "H800", "gpus": 1000}
