@@ -552,7 +552,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=32_768)
 def best_plan(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, **fixed) -> ParallelPlan | None:
     """`plan`, remembered, and None where there is none: what the control plane and the
     simulator ask again and again for the same jobs."""

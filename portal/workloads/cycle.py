@@ -90,6 +90,7 @@ def build_snapshot() -> engine.Snapshot:
         )
         for node_id, name, model, gpus, health, connected, spare, leaf, pod, dc, region in rows
     )
+    budget = parallel.Budget()
     resized = dict(
         Recovery.objects.filter(outcome__in=[RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN])
         .values("workload_id")
@@ -111,7 +112,7 @@ def build_snapshot() -> engine.Snapshot:
             # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
             submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
             priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
-            topology=_topology(w),
+            topology=_topology(w, budget),
             topology_required=w["topology_required"],
             placements=tuple(
                 engine.Placement(node_id, tuple(sorted(indices)))
@@ -124,7 +125,7 @@ def build_snapshot() -> engine.Snapshot:
             time_limit_s=w["time_limit_s"],
             last_checkpoint_at=_seconds(saved.get(w["id"])),
             preempting=w["state"] == State.PREEMPTING,
-            throughput=_throughput(w, placements[w["id"]]),
+            throughput=_throughput(w, placements[w["id"]], budget),
             resized_at=_seconds(resized.get(w["id"])),
         )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
@@ -156,24 +157,29 @@ def build_snapshot() -> engine.Snapshot:
     )
 
 
-def _topology(w: dict) -> engine.TopologyLevel:
+def _topology(w: dict, budget: parallel.Budget) -> engine.TopologyLevel:
     """The job's level; a job with a model that may span data centers is kept in one when the
-    planner says spanning would cost it much (`parallel.spans_datacenters`)."""
+    planner says spanning would cost it much (`parallel.spans_datacenters`), or has not said
+    yet."""
     level = LEVELS[w["topology"]]
     if level != engine.TopologyLevel.ANY or not w["model_spec"] or w["state"] != State.PENDING:
         return level
+    if not budget.allows():
+        return engine.TopologyLevel.DATACENTER
     spans = parallel.spans_datacenters(
         w["model_spec"], w["gpu_model__name"], w["gpus"], w["global_batch"]
     )
     return level if spans else engine.TopologyLevel.DATACENTER
 
 
-def _throughput(w: dict, placed: dict) -> tuple:
+def _throughput(w: dict, placed: dict, budget: parallel.Budget) -> tuple:
     """The planner's throughput curve of a running elastic job with a model, from its fewest
-    to its most GPUs: what its shrinks and grows are weighed by."""
+    to its most GPUs: what its shrinks and grows are weighed by (linear until planned)."""
     held = sum(len(indices) for indices in placed.values())
     most = max(w["max_gpus"] or w["gpus"], held)
     if not (w["model_spec"] and w["min_gpus"] and held and w["min_gpus"] < most):
+        return ()
+    if not budget.allows():
         return ()
     return parallel.throughput(
         w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], most

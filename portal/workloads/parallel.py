@@ -38,6 +38,22 @@ def best(
     )
 
 
+class Budget:
+    """At most `searches` planner searches not answered from memory while one snapshot is
+    built: a burst of new jobs with models spreads over a few cycles instead of making one
+    long. What is left unplanned meanwhile takes the cautious default."""
+
+    def __init__(self, searches: int = 40):
+        self.left = searches
+        self._misses = parallelism.best_plan.cache_info().misses
+
+    def allows(self) -> bool:
+        misses = parallelism.best_plan.cache_info().misses
+        self.left -= misses - self._misses
+        self._misses = misses
+        return self.left > 0
+
+
 # A job that may span data centers does so only when the planner says it keeps this much.
 SPAN_KEEPS = 0.9
 

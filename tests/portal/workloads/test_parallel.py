@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from portal.workloads import lifecycle, parallel
 from portal.workloads.choices import State
-from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.cycle import build_snapshot, scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.models import Workload
 from scheduler import parallelism
@@ -284,3 +284,19 @@ def test_an_elastic_job_grows_back_when_the_gpus_free_up_and_books_only_what_it_
     booked = job.usage.get()
     assert booked.gpus == 64
     assert booked.gpu_hours == pytest.approx(32 * 10 / 60, rel=0.01)  # the new 32: ~0 h
+
+
+def test_a_burst_of_new_jobs_with_models_is_planned_over_a_few_cycles(acme_llm, link):
+    """Each snapshot asks the planner at most a budget of new questions (two per job that may
+    span data centers); the rest wait in one data center until their turn."""
+    link(1600.0)
+    for batch in range(100, 160):
+        make_workload(acme_llm, f"job-{batch}", gpus=96, topology="any", global_batch=batch,
+                      model_spec=parallel.spec("gpt3-13b"))  # fmt: skip
+    asked = []
+    for _ in range(3):
+        before = parallelism.best_plan.cache_info().misses
+        build_snapshot()
+        asked.append(parallelism.best_plan.cache_info().misses - before)
+    assert all(n <= parallel.Budget().left + 2 for n in asked)
+    assert sum(asked) == 120  # every job planned within three snapshots
