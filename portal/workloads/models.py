@@ -183,6 +183,8 @@ class ParallelPlan(models.Model):
 
     def __str__(self):
         layout = self.plan
+        if not layout:
+            return f"no layout fits {self.gpus} GPUs"
         return f"TP{layout['tp']} x PP{layout['pp']} x DP{layout['dp']} on {self.gpus} GPUs"
 
 

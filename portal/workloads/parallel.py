@@ -90,17 +90,23 @@ def replan(
     workload: Workload, gpus: int, attempt: int, reason: str, datacenters: int = 1
 ) -> ParallelPlan | None:
     """Record the plan for the `gpus` the workload now holds (over `datacenters`), unless it is
-    the plan it has."""
+    the plan it has. When no layout fits that many GPUs (a recovery left a count its model
+    cannot use), an empty plan is recorded with the reason, so the job is never handed the
+    plan of a size it no longer holds."""
     if not workload.model_spec:
         return None
     triggered = workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
     spec, gpu, batch = workload.model_spec, workload.gpu_model.name, workload.global_batch
-    found = best(spec, gpu, gpus, batch, triggered, datacenters) or best(spec, gpu, gpus, batch)
+    found = best(spec, gpu, gpus, batch, triggered, datacenters)
+    if found is None and datacenters > 1:
+        found = best(spec, gpu, gpus, batch, triggered)
+        if found is not None:
+            reason += f" (planned as in one data center: no layout splits over {datacenters})"
+    plan = found.as_json() if found is not None else {}
     if found is None:
-        return None  # the engine never gives a job a size its model cannot use
-    plan = found.as_json()
+        reason = f"no layout of {spec['name']} fits {gpus} {gpu} GPUs: {reason}"
     latest = workload.parallel_plans.last()
-    if latest is not None and latest.plan == plan:
+    if latest is not None and (latest.plan, latest.gpus) == (plan, gpus):
         return latest
     return ParallelPlan.objects.create(
         workload=workload, attempt=attempt, gpus=gpus, plan=plan, reason=reason[:300]
@@ -108,9 +114,8 @@ def replan(
 
 
 def current(workload_ids) -> dict[int, str]:
-    """Each workload's current plan as the JSON its processes read; one query."""
+    """Each workload's current plan as the JSON its processes read (none where no layout fits
+    what it holds); one query."""
     rows = ParallelPlan.objects.filter(workload_id__in=workload_ids).order_by("workload_id", "id")
-    return {
-        w: json.dumps(plan, separators=(",", ":"))
-        for w, plan in rows.values_list("workload_id", "plan")
-    }
+    latest = dict(rows.values_list("workload_id", "plan"))  # the last row of each wins
+    return {w: json.dumps(plan, separators=(",", ":")) for w, plan in latest.items() if plan}

@@ -156,7 +156,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         return attrs
 
     def _validate_model(self, attrs, gpu: str, fewest: int) -> None:
-        """A model comes with its global batch, on a training job, and fits its smallest size."""
+        """A model comes with its global batch, on a training job, and fits its size, its
+        fewest and its most GPUs. (A recovery onto fewer nodes may still leave a count between
+        them that no layout fits: the job is then told it has no plan.)"""
         spec, batch = attrs.get("model_spec"), attrs.get("global_batch")
         if spec is None and batch is None:
             return
@@ -165,7 +167,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({missing: "A model and a global batch go together."})
         if attrs.get("kind", Kind.TRAINING) == Kind.INFERENCE:
             raise serializers.ValidationError({"model": "Only training jobs get parallel plans."})
-        for field, gpus in (("gpus", attrs["gpus"]), ("min_gpus", fewest)):
+        most = attrs.get("max_gpus") or attrs["gpus"]
+        for field, gpus in (("gpus", attrs["gpus"]), ("min_gpus", fewest), ("max_gpus", most)):
             why = parallel.why_not(spec, gpu, gpus, batch)
             if why:
                 raise serializers.ValidationError({field: why})

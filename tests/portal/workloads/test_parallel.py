@@ -300,3 +300,24 @@ def test_a_burst_of_new_jobs_with_models_is_planned_over_a_few_cycles(acme_llm, 
         asked.append(parallelism.best_plan.cache_info().misses - before)
     assert all(n <= parallel.Budget().left + 2 for n in asked)
     assert sum(asked) == 120  # every job planned within three snapshots
+
+
+WIDE = {"name": "wide", "layers": 2, "hidden": 51712, "heads": 64, "ffn": 4 * 51712,
+        "vocab": 32000, "seq": 2048}  # fmt: skip
+
+
+def test_a_size_no_layout_fits_clears_the_plan_rather_than_keep_a_stale_one(research, globex):
+    """This model fits 16 and 32 H800 GPUs but no layout fits 24 (2 layers, TP 8 at most): a
+    recovery that leaves 24 records that no plan fits, and the job is handed none."""
+    _, globex_q = research
+    body = {"min_gpus": 16, "max_gpus": 32, "model_spec": parallel.spec(WIDE), "global_batch": 64}
+    job = make_workload(globex_q, "wide", gpus=32, **body)
+    scheduling_cycle()
+    assert _plan_on(job)["gpus"] == 32
+    parallel.replan(job, 24, 1, "recovered onto 24 GPUs without the lost nodes")
+    record = job.parallel_plans.last()
+    assert (record.plan, str(record)) == ({}, "no layout fits 24 GPUs")
+    assert record.reason.startswith("no layout of wide fits 24 H800 GPUs: recovered onto 24")
+    node = job.allocations.first().node
+    (assignment,) = desired_state(node)["assignments"]
+    assert ENV_PARALLEL_PLAN not in assignment["env"]
