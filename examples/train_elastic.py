@@ -1,10 +1,11 @@
 """A data-parallel PyTorch job that follows Wanka's parallel plan, so a resize keeps its batch.
 
 Run it under torchrun (the agent's environment is torchrun's: ``python -m torch.distributed.run
-examples/train_elastic.py`` needs no flags), on the CPU with gloo or on GPUs with NCCL. It reads
-``WANKA_PARALLEL_PLAN``: the data-parallel size, the micro-batch size, and the sequences of the
-global batch each replica takes (the first ``replicas_with_more`` take one more when the batch
-does not divide evenly). Every step:
+examples/train_elastic.py`` needs no flags); it trains on the CPU, its processes talking over
+gloo. It reads ``WANKA_PARALLEL_PLAN`` (or the plan file the agent leaves beside its
+checkpoints): the data-parallel size, the micro-batch size, and the sequences of the global
+batch each replica takes (the first ``replicas_with_more`` take one more when the batch does not
+divide evenly). Every step:
 
 - the whole global batch is drawn from a generator seeded by the step, so every replica count
   sees the same samples, and each replica takes its share;
@@ -25,8 +26,6 @@ The model is `train_tiny`'s: a small MLP learning a fixed random teacher.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 import warnings
 
@@ -37,7 +36,7 @@ import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from train_tiny import INPUTS, make_model, make_teacher  # noqa: E402
 
-from scheduler.agent.contract import ENV_PARALLEL_PLAN, Checkpointing  # noqa: E402
+from scheduler.agent.contract import ENV_PARALLEL_PLAN, PLAN_FILE, Checkpointing  # noqa: E402
 
 
 def share(plan: dict, rank: int) -> tuple[int, int]:
@@ -58,7 +57,10 @@ def global_batch(step: int, size: int, teacher: nn.Module):
 def main() -> None:
     """Train data-parallel on the plan, saving and resuming as the contract says."""
     args = _parser().parse_args()
-    plan = json.loads(os.environ[ENV_PARALLEL_PLAN])
+    ckpt = Checkpointing.from_env()
+    plan = ckpt.plan
+    if plan is None:
+        raise SystemExit(f"no parallel plan: set {ENV_PARALLEL_PLAN} or leave {PLAN_FILE}")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if (plan["tp"], plan["pp"], plan["dp"]) != (1, 1, world):
@@ -73,7 +75,6 @@ def main() -> None:
     torch.manual_seed(0)
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    ckpt = Checkpointing.from_env()
 
     def load(path: str) -> int:
         state = torch.load(path, weights_only=True)

@@ -15,10 +15,11 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
 - **recompute**: "full" runs each layer's forward again in the backward pass; "selective"
   recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
 - **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
-  all-gather pairs of the same volume) of b*s*h values per layer and pass over NVLink, on the
-  critical path;
+  all-gather pairs of the same volume) of b*s*h values per layer in the forward pass and two in
+  the backward (two more when the forward is recomputed), over NVLink, on the critical path;
 - **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
-  point-to-point sends between stages;
+  point-to-point sends between stages; the busiest stage sets the pace (layers shared out as
+  evenly as they go, the output layer on the last);
 - **data parallelism**: a ring reduction of the gradients (reduce-scatter plus all-gather of
   the parameters with the distributed optimizer) over the network, or over NVLink inside a node;
   with overlap it hides behind the backward pass of the last micro-batch, and only what is left
@@ -28,9 +29,9 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
 
 Memory per GPU: parameters, gradients and optimizer state (18 bytes per parameter for mixed
 precision Adam, 6 + 12/DP with the distributed optimizer), the activations of the micro-batches
-in flight on the first stage (Korthikanti Table 2; p of them in 1F1B, (1 + (p-1)/(pv)) times more
-when interleaved) and the last stage's logits, plus a fixed reserve for the CUDA context, NCCL
-buffers and fragmentation.
+in flight on the first stage, the busiest (Korthikanti Table 2; p of them in 1F1B, (1 + (p-1)/(pv))
+times more when interleaved), the fp32 logits when that stage is also the last (PP 1), plus a
+fixed reserve for the CUDA context, NCCL buffers and fragmentation.
 
 `docs/parallelism.md` compares the predictions with every published measurement we found with
 its configuration; `python -m bench.parallelism` prints that table and the re-planning times.
@@ -199,11 +200,11 @@ GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
         Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
-        Gpu("H100", 80, 989, 3350, 450, 50, 0.80),
-        Gpu("H800", 80, 989, 3350, 200, 50, 0.80),
-        Gpu("H20", 96, 148, 4000, 450, 50, 0.80),
-        Gpu("H200", 141, 989, 4800, 450, 50, 0.80),
-        Gpu("B200", 180, 2250, 8000, 900, 50, 0.80),
+        Gpu("H100", 80, 989, 3350, 450, 50, 0.85),
+        Gpu("H800", 80, 989, 3350, 200, 50, 0.85),
+        Gpu("H20", 96, 148, 4000, 450, 50, 0.85),
+        Gpu("H200", 141, 989, 4800, 450, 50, 0.85),
+        Gpu("B200", 180, 2250, 8000, 900, 50, 0.85),
     )
 }
 
@@ -289,6 +290,8 @@ class ParallelPlan:
             "replicas_with_more": self.larger_shares,
             "micro_batches_per_replica": list(self.micro_batches),
             "datacenters": self.datacenters,
+            # Ranks as Megatron-LM numbers them by default: TP innermost, then DP, then PP.
+            "rank_order": "tp-dp-pp",
             "predicted": {
                 "iteration_s": round(self.iteration_s, 4),
                 "tokens_per_s": round(self.tokens_per_s),
@@ -299,7 +302,7 @@ class ParallelPlan:
 
 
 # Fitted once to the published runs in docs/parallelism.md and shared by every GPU type.
-ELEMENTWISE_PASSES = 2.0  # element-wise kernels read and write the stored activations once
+ELEMENTWISE_PASSES = 2.5  # element-wise kernels move the stored activations this many times
 ATTENTION_EFFICIENCY = 0.8  # the attention core's share of the GEMM rate (per-head GEMMs)
 LINK_EFFICIENCY = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
@@ -364,16 +367,18 @@ def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int 
                 continue
             if _weights_gib(model, tp, pp, dp, True, 2) > gpu.memory_gib:
                 continue
-            stage_layers = -(-model.layers // pp)
             for vp in INTERLEAVE if pp > 1 else (1,):
-                if stage_layers % vp or not _allowed(fixed, vp=vp):
+                # Every model chunk of every stage gets a layer; the busiest gets as many as
+                # the layers allow (Llama 3 gave its first and last stages one fewer).
+                if pp * vp > model.layers or not _allowed(fixed, vp=vp):
                     continue
-                yield from _inner(fixed, tp, pp, dp, vp, -(-batch // dp))
+                yield from _inner(fixed, tp, pp, dp, vp, -(-batch // dp), batch // dp)
 
 
-def _inner(fixed, tp, pp, dp, vp, most):
+def _inner(fixed, tp, pp, dp, vp, most, fewest):
     for micro_batch in MICRO_BATCHES:
-        if micro_batch > most or (vp > 1 and -(-most // micro_batch) < pp):
+        # Interleaved 1F1B wants at least PP micro-batches on every replica.
+        if micro_batch > most or (vp > 1 and -(-fewest // micro_batch) < pp):
             continue
         for recompute in Recompute:
             # The distributed optimizer saves memory and traffic: off only when asked.
@@ -424,16 +429,17 @@ def _stage_micro_batch_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stac
     matrix = model._matrix_flops(b, tp) / gemm
     attention = model._attention_flops(b, tp) / (gemm * ATTENTION_EFFICIENCY)
     elementwise = ELEMENTWISE_PASSES * _activation_bytes(model, b, tp, stack) / (gpu.hbm_gbps * 1e9)
-    forward = matrix + attention + elementwise + 2 * _tp_collective_s(model, gpu, layout)
-    again = forward if layout.recompute is Recompute.FULL else attention
-    layer = 3 * forward + again  # backward costs twice the forward
+    compute = matrix + attention + elementwise
+    collectives = 2 * _tp_collective_s(model, gpu, layout)  # per pass, forward or backward
+    again = compute + collectives if layout.recompute is Recompute.FULL else attention
+    layer = 3 * compute + 2 * collectives + again  # backward computes twice the forward
     logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage, which sets the pace
-    return -(-model.layers // layout.pp) * layer + logits
+    return _stage_layers(model, layout.pp, layout.vp) * layer + logits
 
 
 def _backward_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
     """The backward pass of the last micro-batch, behind which the gradient reduction hides."""
-    return _stage_micro_batch_s(model, gpu, layout, stack) * 2 / 3 * layout.vp
+    return _stage_micro_batch_s(model, gpu, layout, stack) * 2 / 3
 
 
 def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
@@ -491,7 +497,7 @@ def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
 def _stage_params(model: ModelSpec, tp: int, pp: int) -> float:
     """Parameters on one GPU of the busiest stage (the first, with the embedding)."""
     embedding = model.embedding_params * (2 if pp == 1 and not model.tied else 1)
-    return (-(-model.layers // pp) * model.layer_params + embedding) / tp
+    return (_stage_layers(model, pp, 1) * model.layer_params + embedding) / tp
 
 
 def _grad_bytes(stack: Stack) -> int:
@@ -535,13 +541,18 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     )
     if layout.recompute is Recompute.SELECTIVE and not stack.flash_attention:
         stored -= 5 * model.heads * model.seq**2 * b / tp  # the scores are recomputed
-    stage_layers = -(-model.layers // pp)
+    stage_layers = _stage_layers(model, pp, layout.vp)
     interleave = 1 + (pp - 1) / (pp * layout.vp) if layout.vp > 1 else 1
     activations = stored * stage_layers * in_flight * interleave
     if layout.recompute is Recompute.FULL:
         activations += layer  # the layer being recomputed holds all of its activations
     logits = 4 * b * model.seq * model.vocab / tp if pp == 1 else 0
     return weights + (activations + logits) / GIB
+
+
+def _stage_layers(model: ModelSpec, pp: int, vp: int) -> int:
+    """Layers of the busiest stage: `vp` chunks of the most layers a chunk gets."""
+    return vp * -(-model.layers // (pp * vp))
 
 
 def _allowed(fixed: dict, **values) -> bool:

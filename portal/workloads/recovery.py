@@ -88,15 +88,17 @@ def start(
 
 def _replicas(workload: Workload, nodes: int) -> dict:
     """How the job's state is held, from its parallel plan; without one, one full replica per
-    node is assumed."""
+    node is assumed. In the plan's rank order (TP innermost, then DP, then PP) a node holds one
+    pipeline stage of as many replicas as its GPUs hold TP groups, so a lost node takes that
+    many replicas, or all of them when one stage of every replica fits on it."""
     record = workload.parallel_plans.last()
-    if record is None:
+    if record is None or not record.plan:
         return {"data_parallel": nodes}
     plan = record.plan
-    per_node = max(1, record.gpus // nodes // (plan["tp"] * plan["pp"]))
+    touched = min(plan["dp"], max(1, record.gpus // nodes // plan["tp"]))
     return {
         "data_parallel": plan["dp"],
-        "replicas_per_node": per_node,
+        "replicas_per_node": touched,
         "sharded": plan["distributed_optimizer"],
     }
 

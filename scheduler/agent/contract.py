@@ -189,6 +189,17 @@ def write_request(directory: Path, request: CheckpointRequest) -> None:
     _write_atomically(Path(directory) / REQUEST_FILE, json.dumps(data).encode())
 
 
+def _plan(env: Mapping[str, str], directory: str | None) -> dict | None:
+    """The attempt's parallel plan: from the environment, else from the file beside the
+    checkpoints (a job started by hand in the same directory)."""
+    if env.get(ENV_PARALLEL_PLAN):
+        return json.loads(env[ENV_PARALLEL_PLAN])
+    try:
+        return json.loads((Path(directory) / PLAN_FILE).read_text()) if directory else None
+    except (OSError, ValueError):
+        return None
+
+
 def write_plan(directory: Path, plan_json: str) -> None:
     """Leave the attempt's parallel plan beside the checkpoints, atomically."""
     _write_atomically(Path(directory) / PLAN_FILE, plan_json.encode())
@@ -305,7 +316,7 @@ class Checkpointing:
             interval_s=float(interval) if interval else None,
             resume_from=env.get(ENV_RESUME_FROM),
             policy=env.get(ENV_CHECKPOINT_POLICY) or "periodic",
-            plan=json.loads(env[ENV_PARALLEL_PLAN]) if env.get(ENV_PARALLEL_PLAN) else None,
+            plan=_plan(env, directory),
         )
         if install_signal and helper.enabled:
             helper.install_signal_handler()

@@ -269,7 +269,8 @@ class Workload:
         """What shrinking from `before` to `after` GPUs costs, in GPUs of its average speed at
         `before`: `before - after` when it scales linearly, less when the GPUs given back were
         adding little (Pollux and Sia weigh resizes by throughput the same way)."""
-        return (self.rate(before) - self.rate(after)) / (self.rate(before) / before)
+        lost = (self.rate(before) - self.rate(after)) / (self.rate(before) / before)
+        return max(0.0, lost)  # a curve that dips never makes a shrink a gain
 
     @property
     def ends_at(self) -> float | None:

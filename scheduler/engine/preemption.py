@@ -138,10 +138,10 @@ class VictimSearch:
                             taken_shrinks += shrink
                             taken.append(evict)
                 if taken:
-                    shrinks += taken_shrinks
+                    # In each victim queue's turn, shrinks losing least throughput first.
+                    shrinks += _by_throughput_lost(taken_shrinks)
                     segments.append((len(evictions), len(evictions) + len(taken)))
                     evictions += taken
-            shrinks = _by_throughput_lost(shrinks)
             offset = len(found) + len(shrinks)
             self._segments = [(start + offset, end + offset) for start, end in segments]
             self._moves = found + shrinks + evictions

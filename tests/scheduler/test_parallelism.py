@@ -199,3 +199,6 @@ def test_every_plan_keeps_the_batch_exactly_and_fits(nodes, batch, name) -> None
         assert p.layout.tp * p.layout.pp * dp == nodes * 8 == p.gpus
         assert p.memory_gib <= H800.memory_gib
         assert 0 < p.mfu < 1 and math.isfinite(p.iteration_s)
+        assert p.layout.pp * p.layout.vp <= MODELS[name].layers  # no empty model chunk
+        if p.layout.vp > 1:  # interleaving wants PP micro-batches on every replica
+            assert min(p.micro_batches) >= p.layout.pp

@@ -304,3 +304,17 @@ def test_the_parallel_plan_decides_whether_a_triggered_save_can_be_made(
     record.save()
     record_fault(lost, XID_79, gpu_index=3)
     assert Recovery.objects.get(workload=workload).step == step
+
+
+def test_a_lost_node_holding_a_stage_of_every_replica_leaves_nothing_to_save(acme_llm):
+    """TP 2 x PP 8 x DP 4 on 8 nodes: ranks run TP, then DP, then PP, so each node holds one
+    pipeline stage of all four replicas, and losing it leaves no whole replica."""
+    workload, (_, lost, *_) = running_job(
+        acme_llm, gpus=64, checkpoint_policy="triggered",
+        model_spec=parallel.spec("gpt3-13b"), global_batch=512,
+    )  # fmt: skip
+    record = workload.parallel_plans.get()
+    record.plan.update(tp=2, pp=8, dp=4, distributed_optimizer=False)
+    record.save()
+    record_fault(lost, XID_79, gpu_index=3)
+    assert Recovery.objects.get(workload=workload).step == RecoveryStep.REPLACING
