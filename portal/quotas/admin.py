@@ -36,7 +36,17 @@ class QueueAdmin(admin.ModelAdmin):
     list_select_related = ["tenant", "region", "cohort"]
     fieldsets = [
         (None, {"fields": ["tenant", "name", "region", "cohort", "priority", "weight"]}),
-        ("Scheduling", {"fields": ["strategy", "preemption_grace_s", "straggler_policy"]}),
+        (
+            "Scheduling",
+            {
+                "fields": [
+                    "strategy",
+                    "preemption_grace_s",
+                    "straggler_policy",
+                    "spans_datacenters",
+                ]
+            },
+        ),
         (
             "Preemption (Kueue's names)",
             {

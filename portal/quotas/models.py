@@ -136,6 +136,11 @@ class Queue(models.Model):
         default=StragglerPolicy.ALERT,
         help_text="What a straggler in one of this queue's jobs brings: an alert, or a spare",
     )
+    spans_datacenters = models.BooleanField(
+        default=False,
+        help_text="Jobs that name no topology may use any data center of the region (a job with "
+        "a model spans them only where its planner says little is lost)",
+    )
 
     objects = TenantQuerySet.as_manager()
 

@@ -35,6 +35,7 @@ class QueueSerializer(serializers.ModelSerializer):
             "strategy",
             *Queue.PREEMPTION_FIELDS,
             "preemption_grace_s",
+            "spans_datacenters",
             "quotas",
         ]
 

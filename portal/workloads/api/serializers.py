@@ -9,7 +9,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import parallel
-from portal.workloads.choices import Kind
+from portal.workloads.choices import Kind, Topology
 from portal.workloads.models import Checkpoint, ParallelPlan, Recovery, Workload, WorkloadEvent
 from portal.workloads.usage import gpu_hours
 from scheduler import parallelism
@@ -153,6 +153,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             )
             raise serializers.ValidationError({"gpus": why})
         self._validate_model(attrs, model.name, lo)
+        if "topology" not in attrs and queue.spans_datacenters:
+            attrs["topology"] = Topology.ANY  # the queue's default: any data center
         return attrs
 
     def _validate_model(self, attrs, gpu: str, fewest: int) -> None:

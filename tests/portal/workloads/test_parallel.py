@@ -321,3 +321,13 @@ def test_a_size_no_layout_fits_clears_the_plan_rather_than_keep_a_stale_one(rese
     node = job.allocations.first().node
     (assignment,) = desired_state(node)["assignments"]
     assert ENV_PARALLEL_PLAN not in assignment["env"]
+
+
+def test_a_queue_may_let_its_jobs_use_any_data_center_by_default(research, charlie):
+    _, globex_q = research
+    globex_q.spans_datacenters = True
+    globex_q.save()
+    client = api_client(charlie)
+    chosen = client.post("/api/v1/workloads/", JOB, format="json").json()
+    told = client.post("/api/v1/workloads/", {**JOB, "topology": "pod"}, format="json").json()
+    assert (chosen["topology"], told["topology"]) == ("any", "pod")
