@@ -54,6 +54,8 @@ def start(
     leaves the fault's node when the catalogue says so, or when `leave_node` (a straggler
     whose queue replaces them)."""
     workload = Workload.objects.select_for_update().get(pk=workload.pk)
+    if workload.state == State.RECOVERING:
+        return _hit_while_recovering(workload, fault, kind, leave_node)
     if workload.state not in RECOVERABLE:
         return None
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
@@ -81,6 +83,33 @@ def start(
         recovery = Recovery.objects.create(
             workload=workload, fault=fault, lost_nodes=lost, step=RecoveryStep.REPLACING
         )
+    _announce(recovery)
+    kick_recovery(recovery.pk)
+    return recovery
+
+
+def _hit_while_recovering(
+    workload: Workload, fault, kind: faults.FaultKind, leave_node: bool
+) -> Recovery | None:
+    """A node of a job already recovering is lost: while it saves or before its nodes are
+    replaced, the node joins the lost ones; once its restart is pushed, that restart is given
+    up (the node will never run it) and the job recovers again without the node. A fault that
+    only kills processes changes nothing: the restart starts them again."""
+    if not (leave_node or node_lost(kind)):
+        return None
+    current = workload.recoveries.exclude(step=RecoveryStep.DONE).order_by("-id").first()
+    if current is None:
+        return None
+    if current.step != RecoveryStep.RESTARTING:
+        if fault.node_id not in current.lost_nodes:
+            current.lost_nodes = [*current.lost_nodes, fault.node_id]
+            current.save(update_fields=["lost_nodes"])
+        return current
+    _move(current, RecoveryStep.DONE, detail=f"given up: {kind.code} on {fault.node}"[:500])
+    note(workload, f"{kind.code} on {fault.node} while restarting: recovering again without it")
+    recovery = Recovery.objects.create(
+        workload=workload, fault=fault, lost_nodes=[fault.node_id], step=RecoveryStep.REPLACING
+    )
     _announce(recovery)
     kick_recovery(recovery.pk)
     return recovery

@@ -318,3 +318,43 @@ def test_a_lost_node_holding_a_stage_of_every_replica_leaves_nothing_to_save(acm
     record.save()
     record_fault(lost, XID_79, gpu_index=3)
     assert Recovery.objects.get(workload=workload).step == RecoveryStep.REPLACING
+
+
+def test_a_node_lost_while_the_job_restarts_starts_a_recovery_without_it(acme_llm):
+    """XID 79 on one node: the job restarts on a spare. Before it runs again, its other node
+    dies too (heartbeat loss): the restart is given up and it recovers again, on another spare,
+    instead of waiting for ever on a node that will never start it."""
+    workload, (master, lost) = running_job(acme_llm)
+    first_spare = spare_in_pod_of(lost)
+    record_fault(lost, XID_79)
+    recovery.advance(workload.recoveries.get().pk)
+    assert workload.recoveries.get().step == RecoveryStep.RESTARTING
+    pod = Node.objects.get(pk=master).leaf.pod
+    free = Node.objects.filter(leaf__pod=pod, allocations__isnull=True, health=Health.READY)
+    second_spare = free.exclude(pk=lost).first()
+    Node.objects.filter(pk=second_spare.pk).update(spare=True, connected=True)
+    record_fault(master, faults.lookup("heartbeat-loss"))
+    old, new = workload.recoveries.order_by("id")
+    old.refresh_from_db()
+    assert old.step == RecoveryStep.DONE and old.detail.startswith("given up: heartbeat-loss")
+    assert (new.step, new.lost_nodes) == (RecoveryStep.REPLACING, [master])
+    recovery.advance(new.pk)
+    workload.refresh_from_db()
+    nodes = set(workload.allocations.values_list("node_id", flat=True))
+    assert nodes == {first_spare.pk, second_spare.pk} and workload.attempt == 2
+    start_all(workload)
+    assert workload.state == State.RUNNING
+    assert not workload.recoveries.exclude(step=RecoveryStep.DONE).exists()
+
+
+def test_a_node_lost_while_the_job_saves_joins_the_lost_ones(acme_llm):
+    workload, (master, lost, third) = running_job(acme_llm, gpus=24, checkpoint_policy="triggered")
+    record_fault(lost, XID_79)
+    current = workload.recoveries.get()
+    assert current.step == RecoveryStep.SAVING
+    third = next(
+        n for n in workload.allocations.values_list("node_id", flat=True) if n not in (master, lost)
+    )
+    record_fault(third, faults.lookup("heartbeat-loss"))
+    current.refresh_from_db()
+    assert sorted(current.lost_nodes) == sorted([lost, third]) and workload.recoveries.count() == 1
