@@ -21,6 +21,7 @@ from portal.workloads.choices import (
     HOLDING,
     CheckpointStatus,
     RecoveryOutcome,
+    RecoveryStep,
     State,
     Topology,
 )
@@ -59,6 +60,7 @@ def build_snapshot() -> engine.Snapshot:
     ).values_list("workload_id", "node_id", "gpu_index"):
         busy[node_id].add(index)
         placements[workload_id][node_id].append(index)
+    leaving = _leaving(placements)
     columns = (
         "id",
         "name",
@@ -103,7 +105,7 @@ def build_snapshot() -> engine.Snapshot:
         .annotate(at=Max("created_at"))
         .values_list("workload_id", "at")
     )
-    workloads = tuple(
+    workloads = leaving + tuple(
         engine.Workload(
             id=w["id"],
             queue_id=w["queue_id"],
@@ -155,6 +157,38 @@ def build_snapshot() -> engine.Snapshot:
         workloads=workloads,
         cohorts=quota_engine.cohorts(),
     )
+
+
+def _leaving(placements: dict) -> tuple[engine.Workload, ...]:
+    """GPUs a shrinking job gives back once its save is in (`recovery.save_then_shrink`),
+    taken out of its placements and shown to the engine as a workload already stopping (of
+    the job's queue, id the job's negated), so that its claimant waits for them and nothing
+    else is stopped for it."""
+    rows = Recovery.objects.exclude(step=RecoveryStep.DONE).exclude(release=[])
+    found = []
+    for workload_id, queue_id, model, release in rows.values_list(
+        "workload_id", "workload__queue_id", "workload__gpu_model__name", "release"
+    ):
+        placed, going = placements[workload_id], []
+        for node_id, indices in release:
+            placed[node_id] = [i for i in placed.get(node_id, []) if i not in indices]
+            if not placed[node_id]:
+                del placed[node_id]
+            going.append(engine.Placement(node_id, tuple(sorted(indices))))
+        gpus = sum(len(p.gpu_indices) for p in going)
+        found.append(
+            engine.Workload(
+                -workload_id,
+                queue_id,
+                model,
+                gpus,
+                0.0,
+                priority=UNPREEMPTIBLE,
+                placements=tuple(going),
+                preempting=True,
+            )  # fmt: skip
+        )
+    return tuple(found)
 
 
 def _topology(w: dict, budget: parallel.Budget) -> engine.TopologyLevel:

@@ -163,13 +163,19 @@ def cancel(workload: Workload, actor=None) -> Workload:
 
 
 def shrink(workload: Workload, released, reason: str) -> set[int]:
-    """Give back some GPUs of an elastic workload (`released`: (node id, GPU indices) pairs),
-    booking their GPU-hours, and restart the rest as a new attempt in the new world (nodes,
-    ranks, GPUs), from its newest complete save: its processes must learn their new world size,
-    so a resize is a restart, recorded as a recovery that is shrunk and restarting. The work
-    since that save is booked as lost. Returns every node it touched."""
+    """Give back some GPUs of an elastic workload (`released`: (node id, GPU indices) pairs)
+    and restart the rest as a new attempt in the new world (nodes, ranks, GPUs): its processes
+    must learn their new world size, so a resize is a restart, recorded as a recovery.
+
+    A running job whose policy saves first saves (`recovery.save_then_shrink`): it keeps every
+    GPU until the save is in or its grace runs out, the engine counting the GPUs it gives back
+    as already on their way. Otherwise the GPUs go back now and it restarts from its newest
+    complete save, the work since booked as lost. Returns every node it touched."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state == State.RUNNING and workload.checkpoint_policy != "none":
+            recovery.save_then_shrink(workload, released, reason)
+            return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         allocations.give_back(workload, released)
         allocations.renumber(workload)

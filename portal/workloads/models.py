@@ -302,6 +302,8 @@ class Recovery(models.Model):
     detail = models.CharField(max_length=500, blank=True)
     # Nodes the workload loses, and where it restarts from.
     lost_nodes = models.JSONField(default=list)
+    # A shrink that saves first: the [node id, GPU indices] it gives back once saved.
+    release = models.JSONField(default=list, blank=True)
     resume_step = models.PositiveBigIntegerField(null=True, blank=True)
     resume_location = models.CharField(max_length=500, blank=True)
     lost_s = models.FloatField(default=0, help_text="Work redone: fault time minus the save's")

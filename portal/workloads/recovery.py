@@ -88,6 +88,29 @@ def start(
     return recovery
 
 
+def save_then_shrink(workload: Workload, released, reason: str) -> Recovery:
+    """A shrink that saves first (inside the plan's transaction, the workload locked): every
+    node is asked for a checkpoint within the job's preemption grace; once the save is in (or
+    refused, or late) the GPUs `released` go back and the rest restart from the newest save."""
+    grace = workload.preemption_grace_s
+    grace = workload.queue.preemption_grace_s if grace is None else grace
+    transition(workload, State.RECOVERING, reason=reason)
+    recovery = Recovery.objects.create(
+        workload=workload,
+        step=RecoveryStep.SAVING,
+        detail=reason[:500],
+        release=[[node_id, list(indices)] for node_id, indices in released],
+        save_deadline=timezone.now() + timedelta(seconds=grace),
+    )
+    nodes = set(workload.allocations.values_list("node_id", flat=True))
+    send_commands(
+        nodes, "checkpoint", workload.pk, kind="requested", reason=f"resize: {reason}"[:200]
+    )
+    _announce(recovery)
+    kick_recovery(recovery.pk)
+    return recovery
+
+
 def _hit_while_recovering(
     workload: Workload, fault, kind: faults.FaultKind, leave_node: bool
 ) -> Recovery | None:
@@ -213,15 +236,20 @@ def _saving(recovery: Recovery):
     expired = timezone.now() >= recovery.save_deadline
     if CommandState.SENT in answers and CommandState.FAILED not in answers and not expired:
         return _WAIT
+    kind = "save before the resize" if recovery.release else "triggered save"
     if answers == {CommandState.DONE}:
-        why = "the healthy ranks saved from memory"
+        why = (
+            "saved before the resize" if recovery.release else "the healthy ranks saved from memory"
+        )
     elif CommandState.FAILED in answers:
-        why = "a triggered save failed; falling back to the newest complete checkpoint"
+        why = f"the {kind} failed; falling back to the newest complete checkpoint"
     else:
-        timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
-        why = f"the triggered save timed out after {timeout:.0f} s; falling back"
+        waited = (recovery.save_deadline - recovery.started_at).total_seconds()
+        why = f"the {kind} timed out after {waited:.0f} s; falling back"
+    if recovery.release:
+        why = f"{recovery.detail}; {why}"  # keep why it shrinks
     with transaction.atomic():
-        _move(recovery, RecoveryStep.REPLACING, detail=why)
+        _move(recovery, RecoveryStep.REPLACING, detail=why[:500])
     return _MOVED
 
 
@@ -239,7 +267,11 @@ def _replacing(recovery: Recovery):
         lost = Allocation.objects.filter(workload=workload, node_id__in=recovery.lost_nodes)
         lost_nodes = sorted(set(lost.values_list("node_id", flat=True)))
         touched = set(workload.allocations.values_list("node_id", flat=True))
-        if not lost_nodes:
+        if recovery.release:
+            outcome = RecoveryOutcome.SHRUNK
+            allocations.give_back(workload, recovery.release)
+            allocations.renumber(workload)
+        elif not lost_nodes:
             outcome = RecoveryOutcome.IN_PLACE
         elif _replace_with_spares(workload, lost_nodes):
             outcome = RecoveryOutcome.SPARE
@@ -263,6 +295,8 @@ def _replacing(recovery: Recovery):
         if outcome == RecoveryOutcome.SHRUNK:
             gpus = workload.allocations.count()
             why = f"recovered onto {gpus} GPUs without the lost nodes"
+            if recovery.release:
+                why = f"shrunk to {gpus} GPUs: {recovery.detail}"
             parallel.replan(workload, gpus, workload.attempt + 1, why)
         nodes_changed(touched)
         note(workload, _restart_note(outcome, resume))

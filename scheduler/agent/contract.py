@@ -28,7 +28,9 @@ The agent starts a workload with these variables in its environment:
 renamed into place; ``kind`` is "triggered" when a fault forces the save),
 then sends ``SIGUSR1`` to the workload's processes that catch it. (SIGUSR1's default action ends
 a process, so the agent spares those that do not catch it, such as ``torchrun``'s launcher.) The
-script saves at its next step boundary and then removes the request file.
+helper also looks for the request file at every step, for ranks a launcher started out of the
+workload's process group. The script saves at its next step boundary and then removes the
+request file.
 
 **Reporting a save.** The script writes the checkpoint under a temporary name, renames it into
 place once complete, and only then appends one line to ``manifest.jsonl`` in the checkpoint
@@ -298,7 +300,6 @@ class Checkpointing:
         self._last_save = clock()
         self._last_step: int | None = None
         self._signalled = threading.Event()
-        self._handler_installed = False
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers()
@@ -329,11 +330,10 @@ class Checkpointing:
 
     def install_signal_handler(self) -> bool:
         """Note SIGUSR1 as a request; False where a handler cannot be installed (not the main
-        thread), in which case `due` looks for the request file at every step instead."""
+        thread), where `due` still sees the request file."""
         if threading.current_thread() is not threading.main_thread():
             return False
         signal.signal(REQUEST_SIGNAL, lambda signum, frame: self._signalled.set())
-        self._handler_installed = True
         return True
 
     def resume_step(self, load_fn: Callable[[str], int]) -> int:
@@ -364,9 +364,9 @@ class Checkpointing:
         """Whether the agent has asked for a save that has not been made yet."""
         if self.directory is None:
             return False
-        if self._handler_installed:
-            return self._signalled.is_set()
-        return (self.directory / REQUEST_FILE).exists()
+        # The signal is the fast path; the file is read too, since a launcher such as torchrun
+        # starts its ranks in sessions of their own, out of reach of the workload's group.
+        return self._signalled.is_set() or (self.directory / REQUEST_FILE).exists()
 
     def due(self, step: int) -> bool:
         """Whether to save at `step`: asked to, or the interval has passed since the last save

@@ -1,8 +1,8 @@
 """A real resize of a real job, every layer real: a job submitted through the API with its model
 and global batch runs as 4 torchrun processes under a `wanka-agent` (processes backend) on the
-plan for 4 GPUs; a higher-priority job makes the engine shrink it to 3; the new attempt gets
-the plan for 3, resumes from its save with the same global batch and learns on; the job page
-shows both plans."""
+plan for 4 GPUs; a higher-priority job makes the engine shrink it to 3; it saves first, then
+the new attempt gets the plan for 3, resumes from that save with the same global batch and
+learns on; the job page shows both plans."""
 
 import json
 import re
@@ -92,7 +92,7 @@ def test_the_engine_shrinks_a_real_job_and_its_new_attempt_trains_on_the_new_pla
     assert int(after[0][0]) == step + 1
     assert float(after[-1][1]) < float(before[0][1])  # it learns on
     saved = job.checkpoints.filter(step=step).first()
-    assert saved is not None  # it resumed from a save the control plane knew of
+    assert saved is not None and saved.kind == "requested"  # the save asked before the shrink
 
     job.refresh_from_db()
     records = list(job.parallel_plans.values_list("gpus", "plan"))

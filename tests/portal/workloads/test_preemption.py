@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from portal.agents.intake import record_acks
 from portal.cluster.models import Node, NodeCommand
-from portal.workloads import lifecycle, preemption
+from portal.workloads import lifecycle, preemption, recovery
 from portal.workloads.checkpoints import record_saved
 from portal.workloads.choices import CheckpointPolicy, State
 from portal.workloads.cycle import scheduling_cycle
@@ -176,31 +176,67 @@ def test_a_cycle_that_preempts_several_jobs_tells_the_agents_once(
     assert passes[0] == held  # the victims' nodes (the claimant waits for them to stop)
 
 
-def test_a_shrink_restarts_the_job_in_its_new_world(db, acme, globex):
-    """An elastic borrower gives back half its nodes for a reclaim: the rest restart as a new
-    attempt told the new node count and ranks, from its newest save, and run again once every
-    node runs that attempt."""
+def test_a_shrink_saves_first_then_restarts_the_job_in_its_new_world(db, acme, globex):
+    """An elastic borrower gives back half its nodes for a reclaim. It first saves, keeping
+    every GPU meanwhile (the claimant waits for them, and nothing else is stopped for it);
+    then the rest restart as a new attempt told the new node count and ranks, from that save,
+    and run again once every node runs that attempt; then the claimant starts."""
     make_cluster({"dc1": {"p1": ("H800", 2)}})  # 8 nodes: the borrower takes them all
     acme_q = make_queue(acme, "llm", cohort="research", h800=32)
     globex_q = make_queue(globex, "train", cohort="research", h800=32)
     elastic = make_workload(globex_q, "elastic", gpus=64, min_gpus=32)
     scheduling_cycle()
     _running(elastic)
-    make_workload(acme_q, "claimant", gpus=32)
+    claimant = make_workload(acme_q, "claimant", gpus=32)
     plan = scheduling_cycle()
     assert [s.workload_id for s in plan.shrinks] == [elastic.pk] and not plan.preemptions
     elastic.refresh_from_db()
-    assert (elastic.state, elastic.attempt) == (State.RECOVERING, 1)
+    assert (elastic.state, elastic.attempt, elastic.allocations.count()) == (
+        State.RECOVERING, 0, 64,
+    )  # fmt: skip
+    saves = NodeCommand.objects.filter(workload=elastic, action="checkpoint")
+    assert saves.count() == 8
+    again = scheduling_cycle()  # the GPUs it gives back count as already on their way
+    assert not again.preemptions and not again.shrinks and not again.admissions
+    assert "waiting for 1 preempted workload" in _refreshed(claimant).pending_reason
+
+    master = elastic.allocations.get(node_rank=0, gpu_index=0).node_id
+    record_saved(elastic.pk, master, {"step": 500, "kind": "requested", "location": "/c/500",
+                                      "size_bytes": 1, "duration_s": 1.0})  # fmt: skip
+    record_acks([(c.node_id, str(c.pk), True, "saved") for c in saves])
+    recovery.advance(elastic.recoveries.get().pk)
+    elastic.refresh_from_db()
+    assert (elastic.state, elastic.attempt, elastic.allocations.count()) == (
+        State.RECOVERING, 1, 32,
+    )  # fmt: skip
     kept = sorted(elastic.allocations.values_list("node_rank", flat=True).distinct())
     assert kept == [0, 1, 2, 3]  # renumbered
     state = desired_state(elastic.allocations.first().node)
     [assignment] = [a for a in state["assignments"] if a["workload_id"] == elastic.pk]
     assert (assignment["nnodes"], assignment["attempt"]) == (4, 1)
+    assert assignment["env"]["WANKA_RESUME_FROM"] == "/c/500"
+    done = elastic.recoveries.get()
+    assert (done.outcome, done.resume_step, done.lost_s) == ("shrunk", 500, 0.0)
     for node_id in _nodes(elastic):
         lifecycle.mark_started_many([(elastic.pk, node_id, 1)])
     assert _refreshed(elastic).state == State.RUNNING
     scheduling_cycle()
-    assert Workload.objects.get(name="claimant").state == State.ADMITTED
+    assert _refreshed(claimant).state == State.ADMITTED
+
+
+def test_a_job_that_never_saves_shrinks_at_once(db, acme, globex):
+    make_cluster({"dc1": {"p1": ("H800", 2)}})
+    acme_q = make_queue(acme, "llm", cohort="research", h800=32)
+    globex_q = make_queue(globex, "train", cohort="research", h800=32)
+    elastic = make_workload(globex_q, "elastic", gpus=64, min_gpus=32, checkpoint_policy="none")
+    scheduling_cycle()
+    _running(elastic)
+    make_workload(acme_q, "claimant", gpus=32)
+    scheduling_cycle()
+    elastic.refresh_from_db()
+    assert (elastic.state, elastic.attempt, elastic.allocations.count()) == (
+        State.RECOVERING, 1, 32,
+    )  # fmt: skip
 
 
 def test_a_refused_save_stops_the_victim_at_once(reclaim):
