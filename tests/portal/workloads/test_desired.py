@@ -3,7 +3,7 @@ from hearing about the others."""
 
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
-from portal.workloads.desired import desired_state
+from portal.workloads.desired import desired_state, desired_states
 from scheduler.agent import protocol
 from tests.builders import make_workload
 
@@ -30,3 +30,19 @@ def test_a_bad_assignment_fails_its_workload_and_the_node_hears_of_the_others(ac
         assert why in bad.events.last().reason
         assert not bad.allocations.exists()
     assert _refreshed(good).state == State.ADMITTED
+
+
+def test_the_desired_states_of_many_nodes_cost_the_same_few_queries(
+    acme_llm, django_assert_max_num_queries
+):
+    """Eight whole-node jobs on eight nodes: the same queries as for one (no query per job)."""
+    jobs = [make_workload(acme_llm, f"job-{i}", gpus=8) for i in range(8)]
+    scheduling_cycle()
+    nodes = {j.allocations.first().node_id for j in jobs}
+    assert len(nodes) == 8
+    with django_assert_max_num_queries(8):
+        states = desired_states(list(nodes))
+    assert sorted(a["workload_id"] for s in states.values() for a in s["assignments"]) == sorted(
+        j.pk for j in jobs
+    )
+    assert all(a["nnodes"] == 1 for s in states.values() for a in s["assignments"])
