@@ -166,15 +166,20 @@ def _leaving(placements: dict) -> tuple[engine.Workload, ...]:
     else is stopped for it."""
     rows = Recovery.objects.exclude(step=RecoveryStep.DONE).exclude(release=[])
     found = []
-    for workload_id, queue_id, model, release in rows.values_list(
-        "workload_id", "workload__queue_id", "workload__gpu_model__name", "release"
-    ):
+    for workload_id, queue_id, model, release in rows.filter(
+        workload__state=State.RECOVERING
+    ).values_list("workload_id", "workload__queue_id", "workload__gpu_model__name", "release"):
         placed, going = placements[workload_id], []
         for node_id, indices in release:
-            placed[node_id] = [i for i in placed.get(node_id, []) if i not in indices]
+            held = placed.get(node_id, [])
+            leaving = tuple(sorted(i for i in indices if i in held))  # still booked to it
+            placed[node_id] = [i for i in held if i not in leaving]
             if not placed[node_id]:
-                del placed[node_id]
-            going.append(engine.Placement(node_id, tuple(sorted(indices))))
+                placed.pop(node_id, None)
+            if leaving:
+                going.append(engine.Placement(node_id, leaving))
+        if not going:
+            continue
         gpus = sum(len(p.gpu_indices) for p in going)
         found.append(
             engine.Workload(

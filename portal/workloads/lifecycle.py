@@ -173,6 +173,8 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
     complete save, the work since booked as lost. Returns every node it touched."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state not in (State.ADMITTED, State.STARTING, State.RUNNING):
+            return set()  # it faulted or ended since the snapshot: the plan is stale for it
         if workload.state == State.RUNNING and workload.checkpoint_policy != "none":
             recovery.save_then_shrink(workload, released, reason)
             return set()

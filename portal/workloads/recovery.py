@@ -264,15 +264,15 @@ def _replacing(recovery: Recovery):
         if workload.state != State.RECOVERING:
             _move(recovery, RecoveryStep.DONE, outcome=RecoveryOutcome.ENDED, **resume)
             return _MOVED
-        lost = Allocation.objects.filter(workload=workload, node_id__in=recovery.lost_nodes)
-        lost_nodes = sorted(set(lost.values_list("node_id", flat=True)))
+        recovery.refresh_from_db(fields=["lost_nodes"])  # a node lost since it was read
         touched = set(workload.allocations.values_list("node_id", flat=True))
-        if recovery.release:
-            outcome = RecoveryOutcome.SHRUNK
+        if recovery.release:  # a shrink that saved first gives its GPUs back now
             allocations.give_back(workload, recovery.release)
             allocations.renumber(workload)
-        elif not lost_nodes:
-            outcome = RecoveryOutcome.IN_PLACE
+        lost = Allocation.objects.filter(workload=workload, node_id__in=recovery.lost_nodes)
+        lost_nodes = sorted(set(lost.values_list("node_id", flat=True)))
+        if not lost_nodes:
+            outcome = RecoveryOutcome.SHRUNK if recovery.release else RecoveryOutcome.IN_PLACE
         elif _replace_with_spares(workload, lost_nodes):
             outcome = RecoveryOutcome.SPARE
         elif _shrink(workload, lost):
@@ -292,7 +292,7 @@ def _replacing(recovery: Recovery):
         touched |= set(workload.allocations.values_list("node_id", flat=True))
         workload.allocations.update(started=False, exit_code=None)
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
-        if outcome == RecoveryOutcome.SHRUNK:
+        if outcome == RecoveryOutcome.SHRUNK or recovery.release:
             gpus = workload.allocations.count()
             why = f"recovered onto {gpus} GPUs without the lost nodes"
             if recovery.release:
@@ -391,6 +391,7 @@ def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
         taken.append(spare)
         moved = Allocation.objects.filter(workload=workload, node=node)
         rows = list(moved.values_list("node_rank", "gpu_index"))
+        allocations.book(workload, moved)  # its GPU-hours there; the spare's start now
         moved.delete()
         Allocation.objects.bulk_create(
             Allocation(workload=workload, node=spare, node_rank=rank, gpu_index=index)

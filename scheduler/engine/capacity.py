@@ -451,8 +451,8 @@ class Pool:
         workload (it stays on that node), else whole free nodes in the domain its topology
         allows around its first node. Takes nothing."""
         size, first = self.node_size, workload.placements[0].node_id
-        if first not in self._domains or most <= 0:
-            return ()
+        if most <= 0 or any(p.node_id not in self._domains for p in workload.placements):
+            return ()  # a node of its is not schedulable (cordoned, down): it stays as it is
         if len(workload.placements) == 1 and workload.held < size:
             free = sorted(self._free[first])[: min(most, size - workload.held)]
             return (Placement(first, tuple(free)),) if free else ()

@@ -252,11 +252,15 @@ class Cycle:
             return False
         node, widest = pool.node_size, max(widest_level(workload), TopologyLevel.LEAF)
         largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free())
+        tries = 3  # placing can still fail (reservations keep it off): a few sizes more
         for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
             if refusal(self.ledger.check, queue, workload.gpu_model, gpus) is not None:
                 continue
-            smaller = replace(workload, gpus=gpus)
-            return refusal(self.admit, pool, queue, smaller) is None
+            if refusal(self.admit, pool, queue, replace(workload, gpus=gpus)) is None:
+                return True
+            tries -= 1
+            if not tries:
+                break
         return False
 
     # -- growing ----------------------------------------------------------------------------
@@ -279,7 +283,10 @@ class Cycle:
                 continue
             if workload.id in changed or not self._may_grow(workload):
                 continue
-            node = self.capacity.pool(queue.region, workload.gpu_model).node_size
+            try:
+                node = self.capacity.pool(queue.region, workload.gpu_model).node_size
+            except Inadmissible:
+                continue  # its queue's region has no such GPUs (any more)
             gain = _gain_per_gpu(workload, node)
             candidates.append((-gain, -workload.priority, workload.id, workload, queue))
         for *_, workload, queue in sorted(candidates, key=lambda c: c[:3]):
@@ -287,7 +294,9 @@ class Cycle:
 
     def _may_grow(self, workload: Workload) -> bool:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus
-        if not workload.is_running or workload.preempting or workload.held >= most:
+        if not workload.is_running or not workload.is_elastic or workload.preempting:
+            return False
+        if workload.held >= most:
             return False
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
         return bool(times) and self.now - max(times) >= GROW_EVERY_S

@@ -7,15 +7,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.agents.intake import record_acks
+from portal.agents.intake import record_acks, record_fault
 from portal.cluster.models import Node, NodeCommand
 from portal.workloads import lifecycle, preemption, recovery
 from portal.workloads.checkpoints import record_saved
-from portal.workloads.choices import CheckpointPolicy, State
+from portal.workloads.choices import CheckpointPolicy, RecoveryOutcome, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.ettr import job_report
-from portal.workloads.models import Allocation, UsageRecord, Workload
+from portal.workloads.models import Allocation, Recovery, UsageRecord, Workload
+from scheduler import faults
 from tests.builders import make_cluster, make_queue, make_workload
 
 
@@ -245,3 +246,27 @@ def test_a_refused_save_stops_the_victim_at_once(reclaim):
     record_acks([(first.node_id, str(first.pk), False, "checkpoint: no space left")])
     assert preemption.advance() == [borrower.pk]  # not the whole grace later
     assert _refreshed(borrower).stop_requested_at is not None
+
+
+def test_a_node_lost_while_a_shrinking_job_saves_is_not_restarted_on(db, acme, globex):
+    """The borrower is saving before it gives back 4 of its 8 nodes when one of the 4 it keeps
+    fails: the recovery counts that node lost too (no spare, and 24 GPUs are below its minimum
+    of 32, so it is requeued) instead of restarting on it."""
+    make_cluster({"dc1": {"p1": ("H800", 2)}})
+    acme_q = make_queue(acme, "llm", cohort="research", h800=32)
+    globex_q = make_queue(globex, "train", cohort="research", h800=32)
+    elastic = make_workload(globex_q, "elastic", gpus=64, min_gpus=32)
+    scheduling_cycle()
+    _running(elastic)
+    make_workload(acme_q, "claimant", gpus=32)
+    scheduling_cycle()
+    kept = elastic.allocations.get(node_rank=0, gpu_index=0).node_id
+    record_fault(kept, faults.lookup("xid-79"))
+    saves = NodeCommand.objects.filter(workload=elastic, action="checkpoint")
+    record_acks([(c.node_id, str(c.pk), True, "saved") for c in saves if c.node_id != kept])
+    active = elastic.recoveries.get()
+    Recovery.objects.filter(pk=active.pk).update(save_deadline=timezone.now())
+    recovery.advance(active.pk)
+    active.refresh_from_db()
+    assert active.outcome == RecoveryOutcome.REQUEUED and kept in active.lost_nodes
+    assert _refreshed(elastic).state == State.PENDING and not elastic.allocations.exists()

@@ -219,6 +219,18 @@ def test_an_elastic_job_grows_into_free_gpus_nobody_waits_for(workloads, queues,
     assert grown(make_snapshot(LEAF, queues, workloads)) == expected
 
 
+def test_a_gang_on_a_cordoned_node_does_not_grow() -> None:
+    nodes = cordon(LEAF, N2.name)
+    workloads = [elastic(1, on(N1), on(N2), most=32)]
+    assert grown(make_snapshot(nodes, [nlp], workloads)) == {}
+
+
+def test_a_queue_moved_to_a_region_without_its_gpus_does_not_stop_the_cycle() -> None:
+    elsewhere = make_queue("nlp", h800=1000, region="elsewhere")
+    workloads = [elastic(1, on(N1, 0, 1, 2, 3), most=8, queue=elsewhere)]
+    assert grown(make_snapshot(LEAF, [elsewhere], workloads)) == {}
+
+
 def test_a_grow_says_why() -> None:
     workload = elastic(1, on(N1), on(N2), most=32, throughput=((16, 100.0), (32, 180.0)))
     (grow,) = plan(make_snapshot(LEAF, [nlp], [workload]), now=1000.0).grows
