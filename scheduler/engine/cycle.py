@@ -268,7 +268,8 @@ class Cycle:
     def grow(self, workloads: Iterable[Workload]) -> None:
         """Give free GPUs to running elastic workloads below their most, in pools where no
         work waits: never by preempting, a workload at most every `GROW_EVERY_S` (each resize
-        restarts it), the most throughput gained per GPU first (`Workload.rate`), then the
+        restarts it) and only when it saved within that time (it resumes from that save), the
+        most throughput gained per GPU first (`Workload.rate`), then the
         higher priority, then the lower id. A one-node workload grows within its node, a
         multi-node one by whole nodes within the domain its topology allows."""
         waiting = set()
@@ -299,7 +300,11 @@ class Cycle:
         if workload.held >= most:
             return False
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
-        return bool(times) and self.now - max(times) >= GROW_EVERY_S
+        if not times or self.now - max(times) < GROW_EVERY_S:
+            return False
+        # A grow restarts it from its last save: only one made in the last GROW_EVERY_S.
+        saved = workload.last_checkpoint_at
+        return saved is not None and self.now - saved <= GROW_EVERY_S
 
     def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus

@@ -11,7 +11,8 @@ is in one phase at a time:
   memory after which the copy persists in the background for `persist_s` while it computes);
 - SAVE: a fault-triggered save from GPU memory (`Costs.triggered_save_s`);
 - RECOVER: a restart (`Costs.restart_s`), after a fault, on resuming after a preemption, and
-  after a shrink (the ranks re-plan their parallelism from memory, losing nothing).
+  after a resize (a shrink saves first and loses nothing; a grow resumes from the newest
+  complete checkpoint).
 
 Only a complete checkpoint counts: a periodic save completes at the end of its stall, an async
 one when its persist ends. A fault stops the job (if its kind kills jobs) and rolls its work
@@ -183,10 +184,13 @@ class Job:
             self._enter(Phase.COMPUTE, None)
 
     def resize(self, now: float, placements: tuple[Placement, ...]) -> None:
-        """Go on with fewer or more GPUs: the ranks re-plan from memory, one restart, nothing
-        lost."""
+        """Go on with fewer or more GPUs, after one restart. A shrink saves first, so nothing
+        is lost (the portal's `save_then_shrink`); a grow restarts from the newest complete
+        checkpoint, so the work since is lost, as in the portal."""
         self.advance(now)
         before = self.held
+        if placements and sum(len(p.gpu_indices) for p in placements) > before:
+            self.lost_gpu_s[Cause.RESIZE] += self._roll_back(self.saved) * before
         self._hold(placements)
         if self.held < before:
             self.shrinks += 1

@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.workloads import lifecycle, parallel
+from portal.workloads.checkpoints import record_saved
 from portal.workloads.choices import State
 from portal.workloads.cycle import build_snapshot, scheduling_cycle
 from portal.workloads.desired import desired_state
@@ -253,9 +254,9 @@ def test_an_elastic_job_with_a_model_starts_on_what_is_free_with_the_plan_for_it
 def test_an_elastic_job_grows_back_when_the_gpus_free_up_and_books_only_what_it_held(
     research, globex
 ):
-    """Started on 32 of its 64 GPUs; ten minutes later the other job ends and nothing waits:
-    the next cycle grows it to 64 as a new attempt with the plan for 64. Its GPU-hours count
-    the grown GPUs from the grow, not from its start."""
+    """Started on 32 of its 64 GPUs; ten minutes later, just after a save, the other job ends
+    and nothing waits: the next cycle grows it to 64 as a new attempt with the plan for 64.
+    Its GPU-hours count the grown GPUs from the grow, not from its start."""
     _, globex_q = research
     taken = make_workload(globex_q, "taken", gpus=32, simulated_duration_s=3600)
     scheduling_cycle()
@@ -267,6 +268,9 @@ def test_an_elastic_job_grows_back_when_the_gpus_free_up_and_books_only_what_it_
     ten_minutes_ago = timezone.now() - timedelta(minutes=10)
     Workload.objects.filter(pk=job.pk).update(started_at=ten_minutes_ago)
     job.allocations.update(created_at=ten_minutes_ago)  # booked at its admission
+    master = job.allocations.get(node_rank=0, gpu_index=0).node_id
+    detail = {"step": 900, "kind": "async", "location": "/c/900", "size_bytes": 1}
+    record_saved(job.pk, master, {**detail, "duration_s": 1.0})  # a save to resume from
     lifecycle.cancel(taken)
 
     plan = scheduling_cycle()

@@ -177,6 +177,7 @@ LONG_AGO = 0.0  # started long before the cycle at 1000 s, so it may grow
 
 def elastic(workload_id: int, *placements, most: int, queue=nlp, **extra) -> Workload:
     extra.setdefault("started_at", LONG_AGO)
+    extra.setdefault("last_checkpoint_at", 900.0)  # saved 100 s before the cycle
     return make_running(workload_id, queue, *placements, min_gpus=2, max_gpus=most, **extra)
 
 
@@ -206,6 +207,14 @@ def grown(snapshot: Snapshot) -> dict[int, int]:
         pytest.param(
             [elastic(1, on(N1), on(N2), most=32, resized_at=900.0)], [nlp], {},
             id="not within five minutes of its last resize",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=None)], [nlp], {},
+            id="not without a save to resume from",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=100.0)], [nlp], {},
+            id="not when its last save is older than five minutes",
         ),
         pytest.param(
             [elastic(1, on(N1), most=16, throughput=((8, 100.0), (16, 110.0))),
