@@ -30,10 +30,12 @@ def preemption_policy(queue: Queue) -> engine.PreemptionPolicy:
 
 
 def queues() -> tuple[engine.Queue, ...]:
+    """Every queue as the engine sees it, named `tenant/queue` so that its reasons say whose
+    (`workloads.reasons` shows a tenant only its own)."""
     return tuple(
         engine.Queue(
             id=q.id,
-            name=q.name,
+            name=f"{q.tenant.slug}/{q.name}",
             region=q.region.name,
             cohort=q.cohort.name if q.cohort else None,
             priority=q.priority,
@@ -42,7 +44,7 @@ def queues() -> tuple[engine.Queue, ...]:
             preemption=preemption_policy(q),
             quotas=tuple(engine_quota(quota) for quota in q.quotas.all()),
         )
-        for q in Queue.objects.select_related("cohort", "region").prefetch_related(
+        for q in Queue.objects.select_related("cohort", "region", "tenant").prefetch_related(
             "quotas__gpu_model"
         )
     )

@@ -5,8 +5,10 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from django.db.models import F
 from django.utils import timezone
@@ -51,7 +53,17 @@ def current_cluster() -> ClusterSpec:
         for n in snapshot.nodes
     )
     return ClusterSpec(
-        name="this cluster", nodes=nodes, queues=snapshot.queues, cohorts=snapshot.cohorts
+        name="this cluster", nodes=nodes, queues=_plain(snapshot.queues), cohorts=snapshot.cohorts
+    )
+
+
+def _plain(queues) -> tuple:
+    """Queues by the names traces use: `llm` where only one tenant has a queue of that name,
+    `acme/llm` where several do."""
+    plain = Counter(q.name.split("/", 1)[-1] for q in queues)
+    return tuple(
+        replace(q, name=q.name.split("/", 1)[-1]) if plain[q.name.split("/", 1)[-1]] == 1 else q
+        for q in queues
     )
 
 

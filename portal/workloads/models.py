@@ -20,6 +20,7 @@ from portal.workloads.choices import (
     State,
     Topology,
 )
+from portal.workloads.reasons import readable
 
 
 class IllegalTransition(Conflict):
@@ -142,7 +143,7 @@ def transition(workload: Workload, to: State, reason: str = "", actor=None, **fi
             "id": workload.pk,
             "name": workload.name,
             "state": to,
-            "reason": reason,
+            "reason": readable(reason, workload),
         },
     )
 
@@ -163,7 +164,7 @@ def note(workload: Workload, reason: str, actor=None) -> None:
             "id": workload.pk,
             "name": workload.name,
             "state": workload.state,
-            "reason": reason,
+            "reason": readable(reason, workload),
         },
     )
 

@@ -34,6 +34,7 @@ from portal.workloads.choices import (
 )
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Recovery, Workload, note, transition
+from portal.workloads.reasons import readable
 from portal.workloads.triggers import kick_recovery
 from scheduler import checkpointing, faults
 
@@ -219,7 +220,8 @@ def _announce(recovery: Recovery) -> None:
         "detail": recovery.detail,
         "resume_step": recovery.resume_step,
     }
-    publish_tenant(workload.tenant_id, "recovery", payload)
+    mine = {**payload, "detail": readable(recovery.detail, workload)}
+    publish_tenant(workload.tenant_id, "recovery", mine)
     publish(OPS_GROUP, "recovery", payload)
 
 

@@ -11,6 +11,7 @@ from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import parallel
 from portal.workloads.choices import Kind, Topology
 from portal.workloads.models import Checkpoint, ParallelPlan, Recovery, Workload, WorkloadEvent
+from portal.workloads.reasons import Reader
 from portal.workloads.usage import gpu_hours
 from scheduler import parallelism
 from scheduler.ettr import Phase
@@ -22,7 +23,21 @@ GPU_MODEL_FIELD = {
 }
 
 
+class ReadableField(serializers.CharField):
+    """A reason as the caller may read it (`workloads.reasons`)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value):
+        request = self.context.get("request")
+        text = super().to_representation(value)
+        return Reader.for_request(request).read(text) if request else text
+
+
 class WorkloadEventSerializer(serializers.ModelSerializer):
+    reason = ReadableField()
+
     class Meta:
         model = WorkloadEvent
         fields = ["at", "from_state", "to_state", "reason"]
@@ -67,6 +82,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         min_value=0, max_value=YEAR_S, required=False, allow_null=True
     )
     model = ModelSpecField(source="model_spec", required=False, allow_null=True)
+    pending_reason = ReadableField()
     global_batch = serializers.IntegerField(
         min_value=1, max_value=10_000_000, required=False, allow_null=True
     )
@@ -177,6 +193,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 class ParallelPlanSerializer(serializers.ModelSerializer):
+    reason = ReadableField()
+
     class Meta:
         model = ParallelPlan
         fields = ["attempt", "gpus", "reason", "created_at", "plan"]
@@ -237,6 +255,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
 class RecoverySerializer(serializers.ModelSerializer):
     fault = serializers.CharField(source="fault.kind", default=None)
     node = serializers.CharField(source="fault.node.name", default=None)
+    detail = ReadableField()
 
     class Meta:
         model = Recovery
