@@ -3,6 +3,7 @@ to recovery, announced), acks of commands, and nodes gone silent."""
 
 import logging
 import time
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -105,7 +106,9 @@ def mark_lost_nodes() -> list[int]:
     redis.set(SEEN_SINCE, now, nx=True)
     if float(redis.get(SEEN_SINCE)) > cutoff:
         return []
-    fresh = {int(node_id) for node_id in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf")}
+    beats = {int(n): t for n, t in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf", withscores=True)}
+    _record_last_seen(beats)
+    fresh = set(beats)
     holding = Q(allocations__workload__state__in=recovery.RECOVERABLE)
     candidates = Node.objects.filter(Q(connected=True) | holding).distinct()
     lost = [
@@ -114,6 +117,23 @@ def mark_lost_nodes() -> list[int]:
         if node_id not in fresh and (last_seen is None or last_seen.timestamp() < cutoff)
     ]
     return [node_id for node_id in lost if _declare_lost(node_id, window)]
+
+
+# How far behind its heartbeats a node's `last_seen_at` may fall before it is written again:
+# one write a minute per node, in bulk, rather than one per heartbeat.
+LAST_SEEN_EVERY_S = 60
+
+
+def _record_last_seen(beats: dict[int, float]) -> None:
+    """Carry recent heartbeats (node id -> time) to the nodes' `last_seen_at`."""
+    known = dict(Node.objects.filter(pk__in=beats).values_list("pk", "last_seen_at"))
+    behind = [
+        Node(pk=node_id, last_seen_at=datetime.fromtimestamp(at, UTC))
+        for node_id, at in beats.items()
+        if node_id in known
+        and (known[node_id] is None or at - known[node_id].timestamp() >= LAST_SEEN_EVERY_S)
+    ]
+    Node.objects.bulk_update(behind, ["last_seen_at"], batch_size=1000)
 
 
 def _declare_lost(node_id: int, window: float) -> bool:

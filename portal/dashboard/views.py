@@ -185,24 +185,29 @@ def _blank_to_none(post):
 
 @login_required
 def tokens(request):
-    """A member's own API tokens: issue one (its key shown this once), list, revoke."""
+    """A member's own API tokens: issue one (its key shown this once), list, revoke. An issue
+    redirects to the list, which shows the new key once from the session, so reloading the
+    page never issues another."""
     membership = _membership(request)
-    new_key = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
         if name:
-            token, new_key = ApiToken.issue(membership, name[:100])
+            token, request.session[NEW_KEY] = ApiToken.issue(membership, name[:100])
             audit("api_token.issued", token, actor=request.user, tenant=membership.tenant)
         else:
             messages.error(request, "Give the token a name.")
+        return redirect("tokens")
     return render(
         request,
         "dashboard/tokens.html",
         {
             "tokens": membership.tokens.order_by("-created_at"),
-            "new_key": new_key,
+            "new_key": request.session.pop(NEW_KEY, None),
         },
     )
+
+
+NEW_KEY = "wanka_new_api_key"  # in the session between the issue and the page that shows it
 
 
 @login_required

@@ -92,3 +92,12 @@ def test_a_redis_that_restarted_empty_takes_no_node_down(stale, clean_redis, acm
     assert workload.state == State.ADMITTED
     clean_redis.set(SEEN_SINCE, time.time() - 60)  # a minute on, and still silent: lost
     assert set(mark_lost_nodes()) == {node.pk for node in stale}
+
+
+def test_a_nodes_last_seen_follows_its_heartbeats_not_its_connect_time(stale):
+    """The node that just beat had last_seen_at a minute old: the check writes the beat."""
+    beating, silent = stale[1], stale[2]
+    before = Node.objects.get(pk=silent.pk).last_seen_at
+    mark_lost_nodes()
+    assert timezone.now() - Node.objects.get(pk=beating.pk).last_seen_at < timedelta(seconds=5)
+    assert Node.objects.get(pk=silent.pk).last_seen_at == before

@@ -7,10 +7,12 @@ from portal.tenancy.models import ApiToken
 
 def test_a_member_issues_a_token_sees_it_once_and_it_works(bob, client):
     client.force_login(bob)
-    page = client.post("/tokens/", {"name": "scripts"}).content.decode()
+    issued = client.post("/tokens/", {"name": "scripts"})
+    assert (issued.status_code, issued.url) == (302, "/tokens/")  # a reload cannot repeat it
+    page = client.get("/tokens/").content.decode()
     key = re.search(r'id="new-key">(wk_[^<]+)<', page).group(1)
-    assert key not in client.get("/tokens/").content.decode()
-    token = ApiToken.objects.get()
+    assert key not in client.get("/tokens/").content.decode()  # shown once
+    token = ApiToken.objects.get()  # the reloads issued nothing more
     assert token.key_hash != key and key.endswith(token.hint)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
