@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
@@ -33,6 +35,8 @@ urlpatterns = [
     # The split view serves its script from a URL of its own, which the CSP allows.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico whatever the page says.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("ops/whatif/", include("portal.whatif.urls")),
     path("", include("portal.dashboard.urls")),
 ]

@@ -63,12 +63,18 @@ def dashboard(request):
 
 @login_required
 def workload_list(request):
+    """The tenant's workloads, newest first, filtered; a filter that is not valid shows its
+    errors and no rows, and a list longer than a page says how much longer."""
     filterset = WorkloadFilterSet(request.GET, queryset=_tenant_workloads(request))
+    found = filterset.qs if filterset.is_valid() else Workload.objects.none()
     return render(
         request,
         "dashboard/workload_list.html",
-        {"filter": filterset, "workloads": filterset.qs[:200]},
+        {"filter": filterset, "workloads": found[:LIST_ROWS], "total": found.count()},
     )
+
+
+LIST_ROWS = 200  # the rows the workload list shows; the API pages through all of them
 
 
 @login_required
