@@ -28,8 +28,9 @@ The agent starts a workload with these variables in its environment:
 renamed into place; ``kind`` is "triggered" when a fault forces the save),
 then sends ``SIGUSR1`` to the workload's processes that catch it. (SIGUSR1's default action ends
 a process, so the agent spares those that do not catch it, such as ``torchrun``'s launcher.) The
-helper also looks for the request file at every step, for ranks a launcher started out of the
-workload's process group. The script saves at its next step boundary and then removes the
+helper goes by the request file, read at every step: the signal reaches only the workload's own
+process group, and a launcher such as torchrun starts its ranks in sessions of their own. The
+script saves at its next step boundary and then removes the
 request file.
 
 **Reporting a save.** The script writes the checkpoint under a temporary name, renames it into
@@ -299,7 +300,6 @@ class Checkpointing:
         self._clock = clock
         self._last_save = clock()
         self._last_step: int | None = None
-        self._signalled = threading.Event()
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers()
@@ -329,11 +329,12 @@ class Checkpointing:
         return self.directory is not None
 
     def install_signal_handler(self) -> bool:
-        """Note SIGUSR1 as a request; False where a handler cannot be installed (not the main
-        thread), where `due` still sees the request file."""
+        """Catch SIGUSR1, so that the agent's signal does not end the script; False where a
+        handler cannot be installed (not the main thread). `due` reads the request file."""
         if threading.current_thread() is not threading.main_thread():
             return False
-        signal.signal(REQUEST_SIGNAL, lambda signum, frame: self._signalled.set())
+        # The request file says what is asked; the signal's default action would end us.
+        signal.signal(REQUEST_SIGNAL, lambda signum, frame: None)
         return True
 
     def resume_step(self, load_fn: Callable[[str], int]) -> int:
@@ -364,9 +365,10 @@ class Checkpointing:
         """Whether the agent has asked for a save that has not been made yet."""
         if self.directory is None:
             return False
-        # The signal is the fast path; the file is read too, since a launcher such as torchrun
-        # starts its ranks in sessions of their own, out of reach of the workload's group.
-        return self._signalled.is_set() or (self.directory / REQUEST_FILE).exists()
+        # The file, not the signal: a launcher such as torchrun starts its ranks in sessions of
+        # their own, out of reach of the signal, and a signal may come after its request was
+        # answered from the file.
+        return (self.directory / REQUEST_FILE).exists()
 
     def due(self, step: int) -> bool:
         """Whether to save at `step`: asked to, or the interval has passed since the last save
@@ -456,7 +458,6 @@ class Checkpointing:
             raise RuntimeError(f"checkpointing is disabled: {ENV_CHECKPOINT_DIR} is not set")
         asked = self.requested
         request = read_request(self.directory) if asked else None
-        self._signalled.clear()  # a signal from now on asks for another save
         kind = kind or (request.kind if request else "requested" if asked else "periodic")
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -142,15 +142,21 @@ def test_periodic_saves_follow_the_interval_and_never_repeat_a_step(tmp_path: Pa
     assert ckpt.due(4)
 
 
-def test_sigusr1_marks_a_request_once_the_handler_is_installed(tmp_path: Path) -> None:
+def test_sigusr1_is_caught_and_the_request_file_says_what_is_asked(tmp_path: Path) -> None:
+    """The signal no longer ends the script; alone (late, or stray) it asks for nothing: the
+    agent writes its request first, and a signal after that request was answered must not
+    make a second save."""
     previous = signal.getsignal(signal.SIGUSR1)
     try:
         ckpt = Checkpointing.from_env({"WANKA_CHECKPOINT_DIR": str(tmp_path)})
+        os.kill(os.getpid(), signal.SIGUSR1)  # still here
         assert not ckpt.requested
+        write_request(tmp_path, CheckpointRequest("c-9"))
         os.kill(os.getpid(), signal.SIGUSR1)
         assert ckpt.requested and ckpt.due(1)
         assert ckpt.save(1, write_text("x")).kind == "requested"
-        assert not ckpt.requested
+        os.kill(os.getpid(), signal.SIGUSR1)  # a late signal for the answered request
+        assert not ckpt.requested and not ckpt.due(2)
     finally:
         signal.signal(signal.SIGUSR1, previous)
 
