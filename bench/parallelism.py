@@ -86,29 +86,23 @@ def _narayanan(name, layers, hidden, heads, tp, pp, gpus, batch, tflops) -> Publ
 
 def _korthikanti(name, layers, hidden, heads, pp, gpus, batch, mbs, vp, full_s, selective_s):
     model = gpt(name, layers, hidden, heads)
-    common = {"tp": 8, "pp": pp, "micro_batch": mbs, "distributed_optimizer": False}
-    source = "Korthikanti et al. 2022, Table 5"
+    common = {"tp": 8, "pp": pp, "vp": vp, "micro_batch": mbs, "distributed_optimizer": False}
+    runs = (
+        ("full recompute", Recompute.FULL, KORTHIKANTI_FULL, full_s),
+        ("sequence parallel + selective", Recompute.SELECTIVE, KORTHIKANTI_SELECTIVE, selective_s),
+    )
     return [
         Published(
-            f"{source}: {name}, full recompute",
+            f"Korthikanti et al. 2022, Table 5: {name}, {label}",
             model,
             "A100",
             gpus,
             batch,
-            {**common, "vp": vp, "recompute": Recompute.FULL},
-            KORTHIKANTI_FULL,
-            iteration_s=full_s,
-        ),
-        Published(
-            f"{source}: {name}, sequence parallel + selective",
-            model,
-            "A100",
-            gpus,
-            batch,
-            {**common, "vp": vp, "recompute": Recompute.SELECTIVE},
-            KORTHIKANTI_SELECTIVE,
-            iteration_s=selective_s,
-        ),
+            {**common, "recompute": recompute},
+            stack,
+            iteration_s=seconds,
+        )
+        for label, recompute, stack, seconds in runs
     ]
 
 

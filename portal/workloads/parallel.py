@@ -32,10 +32,11 @@ def best(
         return None
     args = (parallelism.ModelSpec(**model_spec), parallelism.GPUS[gpu], gpus, batch)
     where = {"datacenters": datacenters} if datacenters > 1 else {}
-    whole = {"distributed_optimizer": False} if whole_replicas else None
-    return (whole is not None and parallelism.best_plan(*args, **where, **whole)) or (
-        parallelism.best_plan(*args, **where)
-    )
+    if whole_replicas:
+        found = parallelism.best_plan(*args, **where, distributed_optimizer=False)
+        if found is not None:
+            return found
+    return parallelism.best_plan(*args, **where)
 
 
 class Budget:
