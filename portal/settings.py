@@ -286,6 +286,9 @@ WANKA = {
     # How long a draining node's jobs that cannot move to a spare may run on before they are
     # moved anyway (requeued, saving first).
     "DRAIN_DEADLINE_S": float(os.environ.get("WANKA_DRAIN_DEADLINE_S", "3600")),
+    # An elastic job below its most grows into free GPUs at most this often (each grow
+    # restarts it, from a save made within that time).
+    "GROW_EVERY_S": float(os.environ.get("WANKA_GROW_EVERY_S", "300")),
     # Complete checkpoints kept per workload; older ones leave the registry.
     "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
 }

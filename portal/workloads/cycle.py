@@ -8,6 +8,7 @@ import threading
 import time
 from collections import defaultdict
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -156,6 +157,7 @@ def build_snapshot() -> engine.Snapshot:
         queues=quota_engine.queues(),
         workloads=workloads,
         cohorts=quota_engine.cohorts(),
+        grow_every_s=settings.WANKA["GROW_EVERY_S"],
     )
 
 

@@ -156,6 +156,7 @@ class Cycle:
 
     def __init__(self, snapshot: Snapshot, now: float) -> None:
         self.now = now
+        self.grow_every_s = snapshot.grow_every_s
         self.ledger = QuotaLedger(snapshot.queues, snapshot.cohorts)
         self.capacity = Capacity(snapshot.nodes)
         self.occupancy = Occupancy(self.capacity, now)
@@ -267,10 +268,10 @@ class Cycle:
 
     def grow(self, workloads: Iterable[Workload]) -> None:
         """Give free GPUs to running elastic workloads below their most, in pools where no
-        work waits: never by preempting, a workload at most every `GROW_EVERY_S` (each resize
-        restarts it) and only when it saved within that time (it resumes from that save), the
-        most throughput gained per GPU first (`Workload.rate`), then the
-        higher priority, then the lower id. A one-node workload grows within its node, a
+        work waits: never by preempting, a workload at most every `Snapshot.grow_every_s` (each
+        resize restarts it) and only when it saved within that time (it resumes from that
+        save), the most throughput gained per GPU first (`Workload.rate`), then the higher
+        priority, then the lower id. A one-node workload grows within its node, a
         multi-node one by whole nodes within the domain its topology allows."""
         waiting = set()
         for workload, _ in self._waiting.values():
@@ -300,11 +301,11 @@ class Cycle:
         if workload.held >= most:
             return False
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
-        if not times or self.now - max(times) < GROW_EVERY_S:
+        if not times or self.now - max(times) < self.grow_every_s:
             return False
-        # A grow restarts it from its last save: only one made in the last GROW_EVERY_S.
+        # A grow restarts it from its last save: only one made within that time.
         saved = workload.last_checkpoint_at
-        return saved is not None and self.now - saved <= GROW_EVERY_S
+        return saved is not None and self.now - saved <= self.grow_every_s
 
     def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus
@@ -600,9 +601,6 @@ def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:
     while gpus >= fewest and gpus > 0:
         yield gpus
         gpus = gpus - node if gpus > node else gpus - 1
-
-
-GROW_EVERY_S = 300.0  # a workload grows at most this often after it started or was resized
 
 
 def _gain_per_gpu(workload: Workload, node: int) -> float:

@@ -288,6 +288,7 @@ class Snapshot:
     queues: tuple[Queue, ...]
     workloads: tuple[Workload, ...]
     cohorts: tuple[Cohort, ...] = ()
+    grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from enum import IntEnum
 
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import Placement, Plan
-from scheduler.engine.cycle import GROW_EVERY_S
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.jobs import Checkpointing, Job, Phase
 from scheduler.sim.metrics import Recorder
@@ -51,6 +50,7 @@ class SimConfig:
     fault_mix: tuple[tuple[str, float], ...] = LLAMA3_MIX
     checkpoint: Policy = Policy(PolicyKind.PERIODIC)  # for jobs whose trace names none
     time_limits: bool = False  # tell the engine each job's trace duration as its time limit
+    grow_every_s: float = 300.0  # an elastic job grows at most this often (`Snapshot`)
     horizon_s: float | None = None  # stop at this simulated time; None: when all is done
     series_step_s: float = 3600.0  # time series are averaged into buckets this long
 
@@ -86,7 +86,7 @@ class Simulator:
         self.rng = random.Random(config.seed)
         self.faults = FaultModel(config.failures_per_gpu_hour, config.fault_mix)
         self.allocations = Allocations(spec)
-        self.workloads = Workloads(spec, policy, config.time_limits)
+        self.workloads = Workloads(spec, policy, config.time_limits, config.grow_every_s)
         self.start = min((job.submit_s for job in trace), default=0.0)
         self.now = self.end = self.start  # `end`: where the run stopped, once it has
         self.jobs = {job.id: self._job(job) for job in trace}
@@ -304,7 +304,7 @@ class Simulator:
             self.growable.discard(job.id)
             return
         self.growable.add(job.id)
-        self._push(self.now + GROW_EVERY_S, Kind.CYCLE, 0, 0)
+        self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)
 
 
 @contextmanager

@@ -87,11 +87,16 @@ class Workloads:
     """The engine's view of every job that is pending or running, under one policy."""
 
     def __init__(
-        self, spec: ClusterSpec, policy: SchedulingPolicy, time_limits: bool = False
+        self,
+        spec: ClusterSpec,
+        policy: SchedulingPolicy,
+        time_limits: bool = False,
+        grow_every_s: float = 300.0,
     ) -> None:
         self.spec = spec
         self.policy = policy
         self.time_limits = time_limits
+        self.grow_every_s = grow_every_s
         self._objects: dict[int, Workload] = {}
         self._changed: dict[int, Job] = {}
 
@@ -111,6 +116,7 @@ class Workloads:
             self.policy.queues,
             tuple(self._objects.values()),
             self.policy.cohorts,
+            self.grow_every_s,
         )
 
     def _workload(self, job: Job) -> Workload:
