@@ -225,6 +225,11 @@ def for_xid(xid: int) -> FaultKind:
     )
 
 
+def leaves_node(kind: FaultKind) -> bool:
+    """Whether a job the fault hits must leave its node (else it restarts where it was)."""
+    return kind.cordon or kind.action >= Action.RESET_GPU
+
+
 def triggered_save_possible(
     kind: FaultKind,
     nodes: int,

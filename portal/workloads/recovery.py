@@ -60,7 +60,7 @@ def start(
     if workload.state not in RECOVERABLE:
         return None
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
-    lost = [fault.node_id] if leave_node or node_lost(kind) else []
+    lost = [fault.node_id] if leave_node or faults.leaves_node(kind) else []
     transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
     healthy = [node_id for node_id in nodes if node_id not in lost] if lost else nodes
     triggered = (
@@ -119,7 +119,7 @@ def _hit_while_recovering(
     replaced, the node joins the lost ones; once its restart is pushed, that restart is given
     up (the node will never run it) and the job recovers again without the node. A fault that
     only kills processes changes nothing: the restart starts them again."""
-    if not (leave_node or node_lost(kind)):
+    if not (leave_node or faults.leaves_node(kind)):
         return None
     current = workload.recoveries.exclude(step=RecoveryStep.DONE).order_by("-id").first()
     if current is None:
@@ -154,11 +154,6 @@ def _replicas(workload: Workload, nodes: int) -> dict:
         "replicas_per_node": touched,
         "sharded": plan["distributed_optimizer"],
     }
-
-
-def node_lost(kind: faults.FaultKind) -> bool:
-    """Whether a job must leave the faulty node (else it restarts where it was)."""
-    return kind.cordon or kind.action >= faults.Action.RESET_GPU
 
 
 def commands_refused(commands: list[NodeCommand]) -> None:

@@ -123,6 +123,10 @@ class Job:
         self.shrinks = 0
         self.resized_at: float | None = None
         self.throughput = throughput_curve(spec)
+        self.slowdown = 1.0  # a hang (0) or a straggler (below 1) until the job restarts
+        # What happened to it, as the portal's workload states name it: "running",
+        # "preempting", "pending", "recovering (spare)" and so on, "succeeded".
+        self.history: list[str] = []
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -138,6 +142,8 @@ class Job:
         """When the current phase ends (COMPUTE: the next checkpoint or the finish)."""
         if self.phase != Phase.COMPUTE:
             return self.phase_end  # type: ignore[return-value]
+        if not self.rate:
+            return math.inf  # hung: nothing ends until it is noticed
         finish = (self.work - self.progress) / self.rate
         return self.mark + min(finish, self.to_checkpoint)
 
@@ -178,6 +184,7 @@ class Job:
         if self.first_start is None:
             self.first_start = now
         self.to_checkpoint = self.ckpt.interval_s or math.inf
+        self.history.append("running")
         if self.progress > 0:
             self._recover(now, Cause.PREEMPTION)
         else:
@@ -195,30 +202,65 @@ class Job:
         if self.held < before:
             self.shrinks += 1
         self.resized_at = now
+        self.history.append("recovering (shrunk)" if self.held < before else "recovering (grown)")
         self._recover(now, Cause.RESIZE)
 
     def preempt(self, now: float) -> None:
-        """Stop and wait again (keeping its submit time): work since the newest complete
-        checkpoint is lost."""
+        """Stop and wait again (keeping its submit time). Running, it saves first when its
+        policy saves, as the portal's graceful preemption does (the save's time is not
+        modelled: the claimant waits for it in the portal); else the work since the newest
+        complete checkpoint is lost."""
         self.advance(now)
+        if self.ckpt.kind is not PolicyKind.NONE and self.phase in (Phase.COMPUTE, Phase.STALL):
+            self._complete(now, self.progress)
         self.lost_gpu_s[Cause.PREEMPTION] += self._roll_back(self.saved) * self.spec.gpus
         self.preemptions += 1
-        self._hold(())
-        self.started_at = None
-        self.waiting_since = now
-        self._enter(Phase.PENDING, None)
+        self._stop(now)
+        self.history += ["preempting", "pending"]
+
+    def requeue(self, now: float, triggered_save_possible: bool) -> None:
+        """A fault it cannot recover from where it runs (no spare, not elastic enough): it
+        saves from memory when it can (else falls back to its newest complete checkpoint),
+        gives its GPUs back and waits again."""
+        self.advance(now)
+        self.faults += 1
+        if self.ckpt.kind is PolicyKind.TRIGGERED and triggered_save_possible:
+            kept = self._step_reached()
+            self._lose(kept)
+            self._complete(now, kept)
+        else:
+            self._lose(self.saved)
+        self._stop(now)
+        self.history += ["recovering (requeued)", "pending"]
+
+    def move(self, now: float, placements: tuple[Placement, ...]) -> None:
+        """Hold these GPUs from now on (a node swapped for a spare, or dropped)."""
+        self.advance(now)
+        self._hold(placements)
+
+    def slow(self, now: float, factor: float) -> None:
+        """Run at `factor` of its speed until it restarts: 0 for a hang."""
+        self.advance(now)
+        self.slowdown = factor
+        self._hold(self.placements)
 
     def finish(self, now: float) -> None:
         self.advance(now)
         self.finished_at = now
         self._hold(())
         self._enter(Phase.DONE, None)
+        self.history.append("succeeded")
 
-    def fault(self, now: float, triggered_save_possible: bool) -> None:
+    def fault(self, now: float, triggered_save_possible: bool, outcome: str = "in place") -> None:
         """A fault that kills the job: save from memory if the policy and the fault allow,
-        else fall back to the newest complete checkpoint; then restart."""
+        else fall back to the newest complete checkpoint; then restart (`outcome`: where, as
+        the portal's recovery says it)."""
         self.advance(now)
         self.faults += 1
+        self.history.append(f"recovering ({outcome})")
+        if self.slowdown != 1.0:  # the restart ends a hang, and a straggler left behind
+            self.slowdown = 1.0
+            self._hold(self.placements)
         if self.phase == Phase.RECOVER and self.cause == Cause.FAULT:
             self._recover(now, Cause.FAULT)  # nothing new to lose: restart again
             return
@@ -227,8 +269,7 @@ class Job:
             and triggered_save_possible
             and self.phase != Phase.SAVE
         ):
-            step = self.costs.step_s
-            self.capture = math.floor(self.progress / step + EPS) * step
+            self.capture = self._step_reached()
             self._enter(Phase.SAVE, now + self.costs.triggered_save_s)
             return
         self._lose(self.saved)
@@ -249,6 +290,8 @@ class Job:
             self._complete(now, self.capture)
             self._recover(now, Cause.FAULT)
         elif self.phase == Phase.RECOVER:
+            if self.cause != Cause.PREEMPTION:
+                self.history.append("running")
             self._enter(Phase.COMPUTE, None)
         return False
 
@@ -267,7 +310,18 @@ class Job:
     def _hold(self, placements: tuple[Placement, ...]) -> None:
         self.placements = placements
         self.held = sum(len(p.gpu_indices) for p in placements)
-        self.rate = self.speed(self.held)
+        self.rate = self.speed(self.held) * self.slowdown if self.held else 0.0
+
+    def _stop(self, now: float) -> None:
+        self._hold(())
+        self.started_at = None
+        self.waiting_since = now
+        self._enter(Phase.PENDING, None)
+
+    def _step_reached(self) -> float:
+        """The work up to the last whole training step: what a save from memory keeps."""
+        step = self.costs.step_s
+        return math.floor(self.progress / step + EPS) * step
 
     def speed(self, gpus: int) -> float:
         """Seconds of work per second on `gpus` GPUs: 1 at its requested size."""

@@ -28,9 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from scheduler import faults
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import Placement, Plan
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
+from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
 from scheduler.sim.jobs import Checkpointing, Job, Phase
 from scheduler.sim.metrics import Recorder
 from scheduler.sim.policies import SchedulingPolicy
@@ -51,6 +53,7 @@ class SimConfig:
     checkpoint: Policy = Policy(PolicyKind.PERIODIC)  # for jobs whose trace names none
     time_limits: bool = False  # tell the engine each job's trace duration as its time limit
     grow_every_s: float = 300.0  # an elastic job grows at most this often (`Snapshot`)
+    detection: Detection = Detection()  # how scripted incidents are noticed
     horizon_s: float | None = None  # stop at this simulated time; None: when all is done
     series_step_s: float = 3600.0  # time series are averaged into buckets this long
 
@@ -61,8 +64,9 @@ class Kind(IntEnum):
     PHASE = 0  # a job's phase ends
     PERSIST = 1  # a job's async copy is persisted
     FAULT = 2  # a job is hit by a fault
-    ARRIVAL = 3
-    CYCLE = 4
+    INCIDENT = 3  # a scripted incident happens, or is noticed
+    ARRIVAL = 4
+    CYCLE = 5
 
 
 Hook = Callable[["Simulator"], None]
@@ -78,6 +82,7 @@ class Simulator:
         policy: SchedulingPolicy,
         config: SimConfig = SimConfig(),
         on_event: Hook | None = None,
+        incidents: Sequence[Incident] = (),
     ) -> None:
         self.spec = spec
         self.policy = policy
@@ -110,6 +115,12 @@ class Simulator:
         self.last_plan: Plan | None = None  # the latest cycle's plan, for hooks
         for job in trace:
             self._push(job.submit_s, Kind.ARRIVAL, job.id, 0)
+        self.incidents = tuple(incidents)
+        self.spares = set(spec.spares)
+        for number, incident in enumerate(self.incidents):
+            if incident.job_id not in self.jobs:
+                raise SimulationError(f"an incident names job {incident.job_id}, not in the trace")
+            self._push(incident.at_s, Kind.INCIDENT, number, 0)  # version: 0 begun, 1 noticed
 
     def _job(self, spec: TraceJob) -> Job:
         if spec.queue not in self.spec.queue_ids:
@@ -140,26 +151,24 @@ class Simulator:
             if horizon is not None and when > horizon:
                 stopped = True
                 break
-            if (
-                kind != Kind.ARRIVAL
-                and kind != Kind.CYCLE
-                and (self._versions.get((job_id, kind)) != version)
-            ):
+            if kind < Kind.INCIDENT and self._versions.get((job_id, kind)) != version:
                 continue  # superseded
             self.now = when
             self.events += 1
-            self._dispatch(kind, job_id)
+            self._dispatch(kind, job_id, version)
             if self.on_event is not None:
                 self.on_event(self)
             if on_progress is not None and not self.events % 4096:
                 on_progress(self.now)
         self._close(stopped)
 
-    def _dispatch(self, kind: Kind, job_id: int) -> None:
+    def _dispatch(self, kind: Kind, job_id: int, version: int) -> None:
         if kind == Kind.CYCLE:
             self._cycle()
         elif kind == Kind.ARRIVAL:
             self._arrive(self.jobs[job_id])
+        elif kind == Kind.INCIDENT:
+            self._incident(self.incidents[job_id], noticed=version == 1)
         else:
             job = self.jobs[job_id]
             with self._tracking(job, faults=kind == Kind.FAULT):
@@ -246,6 +255,79 @@ class Simulator:
             possible = self.rng.random() < self.config.costs.triggered_success
             job.fault(self.now, possible)
             self.workloads.changed(job)
+
+    def _incident(self, incident: Incident, noticed: bool) -> None:
+        """A scripted incident (see `incidents`): when it happens, a hang or a straggler slows
+        the job and anything the control plane must notice waits for its delay; once noticed,
+        the job recovers as the portal would."""
+        job = self.jobs[incident.job_id]
+        if not job.running or incident.node_rank >= len(job.placements):
+            return  # it ended, waits, or no longer has that node
+        detection = self.config.detection
+        if not noticed:
+            if incident.code in SLOWDOWNS:
+                with self._tracking(job):
+                    job.slow(self.now, SLOWDOWNS[incident.code])
+            delay = detection.delay(incident.code)
+            if delay > 0:
+                self._push(self.now + delay, Kind.INCIDENT, self.incidents.index(incident), 1)
+                return
+        kind = incident.kind
+        self.recorder.faults[kind.code] += 1
+        if not detection.recovers(incident):
+            return
+        nodes = len(job.placements)
+        save = job.ckpt.kind is PolicyKind.TRIGGERED and faults.triggered_save_possible(
+            kind, nodes, data_parallel=nodes
+        )
+        if incident.code == "drain":
+            save = job.ckpt.kind is not PolicyKind.NONE
+        node = job.placements[incident.node_rank]
+        with self._tracking(job, faults=True):
+            outcome = self._leave(job, node) if detection.leaves(incident) else "in place"
+            if outcome == "requeued":
+                job.requeue(self.now, save)
+            else:
+                job.fault(self.now, save, outcome)
+        if outcome == "requeued":
+            self.growable.discard(job.id)
+            self.pending.add(job.id)
+            self.recorder.pending_added(job)
+        elif outcome == "shrunk":
+            self._may_grow(job)
+        self.request_cycle()
+
+    def _leave(self, job: Job, leaving: Placement) -> str:
+        """Move the job's part on a node off it, as the portal's recovery does: onto a hot
+        spare of the same pod, else without it (elastic and still at its minimum), else off
+        every node (requeued). The node takes no more work. Returns the outcome."""
+        allocations = self.allocations
+        allocations.give([leaving])
+        allocations.close(leaving.node_id)
+        old = allocations.nodes[leaving.node_id]
+        spare = next(
+            (
+                n
+                for n in sorted(self.spares)
+                if (allocations.nodes[n].datacenter, allocations.nodes[n].pod)
+                == (old.datacenter, old.pod)
+            ),
+            None,
+        )
+        if spare is not None:
+            self.spares.discard(spare)
+            allocations.close(spare, False)
+            moved = Placement(spare, leaving.gpu_indices)
+            allocations.take([moved], job.id)
+            job.move(self.now, tuple(moved if p is leaving else p for p in job.placements))
+            return "spare"
+        kept = _without(job.placements, (leaving,))
+        left = sum(len(p.gpu_indices) for p in kept)
+        if job.spec.min_gpus is not None and 0 < job.spec.min_gpus <= left:
+            job.move(self.now, kept)
+            return "shrunk"
+        allocations.give(kept)
+        return "requeued"
 
     def _cycle(self) -> None:
         self._cycle_at = None

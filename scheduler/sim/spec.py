@@ -65,6 +65,7 @@ class ClusterSpec:
     nodes: tuple[Node, ...]
     queues: tuple[Queue, ...]
     cohorts: tuple[Cohort, ...] = ()
+    spares: tuple[int, ...] = ()  # hot spares among `nodes`: no work, only scripted recoveries
 
     @cached_property
     def capacity(self) -> dict[str, int]:

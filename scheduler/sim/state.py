@@ -29,6 +29,8 @@ class Allocations:
         self._index = {node.id: i for i, node in enumerate(spec.nodes)}
         self._objects: list[Node] = list(spec.nodes)
         self._changed: set[int] = set()
+        self.closed: set[int] = set(spec.spares)  # nodes that take no work: spares, and down
+        self._changed.update(self.closed)
         self.used: Counter[str] = Counter()  # GPUs in use per model
         # Nodes per (model, free GPUs, node size): what fragmentation is measured from.
         self.by_free: Counter[tuple[str, int, int]] = Counter(
@@ -46,6 +48,11 @@ class Allocations:
                     f"{placement.node_id}, which are not all free"
                 )
             self._change(placement.node_id, lambda f, w=wanted: f.difference_update(w))
+
+    def close(self, node_id: int, closed: bool = True) -> None:
+        """Take the node out of service (a spare, or a node a job left), or put it back."""
+        (self.closed.add if closed else self.closed.discard)(node_id)
+        self._changed.add(node_id)
 
     def give(self, placements: Iterable[Placement]) -> None:
         """Mark GPUs free again."""
@@ -76,7 +83,7 @@ class Allocations:
                 old.leaf,
                 old.gpus,
                 tuple(sorted(self.free[node_id])),
-                old.schedulable,
+                old.schedulable and node_id not in self.closed,
                 old.region,
             )
         self._changed.clear()

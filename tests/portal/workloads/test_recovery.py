@@ -247,7 +247,7 @@ def test_each_fault_kind_does_what_the_catalogue_says(acme_llm, code):
     assert (workload.state == State.RECOVERING) == kind.kills_job
     if kind.kills_job:
         rec = Recovery.objects.get(workload=workload)
-        assert rec.lost_nodes == ([nodes[0]] if recovery.node_lost(kind) else [])
+        assert rec.lost_nodes == ([nodes[0]] if faults.leaves_node(kind) else [])
 
 
 def test_the_checkpoint_registry_keeps_the_newest_and_never_resumes_from_a_failed_one(

@@ -138,19 +138,26 @@ def test_a_shrunk_job_loses_nothing_but_goes_on_at_its_new_size() -> None:
     assert elastic.next_phase_at() == 120.0 + 900.0 * 2  # half the GPUs: half the speed
 
 
-def test_a_preempted_job_resumes_from_its_checkpoint_after_a_restart() -> None:
+def test_a_preempted_job_saves_first_and_resumes_from_that_save_after_a_restart() -> None:
     periodic = job(PolicyKind.PERIODIC, 100.0)
     periodic.phase_ended(100.0)
     periodic.phase_ended(110.0)
-    periodic.preempt(160.0)
-    assert (periodic.progress, periodic.phase, periodic.held) == (100.0, Phase.PENDING, 0)
-    assert periodic.lost_gpu_s[Cause.PREEMPTION] == 50.0 * 8
+    periodic.preempt(160.0)  # graceful: it saves, as the portal asks it to
+    assert (periodic.progress, periodic.phase, periodic.held) == (150.0, Phase.PENDING, 0)
+    assert (periodic.lost_gpu_s[Cause.PREEMPTION], periodic.last_checkpoint_at) == (0.0, 160.0)
     periodic.start(200.0, ONE_NODE)
     assert (periodic.phase, periodic.next_phase_at(), periodic.queued_s) == (
         Phase.RECOVER,
         220.0,
         40.0,
     )
+    assert periodic.history == ["running", "preempting", "pending", "running"]
+
+
+def test_a_preempted_job_that_never_saves_loses_its_work() -> None:
+    never = job(PolicyKind.NONE, None)
+    never.preempt(50.0)
+    assert (never.progress, never.lost_gpu_s[Cause.PREEMPTION]) == (0.0, 50.0 * 8)
 
 
 def test_ettr_is_productive_compute_over_wall_time_since_first_admission() -> None:

@@ -86,23 +86,23 @@ def test_four_jobs_on_four_nodes(policy: str, expected: dict) -> None:
 TWO_NODES = cluster(leaves=1, nodes=2, queues={"a": (8, 0), "b": (8, 0)})
 
 
-def test_reclaim_preempts_the_borrower_which_resumes_from_its_checkpoint() -> None:
+def test_reclaim_preempts_the_borrower_which_saves_first_and_resumes_from_that_save() -> None:
     """b's 16-GPU job borrows a's idle quota, checkpointing every 50 s of compute (10 s stall).
-    a's job arrives at 95: the cycle at 95 preempts b's job, which had 35 s of work since its
-    checkpoint at 50 (taken 50 to 60), so it keeps 50; a's job starts at the next cycle, 105,
-    and ends at 205, when b's job starts again: a 20 s restart, then the other 950 s of work
-    in 19 intervals with 18 stalls between them: done at 225 + 950 + 180 = 1355."""
+    a's job arrives at 95: the cycle at 95 preempts b's job, which saves first (graceful
+    preemption), keeping all 85 s of its work; a's job starts at the next cycle, 105, and ends
+    at 205, when b's job starts again: a 20 s restart, then the other 915 s of work with 18
+    stalls (one every 50 s of compute): done at 225 + 915 + 180 = 1320."""
     trace = [
         TraceJob(1, 0.0, 16, "H800", 1000.0, "b", checkpoint=Policy(PolicyKind.PERIODIC, 50.0)),
         TraceJob(2, 95.0, 8, "H800", 100.0, "a"),
     ]
     simulator = simulate(trace, TWO_NODES, "wanka", NO_FAULTS)
     outcomes = {o.id: o for o in simulator.recorder.outcomes}
-    assert (outcomes[1].wait_s, outcomes[1].jct_s) == (110.0, 1355.0)
+    assert (outcomes[1].wait_s, outcomes[1].jct_s) == (110.0, 1320.0)
     assert (outcomes[2].wait_s, outcomes[2].jct_s) == (10.0, 110.0)
     assert outcomes[1].preemptions == 1
-    assert outcomes[1].lost_preemption_gpu_s == (35.0 + 20.0) * 16  # lost work and restart
-    assert outcomes[1].ettr == pytest.approx(1000.0 / 1355.0)
+    assert outcomes[1].lost_preemption_gpu_s == 20.0 * 16  # the restart; no work lost
+    assert outcomes[1].ettr == pytest.approx(1000.0 / 1320.0)
     assert simulator.recorder.preemptions == 1
 
 
