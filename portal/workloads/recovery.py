@@ -62,13 +62,17 @@ def start(
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
     lost = [fault.node_id] if leave_node or faults.leaves_node(kind) else []
     transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
-    healthy = [node_id for node_id in nodes if node_id not in lost] if lost else nodes
-    triggered = (
-        workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
-        and healthy
+    # Every rank saves where the fault left the node's memory readable, else the others do.
+    savers = nodes if kind.memory_readable else [n for n in nodes if n not in lost]
+    # A drain saves whenever the policy saves at all: nothing has failed yet.
+    drained = kind.code == "drain"
+    policy = workload.checkpoint_policy
+    saves = policy == CheckpointPolicy.TRIGGERED or (drained and policy != CheckpointPolicy.NONE)
+    if (
+        saves
+        and savers
         and faults.triggered_save_possible(kind, len(nodes), **_replicas(workload, len(nodes)))
-    )
-    if triggered:
+    ):
         timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
         recovery = Recovery.objects.create(
             workload=workload,
@@ -78,7 +82,11 @@ def start(
             save_deadline=timezone.now() + timedelta(seconds=timeout),
         )
         send_commands(
-            healthy, "checkpoint", workload.pk, kind="triggered", reason=f"fault {fault.pk}"
+            savers,
+            "checkpoint",
+            workload.pk,
+            kind="requested" if drained else "triggered",
+            reason=f"fault {fault.pk}",
         )
     else:
         recovery = Recovery.objects.create(

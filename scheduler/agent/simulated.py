@@ -14,8 +14,10 @@ Faults a drill can inject (`inject_fault`, the `inject_fault` command), by fault
   no new work. XIDs 48, 94, 95 and "ecc-dbe" count an uncorrectable ECC error and a retired
   page; "ecc-sbe-storm" brings the retired pages to the site limit.
 - "heartbeat-loss": the agent goes silent for `duration_s` (default 30) and keeps its workloads.
-- "slow-node" and "straggler": steps take `factor` (default 3, and 2) times longer; "hang":
-  steps stop, the workloads neither progress nor end. For `duration_s`, or until the agent ends.
+- "slow-node" and "straggler": steps take `factor` (default 3, and 2) times longer, for
+  `duration_s` or until the agent ends; "hang": the running workloads' steps stop, they neither
+  progress nor end, for `duration_s` or until they are stopped (a restart clears a hang, as it
+  does a stuck collective).
 
 The last two groups are for the control plane to notice (missed heartbeats, step rates), so the
 agent reports no event for them.
@@ -69,10 +71,9 @@ DEFAULT_SILENCE_S = 30.0
 SLOWDOWNS = {"slow-node": 3.0, "straggler": 2.0, "hang": math.inf}
 NODE_FAULTS = ("nic-down",)  # faults of the node, not of one GPU
 
-# A simulated checkpoint: what a large model's shard plus optimizer state weighs per GPU, and how
-# fast one GPU's share reaches storage. Only reported; nothing waits for it.
+# A simulated checkpoint: what a large model's shard plus optimizer state weighs per GPU. The
+# save itself is instant, and says so (a duration of 0): nothing stalls.
 _CHECKPOINT_BYTES_PER_GPU = 16 * 2**30
-_SAVE_BYTES_PER_S = 2 * 10**9
 
 _NVLINKS_PER_GPU = 18  # H100 / H200 SXM
 _RESUME_STEP = re.compile(r"/step-(\d+)$")
@@ -198,6 +199,7 @@ class _SimWorkload:
     done_s: float  # simulated seconds of work done at loop time `mark`
     mark: float
     interval_s: float | None  # simulated seconds between periodic checkpoints
+    hung: bool = False  # a hang drill stopped its steps
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
 
     @property
@@ -353,24 +355,25 @@ class SimulatedBackend:
     def _step_now(self, workload: _SimWorkload) -> int:
         now = asyncio.get_running_loop().time()
         # The epsilon: a timer may fire a hair before its time, and step 10 must not read 9.
-        return int(workload.progress(now, self._rate) * self._steps_per_s + 1e-6)
+        return int(workload.progress(now, self._rate_of(workload)) * self._steps_per_s + 1e-6)
 
     def _schedule(self, workload: _SimWorkload) -> None:
         """(Re)arm the workload's timers for the current rate: its end and its next save."""
         for timer in workload.timers:
             timer.cancel()
         workload.timers.clear()
-        if self._rate == 0:
+        rate = self._rate_of(workload)
+        if rate == 0:
             return  # a hang: nothing ends, nothing is saved, until the steps go on
         loop = asyncio.get_running_loop()
-        done = workload.progress(loop.time(), self._rate)
+        done = workload.progress(loop.time(), rate)
         if workload.duration_s < math.inf:
-            delay = (workload.duration_s - done) / self._rate
+            delay = (workload.duration_s - done) / rate
             workload.timers.append(loop.call_later(delay, self._finish, workload, 0))
         if workload.interval_s is not None:
             next_save = (math.floor(done / workload.interval_s) + 1) * workload.interval_s
             if next_save < workload.duration_s:
-                delay = (next_save - done) / self._rate
+                delay = (next_save - done) / rate
                 workload.timers.append(loop.call_later(delay, self._periodic, workload))
 
     def _periodic(self, workload: _SimWorkload) -> None:
@@ -386,8 +389,7 @@ class SimulatedBackend:
             "step": step,
             "location": f"sim://{self.inventory().hostname}/workloads/{wid}/step-{step}",
             "size_bytes": size,
-            # Each GPU writes its own share, all at once.
-            "duration_s": round(_CHECKPOINT_BYTES_PER_GPU / _SAVE_BYTES_PER_S, 3),
+            "duration_s": 0.0,
             "kind": kind,
             "request_id": request_id,
             "status": "complete",
@@ -396,8 +398,34 @@ class SimulatedBackend:
             self._listener(BackendEvent("checkpoint_saved", wid, detail))
         return detail
 
+    def _rate_of(self, workload: _SimWorkload) -> float:
+        return 0.0 if workload.hung else self._rate
+
+    def _hang(self, args: Mapping[str, Any]) -> FaultDrill:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        hung = [w for w in self._workloads.values() if not w.exit.done()]
+        for workload in hung:
+            workload.done_s, workload.mark = workload.progress(now, self._rate_of(workload)), now
+            workload.hung = True
+            self._schedule(workload)
+        duration = args.get("duration_s")
+        if duration is None:
+            return FaultDrill("steps stop")
+        loop.call_later(float(duration), self._unhang, hung)
+        return FaultDrill(f"steps stop for {float(duration):g} s")
+
+    def _unhang(self, hung: list[_SimWorkload]) -> None:
+        now = asyncio.get_running_loop().time()
+        for workload in hung:
+            if workload.hung and not workload.exit.done():
+                workload.mark, workload.hung = now, False
+                self._schedule(workload)
+
     def _slow_down(self, code: str, args: Mapping[str, Any]) -> FaultDrill:
-        factor = SLOWDOWNS[code] if code == "hang" else float(args.get("factor", SLOWDOWNS[code]))
+        if code == "hang":
+            return self._hang(args)
+        factor = float(args.get("factor", SLOWDOWNS[code]))
         if factor < 1:
             raise FaultRefused(f"a slow node's factor must be at least 1, got {factor:g}")
         self._set_slow_factor(factor)
@@ -409,14 +437,13 @@ class SimulatedBackend:
         if duration is not None:
             self._slow_timer = loop.call_later(float(duration), self._set_slow_factor, 1.0)
         lasting = "" if duration is None else f" for {float(duration):g} s"
-        slower = "steps stop" if factor == math.inf else f"steps take {factor:g} times longer"
-        return FaultDrill(slower + lasting)
+        return FaultDrill(f"steps take {factor:g} times longer{lasting}")
 
     def _set_slow_factor(self, factor: float) -> None:
         now = asyncio.get_running_loop().time()
         running = [w for w in self._workloads.values() if not w.exit.done()]
         for workload in running:  # bank the progress made at the old rate
-            workload.done_s, workload.mark = workload.progress(now, self._rate), now
+            workload.done_s, workload.mark = workload.progress(now, self._rate_of(workload)), now
         self._slow_factor = factor
         for workload in running:
             self._schedule(workload)

@@ -218,13 +218,13 @@ class Job:
         self._stop(now)
         self.history += ["preempting", "pending"]
 
-    def requeue(self, now: float, triggered_save_possible: bool) -> None:
+    def requeue(self, now: float, saves: bool) -> None:
         """A fault it cannot recover from where it runs (no spare, not elastic enough): it
-        saves from memory when it can (else falls back to its newest complete checkpoint),
+        saves from memory when `saves` (else falls back to its newest complete checkpoint),
         gives its GPUs back and waits again."""
         self.advance(now)
         self.faults += 1
-        if self.ckpt.kind is PolicyKind.TRIGGERED and triggered_save_possible:
+        if saves:
             kept = self._step_reached()
             self._lose(kept)
             self._complete(now, kept)
@@ -251,10 +251,10 @@ class Job:
         self._enter(Phase.DONE, None)
         self.history.append("succeeded")
 
-    def fault(self, now: float, triggered_save_possible: bool, outcome: str = "in place") -> None:
-        """A fault that kills the job: save from memory if the policy and the fault allow,
-        else fall back to the newest complete checkpoint; then restart (`outcome`: where, as
-        the portal's recovery says it)."""
+    def fault(self, now: float, saves: bool, outcome: str = "in place") -> None:
+        """A fault that kills the job: save from memory when `saves` (the policy and the
+        fault allow it), else fall back to the newest complete checkpoint; then restart
+        (`outcome`: where, as the portal's recovery says it)."""
         self.advance(now)
         self.faults += 1
         self.history.append(f"recovering ({outcome})")
@@ -264,11 +264,7 @@ class Job:
         if self.phase == Phase.RECOVER and self.cause == Cause.FAULT:
             self._recover(now, Cause.FAULT)  # nothing new to lose: restart again
             return
-        if (
-            self.ckpt.kind is PolicyKind.TRIGGERED
-            and triggered_save_possible
-            and self.phase != Phase.SAVE
-        ):
+        if saves and self.phase != Phase.SAVE:
             self.capture = self._step_reached()
             self._enter(Phase.SAVE, now + self.costs.triggered_save_s)
             return

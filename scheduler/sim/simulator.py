@@ -253,7 +253,7 @@ class Simulator:
             # The job restarts on the same GPUs (a hot spare replaces the failed node), so the
             # engine would see no change in what is held: no cycle is needed.
             possible = self.rng.random() < self.config.costs.triggered_success
-            job.fault(self.now, possible)
+            job.fault(self.now, possible and job.ckpt.kind is PolicyKind.TRIGGERED)
             self.workloads.changed(job)
 
     def _incident(self, incident: Incident, noticed: bool) -> None:

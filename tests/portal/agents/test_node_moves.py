@@ -5,10 +5,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from portal.agents.intake import carry_out_node_moves
+from portal.agents.intake import carry_out_node_moves, record_acks
 from portal.cluster.choices import Health
-from portal.cluster.models import FaultEvent, Node
+from portal.cluster.models import FaultEvent, Node, NodeCommand
 from portal.workloads import lifecycle
+from portal.workloads.checkpoints import record_saved
 from portal.workloads.choices import RecoveryOutcome, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
@@ -36,8 +37,19 @@ def test_a_drained_nodes_job_moves_to_a_spare_and_the_node_goes_down(acme_llm, c
     assert carry_out_node_moves() == [workload.pk]
     fault = FaultEvent.objects.get(kind="drain")
     assert list(fault.workloads.all()) == [workload] and fault.message == "it moves to a spare"
+    # Nothing has failed: it saves first (its policy is async, not triggered), then moves.
+    save = NodeCommand.objects.get(workload=workload, action="checkpoint")
+    assert (save.node_id, save.args["kind"]) == (node.pk, "requested")
+    assert advance(workload.recoveries.get().pk) is True  # waits for the save
+    record_saved(workload.pk, node.pk, {"step": 120, "location": "s3://ckpt/120"})
+    record_acks([(node.pk, str(save.pk), True, "saved")])
     advance(workload.recoveries.get().pk)
-    assert workload.recoveries.get().outcome == RecoveryOutcome.SPARE
+    recovery = workload.recoveries.get()
+    assert (recovery.outcome, recovery.resume_step, recovery.lost_s) == (
+        RecoveryOutcome.SPARE,
+        120,
+        0,
+    )
     assert set(workload.allocations.values_list("node_id", flat=True)) == {spare.pk}
     assert carry_out_node_moves() == []
     assert Node.objects.get(pk=node.pk).health == Health.DOWN  # drained: nothing left on it
@@ -51,8 +63,12 @@ def test_a_job_that_cannot_move_runs_on_until_the_drain_deadline(acme_llm, clust
     assert _state(workload) == State.RUNNING
     Node.objects.filter(pk=node.pk).update(health_changed_at=timezone.now() - timedelta(hours=2))
     assert carry_out_node_moves() == [workload.pk]
+    save = NodeCommand.objects.get(workload=workload, action="checkpoint")
+    record_saved(workload.pk, node.pk, {"step": 300, "location": "s3://ckpt/300"})
+    record_acks([(node.pk, str(save.pk), True, "saved")])
     advance(workload.recoveries.get().pk)
-    assert _state(workload) == State.PENDING  # requeued at the head of its queue
+    assert _state(workload) == State.PENDING  # requeued at the head of its queue, saved
+    assert workload.recoveries.get().resume_step == 300
     assert "drain deadline passed" in FaultEvent.objects.get(kind="drain").message
 
 

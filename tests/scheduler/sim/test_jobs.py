@@ -48,7 +48,7 @@ def test_a_fault_loses_the_work_since_the_last_complete_checkpoint_and_restarts(
     periodic = job(PolicyKind.PERIODIC, 100.0)
     periodic.phase_ended(100.0)
     periodic.phase_ended(110.0)
-    periodic.fault(150.0, triggered_save_possible=True)  # not a triggered policy: ignored
+    periodic.fault(150.0, saves=False)  # not a triggered policy: no save from memory
     assert (periodic.progress, periodic.phase, periodic.next_phase_at()) == (
         100.0,
         Phase.RECOVER,
@@ -63,14 +63,14 @@ def test_a_fault_loses_the_work_since_the_last_complete_checkpoint_and_restarts(
 def test_a_fault_during_a_periodic_save_loses_that_checkpoint() -> None:
     periodic = job(PolicyKind.PERIODIC, 100.0)
     periodic.phase_ended(100.0)
-    periodic.fault(105.0, triggered_save_possible=False)
+    periodic.fault(105.0, saves=False)
     assert (periodic.progress, periodic.saved) == (0.0, 0.0)
 
 
 def test_a_fault_while_restarting_restarts_again() -> None:
     periodic = job(PolicyKind.PERIODIC, 100.0)
-    periodic.fault(50.0, triggered_save_possible=False)
-    periodic.fault(60.0, triggered_save_possible=False)
+    periodic.fault(50.0, saves=False)
+    periodic.fault(60.0, saves=False)
     assert (periodic.phase, periodic.next_phase_at(), periodic.faults) == (Phase.RECOVER, 80.0, 2)
 
 
@@ -88,7 +88,7 @@ def test_an_async_copy_counts_only_once_persisted() -> None:
         420.0,
     )
     async_job.phase_ended(420.0)  # a copy of 400 s of work, persisting until 720
-    async_job.fault(500.0, triggered_save_possible=False)
+    async_job.fault(500.0, saves=False)
     assert async_job.progress == 100.0  # the copy of 400 was not persisted yet
     assert async_job.persisting_until is None
 
@@ -104,7 +104,7 @@ def test_a_triggered_save_keeps_the_work_of_the_last_whole_step(
     fault_at: float, kept: float
 ) -> None:
     triggered = job(PolicyKind.TRIGGERED, None)
-    triggered.fault(fault_at, triggered_save_possible=True)
+    triggered.fault(fault_at, saves=True)
     assert (triggered.phase, triggered.next_phase_at()) == (Phase.SAVE, fault_at + 30.0)
     triggered.phase_ended(fault_at + 30.0)
     assert (triggered.progress, triggered.saved) == (kept, kept)
@@ -114,14 +114,14 @@ def test_a_triggered_save_keeps_the_work_of_the_last_whole_step(
 
 def test_a_fault_during_a_triggered_save_falls_back_to_the_last_checkpoint() -> None:
     triggered = job(PolicyKind.TRIGGERED, None)
-    triggered.fault(1234.5, triggered_save_possible=True)
-    triggered.fault(1240.0, triggered_save_possible=True)
+    triggered.fault(1234.5, saves=True)
+    triggered.fault(1240.0, saves=True)
     assert (triggered.progress, triggered.phase) == (0.0, Phase.RECOVER)
 
 
 def test_a_triggered_save_impossible_for_the_fault_falls_back_too() -> None:
     triggered = job(PolicyKind.TRIGGERED, None)
-    triggered.fault(1234.5, triggered_save_possible=False)
+    triggered.fault(1234.5, saves=False)
     assert (triggered.progress, triggered.phase) == (0.0, Phase.RECOVER)
 
 
