@@ -34,22 +34,24 @@ from scheduler.sim.incidents import Detection, Incident
 
 HEARTBEAT_S = 1.0
 # What the stack runs with: heartbeats every second (a silent agent is lost after three),
-# a cycle every second, short hang and straggler limits, grows at most every 30 s.
+# a cycle and a sweep for stalls and due saves every second, short hang and straggler limits,
+# grows at most every 30 s.
 SETTINGS = {
     "DJANGO_SETTINGS_MODULE": "portal.settings",
     "WANKA_HEARTBEAT_S": str(HEARTBEAT_S),
     "WANKA_CYCLE_S": "1",
+    "WANKA_SWEEP_S": "1",
     "WANKA_TRIGGERED_SAVE_TIMEOUT_S": "10",
     "WANKA_HANG_FLOOR_S": "5",
     "WANKA_STRAGGLER_FOR_S": "5",
     "WANKA_GROW_EVERY_S": "30",
 }
 # When the stack notices what it is not told, on average: the lost-node sweep runs every 5 s
-# and finds a node three heartbeats silent; the hang and straggler sweep runs every 10 s, a
-# hang is seen two looks after the last one that saw progress, once 10 steps (10 s) passed
-# without, and a straggler's rate needs two looks, then 5 s slow.
+# and finds a node three heartbeats silent; the sweep every second sees a hang once 10 steps
+# (10 s) passed without progress, from counters a heartbeat old, and a straggler in the second
+# whole 8 s window of its rates (`progress.RATE_OVER_S`) that reads it slow.
 DETECTION = Detection(
-    lost_after_s=3 * HEARTBEAT_S + 2.5, hang_after_s=10 + 10 + 5, straggler_for_s=10 + 5 + 5
+    lost_after_s=3 * HEARTBEAT_S + 2.5, hang_after_s=10 + 2, straggler_for_s=4 + 8 + 8
 )
 # What a restart and a save from memory take on the stack: the desired state pushed, the agent
 # starting the new attempt and reporting it; simulated saves are instant, so nothing stalls.
@@ -131,7 +133,7 @@ SCENARIOS = (
 def simulate(scenario: Scenario) -> dict:
     """Each job's history and ETTR in the simulator."""
     from scheduler.sim import Simulator, parse_spec
-    from scheduler.sim.policies import POLICIES
+    from scheduler.sim.policies import make_policy
     from scheduler.sim.simulator import SimConfig
     from scheduler.sim.trace import TraceJob
 
@@ -174,7 +176,7 @@ def simulate(scenario: Scenario) -> dict:
         grow_every_s=30.0,
         detection=detection,
     )
-    sim = Simulator(trace, spec, POLICIES["wanka"](spec), config, incidents=incidents)
+    sim = Simulator(trace, spec, make_policy("wanka", spec), config, incidents=incidents)
     sim.run()
     return {
         job.name: {

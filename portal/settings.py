@@ -159,6 +159,8 @@ CELERY_TASK_TIME_LIMIT = 90
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# How often beat looks for stalled jobs and routine saves that are due.
+SWEEP_S = float(os.environ.get("WANKA_SWEEP_S", "10"))
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {
         "task": "portal.workloads.tasks.run_cycle",
@@ -176,17 +178,17 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.agents.tasks.move_off_nodes",
         "schedule": timedelta(seconds=5),
     },
-    "stalls": {
+    "stalls": {  # hangs and stragglers, from the step counters in heartbeats
         "task": "portal.agents.tasks.detect_stalls",
-        "schedule": timedelta(seconds=10),
+        "schedule": timedelta(seconds=SWEEP_S),
     },
     "stale-recoveries": {
         "task": "portal.workloads.tasks.resume_recoveries",
         "schedule": timedelta(seconds=5),
     },
-    "routine-checkpoints": {
+    "routine-checkpoints": {  # a save is asked for at most this late
         "task": "portal.workloads.tasks.request_checkpoints",
-        "schedule": timedelta(seconds=10),
+        "schedule": timedelta(seconds=SWEEP_S),
     },
     "preemptions": {
         "task": "portal.workloads.tasks.advance_preemptions",

@@ -2,13 +2,14 @@
 
 Every few seconds (beat) each running job's latest steps per node are compared with what was
 seen before, kept in Redis per job and attempt:
-- a job whose furthest node has made no step for HANG_STEPS of its own step times (never less
+- a job none of whose nodes has made a step for HANG_STEPS of its own step times (never less
   than HANG_FLOOR_S; the catalogue's HANG_AFTER_S while its step time is not known yet) is
   hung: a `hang` fault on its rank-0 node hits that job only, and recovery restarts it in
   place, saving from memory first where its policy does;
-- a node whose steps come STRAGGLER_FACTOR times slower than its peers' median, for
-  STRAGGLER_FOR_S on end, is a straggler: a `straggler` fault, and where the job's queue says
-  so, a recovery that moves its part to a hot spare (the others save first).
+- a node whose steps come STRAGGLER_FACTOR times slower than its peers' median (rates over
+  at least RATE_OVER_S), for STRAGGLER_FOR_S on end, is a straggler: a `straggler` fault,
+  and where the job's queue says so, a recovery that moves its part to a hot spare (the
+  others save first).
 """
 
 import json
@@ -31,6 +32,7 @@ from scheduler import faults
 
 SEEN = "wanka:progress:"  # Redis key per workload: what its steps were, as JSON
 KEEP_S = 86400
+RATE_OVER_S = 8.0
 
 
 def detect(now: float | None = None) -> list[str]:
@@ -79,9 +81,11 @@ def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> li
 
 
 def _hang(workload, nodes, steps, seen, now) -> list[str]:
+    """No node made a step since the last look that saw one, for longer than the limit."""
     top = max(steps.values())
-    if top > seen["last"][1]:
-        seen["last"] = [now, top]
+    before, seen["steps"] = seen.get("steps", {}), {str(n): s for n, s in steps.items()}
+    if any(step > before.get(str(node), -1) for node, step in steps.items()):
+        seen["last"] = [now, max(top, seen["last"][1])]
         return []
     (first_at, first), (last_at, last) = seen["first"], seen["last"]
     config = settings.WANKA
@@ -101,7 +105,12 @@ def _hang(workload, nodes, steps, seen, now) -> list[str]:
 
 
 def _stragglers(workload, steps, seen, now) -> list[str]:
-    """Step rates since the last look, node by node, against the peers' median."""
+    """Step rates node by node against the peers' median, each over at least RATE_OVER_S
+    since the look it is measured from (whole steps counted over a second or two would read
+    a step in flight as a straggler)."""
+    looks = [seen["nodes"].get(str(node_id)) for node_id in steps]
+    if any(look is not None and now - look[0] < RATE_OVER_S for look in looks):
+        return []
     rates = {}
     for node_id, step in steps.items():
         at, before = seen["nodes"].get(str(node_id), (now, step))

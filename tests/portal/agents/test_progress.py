@@ -96,3 +96,28 @@ def test_a_straggler_of_a_queue_that_only_alerts_is_left_running(running, clean_
         progress.detect(now=t + 10 * i)
     assert FaultEvent.objects.get(kind="straggler").node_id == slow
     assert _state(workload) == State.RUNNING and not workload.recoveries.exists()
+
+
+def test_a_job_whose_other_node_still_steps_is_not_hung(running, clean_redis):
+    """One node's counter stands still (it ran ahead, or finished its share) while the other
+    goes on: not a hang, whatever the furthest node says (the one standing still may be a
+    straggler)."""
+    workload, (ahead, behind) = running
+    t = time.time()
+    for i in range(20):  # both at a step a second, until the one ahead stops at 360
+        beat(clean_redis, workload, {ahead: 300 + 30 * min(i, 2), behind: 30 * i})
+        assert f"hang:{workload.pk}" not in progress.detect(now=t + i * 30)
+    assert not FaultEvent.objects.filter(kind="hang").exists()
+
+
+def test_step_rates_are_measured_over_several_seconds_not_one_look(running, clean_redis, settings):
+    """Looked at every second, a node whose counter moves three steps every three seconds
+    reads 0 steps twice in a row; measured over RATE_OVER_S it keeps its peer's pace of a step
+    a second and is no straggler."""
+    workload, (steady, jittery) = running
+    settings.WANKA = {**settings.WANKA, "STRAGGLER_FOR_S": 1}
+    t = time.time()
+    for i in range(40):
+        beat(clean_redis, workload, {steady: i, jittery: 3 * (i // 3)})
+        assert progress.detect(now=t + i) == []
+    assert not FaultEvent.objects.filter(kind="straggler").exists()
