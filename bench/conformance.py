@@ -1,6 +1,6 @@
 """Conformance: scripted scenarios on the whole stack and in the simulator, side by side.
 
-    python -m bench.conformance [--short]
+    python -m bench.conformance [--short] [--only SCENARIO ...]
 
 Eight scenarios, each on a cluster of its own (one pod of 8-GPU H800 nodes, a region of its
 own, two queues of one cohort): a reclaim with graceful preemption; an elastic job shrunk for
@@ -15,8 +15,9 @@ engine on the same cluster, jobs and incidents, with the stack's delays
 For each scenario it prints every job's history on both sides, in the portal's words
 (running, preempting, pending, recovering (spare), succeeded ...), whether they agree, and
 each job's ETTR on both. The last line is JSON: scenarios, agree (how many agree), max_ettr_gap,
-and per scenario its histories and ETTRs. Targets: all agree, no ETTR gap above 0.02.
-`--short` halves the jobs' lengths (about two minutes in all).
+and per scenario its histories and ETTRs. Targets: all agree, no ETTR gap above 0.02; it
+fails past them. `--short` halves the jobs' lengths (two minutes in all, for CI), so that the
+same seconds weigh twice in an ETTR: it holds the gap to 0.04.
 """
 
 import argparse
@@ -32,6 +33,7 @@ from pathlib import Path
 from scheduler.checkpointing import Costs, Policy, PolicyKind
 from scheduler.sim.incidents import Detection, Incident
 
+GAP = 0.02  # the largest ETTR gap between the two sides that passes
 HEARTBEAT_S = 1.0
 # What the stack runs with: heartbeats every second (a silent agent is lost after three),
 # a cycle and a sweep for stalls and due saves every second, short hang and straggler limits,
@@ -53,14 +55,15 @@ SETTINGS = {
 DETECTION = Detection(
     lost_after_s=3 * HEARTBEAT_S + 2.5, hang_after_s=10 + 2, straggler_for_s=4 + 8 + 8
 )
-# What a restart and a save from memory take on the stack: the desired state pushed, the agent
-# starting the new attempt and reporting it; simulated saves are instant, so nothing stalls.
+# What a restart and a save from memory take on the stack (from recovering to running again:
+# 0.3 to 1.1 s in these scenarios' runs): the acks, the desired state pushed, the agents
+# starting the new attempt and reporting it. Simulated saves are instant: nothing stalls.
 COSTS = Costs(
     save_stall_s=0.0,
     async_stall_s=0.0,
     async_persist_s=0.0,
-    restart_s=1.0,
-    triggered_save_s=0.3,
+    restart_s=0.5,
+    triggered_save_s=0.2,
     triggered_success=1.0,
     step_s=1.0,  # simulated agents make a step a second
 )
@@ -292,8 +295,13 @@ def outcome(workload_id: int) -> dict:
         else state
         for state in states
     ]
+    saves = workload.checkpoints.values_list("created_at", "kind", "step")
+    lines = sorted(
+        [(at, f"{state}: {why}") for at, state, why in events]
+        + [(at, f"saved ({kind}) at step {step}") for at, kind, step in saves]
+    )
     start = events[0][0]
-    log = [f"{(at - start).total_seconds():6.1f} s {state}: {why}" for at, state, why in events]
+    log = [f"{(at - start).total_seconds():6.1f} s {line}" for at, line in lines]
     return {"history": history, "ettr": job_report(workload)["ettr"], "log": log}
 
 
@@ -384,17 +392,21 @@ def compare(scenarios, stack: dict, sim: dict) -> dict:
                 shown = "-" if ettr is None else f"{ettr:.3f}"
                 history = ", ".join(sides[side]["history"])
                 print(f"  {name:9} {side:5} ETTR {shown}: {history}", file=sys.stderr)
-            for line in () if same else sides["stack"].pop("log"):
+            real, model = sides["stack"]["ettr"], sides["sim"]["ettr"]
+            apart = None not in (real, model) and abs(real - model) > GAP
+            for line in sides["stack"].pop("log") if apart or not same else ():
                 print(f"    {line}", file=sys.stderr)
-            sides["stack"].pop("log", None)
     return {"scenarios": len(rows), "agree": agree, "max_ettr_gap": round(gap, 4), **rows}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="jobs half as long")
+    names = [s.name for s in SCENARIOS]
+    parser.add_argument("--only", action="append", choices=names, help="run only these")
     args = parser.parse_args(argv)
-    scenarios = tuple(s.shorter(0.5) if args.short else s for s in SCENARIOS)
+    chosen = [s for s in SCENARIOS if s.name in (args.only or names)]
+    scenarios = tuple(s.shorter(0.5) if args.short else s for s in chosen)
     sim = {s.name: simulate(s) for s in scenarios}
     logs = Path(tempfile.mkdtemp(prefix="wanka-conformance-"))
     from bench.soak import free_port
@@ -419,7 +431,9 @@ def main(argv=None) -> None:
     print(f"logs: {logs}", file=sys.stderr)
     result = compare(scenarios, stack, sim)
     print(json.dumps(result))
-    if result["agree"] < result["scenarios"] or result["max_ettr_gap"] > 0.02:
+    if result["agree"] < result["scenarios"] or result["max_ettr_gap"] > GAP * (
+        2 if args.short else 1
+    ):
         raise SystemExit("the stack and the simulator disagree")
 
 

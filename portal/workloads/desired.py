@@ -10,7 +10,7 @@ however many workloads it moved.
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Count, F, Max
 
 from portal.cluster.delivery import tell
 from portal.cluster.models import Node
@@ -112,15 +112,18 @@ def _fail(refused: dict[int, str]) -> None:
             nodes_changed(allocations.release(workload))
 
 
-def _gangs(workload_ids) -> dict[int, tuple[str, int, int]]:
-    """Each workload's master (rank 0) node and first GPU there, and its node count: two
-    queries for any number of workloads, never a scan of a large gang's allocations per job."""
+def _gangs(workload_ids) -> dict[int, tuple[str, int, int, int]]:
+    """Each workload's master (rank 0) node and first GPU there, its node count and the GPUs
+    it holds: two queries for any number of workloads, never a scan of a large gang's
+    allocations per job."""
     gang = Allocation.objects.filter(workload_id__in=workload_ids)
-    nodes = dict(
+    nodes, held = {}, {}
+    for workload_id, last, count in (
         gang.values("workload_id")
-        .annotate(last=Max("node_rank"))
-        .values_list("workload_id", "last")
-    )
+        .annotate(last=Max("node_rank"), held=Count("id"))
+        .values_list("workload_id", "last", "held")
+    ):
+        nodes[workload_id], held[workload_id] = last, count
     masters = {}
     for workload_id, name, index in (
         gang.filter(node_rank=0)
@@ -128,11 +131,11 @@ def _gangs(workload_ids) -> dict[int, tuple[str, int, int]]:
         .values_list("workload_id", "node__name", "gpu_index")
     ):
         masters[workload_id] = (name, index)  # the lowest index comes last and wins
-    return {w: (*masters[w], nodes[w] + 1) for w in nodes if w in masters}
+    return {w: (*masters[w], nodes[w] + 1, held[w]) for w in nodes if w in masters}
 
 
 def _assignment(workload, indices, rank, gang, env) -> dict:
-    master, first_gpu, nnodes = gang
+    master, first_gpu, nnodes, held = gang
     return {
         "workload_id": workload.pk,
         "gpu_indices": indices,
@@ -140,6 +143,8 @@ def _assignment(workload, indices, rank, gang, env) -> dict:
         "env": env,
         "attempt": workload.attempt,
         "simulated_duration_s": workload.simulated_duration_s,
+        # Simulated nodes run a job on fewer GPUs than it asked for that much slower.
+        "simulated_speed": held / workload.gpus,
         "nnodes": nnodes,
         "node_rank": rank,
         "master_addr": master,

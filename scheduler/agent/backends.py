@@ -152,6 +152,7 @@ class Assignment:
     command: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     simulated_duration_s: float | None = None
+    simulated_speed: float = 1.0  # of its pace on all the GPUs it asked for
     nnodes: int = 1
     node_rank: int = 0
     master_addr: str = ""
@@ -167,6 +168,7 @@ class Assignment:
             command=item["command"],
             env=dict(item["env"]),
             simulated_duration_s=item["simulated_duration_s"],
+            simulated_speed=item.get("simulated_speed", 1.0),
             nnodes=item["nnodes"],
             node_rank=item["node_rank"],
             master_addr=item["master_addr"],

@@ -256,8 +256,9 @@ _ASSIGNMENT = record(
         "master_addr": string(),
         "master_port": integer(low=0, high=65535),
     },
-    # A new attempt of a listed workload means: stop the old run, start afresh.
-    optional={"attempt": _COUNT},
+    # A new attempt of a listed workload means: stop the old run, start afresh. A simulated
+    # workload runs at `simulated_speed` of its pace (the share of its GPUs it holds).
+    optional={"attempt": _COUNT, "simulated_speed": number(low=0)},
 )
 
 AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {

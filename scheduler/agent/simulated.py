@@ -215,8 +215,9 @@ class SimulatedBackend:
     """A node whose workloads are timers and whose telemetry follows them.
 
     A workload runs `simulated_duration_s / speed` seconds of wall time (forever when the
-    duration is None), advancing `steps_per_s` steps per simulated second, then exits 0.
-    GPUs a running workload holds report 80-99 % utilisation, most of their memory and high
+    duration is None; longer on fewer GPUs than it asked for, by its `simulated_speed`),
+    advancing `steps_per_s` steps per simulated second, then exits 0. GPUs a running workload
+    holds report 80-99 % utilisation, most of their memory and high
     power; idle GPUs report about nothing. See the module docstring for faults and checkpoints.
     """
 
@@ -399,7 +400,7 @@ class SimulatedBackend:
         return detail
 
     def _rate_of(self, workload: _SimWorkload) -> float:
-        return 0.0 if workload.hung else self._rate
+        return 0.0 if workload.hung else self._rate * workload.assignment.simulated_speed
 
     def _hang(self, args: Mapping[str, Any]) -> FaultDrill:
         loop = asyncio.get_running_loop()

@@ -46,3 +46,17 @@ def test_the_desired_states_of_many_nodes_cost_the_same_few_queries(
         j.pk for j in jobs
     )
     assert all(a["nnodes"] == 1 for s in states.values() for a in s["assignments"])
+
+
+def test_a_job_on_fewer_gpus_than_it_asked_for_runs_that_much_slower_on_simulated_nodes(
+    acme_llm,
+):
+    """An elastic job started at 8 of its 16 GPUs: simulated nodes run it at half its pace, as
+    the simulator does (a shrink that nothing slowed made the stack and the simulator part)."""
+    make_workload(acme_llm, "blocker", gpus=56)  # of the queue's 64 GPUs, 8 are left
+    elastic = make_workload(acme_llm, "elastic", gpus=16, min_gpus=8)
+    scheduling_cycle()
+    assert elastic.allocations.count() == 8
+    (assignment,) = desired_state(elastic.allocations.first().node)["assignments"]
+    assert assignment["simulated_speed"] == 0.5
+    protocol.encode("desired_state", generation=0, assignments=[assignment])

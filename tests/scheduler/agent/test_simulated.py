@@ -291,3 +291,17 @@ def test_gpus_without_simulated_workloads_cannot_slow_down() -> None:
     gpus = SimulatedGpus("node-a", gpus=2)
     with pytest.raises(FaultRefused, match="needs the simulated backend"):
         gpus.inject_fault("hang", None, {})
+
+
+def test_a_workload_on_half_its_gpus_runs_at_half_its_pace() -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(speed=100.0)
+        await backend.start(Assignment(1, (0,), simulated_duration_s=10.0))  # 0.1 s
+        await backend.start(Assignment(2, (1,), simulated_duration_s=10.0, simulated_speed=0.5))
+        await asyncio.sleep(0.05)
+        assert 0.3 < backend.step(2) / backend.step(1) < 0.7
+        assert (await backend.wait(1)).exit_code == 0
+        assert backend.step(2) < 10  # still going
+        assert (await backend.wait(2)).exit_code == 0
+
+    asyncio.run(scenario())
