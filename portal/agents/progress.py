@@ -27,7 +27,7 @@ from portal.core.redis import client
 from portal.quotas.choices import StragglerPolicy
 from portal.workloads import recovery
 from portal.workloads.choices import State
-from portal.workloads.models import Allocation, Workload
+from portal.workloads.models import Allocation, Recovery, Workload
 from scheduler import faults
 
 SEEN = "wanka:progress:"  # Redis key per workload: what its steps were, as JSON
@@ -99,7 +99,9 @@ def _hang(workload, nodes, steps, seen, now) -> list[str]:
     master = min(nodes, key=nodes.get)
     message = f"no step for {now - last_at:.0f} s (limit {limit:.0f} s), stuck at step {top}"
     with transaction.atomic():
-        record_fault(master, faults.lookup("hang"), message, workload=workload)
+        fault = record_fault(master, faults.lookup("hang"), message, workload=workload)
+        # The time it stood still is lost, whatever the save it resumes from keeps.
+        Recovery.objects.filter(fault=fault).update(lost_s=now - last_at)
     seen["first"] = seen["last"] = [now, top]  # the restart is judged afresh
     return [f"hang:{workload.pk}"]
 

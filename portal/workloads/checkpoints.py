@@ -15,6 +15,7 @@ from portal.cluster.models import NodeCommand
 from portal.workloads.advice import failure_rate
 from portal.workloads.choices import CheckpointKind, CheckpointPolicy, CheckpointStatus, State
 from portal.workloads.models import Allocation, Checkpoint, Workload
+from portal.workloads.triggers import trigger_cycle
 from scheduler import checkpointing
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,8 @@ def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | N
     )
     if not created and status != CheckpointStatus.COMPLETE:
         Checkpoint.objects.filter(pk=checkpoint.pk).update(status=status)
+    if created and kind == CheckpointKind.REQUESTED and status == CheckpointStatus.COMPLETE:
+        trigger_cycle()  # a grow may wait for it (`lifecycle.grow`)
     _prune(workload)
     return checkpoint
 

@@ -10,6 +10,9 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from portal.cluster.choices import CommandState
+from portal.cluster.commands import send_commands
+from portal.cluster.models import NodeCommand
 from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
@@ -191,14 +194,24 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
     return node_ids
 
 
+# A grow restarts the job from its newest save: one at most this old, else it is asked for a
+# save first and grows at a later cycle, from that one.
+FRESH_SAVE_S = 5.0
+
+
 def grow(workload: Workload, added, reason: str) -> set[int]:
     """Give a running elastic workload more GPUs (`added`: (node id, GPU indices) pairs) and
     restart it as a new attempt in its larger world from its newest complete save, recorded as
-    a recovery that grew and is restarting. Returns every node it touched (none when it is no
-    longer running)."""
+    a recovery that grew and is restarting. When that save would lose more than FRESH_SAVE_S
+    of work, it is asked to save instead and grows once the save is in (the engine offers the
+    grow again). Returns every node it touched (none when it did not grow)."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         if workload.state != State.RUNNING:
+            return set()
+        now = timezone.now()
+        if work_lost(workload, now) > FRESH_SAVE_S:
+            _save_before_growing(workload, reason)
             return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         node_ids |= allocations.add(workload, added)
@@ -206,10 +219,19 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
         Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
         gpus = workload.allocations.count()
         parallel.replan(workload, gpus, workload.attempt + 1, reason)
-        now = timezone.now()
         recovery.resized(workload, reason, work_lost(workload, now), now, RecoveryOutcome.GROWN)
         transition(workload, State.RECOVERING, reason=reason)
     return node_ids
+
+
+def _save_before_growing(workload: Workload, reason: str) -> None:
+    asked = NodeCommand.objects.filter(
+        workload=workload, action="checkpoint", state=CommandState.SENT
+    )
+    if not asked.exists():  # once: the next cycles find it waiting for that save
+        nodes = set(workload.allocations.values_list("node_id", flat=True))
+        why = f"before growing: {reason}"[:200]
+        send_commands(nodes, "checkpoint", workload.pk, kind="requested", reason=why)
 
 
 def expire_time_limits() -> list[int]:

@@ -371,7 +371,9 @@ def restarted(workload: Workload) -> None:
 
 def _resume_point(workload: Workload, recovery: Recovery) -> dict:
     """Where the workload restarts from, and the work it loses: the time from that save to
-    the fault (nothing when the save came after the fault, as a triggered one does)."""
+    the fault (nothing when the save came after the fault, as a triggered one does), or the
+    time it stood still before the fault when that is longer (a hang's, set by its
+    detector)."""
     latest = checkpointing.latest_complete(
         workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
     )
@@ -381,7 +383,7 @@ def _resume_point(workload: Workload, recovery: Recovery) -> dict:
     return {
         "resume_step": latest.step if latest else None,
         "resume_location": latest.location if latest else "",
-        "lost_s": lost_s,
+        "lost_s": max(lost_s, recovery.lost_s),
     }
 
 

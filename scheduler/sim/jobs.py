@@ -168,6 +168,9 @@ class Job:
             self.progress = min(self.work, self.progress + elapsed * self.rate)
             self.to_checkpoint -= elapsed
             self.compute_s += elapsed
+            if not self.rate:  # hung: running, and nothing to show for it
+                self.lost_compute_s += elapsed
+                self.lost_gpu_s[Cause.FAULT] += elapsed * self.held
         elif self.phase == Phase.RECOVER:
             self.lost_gpu_s[self.cause] += elapsed * self.held
         elif self.phase == Phase.SAVE:
@@ -191,13 +194,13 @@ class Job:
             self._enter(Phase.COMPUTE, None)
 
     def resize(self, now: float, placements: tuple[Placement, ...]) -> None:
-        """Go on with fewer or more GPUs, after one restart. A shrink saves first, so nothing
-        is lost (the portal's `save_then_shrink`); a grow restarts from the newest complete
-        checkpoint, so the work since is lost, as in the portal."""
+        """Go on with fewer or more GPUs, after one restart. Both save first, so nothing is
+        lost (the portal's `save_then_shrink`, and a grow that asks for a save when its newest
+        is older than a few seconds); the save's time is not modelled."""
         self.advance(now)
+        if self.ckpt.kind is not PolicyKind.NONE:
+            self._complete(now, self.progress)
         before = self.held
-        if placements and sum(len(p.gpu_indices) for p in placements) > before:
-            self.lost_gpu_s[Cause.RESIZE] += self._roll_back(self.saved) * before
         self._hold(placements)
         if self.held < before:
             self.shrinks += 1

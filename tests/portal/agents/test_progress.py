@@ -52,6 +52,12 @@ def test_a_job_that_stops_stepping_is_hung_and_restarted(running, clean_redis, a
     assert "stuck at step 20" in fault.message
     assert _state(workload) == State.RECOVERING
     assert Node.objects.get(pk=nodes[0]).health == "ready"  # a job's symptom, not the node's
+    from portal.workloads.recovery import advance
+
+    recovery = workload.recoveries.get()
+    advance(recovery.pk)  # a policy that never saves: straight to the restart
+    recovery.refresh_from_db()
+    assert recovery.lost_s == pytest.approx(121, abs=0.01)  # stood still from t + 10 on
 
 
 def test_a_job_that_steps_on_is_never_hung(running, clean_redis):

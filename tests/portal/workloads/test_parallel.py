@@ -9,12 +9,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from portal.cluster.models import NodeCommand
 from portal.workloads import lifecycle, parallel
 from portal.workloads.checkpoints import record_saved
 from portal.workloads.choices import State
 from portal.workloads.cycle import build_snapshot, scheduling_cycle
 from portal.workloads.desired import desired_state
-from portal.workloads.models import Workload
+from portal.workloads.models import Checkpoint, Workload
 from scheduler import parallelism
 from scheduler.agent.contract import ENV_PARALLEL_PLAN
 from tests.builders import api_client, make_cluster, make_queue, make_workload
@@ -335,3 +336,36 @@ def test_a_queue_may_let_its_jobs_use_any_data_center_by_default(research, charl
     chosen = client.post("/api/v1/workloads/", JOB, format="json").json()
     told = client.post("/api/v1/workloads/", {**JOB, "topology": "pod"}, format="json").json()
     assert (chosen["topology"], told["topology"]) == ("any", "pod")
+
+
+def test_a_grow_whose_newest_save_is_old_asks_for_a_save_and_grows_from_it(research, globex):
+    """The same, but its newest save is two minutes old: the grow would redo two minutes, so
+    the job is asked for a save instead (once, however many cycles offer the grow), and the
+    cycle after the save grows it, losing nothing."""
+    _, globex_q = research
+    taken = make_workload(globex_q, "taken", gpus=32, simulated_duration_s=3600)
+    scheduling_cycle()
+    job = make_workload(globex_q, "elastic", gpus=64, min_gpus=32, max_gpus=64)
+    scheduling_cycle()
+    for node_id in set(job.allocations.values_list("node_id", flat=True)):
+        lifecycle.mark_started_many([(job.pk, node_id, 0)])
+    Workload.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
+    master = job.allocations.get(node_rank=0, gpu_index=0).node_id
+    old = record_saved(job.pk, master, {"step": 900, "kind": "async", "location": "/c/900"})
+    Checkpoint.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    lifecycle.cancel(taken)
+
+    for _ in range(2):
+        assert [g.workload_id for g in scheduling_cycle().grows] == [job.pk]  # offered
+        job.refresh_from_db()
+        assert (job.state, job.allocations.count()) == (State.RUNNING, 32)  # not taken
+    asked = NodeCommand.objects.filter(workload=job, action="checkpoint")
+    assert asked.count() == len({*job.allocations.values_list("node_id", flat=True)})
+    assert asked.first().args["reason"].startswith("before growing: grown from 32 to 64 GPUs")
+
+    record_saved(job.pk, master, {"step": 1020, "kind": "requested", "location": "/c/1020"})
+    scheduling_cycle()
+    job.refresh_from_db()
+    assert (job.state, job.allocations.count()) == (State.RECOVERING, 64)
+    grown = job.recoveries.get()
+    assert (grown.outcome, grown.resume_step, grown.lost_s < 1) == ("grown", 1020, True)

@@ -65,11 +65,11 @@ def test_without_a_spare_a_rigid_job_is_requeued_with_its_save() -> None:
 
 
 def test_a_hang_stops_the_steps_until_it_is_noticed_then_restarts_in_place() -> None:
-    """Hung at 100, noticed at 160: no work meanwhile; the save from memory keeps the 100 s,
-    the restart ends at 185, the other 900 s at 1085."""
+    """Hung at 100, noticed at 160: no work meanwhile, and those 60 s count as lost; the save
+    from memory keeps the 100 s, the restart ends at 185, the other 900 s at 1085."""
     sim, job = run(1, gang(8), Incident(100.0, 1, 0, "hang"))
     assert job.history == ["running", "recovering (in place)", "running", "succeeded"]
-    assert job.finished_at == 1085.0
+    assert job.finished_at == 1085.0 and job.ettr(sim.end) == pytest.approx(1000 / 1085)
     assert not sim.allocations.closed  # a hang is the job's, not the node's
 
 
