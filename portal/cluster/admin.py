@@ -15,6 +15,7 @@ from portal.cluster.models import (
     Pod,
     Region,
 )
+from portal.core.admin import RecordAdmin
 from portal.core.errors import Conflict
 from portal.core.models import audit
 
@@ -138,7 +139,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(FaultEvent)
-class FaultEventAdmin(admin.ModelAdmin):
+class FaultEventAdmin(RecordAdmin):
     list_display = ["occurred_at", "node", "gpu_index", "kind", "code", "severity"]
     list_filter = ["severity", "kind"]
     list_select_related = ["node"]
@@ -175,13 +176,7 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeCommand)
-class NodeCommandAdmin(admin.ModelAdmin):
+class NodeCommandAdmin(RecordAdmin):
     list_display = ["created_at", "node", "action", "workload", "state", "detail"]
     list_filter = ["state", "action"]
     list_select_related = ["node", "workload"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
