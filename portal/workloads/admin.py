@@ -58,11 +58,15 @@ class WorkloadAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel (releases the GPUs)")
     def cancel(self, request, queryset):
+        cancelled = 0
         for workload in queryset:
             try:
                 lifecycle.cancel(workload, actor=request.user)
+                cancelled += 1
             except IllegalTransition as error:
                 self.message_user(request, str(error), messages.WARNING)
+        if cancelled:
+            self.message_user(request, f"{cancelled} workload(s) cancelled.", messages.SUCCESS)
 
 
 @admin.register(Allocation)

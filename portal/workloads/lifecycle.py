@@ -13,6 +13,7 @@ from django.utils import timezone
 from portal.cluster.choices import CommandState
 from portal.cluster.commands import send_commands
 from portal.cluster.models import NodeCommand
+from portal.core.models import audit
 from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
@@ -23,7 +24,9 @@ from portal.workloads.triggers import trigger_cycle
 
 def submit(serializer, user) -> Workload:
     """Save a validated workload for the user's tenant and schedule it."""
-    workload = serializer.save(tenant=user.membership.tenant, submitted_by=user)
+    with transaction.atomic():
+        workload = serializer.save(tenant=user.membership.tenant, submitted_by=user)
+        audit("workload.submitted", workload, actor=user, tenant=workload.tenant)
     trigger_cycle()
     return workload
 
@@ -162,6 +165,7 @@ def cancel(workload: Workload, actor=None) -> Workload:
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         transition(workload, State.CANCELLED, reason="cancelled by user", actor=actor)
         release(workload)
+        audit("workload.cancelled", workload, actor=actor, tenant=workload.tenant)
     return workload
 
 

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 
 from portal.cluster.models import GpuModel, Region
+from portal.core.models import AuditEvent
 from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.choices import State
 from tests.builders import make_workload
@@ -79,12 +80,17 @@ def test_operators_cancel_through_the_lifecycle_and_cannot_edit_allocations(
     client.force_login(operator)
     allocation = workload.allocations.first()
     assert client.get(f"/admin/workloads/allocation/{allocation.pk}/delete/").status_code == 403
-    client.post(
-        "/admin/workloads/workload/", {"action": "cancel", "_selected_action": [workload.pk]}
+    page = client.post(
+        "/admin/workloads/workload/",
+        {"action": "cancel", "_selected_action": [workload.pk]},
+        follow=True,
     )
+    assert "1 workload(s) cancelled." in page.content.decode()  # it says so
     workload.refresh_from_db()
     assert workload.state == State.CANCELLED
     assert not workload.allocations.exists()
+    cancelled = AuditEvent.objects.get(action="workload.cancelled")
+    assert (cancelled.actor, cancelled.object_id) == (operator, str(workload.pk))
 
 
 def test_operators_issue_an_agent_token_shown_once(cluster, operator, client):

@@ -3,6 +3,7 @@
 import pytest
 
 from portal.cluster.models import Node
+from portal.core.models import AuditEvent
 from portal.workloads import lifecycle
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
@@ -143,3 +144,20 @@ def test_start_reports_of_several_nodes_in_one_batch_count_each_node(acme_llm, c
     }
     lifecycle.mark_started_many([(workload.pk, c, 0), (workload.pk, d, 0)])
     assert _state(workload) == State.RUNNING
+
+
+def test_submits_and_cancels_are_audited_with_who_and_for_which_tenant(acme_llm, bob):
+    client = api_client(bob)
+    body = {"name": "audited", "queue": "llm", "gpu_model": "H800", "gpus": 8}
+    created = client.post("/api/v1/workloads/", body, format="json")
+    assert created.status_code == 201, created.json()
+    workload_id = str(created.json()["id"])
+    assert client.post(f"/api/v1/workloads/{workload_id}/cancel/").status_code == 200
+    trail = list(
+        AuditEvent.objects.filter(object_id=workload_id).values_list("action", "actor", "tenant")
+    )
+    tenant = bob.membership.tenant_id
+    assert sorted(trail) == [
+        ("workload.cancelled", bob.pk, tenant),
+        ("workload.submitted", bob.pk, tenant),
+    ]
