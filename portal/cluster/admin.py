@@ -94,15 +94,22 @@ class NodeAdmin(admin.ModelAdmin):
         return obj.allocated
 
     def _set_health(self, request, queryset, health):
-        moved = 0
+        moved, refused = 0, 0
         for node in queryset:
             try:
                 with transaction.atomic():
                     node.set_health(health, f"by {request.user}", actor=request.user)
                 moved += 1
             except Conflict as refusal:
+                refused += 1
                 self.message_user(request, str(refusal), messages.WARNING)
-        self.message_user(request, f"{moved} node(s) now {Health(health).label.lower()}.")
+        now = Health(health).label.lower()
+        if refused:  # a partly failed action says so, never plain success
+            self.message_user(
+                request, f"{moved} node(s) now {now}, {refused} refused.", messages.WARNING
+            )
+        else:
+            self.message_user(request, f"{moved} node(s) now {now}.", messages.SUCCESS)
 
     @admin.action(description="Cordon (no new work)")
     def cordon(self, request, queryset):

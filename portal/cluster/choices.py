@@ -15,7 +15,7 @@ HEALTH_MOVES = {
     Health.READY: {Health.CORDONED, Health.DRAINING, Health.DOWN},
     Health.CORDONED: {Health.READY, Health.DRAINING, Health.DOWN},
     Health.DRAINING: {Health.READY, Health.CORDONED, Health.DOWN},
-    Health.DOWN: {Health.REPAIRING, Health.READY},
+    Health.DOWN: {Health.REPAIRING},  # back to service only through repair
     Health.REPAIRING: {Health.READY, Health.DOWN},
 }
 

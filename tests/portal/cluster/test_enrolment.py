@@ -141,8 +141,14 @@ def test_an_operator_registered_node_without_a_token_is_taken_over(token, cluste
         ([Health.CORDONED, Health.DRAINING, Health.DOWN, Health.REPAIRING, Health.READY], True),
         ([Health.REPAIRING], False),
         ([Health.DOWN, Health.DRAINING], False),
+        ([Health.DOWN, Health.READY], False),
     ],
-    ids=["the full lifecycle", "a ready node is not repaired", "a down node is not drained"],
+    ids=[
+        "the full lifecycle",
+        "a ready node is not repaired",
+        "a down node is not drained",
+        "a down node is repaired before it is ready",
+    ],
 )
 def test_node_lifecycle_moves(cluster, operator, path, allowed):
     node = cluster[0]

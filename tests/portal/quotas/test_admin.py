@@ -104,3 +104,23 @@ def test_operators_issue_an_agent_token_shown_once(cluster, operator, client):
     assert f"Agent token for {node}: wn_" in page.content.decode()
     node.refresh_from_db()
     assert node.token_hash
+
+
+def test_a_node_action_that_partly_fails_says_so(cluster, operator, client):
+    from portal.cluster.choices import Health
+
+    cordoned, down = cluster[0], cluster[1]
+    cordoned.set_health(Health.CORDONED, "test")
+    down.set_health(Health.DOWN, "xid-79")
+    client.force_login(operator)
+    page = client.post(
+        "/admin/cluster/node/",
+        {"action": "make_ready", "_selected_action": [cordoned.pk, down.pk]},
+        follow=True,
+    ).content.decode()
+    assert "1 node(s) now ready, 1 refused." in page
+    assert "cannot go from down to ready" in page  # the reason, for the one refused
+    assert {n.health for n in type(cordoned).objects.filter(pk__in=[cordoned.pk, down.pk])} == {
+        "ready",
+        "down",
+    }
