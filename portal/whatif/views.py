@@ -37,6 +37,8 @@ def whatif_list(request):
             "traces": TraceSource.choices,
             "clusters": ClusterSource.choices,
             "policies": list(POLICIES),
+            # All at first; after an error, what was chosen.
+            "chosen": request.POST.getlist("policies") if errors else list(POLICIES),
             "errors": errors,
             "data": request.POST,
         },

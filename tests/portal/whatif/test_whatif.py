@@ -204,3 +204,12 @@ def test_a_run_whose_worker_died_runs_again_and_a_live_one_is_left_alone(operato
     assert dead.state == RunState.DONE
     assert not clean_redis.exists(f"{ALIVE}{dead.pk}")  # the finished run's key is gone
     assert requeue_stale() == []
+
+
+def test_a_refused_form_keeps_the_policies_that_were_chosen(staff):
+    form = {"trace": "philly", "cluster": "trace", "policies": ["wanka", "fifo"], "days": "-2"}
+    body = staff.post("/ops/whatif/", form).content.decode()
+    for policy, checked in (("wanka", True), ("fifo", True), ("static", False)):
+        box = f'name="policies" value="{policy}" checked'
+        assert (box in body) is checked, policy
+    assert 'value="static" checked' in staff.get("/ops/whatif/").content.decode()  # all, at first
