@@ -94,6 +94,11 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
     if whatif.days and whatif.trace != TraceSource.SYNTHETIC:
         first = min((job.submit_s for job in jobs), default=0.0)
         jobs = [job for job in jobs if job.submit_s - first < whatif.days * 86400]
+    missing = sorted({job.queue for job in jobs} - set(spec.queue_ids))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if missing[5:] else "")
+        has = ", ".join(sorted(spec.queue_ids)[:10]) or "none"
+        raise TraceError(f"the trace submits to queues the cluster lacks: {shown} (it has {has})")
     return jobs, spec
 
 

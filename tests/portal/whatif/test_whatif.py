@@ -213,3 +213,17 @@ def test_a_refused_form_keeps_the_policies_that_were_chosen(staff):
         box = f'name="policies" value="{policy}" checked'
         assert (box in body) is checked, policy
     assert 'value="static" checked' in staff.get("/ops/whatif/").content.decode()  # all, at first
+
+
+def test_a_trace_whose_queues_this_cluster_lacks_fails_saying_which(staff, cluster, acme):
+    """Philly's virtual clusters on this cluster's queues: the run says what does not match
+    (it said only that the worker's log knew why)."""
+    make_queue(acme, "llm", h800=64)
+    form = {"trace": "philly", "cluster": "current", "policies": ["wanka"], "days": "1"}
+    staff.post("/ops/whatif/", form)
+    whatif = WhatIfRun.objects.get()
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.FAILED
+    assert whatif.message.startswith("the trace submits to queues the cluster lacks: ")
+    assert whatif.message.endswith("(it has llm)")
