@@ -120,7 +120,8 @@ def execute(run_id: int) -> None:
                 on_progress=_reporter(run_id),
             )
             whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
-            write_html(results, whatif.report_path, title=f"What-if {run_id}: {whatif}")
+            title = f"What-if {run_id}: {whatif.get_trace_display()}"  # once, not twice
+            write_html(results, whatif.report_path, title=title)
         except (TraceError, SpecError, ValueError) as error:
             _finish(run_id, RunState.FAILED, str(error)[:300])
             return

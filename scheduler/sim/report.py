@@ -230,7 +230,8 @@ def utilization_figure(results: dict) -> go.Figure:
         layout=_layout(
             "GPUs allocated over time",
             {"title": {"text": "day"}},
-            {"title": {"text": "share of GPUs"}, "tickformat": ".0%"},
+            # The whole scale: a light load read "0 %, 0 %, 0 %" on an axis fitted to it.
+            {"title": {"text": "share of GPUs"}, "tickformat": ".0%", "range": [0, 1.02]},
         )
     )
     for name, figures in results["policies"].items():

@@ -40,6 +40,9 @@
 (function () {
   const points = JSON.parse(document.getElementById("ettr-series").textContent);
   const shown = points.filter((p) => p.ettr !== null);
+  // The axis spans the whole day whatever has a figure (one point made it a millisecond wide).
+  const width = points.length > 1 ? points[1].start - points[0].start : 3600;
+  const span = [points[0].start, points[points.length - 1].start + width];
   Plotly.newPlot(document.getElementById("ettr-chart"), [
     { name: "ETTR", x: shown.map((p) => new Date(p.start * 1000)), y: shown.map((p) => p.ettr),
       mode: "lines+markers", line: { color: "#16a34a" } },
@@ -47,6 +50,7 @@
       y: shown.map((p) => p.goodput), mode: "lines", line: { color: "#64748b", dash: "dot" } },
   ], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300, yaxis: { range: [0, 1.02] },
+    xaxis: { type: "date", range: span.map((t) => new Date(t * 1000)) },
     legend: { orientation: "h", y: -0.2 },
   }, { displayModeBar: false, responsive: true });
 

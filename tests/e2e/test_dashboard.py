@@ -31,6 +31,11 @@ def sign_in(page, base, username, password):
 def test_a_job_goes_live_on_the_dashboard(running_portal, page, acme, bob):
     make_queue(acme, "llm", h800=32)
     sign_in(page, running_portal, "bob", "pw-bob")
+    # The ETTR chart spans its whole day even with no figure or one (it collapsed to a point).
+    ends = page.evaluate(
+        "document.getElementById('ettr-chart').layout.xaxis.range.map((d) => Date.parse(d))"
+    )
+    assert abs((ends[1] - ends[0]) / 3600_000 - 24) < 0.01
     page.click("text=Submit a job")
     page.fill("input[name=name]", "live-job")
     page.select_option("select[name=gpu_model]", "H800")

@@ -53,6 +53,8 @@ def test_a_philly_run_from_the_page_to_its_report(staff):
     assert response.headers["Content-Security-Policy"].startswith("sandbox allow-scripts;")
     report = b"".join(response.streaming_content)
     assert b"plotly" in report.lower() and b"wanka" in report
+    title = f"What-if {whatif.pk}: Microsoft Philly (2017), on its own cluster".encode()
+    assert report.count(title) == 2 and b"what-if %d: " % whatif.pk not in report  # once each
     figures = staff.get(f"/ops/whatif/{whatif.pk}/results.json").json()
     assert figures["policies"]["fifo"]["preemptions"]["count"] == 0
     execute(whatif.pk)  # a second delivery of the task does nothing

@@ -12,7 +12,7 @@ import plotly
 import pytest
 
 from scheduler.sim.__main__ import main
-from scheduler.sim.report import render
+from scheduler.sim.report import render, utilization_figure
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.state import SimulationError
@@ -170,3 +170,8 @@ def test_names_from_a_trace_cannot_run_as_script_in_the_report(results) -> None:
     page = render(planted, payload)
     assert "<script>alert(1)" not in page
     assert payload in json.dumps(figures(page))  # the name is still there, as text
+
+
+def test_the_utilization_axis_spans_the_whole_scale_however_light_the_load(results) -> None:
+    axis = utilization_figure(results).layout.yaxis
+    assert (tuple(axis.range), axis.tickformat) == ((0, 1.02), ".0%")
