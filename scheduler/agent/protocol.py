@@ -89,14 +89,16 @@ def number(low: float | None = None, high: float | None = None) -> Check:
     return check
 
 
-def string(non_empty: bool = False) -> Check:
-    """A string, optionally non-empty."""
+def string(non_empty: bool = False, max_length: int | None = None) -> Check:
+    """A string, optionally non-empty, optionally at most `max_length` characters."""
 
     def check(value: Any, path: str) -> None:
         if not isinstance(value, str):
             raise ProtocolError(path, "expected a string")
         if non_empty and not value:
             raise ProtocolError(path, "expected a non-empty string")
+        if max_length is not None and len(value) > max_length:
+            raise ProtocolError(path, f"expected at most {max_length} characters")
 
     return check
 
@@ -263,7 +265,7 @@ _ASSIGNMENT = record(
 
 AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {
     "hello": {
-        "agent_version": string(),
+        "agent_version": string(max_length=32),  # as the node's record keeps it
         "generation": _COUNT,
         "node": _NODE,
         "workloads": list_of(_WORKLOAD),

@@ -156,8 +156,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
         if gpus > node_size and gpus % node_size:
             why = f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
             raise serializers.ValidationError({"gpus": why})
-        lo, hi = attrs.get("min_gpus") or gpus, attrs.get("max_gpus") or gpus
-        if not lo <= gpus <= hi:
+        lo, hi = attrs.get("min_gpus"), attrs.get("max_gpus")
+        lo, hi = gpus if lo is None else lo, gpus if hi is None else hi  # 0 is a value, not unset
+        if not 1 <= lo <= gpus <= hi:
             raise serializers.ValidationError(
                 {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
             )

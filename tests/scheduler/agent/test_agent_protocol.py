@@ -594,3 +594,11 @@ def test_parse_refuses_an_unknown_sender_as_a_programming_error() -> None:
     with pytest.raises(ValueError, match="sender must be") as caught:
         parse(encode("ack", command_id="c1", ok=True, detail=""), "browser")
     assert not isinstance(caught.value, ProtocolError)
+
+
+def test_an_agent_version_longer_than_the_node_record_keeps_is_refused() -> None:
+    """A 200 kB version string was stored (SQLite) or made the hello fail in the database."""
+    frame = json.dumps(changed("hello", ("agent_version",), "9" * 200_000))
+    with pytest.raises(ProtocolError, match=r"^hello\.agent_version: expected at most 32"):
+        parse(frame, AGENT)
+    assert parse(json.dumps(changed("hello", ("agent_version",), "x" * 32)), AGENT)
