@@ -168,7 +168,7 @@ class Simulator:
         elif kind == Kind.ARRIVAL:
             self._arrive(self.jobs[job_id])
         elif kind == Kind.INCIDENT:
-            self._incident(self.incidents[job_id], noticed=version == 1)
+            self._incident(job_id, noticed=version == 1)
         else:
             job = self.jobs[job_id]
             with self._tracking(job, faults=kind == Kind.FAULT):
@@ -256,10 +256,11 @@ class Simulator:
             job.fault(self.now, possible and job.ckpt.kind is PolicyKind.TRIGGERED)
             self.workloads.changed(job)
 
-    def _incident(self, incident: Incident, noticed: bool) -> None:
-        """A scripted incident (see `incidents`): when it happens, a hang or a straggler slows
-        the job and anything the control plane must notice waits for its delay; once noticed,
-        the job recovers as the portal would."""
+    def _incident(self, number: int, noticed: bool) -> None:
+        """Scripted incident `number` (see `incidents`): when it happens, a hang or a straggler
+        slows the job and anything the control plane must notice waits for its delay; once
+        noticed, the job recovers as the portal would."""
+        incident = self.incidents[number]
         job = self.jobs[incident.job_id]
         if not job.running or incident.node_rank >= len(job.placements):
             return  # it ended, waits, or no longer has that node
@@ -270,7 +271,7 @@ class Simulator:
                     job.slow(self.now, SLOWDOWNS[incident.code])
             delay = detection.delay(incident.code)
             if delay > 0:
-                self._push(self.now + delay, Kind.INCIDENT, self.incidents.index(incident), 1)
+                self._push(self.now + delay, Kind.INCIDENT, number, 1)
                 return
         kind = incident.kind
         self.recorder.faults[kind.code] += 1
