@@ -272,7 +272,7 @@ def finished(ids: list[int]) -> bool:
 def outcome(workload_id: int) -> dict:
     """The workload's history (states in the portal's words, each recovery with its outcome,
     repeats folded) and ETTR."""
-    from portal.workloads.choices import State
+    from portal.workloads.choices import TERMINAL, State
     from portal.workloads.ettr import job_report
     from portal.workloads.models import Recovery, Workload
 
@@ -283,7 +283,7 @@ def outcome(workload_id: int) -> dict:
         .order_by("started_at", "pk")
         .values_list("outcome", flat=True)
     )
-    shown = {State.RUNNING, State.PREEMPTING, State.PENDING, State.RECOVERING, *TERMINAL_STATES}
+    shown = {State.RUNNING, State.PREEMPTING, State.PENDING, State.RECOVERING, *TERMINAL}
     events = list(workload.events.order_by("at", "pk").values_list("at", "to_state", "reason"))
     states: list[str] = []
     for _, state, _ in events:  # notes repeat the state they are made in: one word each
@@ -303,9 +303,6 @@ def outcome(workload_id: int) -> dict:
     start = events[0][0]
     log = [f"{(at - start).total_seconds():6.1f} s {line}" for at, line in lines]
     return {"history": history, "ettr": job_report(workload)["ettr"], "log": log}
-
-
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 
 
 async def on_stack(scenarios: tuple[Scenario, ...], logs: Path, database_url: str, redis_port: int):
