@@ -391,7 +391,8 @@ def compare(scenarios, stack: dict, sim: dict) -> dict:
                 print(f"  {name:9} {side:5} ETTR {shown}: {history}", file=sys.stderr)
             real, model = sides["stack"]["ettr"], sides["sim"]["ettr"]
             apart = None not in (real, model) and abs(real - model) > GAP
-            for line in sides["stack"].pop("log") if apart or not same else ():
+            log = sides["stack"].pop("log")  # printed where the sides part, never in the JSON
+            for line in log if apart or not same else ():
                 print(f"    {line}", file=sys.stderr)
     return {"scenarios": len(rows), "agree": agree, "max_ettr_gap": round(gap, 4), **rows}
 
