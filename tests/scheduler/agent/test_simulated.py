@@ -180,6 +180,7 @@ def test_periodic_and_requested_checkpoints_are_reported_with_their_step() -> No
         assert (saved["kind"], saved["request_id"]) == ("requested", "c-1")
         assert saved["step"] >= 30 and saved["location"].endswith(f"/step-{saved['step']}")
         assert saved["size_bytes"] == 2 * 16 * 2**30
+        assert saved["duration_s"] == 0.0  # instant, and it says so: nothing to carve as stall
         for detail in kinds(events, "checkpoint_saved"):
             event = encode("event", kind="checkpoint_saved", workload_id=4, exit_code=None,
                            detail=detail)  # fmt: skip
@@ -303,5 +304,24 @@ def test_a_workload_on_half_its_gpus_runs_at_half_its_pace() -> None:
         assert (await backend.wait(1)).exit_code == 0
         assert backend.step(2) < 10  # still going
         assert (await backend.wait(2)).exit_code == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_restart_clears_a_hang() -> None:
+    """A hang stops the processes it caught (a stuck collective); the job started again steps."""
+
+    async def scenario() -> None:
+        backend, _ = make_backend(speed=100.0)
+        await backend.start(Assignment(1, (0,), simulated_duration_s=None))
+        backend.inject_fault("hang", None, {})
+        stuck = backend.step(1)
+        await asyncio.sleep(0.05)
+        assert backend.step(1) == stuck
+        await backend.stop(1)
+        await backend.wait(1)
+        await backend.start(Assignment(1, (0,), simulated_duration_s=None, attempt=1))
+        await asyncio.sleep(0.05)
+        assert backend.step(1) > 0
 
     asyncio.run(scenario())
