@@ -15,7 +15,7 @@ from portal.cluster.models import (
     Pod,
     Region,
 )
-from portal.core.admin import RecordAdmin
+from portal.core.admin import ReadOnlyAdmin
 from portal.core.errors import Conflict
 from portal.core.models import audit
 
@@ -146,7 +146,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(FaultEvent)
-class FaultEventAdmin(RecordAdmin):
+class FaultEventAdmin(ReadOnlyAdmin):
     list_display = ["occurred_at", "node", "gpu_index", "kind", "code", "severity"]
     list_filter = ["severity", "kind"]
     list_select_related = ["node"]
@@ -183,7 +183,7 @@ class BootstrapTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeCommand)
-class NodeCommandAdmin(RecordAdmin):
+class NodeCommandAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "node", "action", "workload", "state", "detail"]
     list_filter = ["state", "action"]
     list_select_related = ["node", "workload"]

@@ -3,8 +3,9 @@ from django.contrib import admin
 from portal.core.models import AuditEvent
 
 
-class RecordAdmin(admin.ModelAdmin):
-    """A record of what happened: it can be read, never added, edited or deleted by hand."""
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the control plane writes, and records of what happened: the console shows
+    them and changes nothing, not even for a superuser."""
 
     def has_add_permission(self, request):
         return False
@@ -17,6 +18,6 @@ class RecordAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(RecordAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor", "tenant", "action", "object_type", "object_id"]
     list_filter = ["action", "tenant"]

@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
 
+from portal.core.admin import ReadOnlyAdmin
 from portal.workloads import lifecycle
 from portal.workloads.models import (
     Allocation,
@@ -17,19 +18,6 @@ class WorkloadEventInline(admin.TabularInline):
     extra = 0
     readonly_fields = ["at", "from_state", "to_state", "reason", "actor"]
     can_delete = False
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows only the control plane writes: the console shows them and changes nothing."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Workload)
