@@ -197,11 +197,25 @@ def tokens(request):
     membership = _membership(request)
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
-        if name:
-            token, request.session[NEW_KEY] = ApiToken.issue(membership, name[:100])
-            audit("api_token.issued", token, actor=request.user, tenant=membership.tenant)
-        else:
+        scope = request.POST.get("scope", "write")
+        days = request.POST.get("expires_in_days", "30")
+        if not name:
             messages.error(request, "Give the token a name.")
+        elif scope not in ApiToken.SCOPES or days not in TOKEN_LIFETIMES:
+            messages.error(request, "Choose a scope and a lifetime from the lists.")
+        elif scope == "write" and not membership.may("write"):
+            messages.error(request, "A viewer's tokens can only read.")
+        else:
+            expires = timezone.now() + timedelta(days=int(days)) if days != "never" else None
+            token, request.session[NEW_KEY] = ApiToken.issue(membership, name[:100], scope, expires)
+            audit(
+                "api_token.issued",
+                token,
+                actor=request.user,
+                tenant=membership.tenant,
+                scope=scope,
+                expires_at=expires.isoformat() if expires else None,
+            )
         return redirect("tokens")
     return render(
         request,
@@ -209,11 +223,15 @@ def tokens(request):
         {
             "tokens": membership.tokens.order_by("-created_at"),
             "new_key": request.session.pop(NEW_KEY, None),
+            "scopes": ApiToken.SCOPES,
+            "lifetimes": TOKEN_LIFETIMES,
+            "now": timezone.now(),
         },
     )
 
 
 NEW_KEY = "wanka_new_api_key"  # in the session between the issue and the page that shows it
+TOKEN_LIFETIMES = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "a year", "never": "never"}
 
 
 @login_required

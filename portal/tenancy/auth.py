@@ -2,13 +2,14 @@ from datetime import timedelta
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, permissions
 
 from portal.tenancy.models import ApiToken, hash_token
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer wk_...`: the token acts as the member who issued it."""
+    """`Authorization: Bearer wk_...`: the token acts as the member who issued it, within its
+    scope: a read token is refused every write (403), an expired one everything (401)."""
 
     keyword = "Bearer"
 
@@ -26,6 +27,12 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if token is None or not token.membership.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
         now = timezone.now()
+        if token.expired(now):
+            raise exceptions.AuthenticationFailed(
+                f"This API token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC."
+            )
+        if token.scope == "read" and request.method not in permissions.SAFE_METHODS:
+            raise exceptions.PermissionDenied("This API token is read-only (scope read).")
         # One write a minute at most, not one per request.
         if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -73,9 +73,11 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token for the REST API, acting as one member; only its hash is stored."""
+    """A bearer token for the REST API, acting as one member within its scope (a read token
+    only reads, whatever the member's role) until it expires; only its hash is stored."""
 
     PREFIX = "wk_"
+    SCOPES = {"read": "Read only", "write": "Read and write"}
 
     membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="tokens")
     name = models.CharField(max_length=100)
@@ -84,15 +86,27 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked = models.BooleanField(default=False)
+    scope = models.CharField(max_length=8, choices=list(SCOPES.items()), default="write")
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never")
 
     def __str__(self):
         return f"{self.name} (…{self.hint})"
 
     @classmethod
-    def issue(cls, membership: Membership, name: str) -> tuple["ApiToken", str]:
+    def issue(
+        cls, membership: Membership, name: str, scope: str = "write", expires_at=None
+    ) -> tuple["ApiToken", str]:
         """Create a token and return it with the raw key, which is shown once and never again."""
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            membership=membership, name=name, key_hash=hash_token(raw), hint=raw[-4:]
+            membership=membership,
+            name=name,
+            key_hash=hash_token(raw),
+            hint=raw[-4:],
+            scope=scope,
+            expires_at=expires_at,
         )
         return token, raw
+
+    def expired(self, now) -> bool:
+        return self.expires_at is not None and self.expires_at <= now

@@ -1,7 +1,10 @@
 import re
+from datetime import timedelta
 
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from portal.core.models import AuditEvent
 from portal.tenancy.models import ApiToken
 
 
@@ -28,3 +31,47 @@ def test_revoking_stops_the_token_and_others_cannot_revoke_it(bob, charlie, clie
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     assert api.get("/api/v1/workloads/").status_code == 401
+
+
+def _bearer(key):
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return api
+
+
+def test_a_read_scoped_token_reads_but_cannot_write(bob, acme_llm):
+    _, key = ApiToken.issue(bob.membership, "dashboards", scope="read")
+    api = _bearer(key)
+    assert api.get("/api/v1/workloads/").status_code == 200
+    refused = api.post("/api/v1/workloads/", {"name": "x"}, format="json")
+    assert refused.status_code == 403
+    assert refused.json()["errors"] == [
+        {"field": None, "reason": "This API token is read-only (scope read)."}
+    ]
+    assert not bob.membership.tenant.workloads.exists()
+
+
+def test_an_expired_token_is_refused_and_says_when_it_expired(bob):
+    token, key = ApiToken.issue(bob.membership, "old", expires_at=timezone.now() - timedelta(hours=1))
+    refused = _bearer(key).get("/api/v1/workloads/")
+    assert refused.status_code == 401
+    assert "expired at" in refused.json()["errors"][0]["reason"]
+    token.expires_at = timezone.now() + timedelta(hours=1)
+    token.save()
+    assert _bearer(key).get("/api/v1/workloads/").status_code == 200
+
+
+def test_the_page_issues_scoped_expiring_tokens_and_audits_them(bob, victor, client):
+    client.force_login(bob)
+    client.post("/tokens/", {"name": "ci", "scope": "read", "expires_in_days": "7"})
+    token = ApiToken.objects.get(name="ci")
+    assert token.scope == "read"
+    assert timedelta(days=6, hours=23) < token.expires_at - timezone.now() <= timedelta(days=7)
+    entry = AuditEvent.objects.get(action="api_token.issued")
+    assert (entry.actor, entry.data["scope"]) == (bob, "read")
+    assert "Read only" in client.get("/tokens/").content.decode()
+    client.force_login(victor)  # a viewer's token can only read
+    client.post("/tokens/", {"name": "w", "scope": "write", "expires_in_days": "30"})
+    assert not ApiToken.objects.filter(name="w").exists()
+    client.post("/tokens/", {"name": "bogus", "scope": "write", "expires_in_days": "9999"})
+    assert not ApiToken.objects.filter(name="bogus").exists()
