@@ -231,7 +231,13 @@ def tokens(request):
 
 
 NEW_KEY = "wanka_new_api_key"  # in the session between the issue and the page that shows it
-TOKEN_LIFETIMES = {"7": "7 days", "30": "30 days", "90": "90 days", "365": "a year", "never": "never"}
+TOKEN_LIFETIMES = {
+    "7": "7 days",
+    "30": "30 days",
+    "90": "90 days",
+    "365": "a year",
+    "never": "never",
+}
 
 
 @login_required

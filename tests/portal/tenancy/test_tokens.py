@@ -52,7 +52,9 @@ def test_a_read_scoped_token_reads_but_cannot_write(bob, acme_llm):
 
 
 def test_an_expired_token_is_refused_and_says_when_it_expired(bob):
-    token, key = ApiToken.issue(bob.membership, "old", expires_at=timezone.now() - timedelta(hours=1))
+    token, key = ApiToken.issue(
+        bob.membership, "old", expires_at=timezone.now() - timedelta(hours=1)
+    )
     refused = _bearer(key).get("/api/v1/workloads/")
     assert refused.status_code == 401
     assert "expired at" in refused.json()["errors"][0]["reason"]
