@@ -22,6 +22,11 @@ While the connection is down, `fault` and `checkpoint_saved` events are kept (th
 `PENDING_EVENTS_LIMIT`) and sent after the next hello; workload starts and exits are not,
 since the hello says where every workload stands.
 
+Each run's output (`Backend.output`) goes out in `logs` messages every `output_s` seconds
+and once more when the run ends, before its exit is reported; the agent moves past a batch
+only once it has been sent, so lines written during an outage go out after the next hello
+(as long as the agent still knows the run).
+
 Commands run as tasks of their own, so a checkpoint that takes minutes does not hold up the
 desired state; a command id that arrives again while it runs is not run twice, and one that
 arrives after its ack gets the same ack again.
@@ -43,6 +48,7 @@ from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketExcepti
 
 from scheduler.agent.backends import (
     DEFAULT_CHECKPOINT_TIMEOUT_S,
+    OUTPUT_BATCH_BYTES,
     Assignment,
     Backend,
     BackendEvent,
@@ -99,6 +105,7 @@ class _Workload:
     # Stopped because a desired state stopped listing it: forgotten at the next desired state.
     retired: bool = False
     watcher: asyncio.Task[None] | None = None
+    output_offset: int = 0  # where the output not yet sent begins
 
 
 class Agent:
@@ -117,6 +124,7 @@ class Agent:
         backend: Backend,
         *,
         heartbeat_s: float = 5.0,
+        output_s: float = 2.0,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         reconnect_spread_s: float = 5.0,
@@ -126,6 +134,7 @@ class Agent:
     ) -> None:
         self.url = url
         self.heartbeat_s = heartbeat_s
+        self.output_s = output_s
         self._token = token
         self._backend = backend
         self._backoff = (backoff_base_s, backoff_cap_s)
@@ -140,6 +149,7 @@ class Agent:
         self._commands: dict[str, asyncio.Task[None]] = {}
         self._pending: deque[dict[str, Any]] = deque(maxlen=PENDING_EVENTS_LIMIT)
         self._flush_lock = asyncio.Lock()
+        self._output_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._silent_until = 0.0
         self._ws: ClientConnection | None = None
@@ -246,6 +256,7 @@ class Agent:
         self._ws = ws
         healthy = False
         heartbeats = asyncio.create_task(self._heartbeats())
+        outputs = asyncio.create_task(self._outputs())
         try:
             await self._send(
                 "hello",
@@ -265,6 +276,7 @@ class Agent:
         finally:
             self._ws = None
             heartbeats.cancel()
+            outputs.cancel()
         return healthy
 
     async def _heartbeats(self) -> None:
@@ -281,6 +293,35 @@ class Agent:
         await self._send(
             "heartbeat", generation=self._generation, gpus=samples, workloads=self.workload_report()
         )
+
+    async def _outputs(self) -> None:
+        while True:
+            await asyncio.sleep(self.output_s)
+            for workload in list(self._workloads.values()):
+                try:
+                    await self._send_output(workload)
+                except Exception:
+                    logger.exception("%s: cannot read a workload's output", self._hostname)
+
+    async def _send_output(self, workload: _Workload, batches: int = 16) -> None:
+        """Send what the run wrote since the last batch sent, up to `batches` batches."""
+        wid, attempt = workload.assignment.workload_id, workload.assignment.attempt
+        async with self._output_lock:
+            for _ in range(batches):
+                offset = workload.output_offset
+                output = self._backend.output(wid, offset, OUTPUT_BATCH_BYTES)
+                if not output.lines:
+                    return
+                sent = await self._send(
+                    "logs",
+                    workload_id=wid,
+                    attempt=attempt,
+                    offset=offset,
+                    lines=list(output.lines),
+                )
+                if not sent:
+                    return
+                workload.output_offset = output.next_offset
 
     async def _send(self, type_: str, **fields: Any) -> bool:
         """Send one message; False when it could not go (no connection, or silent)."""
@@ -445,6 +486,10 @@ class Agent:
             logger.warning("%s: lost track of workload %s: %s", self._hostname, wid, exc)
             result = WorkloadExit(None, workload.step)
         workload.state, workload.exit_code, workload.step = "exited", result.exit_code, result.step
+        try:
+            await self._send_output(workload, batches=64)  # its last words before its end
+        except Exception:
+            logger.exception("%s: cannot read workload %s's output", self._hostname, wid)
         logger.info("%s: workload %s exited with %s", self._hostname, wid, result.exit_code)
         detail: dict[str, Any] = {"step": result.step, "attempt": workload.assignment.attempt}
         if result.log_tail:

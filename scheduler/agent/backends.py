@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from scheduler.agent.protocol import LOG_LINE_CHARS
+
 # The exit code a workload reports when it was told to stop: killed by SIGTERM, as a POSIX
 # process's returncode reads.
 STOPPED_EXIT_CODE = -15
@@ -188,6 +190,38 @@ class WorkloadExit:
 
 
 @dataclass(frozen=True)
+class Output:
+    """Lines a workload wrote, read from `offset` on, and where the next read begins (an
+    offset the backend defines: bytes of its log for processes)."""
+
+    lines: tuple[str, ...]
+    next_offset: int
+
+
+# One read of a workload's output: about a `logs` message's worth, far inside a frame.
+OUTPUT_BATCH_BYTES = 64 * 1024
+
+
+# Runs whose output a backend can still read: the newest this many, ended or not.
+REMEMBERED_RUNS = 256
+
+
+def remember_run(runs: dict[int, Any], workload_id: int, run: Any) -> None:
+    """Keep `run` as the workload's newest, forgetting the oldest beyond `REMEMBERED_RUNS`."""
+    runs.pop(workload_id, None)
+    runs[workload_id] = run
+    while len(runs) > REMEMBERED_RUNS:
+        del runs[next(iter(runs))]
+
+
+def output_line(line: str) -> str:
+    """A line of output as it travels: cut, with a mark, at the protocol's length."""
+    if len(line) <= LOG_LINE_CHARS:
+        return line
+    return line[: LOG_LINE_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
 class BackendEvent:
     """Something that happened on the node between the agent's questions: an `event` message's
     `kind` ("fault" or "checkpoint_saved"), its workload (None for the node) and its detail."""
@@ -286,6 +320,12 @@ class Backend(Protocol):
 
     def step(self, workload_id: int) -> int:
         """The training step a started, not yet waited-for workload has reached."""
+        ...
+
+    def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:
+        """What the workload's newest run (running or ended) has written from `offset` on:
+        whole lines (and, once the run has ended, a last unfinished one), about `limit_bytes`
+        of them at most. Nothing when the workload is unknown."""
         ...
 
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:

@@ -69,7 +69,10 @@ from scheduler.agent.backends import (
     GpuSample,
     Machine,
     NodeInventory,
+    Output,
     WorkloadExit,
+    output_line,
+    remember_run,
 )
 from scheduler.agent.contract import (
     COMPLETE,
@@ -93,6 +96,9 @@ DEFAULT_GRACE_S = 30.0
 DEFAULT_LOG_LINES = 50
 _LOG_LINE_CHARS = 400  # a line of the tail is cut here: 50 lines stay well inside a frame
 _TAIL_BYTES = 64 * 1024
+# A reader this far behind jumps to the newest output and says how much it skipped: a job that
+# prints gigabytes must neither fill the portal nor keep its agent reading for hours.
+OUTPUT_BEHIND_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -129,6 +135,7 @@ class ProcessBackend:
         self._poll_s = poll_s
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._procs: dict[int, _Proc] = {}
+        self._logs: dict[int, tuple[Path, int]] = {}  # workload -> its newest run's log, start
         self._listener: EventListener | None = None
 
     def inventory(self) -> NodeInventory:
@@ -182,6 +189,7 @@ class ProcessBackend:
         env = launch_env(assignment, checkpoint_dir, self._base_env)
         process, log_start = await _spawn(argv, workdir, env)
         (workdir / PGID_FILE).write_text(str(process.pid))
+        remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
         newest = latest_complete(checkpoint_dir)
         proc = self._procs[wid] = _Proc(
             assignment,
@@ -268,6 +276,15 @@ class ProcessBackend:
         return self._procs[workload_id].step
 
     # -- internals ----------------------------------------------------------------------------
+
+    def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:
+        """Lines of the newest run's log from `offset` (bytes into the run) on."""
+        if workload_id not in self._logs:
+            return Output((), offset)
+        path, start = self._logs[workload_id]
+        proc = self._procs.get(workload_id)
+        ended = proc is None or proc.process.returncode is not None
+        return read_output(path, start, offset, limit_bytes, ended)
 
     def _check_gpus(self, assignment: Assignment) -> None:
         count = len(self.inventory().gpus)
@@ -359,6 +376,29 @@ def log_tail(path: Path, start: int, lines: int) -> tuple[str, ...]:
     if begin > start and found:
         found = found[1:]  # the read began in the middle of a line
     return tuple(line[:_LOG_LINE_CHARS] for line in found[-lines:]) if lines > 0 else ()
+
+
+def read_output(path: Path, start: int, offset: int, limit: int, ended: bool) -> Output:
+    """Whole lines of the log `path` from `start + offset` on, at most `limit` bytes of them;
+    a line longer than `limit` comes in pieces, and once the writer has `ended` a last line
+    without its newline counts too."""
+    lines: list[str] = []
+    try:
+        with open(path, "rb") as file:
+            written = file.seek(0, os.SEEK_END) - start
+            if written - offset > OUTPUT_BEHIND_BYTES:
+                skip_to = written - limit
+                lines.append(f"[wanka-agent: {skip_to - offset} bytes of output skipped]")
+                offset = skip_to
+            file.seek(start + offset)
+            data = file.read(limit)
+    except OSError:
+        return Output((), offset)
+    cut = data.rfind(b"\n") + 1
+    if (ended and len(data) < limit) or (cut == 0 and len(data) >= limit):
+        cut = len(data)
+    text = data[:cut].decode("utf-8", errors="replace")
+    return Output((*lines, *map(output_line, text.splitlines())), offset + cut)
 
 
 def signal_catchers(pgid: int, signum: int) -> list[int]:

@@ -35,6 +35,7 @@ EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved
 COMMAND_ACTIONS = ("checkpoint", "inject_fault")
 CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
 CHECKPOINT_STATUSES = ("complete", "failed")
+LOG_LINE_CHARS = 4096  # the longest line of a workload's output that a `logs` message carries
 
 
 class ProtocolError(ValueError):
@@ -280,6 +281,14 @@ AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {
         "workload_id": nullable(_ID),
         "exit_code": nullable(_EXIT_CODE),
         "detail": any_object(),
+    },
+    # Lines a workload's run wrote, from byte `offset` of its output on (a resend after a
+    # reconnect repeats an offset, which the server keeps once).
+    "logs": {
+        "workload_id": _ID,
+        "attempt": _COUNT,
+        "offset": _COUNT,
+        "lines": list_of(string(max_length=LOG_LINE_CHARS)),
     },
     "ack": {
         "command_id": string(non_empty=True),

@@ -54,9 +54,11 @@ from scheduler.agent.backends import (
     Nic,
     NodeFacts,
     NodeInventory,
+    Output,
     TopologyLabels,
     WorkloadExit,
     fault_detail,
+    remember_run,
 )
 from scheduler.agent.contract import ENV_CHECKPOINT_INTERVAL_S, ENV_RESUME_FROM
 from scheduler.faults import RETIRED_PAGES_LIMIT, FaultKind, lookup
@@ -76,6 +78,7 @@ NODE_FAULTS = ("nic-down",)  # faults of the node, not of one GPU
 _CHECKPOINT_BYTES_PER_GPU = 16 * 2**30
 
 _NVLINKS_PER_GPU = 18  # H100 / H200 SXM
+LOG_EVERY_STEPS = 100  # a simulated workload's output: one line per this many steps
 _RESUME_STEP = re.compile(r"/step-(\d+)$")
 
 
@@ -244,6 +247,7 @@ class SimulatedBackend:
         self._slow_timer: asyncio.TimerHandle | None = None
         self._steps_per_s = steps_per_s
         self._workloads: dict[int, _SimWorkload] = {}
+        self._runs: dict[int, tuple[int, _SimWorkload]] = {}  # its newest run, first step
         self._listener: EventListener | None = None
 
     @property
@@ -276,6 +280,7 @@ class SimulatedBackend:
             interval_s=_positive_float(assignment.env.get(ENV_CHECKPOINT_INTERVAL_S)),
         )
         self._workloads[assignment.workload_id] = workload
+        remember_run(self._runs, assignment.workload_id, (self._step_now(workload), workload))
         self._schedule(workload)
 
     async def wait(self, workload_id: int) -> WorkloadExit:
@@ -312,6 +317,18 @@ class SimulatedBackend:
         if workload.exit.done():
             return workload.exit.result().step
         return self._step_now(workload)
+
+    def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:
+        """A line every `LOG_EVERY_STEPS` steps of the newest run; `offset` counts lines."""
+        if workload_id not in self._runs:
+            return Output((), offset)
+        first, workload = self._runs[workload_id]
+        done = workload.exit.result().step if workload.exit.done() else self._step_now(workload)
+        marks = range(first - first % LOG_EVERY_STEPS + LOG_EVERY_STEPS, done + 1, LOG_EVERY_STEPS)
+        total = workload.duration_s * self._steps_per_s
+        of = f" of {total:.0f}" if math.isfinite(total) else ""
+        lines = tuple(f"step {n}{of}" for n in marks[offset : offset + limit_bytes // 16])
+        return Output(lines, offset + len(lines))
 
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
         """Raise a fault for a drill; see the module docstring for what each one does."""

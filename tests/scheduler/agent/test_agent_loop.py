@@ -331,3 +331,31 @@ def test_an_ended_attempt_is_rerun_when_a_new_attempt_is_listed(agent_server: An
             assert started["detail"]["attempt"] == 3
 
     run(scenario())
+
+
+def test_a_runs_output_goes_out_in_logs_messages_before_its_exit(agent_server: Any) -> None:
+    async def scenario() -> None:
+        async with agent_server() as server:
+            backend = SimulatedBackend("node-a", gpus=GPUS, speed=SPEED, steps_per_s=10, seed=7)
+            agent = Agent(server.url, "tok-a", backend, heartbeat_s=0.05, output_s=0.05)
+            task = asyncio.create_task(agent.run())
+            try:
+                peer = await server.next_connection()
+                await peer.expect("hello")
+                await peer.send("desired_state", generation=1, assignments=[assignment(7, [0], 30)])
+                await peer.expect("event", event("workload_exited", 7))
+            finally:
+                await agent.stop()
+                await task
+            logs = [m for m in peer.received if m["type"] == "logs"]
+            exited = next(
+                i for i, m in enumerate(peer.received) if m.get("kind") == "workload_exited"
+            )
+            assert all(peer.received.index(m) < exited for m in logs)  # its last words first
+            lines = [line for m in logs for line in m["lines"]]
+            assert lines == ["step 100 of 300", "step 200 of 300", "step 300 of 300"]
+            offsets = [m["offset"] for m in logs]
+            assert offsets == sorted(set(offsets)) and offsets[0] == 0  # each batch once
+            assert {(m["workload_id"], m["attempt"]) for m in logs} == {(7, 0)}
+
+    run(scenario())

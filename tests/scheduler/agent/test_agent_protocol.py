@@ -11,6 +11,7 @@ import pytest
 from scheduler.agent.protocol import (
     AGENT,
     AGENT_MESSAGES,
+    LOG_LINE_CHARS,
     PROTOCOL_VERSION,
     SERVER,
     SERVER_MESSAGES,
@@ -81,6 +82,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "workloads": [WORKLOAD, dict(WORKLOAD, workload_id=8, state="exited", exit_code=0)],
     },
     "event": {"kind": "workload_exited", "workload_id": 7, "exit_code": -15, "detail": {}},
+    "logs": {"workload_id": 7, "attempt": 1, "offset": 0, "lines": ["step 1", ""]},
     "ack": {"command_id": "c1", "ok": True, "detail": "workload 7 stopped"},
     "desired_state": {"generation": 3, "assignments": [ASSIGNMENT]},
     "command": {"command_id": "c1", "action": "checkpoint", "workload_id": 7, "args": {}},
@@ -602,3 +604,9 @@ def test_an_agent_version_longer_than_the_node_record_keeps_is_refused() -> None
     with pytest.raises(ProtocolError, match=r"^hello\.agent_version: expected at most 32"):
         parse(frame, AGENT)
     assert parse(json.dumps(changed("hello", ("agent_version",), "x" * 32)), AGENT)
+
+
+def test_a_log_line_longer_than_the_protocol_carries_is_refused() -> None:
+    frame = json.dumps(changed("logs", ("lines", 0), "x" * (LOG_LINE_CHARS + 1)))
+    with pytest.raises(ProtocolError, match=r"^logs\.lines\[0\]: expected at most 4096"):
+        parse(frame, AGENT)

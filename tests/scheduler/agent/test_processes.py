@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.backends import Assignment, BackendEvent
-from scheduler.agent.processes import ProcessBackend, log_tail
+from scheduler.agent.backends import Assignment, BackendEvent, Output
+from scheduler.agent.processes import OUTPUT_BEHIND_BYTES, ProcessBackend, log_tail, read_output
+from scheduler.agent.protocol import LOG_LINE_CHARS
 from scheduler.agent.simulated import SimulatedGpus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -402,3 +403,43 @@ def test_a_failed_save_fails_the_request_and_is_reported_as_failed(tmp_path: Pat
         await backend.wait(4)
 
     run(scenario())
+
+
+def test_output_is_read_in_whole_lines_per_run_and_the_last_partial_one_at_the_end(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(3, (0,), python("print('old run')")))
+        await backend.wait(3)
+        code = (
+            "import sys, time\nprint('one'); print('two', file=sys.stderr)\n"
+            "sys.stdout.write('thr'); sys.stdout.flush(); time.sleep(0.5); sys.stdout.write('ee')"
+        )
+        await backend.start(Assignment(3, (0,), python(code)))
+        await wait_for(lambda: backend.output(3, 0, 1024).lines == ("one", "two"), "two lines")
+        first = backend.output(3, 0, 1024)
+        assert backend.output(3, first.next_offset, 1024).lines == ()  # 'thr' is unfinished
+        await backend.wait(3)
+        assert backend.output(3, first.next_offset, 1024).lines == ("three",)
+        assert backend.output(4, 0, 1024) == Output((), 0)  # a workload it never ran
+
+    asyncio.run(scenario())
+
+
+def test_reading_output_cuts_long_lines_and_skips_ahead_when_far_behind(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    log.write_text("a" * 5000 + "\n" + "b" * 100)
+    long = read_output(log, 0, 0, 64 * 1024, ended=True)
+    assert long.lines == ("a" * (LOG_LINE_CHARS - 1) + "…", "b" * 100)
+    assert long.next_offset == 5101
+    assert read_output(log, 0, 0, 1000, ended=False) == Output(("a" * 1000,), 1000)  # a piece
+    flood = tmp_path / "flood.log"
+    flood.write_bytes(b"x\n" * (OUTPUT_BEHIND_BYTES // 2 + 10))
+    caught_up = read_output(flood, 0, 0, 1024, ended=False)
+    assert (
+        caught_up.lines[0]
+        == f"[wanka-agent: {flood.stat().st_size - 1024} bytes of output skipped]"
+    )
+    assert caught_up.lines[1:] == ("x",) * 512
+    assert caught_up.next_offset == flood.stat().st_size
