@@ -146,6 +146,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.resume_recoveries": {"queue": "recovery"},
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.workloads.tasks.request_checkpoints": {"queue": "recovery"},
+    "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
     "portal.agents.tasks.move_off_nodes": {"queue": "recovery"},
@@ -193,6 +194,10 @@ CELERY_BEAT_SCHEDULE = {
     "preemptions": {
         "task": "portal.workloads.tasks.advance_preemptions",
         "schedule": timedelta(seconds=2),
+    },
+    "trim-logs": {
+        "task": "portal.workloads.tasks.trim_logs",
+        "schedule": timedelta(minutes=10),
     },
     "stale-whatifs": {
         "task": "portal.whatif.tasks.resume_whatifs",
@@ -293,6 +298,10 @@ WANKA = {
     "GROW_EVERY_S": float(os.environ.get("WANKA_GROW_EVERY_S", "300")),
     # Complete checkpoints kept per workload; older ones leave the registry.
     "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
+    # Workloads' output is kept this many days, and at most this many characters a workload
+    # (the oldest go first).
+    "LOG_RETENTION_DAYS": float(os.environ.get("WANKA_LOG_RETENTION_DAYS", "30")),
+    "LOG_CHARS_PER_WORKLOAD": int(os.environ.get("WANKA_LOG_CHARS_PER_WORKLOAD", str(64 << 20))),
 }
 
 LOGGING = {

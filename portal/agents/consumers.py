@@ -19,7 +19,7 @@ from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, TELEMETRY
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
-from portal.workloads import lifecycle
+from portal.workloads import lifecycle, logs
 from portal.workloads.checkpoints import record_saved
 from portal.workloads.desired import desired_state
 from scheduler.agent import protocol
@@ -41,6 +41,7 @@ def in_db(func):
 # The reports that come from every node of a large job at once, written down in batches.
 STARTED = GroupCommit(lifecycle.mark_started_many)
 ACKED = GroupCommit(intake.record_acks)
+LOGGED = GroupCommit(logs.record_many)
 SAVES_SEEN = "wanka:checkpoint:"  # Redis keys "<prefix><workload>:<step>": a save already recorded
 
 # This process's agent connections by channel name, for what its mailbox brings them.
@@ -232,6 +233,16 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             str(detail.get("message", "")),
             gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None,
         )
+
+    async def on_logs(self, message):
+        workload_id, attempt = message["workload_id"], message["attempt"]
+        if workload_id not in self.attempts:
+            # Only what was assigned to this node; the node's own name is on every chunk.
+            log.warning(
+                "node %s: rejected output of workload %s, not its own", self.node.name, workload_id
+            )
+            return
+        await LOGGED((self.node.id, workload_id, attempt, message["offset"], message["lines"]))
 
     async def on_ack(self, message):
         await ACKED((self.node.id, message["command_id"], message["ok"], message["detail"]))

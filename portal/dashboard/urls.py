@@ -12,6 +12,7 @@ urlpatterns = [
     path("workloads/new/", views.workload_new, name="workload-new"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
+    path("workloads/<int:pk>/output.txt", views.workload_log_text, name="workload-log-text"),
     path("quota/", views.quota, name="quota"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),

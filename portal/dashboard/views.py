@@ -1,14 +1,17 @@
 """Server-rendered pages. Forms validate through the API's serializers, so the browser and the
 REST API accept and refuse exactly the same things."""
 
+import re
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -20,7 +23,7 @@ from portal.core.models import audit
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_of
-from portal.workloads import lifecycle
+from portal.workloads import lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
@@ -100,8 +103,32 @@ def workload_detail(request, pk):
             "checkpoints": workload.checkpoints.all()[:20],
             "recoveries": workload.recoveries.select_related("fault__node")[:20],
             "advice": advice_report(workload.gpus),
+            "log_days": f"{settings.WANKA['LOG_RETENTION_DAYS']:g}",
         },
     )
+
+
+@login_required
+def workload_log_text(request, pk):
+    """The whole output kept of a workload, of one attempt and node when asked, as text."""
+    workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    attempt, node = request.GET.get("attempt"), request.GET.get("node") or None
+    query = {"attempt": int(attempt) if attempt and attempt.isdigit() else None, "node": node}
+    every = query["attempt"] is None and node is None
+
+    def lines():
+        since = 0
+        while chunks := logs.read(workload, since=since, **query):
+            for chunk in chunks:
+                prefix = f"[{chunk.attempt} {chunk.node.name}] " if every else ""
+                yield "".join(f"{prefix}{line}\n" for line in chunk.text.split("\n"))
+            since = chunks[-1].id
+
+    response = StreamingHttpResponse(lines(), content_type="text/plain; charset=utf-8")
+    name = workload.name + ("" if every else f"-attempt{query['attempt']}-{node}")
+    safe = re.sub(r"[^\w.-]", "_", name)
+    response["Content-Disposition"] = f'attachment; filename="{safe}.log"'
+    return response
 
 
 @login_required

@@ -327,3 +327,30 @@ class Recovery(models.Model):
 
     def __str__(self):
         return f"recovery of {self.workload} ({self.step})"
+
+
+class LogChunk(models.Model):
+    """Output of one run (attempt) of a workload on one node, one batch a row as its agent
+    shipped it (`logs` messages): lines joined by newlines, from byte `offset` of the run's
+    output on. Rows are the cursor of readers (`id`), and go by age and size (`logs.trim`)."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_chunks")
+    attempt = models.PositiveIntegerField()
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    offset = models.PositiveBigIntegerField()
+    text = models.TextField()
+    lines = models.PositiveIntegerField()
+    size = models.PositiveIntegerField()  # characters of text, for the size limit
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["workload", "id"], name="logchunk_workload_id")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload", "attempt", "node", "offset"], name="logchunk_once"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.workload} attempt {self.attempt} on {self.node_id} at {self.offset}"

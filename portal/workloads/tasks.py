@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from portal.workloads import checkpoints, preemption, recovery
+from portal.workloads import checkpoints, logs, preemption, recovery
 from portal.workloads.cycle import run_cycles
 
 
@@ -38,3 +38,9 @@ def advance_preemptions() -> list[int]:
 def request_checkpoints() -> list[int]:
     """Beat, every 10 s: ask running jobs for the routine saves that are due."""
     return checkpoints.request_routine()
+
+
+@shared_task(soft_time_limit=60, expires=300)
+def trim_logs() -> int:
+    """Beat, every 10 minutes: drop output past its age or its workload's size limit."""
+    return logs.trim()

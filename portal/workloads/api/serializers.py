@@ -10,7 +10,14 @@ from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import parallel
 from portal.workloads.choices import Kind, Topology
-from portal.workloads.models import Checkpoint, ParallelPlan, Recovery, Workload, WorkloadEvent
+from portal.workloads.models import (
+    Checkpoint,
+    LogChunk,
+    ParallelPlan,
+    Recovery,
+    Workload,
+    WorkloadEvent,
+)
 from portal.workloads.reasons import Reader
 from portal.workloads.usage import gpu_hours
 from scheduler import parallelism
@@ -348,3 +355,40 @@ class AdviceSerializer(serializers.Serializer):
     failures_per_gpu_hour = serializers.FloatField()
     source = serializers.CharField(help_text="Where the failure rate comes from")
     policies = PolicyAdviceSerializer(many=True, help_text="Best expected ETTR first")
+
+
+class LogQuerySerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    node = serializers.CharField(max_length=100, required=False, help_text="A node's name")
+    since = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, default=0, help_text="The `next` of the last read"
+    )
+    follow = serializers.BooleanField(
+        default=False, help_text="Wait up to 15 s for new output while the workload runs"
+    )
+
+
+class LogChunkSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    lines = serializers.SerializerMethodField()
+
+    class Meta:
+        model = LogChunk
+        fields = ["id", "attempt", "node", "offset", "at", "lines"]
+
+    def get_lines(self, chunk) -> list[str]:
+        return chunk.text.split("\n")
+
+
+class LogRunSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    node = serializers.CharField()
+    lines = serializers.IntegerField()
+
+
+class LogsSerializer(serializers.Serializer):
+    chunks = LogChunkSerializer(many=True)
+    next = serializers.IntegerField(help_text="Pass as `since` to read on")
+    more = serializers.BooleanField(help_text="More output is there to read at once")
+    writing = serializers.BooleanField(help_text="The workload may still write")
+    runs = LogRunSerializer(many=True, help_text="Every attempt and node that wrote output")

@@ -5,13 +5,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.core.api import TenantPermission, TenantViewSet
-from portal.workloads import lifecycle
+from portal.workloads import lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import (
     AdviceQuerySerializer,
     AdviceSerializer,
     EttrQuerySerializer,
     EttrReportSerializer,
+    LogQuerySerializer,
+    LogsSerializer,
     PlanAnswerSerializer,
     PlanQuerySerializer,
     TimelineSerializer,
@@ -49,6 +51,30 @@ class WorkloadViewSet(
         """Cancel the workload; 409 when it has already finished."""
         workload = lifecycle.cancel(self.get_object(), actor=request.user)
         return Response(WorkloadSerializer(workload, context={"request": request}).data)
+
+    @extend_schema(parameters=[LogQuerySerializer], responses=LogsSerializer)
+    @action(detail=True)
+    def logs(self, request, pk=None):
+        """The workload's output after chunk `since`, oldest first, of one attempt and one
+        node when given; `follow` waits for new output while the workload runs."""
+        workload = self.get_object()
+        query = LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        options = dict(query.validated_data)
+        read = logs.follow if options.pop("follow") else logs.read
+        chunks = read(workload, **options)
+        since = options["since"]
+        return Response(
+            LogsSerializer(
+                {
+                    "chunks": chunks,
+                    "next": chunks[-1].id if chunks else since,
+                    "more": len(chunks) == logs.READ_LIMIT,
+                    "writing": logs.writing(workload),
+                    "runs": logs.runs(workload),
+                }
+            ).data
+        )
 
     @extend_schema(responses=TimelineSerializer)
     @action(detail=True)
