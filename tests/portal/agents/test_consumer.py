@@ -258,3 +258,20 @@ def test_a_frame_over_the_bound_closes_the_connection_at_once_and_is_logged(
         5,
         "the rejection in the log",
     )
+
+
+def test_output_is_kept_only_from_the_node_the_workload_was_given_to(agent_url, acme_llm, cluster):
+    a, b = cluster[0], cluster[4]
+    Node.objects.exclude(pk=b.pk).update(connected=False)
+    workload = make_workload(acme_llm, "on-b", gpus=8)
+    scheduling_cycle()
+    lines = {"workload_id": workload.pk, "attempt": 0, "offset": 0, "lines": ["forged"]}
+    for node in (a, b):
+        token = node.issue_token()
+        with connect(agent_url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            _hello(ws, node)  # its desired state: b's lists the workload, a's does not
+            ws.send(protocol.encode("logs", **{**lines, "lines": [f"from {node.name}"]}))
+            ws.send(protocol.encode("logs", **{**lines, "lines": [f"again {node.name}"]}))
+            _hello(ws, node)  # a round trip: what came before it has been handled
+    kept = list(workload.log_chunks.values_list("node__name", "text"))
+    assert kept == [(b.name, f"from {b.name}")]  # a resent offset is kept once
