@@ -6,8 +6,8 @@ import time
 from datetime import timedelta
 
 import pytest
-from rest_framework.test import APIClient
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from portal.workloads import logs
 from portal.workloads.models import LogChunk
