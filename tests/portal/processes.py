@@ -118,3 +118,18 @@ def start_fleet(port: int, heartbeat: float = 0.2) -> Child:
             str(heartbeat),
         ],
     )
+
+
+def start_agent(port: int, node, state_dir: Path) -> Child:
+    """`wanka-agent` for `node` with the processes backend: its workloads run as real
+    processes, on simulated GPUs of the node's model."""
+    command = [
+        sys.executable, "-m", "scheduler.agent.cli",
+        "--url", f"ws://127.0.0.1:{port}/ws/agent/",
+        "--backend", "processes", "--hostname", node.name, "--gpus", str(node.gpu_count),
+        "--gpu-model", node.gpu_model.name, "--state-dir", str(state_dir),
+        "--heartbeat-s", "0.5", "--grace-s", "2",
+    ]  # fmt: skip
+    agent = Child("agent", command, WANKA_AGENT_TOKEN=node.issue_token(), PYTHONPATH=str(ROOT))
+    wait_until(lambda: type(node).objects.get(pk=node.pk).connected, 30, "the agent", check=agent)
+    return agent

@@ -9,14 +9,12 @@ import pytest
 from django.test import Client
 
 from portal.agents import intake
-from portal.cluster.models import Node
-from portal.tenancy.models import hash_token
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import LogChunk, Workload
 from scheduler import faults
 from tests.builders import api_client, make_cluster, make_queue, make_workload
-from tests.portal.processes import ROOT, Child, wait_until
+from tests.portal.processes import start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,16 +35,7 @@ JOB = shlex.join(
 @pytest.fixture
 def agent(portal_server, celery_worker, clean_redis, tmp_path):
     [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
-    Node.objects.filter(pk=node.pk).update(token_hash=hash_token("node-token"))
-    command = [
-        sys.executable, "-m", "scheduler.agent.cli",
-        "--url", f"ws://127.0.0.1:{portal_server}/ws/agent/",
-        "--backend", "processes", "--hostname", node.name, "--gpus", "8",
-        "--gpu-model", "H800", "--state-dir", str(tmp_path / "agent"),
-        "--heartbeat-s", "0.5", "--grace-s", "2",
-    ]  # fmt: skip
-    child = Child("agent", command, WANKA_AGENT_TOKEN="node-token", PYTHONPATH=str(ROOT))
-    wait_until(lambda: Node.objects.get(pk=node.pk).connected, 30, "the agent", check=child)
+    child = start_agent(portal_server, node, tmp_path / "agent")
     yield node
     child.stop()
 
