@@ -7,10 +7,12 @@ from rest_framework.routers import DefaultRouter
 
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
+from portal.tenancy.api import MeView
 from portal.workloads.api.views import (
     CheckpointAdviceView,
     EttrView,
     ParallelPlansView,
+    UsageView,
     WorkloadViewSet,
 )
 
@@ -27,6 +29,8 @@ admin.site.site_title = "Wanka"
 urlpatterns = [
     path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),
     path("api/v1/ettr/", EttrView.as_view(), name="ettr"),
+    path("api/v1/usage/", UsageView.as_view(), name="usage"),
+    path("api/v1/me/", MeView.as_view(), name="me"),
     path("api/v1/checkpoint-advice/", CheckpointAdviceView.as_view(), name="checkpoint-advice"),
     path("api/v1/parallelism/plans/", ParallelPlansView.as_view(), name="parallel-plans"),
     # Namespaced: the router's names ("workload-list") are also the pages'.

@@ -392,3 +392,30 @@ class LogsSerializer(serializers.Serializer):
     more = serializers.BooleanField(help_text="More output is there to read at once")
     writing = serializers.BooleanField(help_text="The workload may still write")
     runs = LogRunSerializer(many=True, help_text="Every attempt and node that wrote output")
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    since = serializers.DateTimeField(required=False, help_text="Default: 30 days before until")
+    until = serializers.DateTimeField(required=False, help_text="Default: now")
+
+    def validate(self, attrs):
+        until = attrs.setdefault("until", timezone.now())
+        since = attrs.setdefault("since", until - timedelta(days=30))
+        if since >= until:
+            raise serializers.ValidationError({"since": "Must be before until."})
+        return attrs
+
+
+class UsageRowSerializer(serializers.Serializer):
+    tenant = serializers.CharField()
+    queue = serializers.CharField()
+    gpu_model = serializers.CharField()
+    in_use = serializers.IntegerField(help_text="GPUs held now")
+    gpu_hours = serializers.FloatField(help_text="GPU-hours used within the window")
+
+
+class UsageSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    rows = UsageRowSerializer(many=True)
+    gpu_hours = serializers.FloatField(help_text="All the rows' GPU-hours")

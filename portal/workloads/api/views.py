@@ -17,12 +17,15 @@ from portal.workloads.api.serializers import (
     PlanAnswerSerializer,
     PlanQuerySerializer,
     TimelineSerializer,
+    UsageQuerySerializer,
+    UsageSerializer,
     WorkloadDetailSerializer,
     WorkloadSerializer,
 )
 from portal.workloads.ettr import job_report, series, window_report
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload
+from portal.workloads.usage import usage_by_queue
 from scheduler import parallelism
 
 
@@ -107,6 +110,24 @@ class EttrView(APIView):
         report = window_report(workloads, since, until)
         report["series"] = series(workloads, since, until, query.validated_data["buckets"])
         return Response(EttrReportSerializer(report).data)
+
+
+class UsageView(APIView):
+    """GPUs in use now and GPU-hours used over a window (default: the last 30 days), per
+    queue and GPU model: a tenant's own, every tenant's for operators."""
+
+    permission_classes = [permissions.IsAuthenticated, TenantPermission]
+
+    @extend_schema(parameters=[UsageQuerySerializer], responses=UsageSerializer)
+    def get(self, request):
+        query = UsageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        since, until = query.validated_data["since"], query.validated_data["until"]
+        rows = usage_by_queue(Workload.objects.visible_to(request.user), since, until)
+        report = {"since": since, "until": until, "rows": rows}
+        return Response(
+            UsageSerializer({**report, "gpu_hours": sum(r["gpu_hours"] for r in rows)}).data
+        )
 
 
 class CheckpointAdviceView(APIView):

@@ -1,0 +1,114 @@
+"""`wanka`, the command-line client, run as a subprocess against a live portal (daphne, a Celery
+worker, and `wanka-agent` running the jobs as real processes): login, submit, list, show,
+follow the output, wait, cancel, quota and usage, with the exit codes scripts rely on."""
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from portal.tenancy.models import ApiToken
+from tests.builders import make_cluster, make_queue
+from tests.portal.processes import ROOT, child_env, start_agent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SHORT = shlex.join(
+    [
+        sys.executable,
+        "-c",
+        "import time\nfor i in range(5): print('line', i, flush=True); time.sleep(0.4)",
+    ]
+)
+LONG = shlex.join([sys.executable, "-c", "import time\ntime.sleep(600)"])
+
+
+@pytest.fixture
+def portal(portal_server, celery_worker, clean_redis, tmp_path, acme):
+    [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
+    make_queue(acme, "llm", h800=8)
+    agent = start_agent(portal_server, node, tmp_path / "agent")
+    yield f"http://127.0.0.1:{portal_server}"
+    agent.stop()
+
+
+def wanka(tmp_path, *args, stdin=None):
+    """Run `wanka ARGS` with its own config file; (exit code, stdout, stderr)."""
+    env = {**child_env(), "WANKA_CONFIG": str(tmp_path / "wanka.json")}
+    env.pop("WANKA_URL", None), env.pop("WANKA_TOKEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.client.cli", *map(str, args)],
+        cwd=ROOT, env=env, input=stdin, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
+    _, key = ApiToken.issue(bob.membership, "laptop")
+    assert wanka(tmp_path, "ls")[0] == 3  # not signed in yet
+    code, out, _ = wanka(tmp_path, "login", "--url", portal, "--token", key)
+    assert code == 0 and "as bob (member of Acme)" in out
+    assert (tmp_path / "wanka.json").stat().st_mode & 0o077 == 0  # its token is private
+
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"name: short\nqueue: llm\ngpu_model: H800\ngpus: 8\ncommand: {json.dumps(SHORT)}\n"
+    )
+    code, out, _ = wanka(tmp_path, "submit", job, "--json")
+    assert code == 0
+    short = json.loads(out)["id"]
+    code, out, _ = wanka(tmp_path, "logs", short, "-f")  # follows until the job has ended
+    assert (code, out) == (0, "".join(f"line {i}\n" for i in range(5)))
+    code, _, err = wanka(tmp_path, "wait", short, "--timeout", "30")
+    assert code == 0 and "succeeded" in err
+
+    spec = json.dumps(
+        {"name": "long", "queue": "llm", "gpu_model": "H800", "gpus": 8, "command": LONG}
+    )
+    code, out, _ = wanka(tmp_path, "submit", "-", stdin=spec)
+    assert code == 0 and out.startswith("Submitted workload ")
+    long = int(out.split()[2])
+    assert wanka(tmp_path, "wait", long, "--until", "running", "--timeout", "30")[0] == 0
+    code, out, _ = wanka(tmp_path, "ls")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "ID",
+        "NAME",
+        "QUEUE",
+        "GPUS",
+        "STATE",
+        "SUBMITTED",
+        "WHY",
+    ]
+    assert [line.split()[1] for line in out.splitlines()[1:]] == ["long", "short"]
+    code, out, _ = wanka(tmp_path, "quota")
+    assert code == 0 and out.splitlines()[1].split()[:5] == ["llm", "H800", "0", "8", "8"]
+    code, out, _ = wanka(tmp_path, "usage", "--json")
+    [row] = json.loads(out)["rows"]
+    assert (row["queue"], row["in_use"]) == ("llm", 8) and row["gpu_hours"] > 0
+
+    code, out, _ = wanka(tmp_path, "cancel", long)
+    assert (code, out) == (0, f"Cancelled workload {long} (long).\n")
+    assert "cancelled" in wanka(tmp_path, "show", long)[1]
+    code, _, err = wanka(tmp_path, "cancel", long)
+    assert code == 1 and err.startswith("wanka: state: ")  # the API's field and reason
+    assert wanka(tmp_path, "wait", long)[0] == 1  # it did not succeed
+
+
+def test_refusals_print_the_field_and_reason_with_exit_codes_for_scripts(portal, tmp_path, bob):
+    _, read_only = ApiToken.issue(bob.membership, "dashboards", scope="read")
+    wanka(tmp_path, "login", "--url", portal, "--token", read_only)
+    spec = json.dumps({"name": "x", "queue": "llm", "gpu_model": "H800", "gpus": 8})
+    code, _, err = wanka(tmp_path, "submit", "-", stdin=spec)
+    assert (code, err) == (1, "wanka: This API token is read-only (scope read).\n")
+    _, key = ApiToken.issue(bob.membership, "laptop")
+    code, _, err = wanka(tmp_path, "submit", "-", "--token", key, stdin=spec.replace("8}", "0}"))
+    assert code == 1 and err.startswith("wanka: gpus: ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    assert wanka(tmp_path, "submit", bad)[0] == 2
+    assert wanka(tmp_path, "show", 10**9)[0] == 1  # no such workload (404)
+    assert wanka(tmp_path, "login", "--url", portal, "--token", "wk_wrong")[0] == 3
+    code, _, err = wanka(tmp_path, "ls", "--url", "http://127.0.0.1:9")
+    assert code == 4 and "cannot reach" in err
