@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from portal.tenancy.models import ApiToken
-from tests.builders import make_cluster, make_queue
+from tests.builders import api_client, make_cluster, make_queue
 from tests.portal.processes import ROOT, child_env, start_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -112,3 +113,10 @@ def test_refusals_print_the_field_and_reason_with_exit_codes_for_scripts(portal,
     assert wanka(tmp_path, "login", "--url", portal, "--token", "wk_wrong")[0] == 3
     code, _, err = wanka(tmp_path, "ls", "--url", "http://127.0.0.1:9")
     assert code == 4 and "cannot reach" in err
+
+
+def test_the_example_job_file_is_a_submission_the_api_takes(acme_llm, bob):
+    spec = yaml.safe_load((ROOT / "examples" / "job.yaml").read_text())
+    answer = api_client(bob).post("/api/v1/workloads/", spec, format="json")
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["command"] == "python3 train_tiny.py --log-every 50"
