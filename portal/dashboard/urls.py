@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, reverse_lazy
 
-from portal.dashboard import views
+from portal.dashboard import members, views
 from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
@@ -15,6 +15,17 @@ urlpatterns = [
     path("workloads/<int:pk>/output.txt", views.workload_log_text, name="workload-log-text"),
     path("quota/", views.quota, name="quota"),
     path("tokens/", views.tokens, name="tokens"),
+    path("members/", members.members, name="members"),
+    path("members/<int:pk>/role/", members.member_role, name="member-role"),
+    path("members/<int:pk>/remove/", members.member_remove, name="member-remove"),
+    path(
+        "invite/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="registration/invite_accept.html",
+            success_url=reverse_lazy("login"),
+        ),
+        name="invite-accept",
+    ),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("ops/drill/", views.fault_drill, name="fault-drill"),
 ]
