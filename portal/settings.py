@@ -219,6 +219,18 @@ AUTH_PASSWORD_VALIDATORS = [
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
+# Mail (invitations, notifications): SMTP when WANKA_EMAIL_HOST is set, else printed to the log.
+EMAIL_HOST = os.environ.get("WANKA_EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("WANKA_EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("WANKA_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("WANKA_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("WANKA_EMAIL_TLS", True)
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+DEFAULT_FROM_EMAIL = os.environ.get("WANKA_EMAIL_FROM", "wanka@localhost")
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
