@@ -46,7 +46,7 @@ def make_workload(queue, name="job", gpus=16, model="H800", **fields):
 
 def api_client(user) -> APIClient:
     """A client authenticated the way scripts are: with a bearer API token."""
-    _, raw = ApiToken.issue(user.membership, "test")
+    _, raw = ApiToken.issue(user, "test")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client

@@ -55,6 +55,27 @@ class TenantPermission(permissions.BasePermission):
         return True
 
 
+def is_operator(user) -> bool:
+    """Staff in no tenant: the platform's operators."""
+    return user.is_authenticated and user.is_staff and membership_of(user) is None
+
+
+class OperatorPermission(permissions.BasePermission):
+    """Only operators: what the operator console does, through the API."""
+
+    message = "Only operators can do this."
+
+    def has_permission(self, request, view):
+        return is_operator(request.user)
+
+
+class TenantOrOperatorPermission(TenantPermission):
+    """A tenant's member as `TenantPermission` says, or an operator (on every tenant's)."""
+
+    def has_permission(self, request, view):
+        return is_operator(request.user) or super().has_permission(request, view)
+
+
 class TenantViewSet(viewsets.GenericViewSet):
     """Base of every tenant endpoint: the queryset is always cut to what the caller may see
     (`visible_to`), so another tenant's object is a 404, never a 403 that admits it exists."""

@@ -127,7 +127,8 @@ def member_remove(request, pk):
         audit("member.removed", person, actor=request.user, tenant=membership.tenant,
               username=person.user.get_username(), role=person.role)  # fmt: skip
         user = person.user
-        person.delete()  # and with it the tokens
+        person.delete()
+        user.api_tokens.all().delete()
         user.is_active = False
         user.save(update_fields=["is_active"])
     messages.success(request, f"{user} was removed.")

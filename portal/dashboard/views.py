@@ -218,10 +218,11 @@ def _blank_to_none(post):
 
 @login_required
 def tokens(request):
-    """A member's own API tokens: issue one (its key shown this once), list, revoke. An issue
-    redirects to the list, which shows the new key once from the session, so reloading the
-    page never issues another."""
-    membership = _membership(request)
+    """The caller's own API tokens (a member's or an operator's): issue one (its key shown this
+    once), list, revoke. An issue redirects to the list, which shows the new key once from the
+    session, so reloading the page never issues another."""
+    membership = _token_holder(request)
+    tenant = membership.tenant if membership else None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
         scope = request.POST.get("scope", "write")
@@ -230,16 +231,18 @@ def tokens(request):
             messages.error(request, "Give the token a name.")
         elif scope not in ApiToken.SCOPES or days not in TOKEN_LIFETIMES:
             messages.error(request, "Choose a scope and a lifetime from the lists.")
-        elif scope == "write" and not membership.may("write"):
+        elif scope == "write" and membership and not membership.may("write"):
             messages.error(request, "A viewer's tokens can only read.")
         else:
             expires = timezone.now() + timedelta(days=int(days)) if days != "never" else None
-            token, request.session[NEW_KEY] = ApiToken.issue(membership, name[:100], scope, expires)
+            token, request.session[NEW_KEY] = ApiToken.issue(
+                request.user, name[:100], scope, expires
+            )
             audit(
                 "api_token.issued",
                 token,
                 actor=request.user,
-                tenant=membership.tenant,
+                tenant=tenant,
                 scope=scope,
                 expires_at=expires.isoformat() if expires else None,
             )
@@ -248,7 +251,7 @@ def tokens(request):
         request,
         "dashboard/tokens.html",
         {
-            "tokens": membership.tokens.order_by("-created_at"),
+            "tokens": request.user.api_tokens.order_by("-created_at"),
             "new_key": request.session.pop(NEW_KEY, None),
             "scopes": ApiToken.SCOPES,
             "lifetimes": TOKEN_LIFETIMES,
@@ -267,14 +270,22 @@ TOKEN_LIFETIMES = {
 }
 
 
+def _token_holder(request):
+    """The caller's membership (None for an operator); anyone else may hold no token."""
+    membership = membership_of(request.user)
+    if membership is None and not request.user.is_staff:
+        raise PermissionDenied("Only tenants' members and operators hold API tokens.")
+    return membership
+
+
 @login_required
 @require_POST
 def token_revoke(request, pk):
-    membership = _membership(request)
-    token = get_object_or_404(membership.tokens, pk=pk)
+    membership = _token_holder(request)
+    token = get_object_or_404(request.user.api_tokens, pk=pk)
     token.revoked = True
     token.save(update_fields=["revoked"])
-    audit("api_token.revoked", token, actor=request.user, tenant=membership.tenant)
+    audit("api_token.revoked", token, actor=request.user, tenant=membership and membership.tenant)
     messages.success(request, f"Token {token} revoked.")
     return redirect("tokens")
 

@@ -17,10 +17,28 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "membership", "hint", "created_at", "last_used_at", "revoked"]
-    fields = ["membership", "name", "hint", "created_at", "last_used_at", "revoked"]
-    readonly_fields = ["membership", "name", "hint", "created_at", "last_used_at"]
-    list_filter = ["revoked"]
+    list_display = [
+        "name",
+        "user",
+        "scope",
+        "hint",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked",
+    ]
+    fields = [
+        "user",
+        "name",
+        "scope",
+        "hint",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked",
+    ]
+    readonly_fields = ["user", "name", "scope", "hint", "created_at", "expires_at", "last_used_at"]
+    list_filter = ["revoked", "scope"]
 
     def has_add_permission(self, request):
         return False  # members issue their own on the API tokens page; the key is shown once

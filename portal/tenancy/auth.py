@@ -8,7 +8,7 @@ from portal.tenancy.models import ApiToken, hash_token
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer wk_...`: the token acts as the member who issued it, within its
+    """`Authorization: Bearer wk_...`: the token acts as the user who issued it, within its
     scope: a read token is refused every write (403), an expired one everything (401)."""
 
     keyword = "Bearer"
@@ -20,11 +20,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
         token = (
-            ApiToken.objects.select_related("membership__user", "membership__tenant")
+            ApiToken.objects.select_related("user__membership__tenant")
             .filter(key_hash=hash_token(parts[1].decode()), revoked=False)
             .first()
         )
-        if token is None or not token.membership.user.is_active:
+        if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
         now = timezone.now()
         if token.expired(now):
@@ -36,7 +36,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         # One write a minute at most, not one per request.
         if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        return token.membership.user, token
+        return token.user, token
 
     def authenticate_header(self, request):
         return self.keyword

@@ -73,13 +73,16 @@ def hash_token(raw: str) -> str:
 
 
 class ApiToken(models.Model):
-    """A bearer token for the REST API, acting as one member within its scope (a read token
-    only reads, whatever the member's role) until it expires; only its hash is stored."""
+    """A bearer token for the REST API, acting as its user (a tenant's member, or an operator)
+    within its scope (a read token only reads, whatever the role) until it expires; only its
+    hash is stored."""
 
     PREFIX = "wk_"
     SCOPES = {"read": "Read only", "write": "Read and write"}
 
-    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(max_length=100)
     key_hash = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=8, help_text="Last characters, to tell tokens apart")
@@ -94,12 +97,12 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(
-        cls, membership: Membership, name: str, scope: str = "write", expires_at=None
+        cls, user, name: str, scope: str = "write", expires_at=None
     ) -> tuple["ApiToken", str]:
         """Create a token and return it with the raw key, which is shown once and never again."""
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            membership=membership,
+            user=user,
             name=name,
             key_hash=hash_token(raw),
             hint=raw[-4:],

@@ -47,7 +47,7 @@ def wanka(tmp_path, *args, stdin=None):
 
 
 def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
-    _, key = ApiToken.issue(bob.membership, "laptop")
+    _, key = ApiToken.issue(bob, "laptop")
     assert wanka(tmp_path, "ls")[0] == 3  # not signed in yet
     code, out, _ = wanka(tmp_path, "login", "--url", portal, "--token", key)
     assert code == 0 and "as bob (member of Acme)" in out
@@ -98,12 +98,12 @@ def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
 
 
 def test_refusals_print_the_field_and_reason_with_exit_codes_for_scripts(portal, tmp_path, bob):
-    _, read_only = ApiToken.issue(bob.membership, "dashboards", scope="read")
+    _, read_only = ApiToken.issue(bob, "dashboards", scope="read")
     wanka(tmp_path, "login", "--url", portal, "--token", read_only)
     spec = json.dumps({"name": "x", "queue": "llm", "gpu_model": "H800", "gpus": 8})
     code, _, err = wanka(tmp_path, "submit", "-", stdin=spec)
     assert (code, err) == (1, "wanka: This API token is read-only (scope read).\n")
-    _, key = ApiToken.issue(bob.membership, "laptop")
+    _, key = ApiToken.issue(bob, "laptop")
     code, _, err = wanka(tmp_path, "submit", "-", "--token", key, stdin=spec.replace("8}", "0}"))
     assert code == 1 and err.startswith("wanka: gpus: ")
     bad = tmp_path / "bad.yaml"

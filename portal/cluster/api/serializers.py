@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import node_live
 
@@ -23,6 +24,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_count",
             "gpus_allocated",
             "health",
+            "spare",
             "connected",
             "last_seen_at",
             "agent_version",
@@ -97,3 +99,12 @@ class EnrolSerializer(serializers.Serializer):
 class EnrolledSerializer(serializers.Serializer):
     node = serializers.CharField()
     token = serializers.CharField(help_text="The node's agent token; shown this once")
+
+
+class NodeHealthSerializer(serializers.Serializer):
+    health = serializers.ChoiceField(choices=Health.choices)
+    reason = serializers.CharField(max_length=200, help_text="Why: kept with the node and audited")
+
+
+class NodeSpareSerializer(serializers.Serializer):
+    spare = serializers.BooleanField(help_text="Keep the node for fault recovery only")

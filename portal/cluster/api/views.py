@@ -1,3 +1,4 @@
+from django.db import transaction
 from django.db.models import Count
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -12,13 +13,16 @@ from portal.cluster.api.serializers import (
     EnrolSerializer,
     FaultSerializer,
     NodeDetailSerializer,
+    NodeHealthSerializer,
     NodeSerializer,
+    NodeSpareSerializer,
 )
 from portal.cluster.enrolment import enrol
 from portal.cluster.filtersets import FaultFilterSet, NodeFilterSet
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import cluster_summary
-from portal.core.api import TenantViewSet
+from portal.core.api import OperatorPermission, TenantViewSet
+from portal.core.models import audit
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -39,6 +43,36 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=False)
     def summary(self, request):
         return Response(cluster_summary())
+
+    @extend_schema(request=NodeHealthSerializer, responses=NodeSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[OperatorPermission])
+    def health(self, request, pk=None):
+        """Operators move the node along its lifecycle (cordon, drain, down, repair, ready);
+        409 for a move the lifecycle does not allow. Its jobs follow as in the console."""
+        query = NodeHealthSerializer(data=request.data)
+        query.is_valid(raise_exception=True)
+        with transaction.atomic():
+            node = Node.objects.select_for_update().get(pk=self.get_object().pk)
+            node.set_health(
+                query.validated_data["health"], query.validated_data["reason"], request.user
+            )
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    @extend_schema(request=NodeSpareSerializer, responses=NodeSerializer)
+    @action(detail=True, methods=["post"], permission_classes=[OperatorPermission])
+    def spare(self, request, pk=None):
+        """Operators keep the node as a hot spare (for fault recovery only), or not."""
+        query = NodeSpareSerializer(data=request.data)
+        query.is_valid(raise_exception=True)
+        node = self.get_object()
+        with transaction.atomic():
+            Node.objects.filter(pk=node.pk).update(spare=query.validated_data["spare"])
+            audit(
+                "node.spare" if query.validated_data["spare"] else "node.unspare",
+                node,
+                actor=request.user,
+            )
+        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
 
 class FaultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from portal.cluster.models import GpuModel, Region
 from portal.quotas.models import (
     THRESHOLD_NEEDS_BORROWING,
+    Cohort,
     Queue,
     QueueQuota,
     QuotaRequest,
@@ -115,3 +116,27 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             why = f"{count} {model} GPUs exceeds the {capacity} the region {region} has."
             raise serializers.ValidationError({"count": why})
         return attrs
+
+
+class DecisionSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class QueueChangeSerializer(QueueSerializer):
+    """What operators may change of a queue through the API (quotas grow by approved
+    requests), checked as a queue is."""
+
+    cohort = serializers.SlugRelatedField(
+        slug_field="name", queryset=Cohort.objects.all(), allow_null=True, required=False
+    )
+
+    class Meta:
+        model = Queue
+        fields = [
+            "cohort",
+            "priority",
+            "weight",
+            "strategy",
+            *Queue.PREEMPTION_FIELDS,
+            "preemption_grace_s",
+        ]

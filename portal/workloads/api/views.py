@@ -4,7 +4,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.core.api import TenantPermission, TenantViewSet
+from portal.core.api import TenantOrOperatorPermission, TenantPermission, TenantViewSet
 from portal.workloads import lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import (
@@ -49,9 +49,13 @@ class WorkloadViewSet(
     def perform_create(self, serializer):
         lifecycle.submit(serializer, self.request.user)
 
-    @action(detail=True, methods=["post"])
+    @action(
+        detail=True,
+        methods=["post"],
+        permission_classes=[permissions.IsAuthenticated, TenantOrOperatorPermission],
+    )
     def cancel(self, request, pk=None):
-        """Cancel the workload; 409 when it has already finished."""
+        """Cancel the workload (its tenant's members, or operators); 409 once finished."""
         workload = lifecycle.cancel(self.get_object(), actor=request.user)
         return Response(WorkloadSerializer(workload, context={"request": request}).data)
 

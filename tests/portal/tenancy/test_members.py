@@ -40,7 +40,7 @@ def test_an_admin_invites_and_the_invitee_sets_a_password_once(alice, client):
 def test_an_admin_changes_roles_and_removes_members_and_nobody_else_can(
     alice, bob, victor, charlie, client
 ):
-    _, key = ApiToken.issue(bob.membership, "scripts")
+    _, key = ApiToken.issue(bob, "scripts")
     client.force_login(bob)  # a member, not an admin
     assert client.get("/members/").status_code == 403
     assert (

@@ -6,6 +6,7 @@ from rest_framework.test import APIClient
 
 from portal.core.models import AuditEvent
 from portal.tenancy.models import ApiToken
+from tests.builders import make_workload
 
 
 def test_a_member_issues_a_token_sees_it_once_and_it_works(bob, client):
@@ -23,7 +24,7 @@ def test_a_member_issues_a_token_sees_it_once_and_it_works(bob, client):
 
 
 def test_revoking_stops_the_token_and_others_cannot_revoke_it(bob, charlie, client):
-    token, key = ApiToken.issue(bob.membership, "scripts")
+    token, key = ApiToken.issue(bob, "scripts")
     client.force_login(charlie)
     assert client.post(f"/tokens/{token.pk}/revoke/").status_code == 404
     client.force_login(bob)
@@ -40,7 +41,7 @@ def _bearer(key):
 
 
 def test_a_read_scoped_token_reads_but_cannot_write(bob, acme_llm):
-    _, key = ApiToken.issue(bob.membership, "dashboards", scope="read")
+    _, key = ApiToken.issue(bob, "dashboards", scope="read")
     api = _bearer(key)
     assert api.get("/api/v1/workloads/").status_code == 200
     refused = api.post("/api/v1/workloads/", {"name": "x"}, format="json")
@@ -52,9 +53,7 @@ def test_a_read_scoped_token_reads_but_cannot_write(bob, acme_llm):
 
 
 def test_an_expired_token_is_refused_and_says_when_it_expired(bob):
-    token, key = ApiToken.issue(
-        bob.membership, "old", expires_at=timezone.now() - timedelta(hours=1)
-    )
+    token, key = ApiToken.issue(bob, "old", expires_at=timezone.now() - timedelta(hours=1))
     refused = _bearer(key).get("/api/v1/workloads/")
     assert refused.status_code == 401
     assert "expired at" in refused.json()["errors"][0]["reason"]
@@ -77,3 +76,13 @@ def test_the_page_issues_scoped_expiring_tokens_and_audits_them(bob, victor, cli
     assert not ApiToken.objects.filter(name="w").exists()
     client.post("/tokens/", {"name": "bogus", "scope": "write", "expires_in_days": "9999"})
     assert not ApiToken.objects.filter(name="bogus").exists()
+
+
+def test_an_operator_holds_a_token_and_reads_every_tenants_workloads(operator, acme_llm, client):
+    make_workload(acme_llm, "theirs", gpus=8)
+    client.force_login(operator)
+    client.post("/tokens/", {"name": "ops-scripts", "scope": "read", "expires_in_days": "90"})
+    key = re.search(r'id="new-key">(wk_[^<]+)<', client.get("/tokens/").content.decode()).group(1)
+    body = _bearer(key).get("/api/v1/workloads/").json()
+    assert [w["name"] for w in body["results"]] == ["theirs"]
+    assert _bearer(key).get("/api/v1/me/").json()["operator"] is True

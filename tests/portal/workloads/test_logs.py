@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -72,6 +73,7 @@ def test_follow_waits_for_new_output_and_returns_when_it_comes(job, bob, cluster
     def write_later():
         time.sleep(1.0)
         logs.record_many([(cluster[0].pk, job.pk, 1, 100, ["late line"])])
+        connection.close()  # this thread's own
 
     writer = threading.Thread(target=write_later)
     writer.start()

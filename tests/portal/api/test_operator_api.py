@@ -1,0 +1,93 @@
+"""Operators do through /api/v1/ what the console lets them: move nodes along their lifecycle,
+keep spares, decide quota requests, change queues, cancel any tenant's job; all audited, and
+none of it open to tenants."""
+
+import pytest
+from rest_framework.test import APIClient
+
+from portal.cluster.choices import Health
+from portal.core.models import AuditEvent
+from portal.quotas.models import Cohort, QueueQuota
+from portal.tenancy.models import ApiToken
+from portal.workloads.choices import State
+from tests.builders import api_client, make_workload
+
+
+@pytest.fixture
+def ops(operator):
+    _, key = ApiToken.issue(operator, "ops")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def test_operators_move_nodes_and_keep_spares_tenants_cannot(ops, bob, cluster):
+    node = cluster[0]
+    answer = ops.post(f"/api/v1/nodes/{node.pk}/health/", {"health": "cordoned", "reason": "fan"})
+    assert (answer.status_code, answer.json()["health"]) == (200, "cordoned")
+    entry = AuditEvent.objects.get(action="node.cordoned")
+    assert entry.data == {"previous": "ready", "reason": "fan"}
+    refused = ops.post(f"/api/v1/nodes/{node.pk}/health/", {"health": "repairing", "reason": "x"})
+    assert refused.status_code == 409 and "cannot go from cordoned to repairing" in str(
+        refused.json()
+    )
+    bad = ops.post(f"/api/v1/nodes/{node.pk}/health/", {"health": "melted"})
+    assert {e["field"] for e in bad.json()["errors"]} == {"health", "reason"}
+    assert ops.post(f"/api/v1/nodes/{node.pk}/spare/", {"spare": True}).json()["spare"] is True
+    member = api_client(bob)
+    assert (
+        member.post(
+            f"/api/v1/nodes/{node.pk}/health/", {"health": "ready", "reason": "x"}
+        ).status_code
+        == 403
+    )
+    node.refresh_from_db()
+    assert node.health == Health.CORDONED
+
+
+def test_operators_decide_quota_requests_once(ops, alice, acme_llm):
+    filed = api_client(alice).post(
+        "/api/v1/quota-requests/",
+        {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 16, "reason": "sft"},
+        format="json",
+    )
+    assert filed.status_code == 201, filed.json()
+    pk = filed.json()["id"]
+    assert api_client(alice).post(f"/api/v1/quota-requests/{pk}/approve/").status_code == 403
+    before = QueueQuota.objects.get(queue=acme_llm, gpu_model__name="H800").nominal
+    approved = ops.post(f"/api/v1/quota-requests/{pk}/approve/", {"note": "ok"})
+    assert (approved.status_code, approved.json()["status"]) == (200, "approved")
+    assert QueueQuota.objects.get(queue=acme_llm, gpu_model__name="H800").nominal == before + 16
+    again = ops.post(f"/api/v1/quota-requests/{pk}/reject/")
+    assert again.status_code == 409
+    assert again.json()["errors"][0]["reason"].startswith("Not rejected: the request is approved")
+
+
+def test_operators_change_queues_with_an_audit_trail(ops, bob, acme_llm):
+    Cohort.objects.create(name="research")
+    answer = ops.post(
+        f"/api/v1/queues/{acme_llm.pk}/change/", {"weight": 3, "cohort": "research"}, format="json"
+    )
+    assert answer.status_code == 200, answer.json()
+    assert (answer.json()["weight"], answer.json()["cohort"]) == (3, "research")
+    changed = AuditEvent.objects.get(action="queue.changed").data["changed"]
+    assert changed["cohort"] == [None, "research"] and changed["weight"][1] == 3
+    refused = ops.post(
+        f"/api/v1/queues/{acme_llm.pk}/change/", {"max_priority_threshold": 5}, format="json"
+    )
+    assert (
+        refused.status_code == 400
+        and refused.json()["errors"][0]["field"] == "max_priority_threshold"
+    )
+    assert (
+        api_client(bob).post(f"/api/v1/queues/{acme_llm.pk}/change/", {"weight": 9}).status_code
+        == 403
+    )
+
+
+def test_operators_cancel_any_tenants_job(ops, acme_llm, charlie):
+    job = make_workload(acme_llm, "stuck", gpus=8)
+    assert api_client(charlie).post(f"/api/v1/workloads/{job.pk}/cancel/").status_code == 404
+    answer = ops.post(f"/api/v1/workloads/{job.pk}/cancel/")
+    assert (answer.status_code, answer.json()["state"]) == (200, State.CANCELLED)
+    assert ops.post("/api/v1/workloads/", {"name": "x"}).status_code == 403  # submit: tenants only
