@@ -71,6 +71,8 @@ INSTALLED_APPS = [
     "portal.whatif",
     "portal.dashboard",
     "portal.demo",
+    "portal.notifications",
+    "portal.metrics",
 ]
 
 MIDDLEWARE = [
@@ -147,6 +149,9 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.workloads.tasks.request_checkpoints": {"queue": "recovery"},
     "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
+    "portal.notifications.tasks.notify": {"queue": "notifications"},
+    "portal.notifications.tasks.deliver": {"queue": "notifications"},
+    "portal.notifications.tasks.resume_deliveries": {"queue": "notifications"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
     "portal.agents.tasks.move_off_nodes": {"queue": "recovery"},
@@ -195,6 +200,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.workloads.tasks.advance_preemptions",
         "schedule": timedelta(seconds=2),
     },
+    "webhook-retries": {
+        "task": "portal.notifications.tasks.resume_deliveries",
+        "schedule": timedelta(minutes=1),
+    },
     "trim-logs": {
         "task": "portal.workloads.tasks.trim_logs",
         "schedule": timedelta(minutes=10),
@@ -218,7 +227,6 @@ AUTH_PASSWORD_VALIDATORS = [
 # Messages may carry a secret shown once (a new agent token): keep them server-side.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard"
 # Mail (invitations, notifications): SMTP when WANKA_EMAIL_HOST is set, else printed to the log.
 EMAIL_HOST = os.environ.get("WANKA_EMAIL_HOST", "")
 EMAIL_PORT = int(os.environ.get("WANKA_EMAIL_PORT", "587"))
@@ -231,6 +239,7 @@ EMAIL_BACKEND = (
     else "django.core.mail.backends.console.EmailBackend"
 )
 DEFAULT_FROM_EMAIL = os.environ.get("WANKA_EMAIL_FROM", "wanka@localhost")
+LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -314,7 +323,15 @@ WANKA = {
     # (the oldest go first).
     "LOG_RETENTION_DAYS": float(os.environ.get("WANKA_LOG_RETENTION_DAYS", "30")),
     "LOG_CHARS_PER_WORKLOAD": int(os.environ.get("WANKA_LOG_CHARS_PER_WORKLOAD", str(64 << 20))),
+    # A failed webhook delivery is tried again after this, then 3 times longer each time (6
+    # tries in all). Webhooks may reach private addresses only when allowed.
+    "WEBHOOK_BACKOFF_S": float(os.environ.get("WANKA_WEBHOOK_BACKOFF_S", "10")),
+    "WEBHOOK_PRIVATE_OK": env_bool("WANKA_WEBHOOK_PRIVATE_OK", False),
 }
+# /metrics answers a request bearing this token (none when empty), or else one from these
+# networks (comma-separated CIDRs).
+WANKA_METRICS_TOKEN = os.environ.get("WANKA_METRICS_TOKEN", "")
+WANKA_METRICS_NETWORKS = env_list("WANKA_METRICS_NETWORKS", "127.0.0.1/32,::1/128")
 
 LOGGING = {
     "version": 1,

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
+from portal.metrics import views as metrics
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
 from portal.tenancy.api import MeView
 from portal.workloads.api.views import (
@@ -42,5 +43,8 @@ urlpatterns = [
     # Browsers ask for /favicon.ico whatever the page says.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("ops/whatif/", include("portal.whatif.urls")),
+    path("notifications/", include("portal.notifications.urls")),
+    path("metrics", metrics.metrics, name="metrics"),
+    path("metrics/gpus", metrics.gpus, name="metrics-gpus"),
     path("", include("portal.dashboard.urls")),
 ]

@@ -11,3 +11,6 @@ from portal.settings import *  # noqa: E402, F403
 
 # Fast hashing: tests create many users and never need real password security.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Webhook receivers in tests listen on 127.0.0.1, and a failed delivery is tried again soon.
+WANKA = {**WANKA, "WEBHOOK_PRIVATE_OK": True, "WEBHOOK_BACKOFF_S": 0.5}  # noqa: F405

@@ -23,6 +23,8 @@ LAYERS = {
     "dashboard": 5,
     "whatif": 5,
     "demo": 5,
+    "notifications": 5,
+    "metrics": 5,
 }
 
 

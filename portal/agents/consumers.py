@@ -120,6 +120,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             return
         await self.handle(raw)
         fanin.stats.record(time.perf_counter() - started)
+        if fanin.stats.due():
+            await fanin.stats.flush(len(CONNECTED))
 
     async def handle(self, raw):
         try:

@@ -16,7 +16,7 @@ from portal.cluster.choices import CommandState, Health
 from portal.cluster.delivery import tell_channels
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
-from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, tenant_group
+from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
 from portal.workloads import recovery
 from portal.workloads.choices import State
@@ -76,7 +76,7 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
     publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
     for tenant_id in {w.tenant_id for w in hit}:
         names = [w.name for w in hit if w.tenant_id == tenant_id]
-        publish(tenant_group(tenant_id), "fault", {**payload, "workloads": names})
+        publish_tenant(tenant_id, "fault", {**payload, "workloads": names})
 
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:

@@ -6,8 +6,13 @@ Group names come from the helpers below, one per scope, so senders and consumers
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.dispatch import Signal
 
 from portal.tenancy.models import membership_of
+
+# Sent for every event published to a tenant, inside its transaction: (tenant_id, event,
+# payload). Notifications listen.
+tenant_event = Signal()
 
 CLUSTER_GROUP = "cluster"  # everyone signed in: nothing that names a tenant's workload
 OPS_GROUP = "ops"  # operators (staff): everything
@@ -37,3 +42,4 @@ def publish(group: str, event: str, payload: dict) -> None:
 
 def publish_tenant(tenant_id: int, event: str, payload: dict) -> None:
     publish(tenant_group(tenant_id), event, payload)
+    tenant_event.send(publish_tenant, tenant_id=tenant_id, event=event, payload=payload)

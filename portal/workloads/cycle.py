@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
+from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
 from portal.workloads import lifecycle, parallel, preemption
@@ -340,6 +341,7 @@ def scheduling_cycle() -> engine.Plan:
     plan = engine.plan(snapshot, now=timezone.now().timestamp(), clock=time.perf_counter)
     applied = time.perf_counter()
     apply(plan)
+    done = time.perf_counter()
     log.info(
         "cycle: %d admitted, %d preempted, %d shrunk, %d grown, %d pending, %d reservations; "
         "snapshot %.0f ms, plan %.0f ms (%s), apply %.0f ms",
@@ -352,8 +354,9 @@ def scheduling_cycle() -> engine.Plan:
         (planned - started) * 1e3,
         (applied - planned) * 1e3,
         ", ".join(f"{step} {seconds * 1e3:.1f} ms" for step, seconds in plan.timings.items()),
-        (time.perf_counter() - applied) * 1e3,
+        (done - applied) * 1e3,
     )
+    measure.record_cycle(done - started, planned - started, plan.timings)
     return plan
 
 

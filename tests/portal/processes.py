@@ -90,7 +90,7 @@ def start_server() -> tuple[Child, int]:
 
 
 def start_worker() -> Child:
-    queues = "scheduling,recovery,telemetry,whatif"
+    queues = "scheduling,recovery,telemetry,notifications,whatif"
     command = f"-m celery -A portal worker -Q {queues} --pool threads --concurrency 4"
     worker = Child("worker", [sys.executable, *command.split(), "--loglevel", "INFO"])
     worker.wait_for_output("ready.")

@@ -5,7 +5,7 @@ from django.conf import settings
 
 from portal.celery import app
 
-QUEUES = {"scheduling", "recovery", "telemetry", "whatif"}
+QUEUES = {"scheduling", "recovery", "telemetry", "notifications", "whatif"}
 
 
 def project_tasks() -> set[str]:

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         python, url = sys.executable, f"http://127.0.0.1:{port}/"
         commands = {
             "web": [python, *f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application".split()],
-            "worker": _worker(python, "worker", "scheduling,recovery,telemetry", 2),
+            "worker": _worker(python, "worker", "scheduling,recovery,telemetry,notifications", 2),
             # What-if runs take up to an hour: a worker of their own keeps them off the rest.
             "whatif": _worker(python, "whatif", "whatif", 1),
             "beat": [

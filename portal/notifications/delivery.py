@@ -1,0 +1,171 @@
+"""Telling a tenant: a signed POST to each of its webhooks for the topic, tried again with
+backoff until it lands, and mail to the members who asked for the topic.
+
+A delivery's body is JSON ``{"id", "topic", "tenant", "at", "data"}``. Its headers say
+``X-Wanka-Topic``, ``X-Wanka-Delivery`` (the id: the same on every try, for receivers that
+must not act twice), ``X-Wanka-Timestamp`` (Unix seconds) and ``X-Wanka-Signature``:
+``sha256=`` and the hex HMAC-SHA256, keyed with the webhook's secret, of
+``"<timestamp>.<body>"``. Receivers recompute it, compare in constant time and refuse old
+timestamps."""
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.utils import timezone
+
+from portal.notifications.choices import DeliveryStatus, Topic
+from portal.notifications.models import Delivery, MailPreference
+from portal.tenancy.models import Tenant
+from portal.workloads.models import Workload
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 6
+TIMEOUT_S = 10.0
+JOB_TOPICS = {Topic.JOB_FINISHED, Topic.JOB_STATE}
+
+
+def fan_out(notice: dict) -> list[int]:
+    """Deliveries for the tenant's webhooks that want one of the notice's topics, and mail to
+    the members who do; returns the ids of the deliveries to send."""
+    tenant = Tenant.objects.get(pk=notice["tenant_id"])
+    topics, payload = notice["topics"], notice["payload"]
+    created = []
+    for hook in tenant.webhooks.filter(active=True):
+        topic = next((t for t in topics if t in hook.topics), None)
+        if topic is not None:
+            body = {
+                "topic": topic,
+                "tenant": tenant.name,
+                "at": timezone.now().isoformat(),
+                "data": payload,
+            }
+            created.append(Delivery.objects.create(webhook=hook, topic=topic, payload=body).pk)
+    _mail(tenant, topics, payload)
+    return created
+
+
+def _mail(tenant: Tenant, topics: list[str], payload: dict) -> None:
+    wanted = MailPreference.objects.filter(membership__tenant=tenant).select_related(
+        "membership__user"
+    )
+    if set(topics) & JOB_TOPICS:
+        submitter = Workload.objects.filter(pk=payload.get("id")).values_list(
+            "submitted_by", flat=True
+        )
+        wanted = wanted.filter(membership__user__in=submitter)
+    for preference in wanted:
+        topic = next((t for t in topics if t in preference.topics), None)
+        user = preference.membership.user
+        if topic is None or not user.email or not user.is_active:
+            continue
+        subject, text = _letter(topic, payload)
+        send_mail(f"[Wanka] {subject}", text, None, [user.email])
+
+
+def _letter(topic: str, p: dict) -> tuple[str, str]:
+    """The subject and text of a mail about `topic`."""
+    if topic in JOB_TOPICS:
+        text = f"Workload {p['id']} ({p['name']}): {p['state']}. {p.get('reason', '')}\n"
+        return f"job {p['name']} is {p['state']}", text
+    if topic == Topic.FAULT:
+        jobs = ", ".join(p.get("workloads", [])) or "none"
+        return f"fault on {p['node']}: {p['title']}", f"{p['message']}\nJobs hit: {jobs}\n"
+    text = f"{p['count']} {p['gpu_model']} GPUs for queue {p['queue']}: {p['status']}.\n"
+    return f"quota request {p['status']}", text
+
+
+def send(delivery_id: int) -> float | None:
+    """Try a delivery once. Returns the seconds until the next try, None when done."""
+    delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
+    if delivery.status != DeliveryStatus.PENDING:
+        return None
+    body = json.dumps({"id": delivery.pk, **delivery.payload}, separators=(",", ":")).encode()
+    stamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Wanka-Webhook/1",
+        "X-Wanka-Topic": delivery.topic,
+        "X-Wanka-Delivery": str(delivery.pk),
+        "X-Wanka-Timestamp": stamp,
+        "X-Wanka-Signature": "sha256=" + signature(delivery.webhook.secret, stamp, body),
+    }
+    delivery.attempts += 1
+    try:
+        refuse_private(delivery.webhook.url)
+        request = urllib.request.Request(delivery.webhook.url, body, headers, method="POST")
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+            delivery.response_code, delivery.error = answer.status, ""
+    except urllib.error.HTTPError as error:
+        delivery.response_code, delivery.error = (
+            error.code,
+            f"HTTP {error.code} {error.reason}"[:300],
+        )
+    except (OSError, ValueError) as error:
+        delivery.response_code, delivery.error = None, str(getattr(error, "reason", error))[:300]
+    wait = None
+    if not delivery.error:
+        delivery.status, delivery.delivered_at, delivery.next_attempt_at = (
+            DeliveryStatus.DELIVERED,
+            timezone.now(),
+            None,
+        )
+    elif delivery.attempts >= MAX_ATTEMPTS:
+        delivery.status, delivery.next_attempt_at = DeliveryStatus.FAILED, None
+        log.warning(
+            "webhook %s: delivery %s failed for good: %s",
+            delivery.webhook.url,
+            delivery.pk,
+            delivery.error,
+        )
+    else:
+        wait = settings.WANKA["WEBHOOK_BACKOFF_S"] * 3 ** (delivery.attempts - 1)
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=wait)
+    delivery.save()
+    return wait
+
+
+def signature(secret: str, stamp: str, body: bytes) -> str:
+    return hmac.new(secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def due() -> list[int]:
+    """Pending deliveries whose next try is overdue (a worker died before making it)."""
+    late = timezone.now() - timedelta(seconds=30)
+    return list(
+        Delivery.objects.filter(
+            status=DeliveryStatus.PENDING, next_attempt_at__lt=late
+        ).values_list("pk", flat=True)[:1000]
+    )
+
+
+def refuse_private(url: str) -> None:
+    """Raise ValueError for a URL that is not http(s), or whose host is on a loopback,
+    link-local, private or reserved address (the cluster's own network, a cloud's metadata
+    service), unless WANKA_WEBHOOK_PRIVATE_OK."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("a webhook URL is http:// or https:// and names a host")
+    if settings.WANKA["WEBHOOK_PRIVATE_OK"]:
+        return
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 443)}
+    except OSError as error:
+        raise ValueError(f"cannot resolve {parts.hostname}: {error}") from None
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if not ip.is_global:
+            raise ValueError(
+                f"{parts.hostname} is on a private address ({ip}), which webhooks may not reach"
+            )

@@ -1,0 +1,107 @@
+"""The notifications page: each member's mail topics; the tenant's webhooks, managed by its
+admins (add, test, remove) with the log of their deliveries."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from portal.core.models import audit
+from portal.notifications import delivery, events
+from portal.notifications.choices import Topic
+from portal.notifications.models import Delivery, MailPreference, Webhook
+from portal.notifications.tasks import deliver
+from portal.tenancy.models import membership_of
+
+
+def _membership(request, needs="read"):
+    membership = membership_of(request.user)
+    if membership is None or not membership.may(needs):
+        raise PermissionDenied("Your role does not allow this.")
+    return membership
+
+
+@login_required
+def notifications(request):
+    membership = _membership(request)
+    preference, _ = MailPreference.objects.get_or_create(membership=membership)
+    if request.method == "POST":
+        preference.topics = [t for t in request.POST.getlist("topics") if t in Topic.values]
+        preference.save(update_fields=["topics"])
+        events.forget_listeners()
+        messages.success(request, "Your e-mail choices are saved.")
+        return redirect("notifications")
+    hooks = membership.tenant.webhooks.all()
+    return render(
+        request,
+        "notifications/notifications.html",
+        {
+            "topics": Topic.choices,
+            "mine": preference.topics,
+            "hooks": hooks,
+            "deliveries": Delivery.objects.filter(webhook__in=hooks).select_related("webhook")[:50],
+        },
+    )
+
+
+@login_required
+@require_POST
+def webhook_add(request):
+    membership = _membership(request, "admin")
+    url = request.POST.get("url", "").strip()
+    topics = [t for t in request.POST.getlist("topics") if t in Topic.values]
+    try:
+        delivery.refuse_private(url)
+        if len(url) > 500:
+            raise ValueError("a webhook URL is at most 500 characters")
+        if not topics:
+            raise ValueError("choose at least one topic")
+    except ValueError as error:
+        messages.error(request, f"Not added: {error}.")
+        return redirect("notifications")
+    with transaction.atomic():
+        hook = Webhook.objects.create(tenant=membership.tenant, url=url, topics=topics)
+        audit(
+            "webhook.added",
+            hook,
+            actor=request.user,
+            tenant=membership.tenant,
+            url=url,
+            topics=topics,
+        )
+    events.forget_listeners()
+    messages.success(request, f"Webhook added. Its signing secret: {hook.secret}")
+    return redirect("notifications")
+
+
+@login_required
+@require_POST
+def webhook_test(request, pk):
+    membership = _membership(request, "admin")
+    hook = get_object_or_404(membership.tenant.webhooks, pk=pk)
+    body = {
+        "topic": "ping",
+        "tenant": membership.tenant.name,
+        "at": timezone.now().isoformat(),
+        "data": {},
+    }
+    test = Delivery.objects.create(webhook=hook, topic="ping", payload=body)
+    transaction.on_commit(lambda: deliver.delay(test.pk))
+    messages.success(request, "A test delivery is on its way: see the log below.")
+    return redirect("notifications")
+
+
+@login_required
+@require_POST
+def webhook_remove(request, pk):
+    membership = _membership(request, "admin")
+    hook = get_object_or_404(membership.tenant.webhooks, pk=pk)
+    with transaction.atomic():
+        audit("webhook.removed", hook, actor=request.user, tenant=membership.tenant, url=hook.url)
+        hook.delete()
+    events.forget_listeners()
+    messages.success(request, f"Webhook {hook.url} removed.")
+    return redirect("notifications")

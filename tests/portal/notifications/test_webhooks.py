@@ -1,0 +1,177 @@
+"""Webhooks and mail, every layer real for the webhooks (a Celery worker delivers to a local
+HTTP server): signed deliveries of a tenant's events, retries of a failing receiver, mail to
+the members who asked, and nothing of one tenant reaching another's."""
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from django.core import mail
+
+from portal.core.models import AuditEvent
+from portal.notifications import delivery, events
+from portal.notifications.models import Delivery, MailPreference, Webhook
+from portal.workloads.choices import State
+from portal.workloads.models import transition
+from tests.builders import make_workload
+from tests.portal.processes import wait_until
+
+
+class Receiver:
+    """A local HTTP server that records each POST; answers `codes` in turn, then 200."""
+
+    def __init__(self, codes=()):
+        self.received, self.codes = [], list(codes)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append((dict(self.headers), body))
+                self.send_response(receiver.codes.pop(0) if receiver.codes else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    receivers = []
+
+    def make(codes=()):
+        receivers.append(Receiver(codes))
+        return receivers[-1]
+
+    yield make
+    for r in receivers:
+        r.close()
+
+
+def _finish(workload, state=State.SUCCEEDED):
+    for to in (State.ADMITTED, State.RUNNING, state):
+        transition(workload, to, "test")
+        workload.save()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_job_reaches_its_tenants_webhook_signed_and_no_one_elses(
+    celery_worker, clean_redis, receiver, acme_llm, globex
+):
+    ours, theirs = receiver(), receiver()
+    hook = Webhook.objects.create(tenant=acme_llm.tenant, url=ours.url, topics=["job.finished"])
+    Webhook.objects.create(tenant=globex, url=theirs.url, topics=["job.finished", "job.state"])
+    events.forget_listeners()
+    job = make_workload(acme_llm, "trained", gpus=8)
+    _finish(job)
+    wait_until(lambda: ours.received, 30, "the delivery")
+    [(headers, body)] = ours.received
+    stamp = headers["X-Wanka-Timestamp"]
+    expected = hmac.new(hook.secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256)
+    assert headers["X-Wanka-Signature"] == f"sha256={expected.hexdigest()}"
+    assert headers["X-Wanka-Topic"] == "job.finished"
+    sent = json.loads(body)
+    assert (sent["topic"], sent["tenant"], sent["data"]["name"], sent["data"]["state"]) == (
+        "job.finished", "Acme", "trained", "succeeded"
+    )  # fmt: skip
+    assert sent["id"] == int(headers["X-Wanka-Delivery"])
+    wait_until(lambda: Delivery.objects.get(pk=sent["id"]).status == "delivered", 10, "logged")
+    assert theirs.received == []  # Globex hears nothing of Acme's job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_receiver_is_tried_again_with_backoff_until_it_answers(
+    celery_worker, clean_redis, receiver, acme_llm
+):
+    flaky = receiver(codes=[500, 503])
+    Webhook.objects.create(tenant=acme_llm.tenant, url=flaky.url, topics=["job.state"])
+    events.forget_listeners()
+    transition(make_workload(acme_llm, "j", gpus=8), State.ADMITTED, "test")
+    wait_until(lambda: len(flaky.received) == 3, 30, "three tries")
+    ids = {headers["X-Wanka-Delivery"] for headers, _ in flaky.received}
+    assert len(ids) == 1  # the same delivery each time, so a receiver can tell
+    done = Delivery.objects.get()
+    wait_until(lambda: Delivery.objects.get().status == "delivered", 10, "delivered")
+    done.refresh_from_db()
+    assert (done.attempts, done.response_code, done.error) == (3, 200, "")
+
+
+@pytest.mark.django_db
+def test_a_receiver_that_never_answers_fails_after_six_tries(acme_llm, receiver):
+    dead = receiver(codes=[500] * 10)
+    hook = Webhook.objects.create(tenant=acme_llm.tenant, url=dead.url, topics=["quota"])
+    [pk] = delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["quota"], "payload": {}})
+    waits = [delivery.send(pk) for _ in range(delivery.MAX_ATTEMPTS)]
+    assert waits == [0.5, 1.5, 4.5, 13.5, 40.5, None]  # backoff x3, then given up
+    failed = hook.deliveries.get()
+    assert (failed.status, failed.attempts, failed.error) == (
+        "failed",
+        6,
+        "HTTP 500 Internal Server Error",
+    )
+    assert delivery.send(pk) is None and len(dead.received) == 6
+
+
+@pytest.mark.django_db
+def test_mail_goes_to_members_who_chose_the_topic_for_their_own_jobs(acme_llm, bob, alice, charlie):
+    bob.email, alice.email, charlie.email = "bob@acme.test", "alice@acme.test", "c@globex.test"
+    for user in (bob, alice, charlie):
+        user.save()
+        MailPreference.objects.create(membership=user.membership, topics=["job.finished", "fault"])
+    job = make_workload(acme_llm, "mine", gpus=8, submitted_by=bob)
+    payload = {"id": job.pk, "name": "mine", "state": "failed", "reason": "exit code 1"}
+    delivery.fan_out(
+        {"tenant_id": acme_llm.tenant_id, "topics": ["job.finished"], "payload": payload}
+    )
+    assert [(m.to, m.subject) for m in mail.outbox] == [
+        (["bob@acme.test"], "[Wanka] job mine is failed")
+    ]
+    fault = {
+        "node": "n1",
+        "title": "GPU fell off the bus",
+        "message": "xid 79",
+        "workloads": ["mine"],
+    }
+    delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["fault"], "payload": fault})
+    assert sorted(m.to[0] for m in mail.outbox[1:]) == ["alice@acme.test", "bob@acme.test"]
+
+
+@pytest.mark.django_db
+def test_admins_manage_webhooks_members_choose_mail(alice, bob, client, settings, receiver):
+    client.force_login(bob)
+    assert (
+        client.post(
+            "/notifications/webhooks/", {"url": "https://x.test/", "topics": ["fault"]}
+        ).status_code
+        == 403
+    )
+    client.post("/notifications/", {"topics": ["fault", "bogus"]})
+    assert MailPreference.objects.get(membership=bob.membership).topics == ["fault"]
+    client.force_login(alice)
+    settings.WANKA = {**settings.WANKA, "WEBHOOK_PRIVATE_OK": False}
+    client.post(
+        "/notifications/webhooks/", {"url": "http://169.254.169.254/latest", "topics": ["fault"]}
+    )
+    assert not Webhook.objects.exists()  # a cloud's metadata service is off limits
+    settings.WANKA = {**settings.WANKA, "WEBHOOK_PRIVATE_OK": True}
+    url = receiver().url
+    page = client.post("/notifications/webhooks/", {"url": url, "topics": ["fault"]}, follow=True)
+    hook = Webhook.objects.get()
+    assert hook.secret in page.content.decode()  # the signing secret, shown to the admin
+    client.post(f"/notifications/webhooks/{hook.pk}/test/")
+    assert hook.deliveries.get().topic == "ping"
+    client.post(f"/notifications/webhooks/{hook.pk}/remove/")
+    assert not Webhook.objects.exists()
+    assert list(AuditEvent.objects.order_by("at").values_list("action", flat=True)) == [
+        "webhook.added", "webhook.removed"
+    ]  # fmt: skip
