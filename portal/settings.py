@@ -29,9 +29,11 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
-    # A per-installation key kept out of the repository, made on first start.
+    # A per-installation key kept out of the repository, made on first start, readable by its
+    # owner only.
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():
+        key_file.touch(mode=0o600)
         key_file.write_text(os.urandom(32).hex())
     SECRET_KEY = key_file.read_text().strip()
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
@@ -149,6 +151,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.advance_preemptions": {"queue": "recovery"},
     "portal.workloads.tasks.request_checkpoints": {"queue": "recovery"},
     "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
+    "portal.workloads.tasks.warn_budgets": {"queue": "telemetry"},
     "portal.notifications.tasks.notify": {"queue": "notifications"},
     "portal.notifications.tasks.deliver": {"queue": "notifications"},
     "portal.notifications.tasks.resume_deliveries": {"queue": "notifications"},
@@ -208,6 +211,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "portal.workloads.tasks.trim_logs",
         "schedule": timedelta(minutes=10),
     },
+    "budget-warnings": {
+        "task": "portal.workloads.tasks.warn_budgets",
+        "schedule": timedelta(minutes=1),
+    },
     "stale-whatifs": {
         "task": "portal.whatif.tasks.resume_whatifs",
         "schedule": timedelta(seconds=30),
@@ -252,11 +259,20 @@ STATIC_ROOT = DATA_DIR / "static"  # `collectstatic` fills it for production
 STATIC_ROOT.mkdir(exist_ok=True)
 # Plotly.js comes from the plotly wheel: no copy of it in the repository, no build step.
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+# Once collected (`WANKA_COLLECTED_STATIC=1 manage.py collectstatic`, as production and
+# `manage.py standalone` do), files are served from STATIC_ROOT under hashed names, compressed
+# (gzip, and Brotli where installed) and cached for good; before (development, tests), straight
+# from the source folders, uncompressed.
+COLLECTED = env_bool("WANKA_COLLECTED_STATIC", (STATIC_ROOT / "staticfiles.json").exists())
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if COLLECTED
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
 }
-WHITENOISE_USE_FINDERS = True
+WHITENOISE_USE_FINDERS = not COLLECTED
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -327,6 +343,8 @@ WANKA = {
     # tries in all). Webhooks may reach private addresses only when allowed.
     "WEBHOOK_BACKOFF_S": float(os.environ.get("WANKA_WEBHOOK_BACKOFF_S", "10")),
     "WEBHOOK_PRIVATE_OK": env_bool("WANKA_WEBHOOK_PRIVATE_OK", False),
+    # What usage reports price GPU-hours in (prices per GPU model are set in the console).
+    "CURRENCY": os.environ.get("WANKA_CURRENCY", "USD"),
 }
 # /metrics answers a request bearing this token (none when empty), or else one from these
 # networks (comma-separated CIDRs).

@@ -9,6 +9,7 @@ from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.metrics import views as metrics
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
 from portal.tenancy.api import MeView
+from portal.workloads.api.budgets import BudgetViewSet
 from portal.workloads.api.views import (
     CheckpointAdviceView,
     EttrView,
@@ -20,6 +21,7 @@ from portal.workloads.api.views import (
 router = DefaultRouter()
 router.register("queues", QueueViewSet)
 router.register("quota-requests", QuotaRequestViewSet)
+router.register("budgets", BudgetViewSet)
 router.register("workloads", WorkloadViewSet)
 router.register("nodes", NodeViewSet)
 router.register("faults", FaultViewSet)

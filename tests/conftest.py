@@ -99,6 +99,7 @@ def clean_redis():
     """Each cross-process test starts without old telemetry, history or cycle lock. (Not a
     FLUSHDB: that would drop the broker's queue bindings under the running worker.)"""
     from portal.agents.consumers import SAVES_SEEN
+    from portal.agents.limits import FAULTS
     from portal.agents.progress import SEEN
     from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, REPORTED, SEEN_SINCE, TELEMETRY
     from portal.core.redis import client
@@ -115,6 +116,7 @@ def clean_redis():
         LOCK,
         AGAIN,
         *redis.scan_iter(f"{SAVES_SEEN}*"),
+        *redis.scan_iter(f"{FAULTS}*"),
         *redis.scan_iter(f"{SEEN}*"),
     )
     return redis

@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import transaction
 from django.utils import timezone
 
-from portal.agents import fanin, intake
+from portal.agents import fanin, intake, limits
 from portal.cluster import commands
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
@@ -96,6 +96,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.started, self.exited = set(), set()
         self.attempts = {}  # workload -> the newest attempt sent to this agent
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
+        self.throttle = limits.Throttle(time.monotonic())
         CONNECTED[self.channel_name] = self
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
         await self.accept()
@@ -117,6 +118,16 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
                 MAX_FRAME_BYTES,
             )
             await self.close(code=CLOSE_TOO_BIG)
+            return
+        now = time.monotonic()
+        if not self.throttle.admit(now):
+            if refused := self.throttle.report(now):
+                log.warning(
+                    "node %s: over %d messages a second: %d dropped",
+                    self.node.name,
+                    limits.MESSAGES_PER_S,
+                    refused,
+                )
             return
         await self.handle(raw)
         fanin.stats.record(time.perf_counter() - started)
@@ -229,12 +240,16 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.send(protocol.encode("error", reason=str(error), field="event.detail"))
             return
         gpu = detail.get("gpu_index")
-        await in_db(intake.record_fault)(
-            self.node.id,
-            kind,
-            str(detail.get("message", "")),
-            gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None,
-        )
+        gpu = gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None
+        if not await limits.admit_fault(self.node, kind.code, gpu):
+            return
+        try:
+            await in_db(intake.record_fault)(
+                self.node.id, kind, str(detail.get("message", "")), gpu
+            )
+        except Exception:
+            await limits.forget_fault(self.node.id, kind.code, gpu)
+            raise
 
     async def on_logs(self, message):
         workload_id, attempt = message["workload_id"], message["attempt"]

@@ -72,7 +72,9 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
         "node_health": fault.node.health,
         "jobs_hit": len(hit),
     }
-    publish(CLUSTER_GROUP, "fault", {**payload, "workloads": []})
+    # Everyone's: the node's health changed. Feeds of faults show only those that hit the
+    # reader's tenant (its own group) or, for operators, all.
+    publish(CLUSTER_GROUP, "node.fault", {**payload, "workloads": []})
     publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
     for tenant_id in {w.tenant_id for w in hit}:
         names = [w.name for w in hit if w.tenant_id == tenant_id]

@@ -117,6 +117,9 @@ class Node(models.Model):
     generation = models.PositiveBigIntegerField(default=0)
     # As of the agent's last hello; the live value is in Redis (`summary.node_live`).
     reported_generation = models.PositiveBigIntegerField(default=0)
+    # When the jobs that failed on it since one last ended well failed (epoch seconds, the
+    # latest few; `streaks`).
+    recent_failures = models.JSONField(default=list, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]

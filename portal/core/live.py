@@ -30,6 +30,19 @@ def tenant_group(tenant_id: int) -> str:
     return f"tenant.{tenant_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every live socket of one user, whatever else it joined."""
+    return f"user.{user_id}"
+
+
+def recheck_user(user_id: int) -> None:
+    """Have the user's open live sockets check, once the current transaction commits, that
+    the user may still hear what they joined (the browsers' consumer closes those that may not).
+    A channel layer that cannot be reached is logged, never fails the change."""
+    message = {"type": "live.recheck"}
+    transaction.on_commit(lambda: send_now(user_group(user_id), message), robust=True)
+
+
 def send_now(group: str, message: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, message)
 

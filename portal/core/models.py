@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
 
@@ -34,3 +35,26 @@ def audit(action: str, obj: models.Model, actor=None, tenant=None, **data) -> Au
         tenant=tenant,
         data=data,
     )
+
+
+class IdempotencyKey(models.Model):
+    """A creating request a user sent with an `Idempotency-Key`, and the answer it got: a
+    retry with the same key gets the same answer instead of creating again."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64, help_text="SHA-256 of method, path and body")
+    # Empty only inside the transaction of the first request, which fills them before it commits.
+    status = models.PositiveSmallIntegerField(null=True)
+    body = models.JSONField(default=dict, encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "key"], name="%(app_label)s_%(class)s_unique_user_key"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.key} of {self.user_id}"

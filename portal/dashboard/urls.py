@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from portal.dashboard import members, views
+from portal.dashboard import members, usage, views
 from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
@@ -14,6 +14,7 @@ urlpatterns = [
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
     path("workloads/<int:pk>/output.txt", views.workload_log_text, name="workload-log-text"),
     path("quota/", views.quota, name="quota"),
+    path("usage/", usage.usage, name="usage-page"),
     path("tokens/", views.tokens, name="tokens"),
     path("members/", members.members, name="members"),
     path("members/<int:pk>/role/", members.member_role, name="member-role"),

@@ -20,6 +20,7 @@ from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
 from portal.cluster.summary import cluster_summary, history
 from portal.core.models import audit
+from portal.dashboard.usage import budget_bars, quota_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_of
@@ -29,8 +30,8 @@ from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
 from portal.workloads.ettr import job_report, series
 from portal.workloads.filtersets import WorkloadFilterSet
-from portal.workloads.models import IllegalTransition, Recovery, Workload
-from portal.workloads.usage import gpu_hours
+from portal.workloads.models import IllegalTransition, Recovery, Workload, with_version
+from portal.workloads.usage import booked, gpu_hours, held_now
 from scheduler import faults, parallelism
 
 
@@ -53,10 +54,11 @@ def dashboard(request):
     workloads = Workload.objects.visible_to(request.user)
     context = {"summary": cluster_summary(), "history": history()}
     if membership:
-        context["workloads"] = workloads.select_related("queue", "gpu_model")[:15]
+        context["workloads"] = with_version(workloads.select_related("queue", "gpu_model"))[:15]
+        context.update(live_query="", live_limit=15)
         holding = workloads.filter(state__in=HOLDING)
-        context["active_gpus"] = sum(w.gpus for w in holding)
-        context["gpu_hours"] = gpu_hours(membership.tenant.usage, holding)
+        context["active_gpus"], running = held_now(holding)
+        context["gpu_hours"] = booked(membership.tenant.usage) + running
     until = timezone.now()
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
@@ -68,12 +70,19 @@ def dashboard(request):
 def workload_list(request):
     """The tenant's workloads, newest first, filtered; a filter that is not valid shows its
     errors and no rows, and a list longer than a page says how much longer."""
-    filterset = WorkloadFilterSet(request.GET, queryset=_tenant_workloads(request))
+    filterset = WorkloadFilterSet(request.GET, queryset=with_version(_tenant_workloads(request)))
     found = filterset.qs if filterset.is_valid() else Workload.objects.none()
     return render(
         request,
         "dashboard/workload_list.html",
-        {"filter": filterset, "workloads": found[:LIST_ROWS], "total": found.count()},
+        {
+            "filter": filterset,
+            "workloads": found[:LIST_ROWS],
+            "total": found.count(),
+            # The list follows live with the same filter, through the API.
+            "live_query": request.GET.urlencode() if filterset.is_valid() else None,
+            "live_limit": LIST_ROWS,
+        },
     )
 
 
@@ -83,6 +92,7 @@ LIST_ROWS = 200  # the rows the workload list shows; the API pages through all o
 @login_required
 def workload_detail(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    events = list(workload.events.all())
     report = job_report(workload)
     allocations = list(workload.allocations.select_related("node"))
     return render(
@@ -90,7 +100,8 @@ def workload_detail(request, pk):
         "dashboard/workload_detail.html",
         {
             "workload": workload,
-            "events": workload.events.all(),
+            "events": events,
+            "version": max((e.pk for e in events), default=0),
             "parallel_plans": list(workload.parallel_plans.all()),
             "nodes": sorted({a.node.name for a in allocations}),
             "held": len(allocations),
@@ -206,6 +217,7 @@ def quota(request):
     context["requests"] = membership.tenant.quota_requests.select_related(
         "queue", "gpu_model", "region"
     )[:50]
+    context.update(bars=quota_bars(membership.tenant), budgets=budget_bars(membership.tenant))
     return render(request, "dashboard/quota.html", context)
 
 

@@ -8,6 +8,7 @@ class Topic(models.TextChoices):
     JOB_STATE = "job.state", "Every change of a job's state"
     FAULT = "fault", "Faults that hit the tenant's jobs"
     QUOTA = "quota", "Decisions on quota requests"
+    BUDGET = "budget", "Budgets crossing a warning threshold, with when they run out"
 
 
 class DeliveryStatus(models.TextChoices):

@@ -82,6 +82,13 @@ def _letter(topic: str, p: dict) -> tuple[str, str]:
     if topic == Topic.FAULT:
         jobs = ", ".join(p.get("workloads", [])) or "none"
         return f"fault on {p['node']}: {p['title']}", f"{p['message']}\nJobs hit: {jobs}\n"
+    if topic == Topic.BUDGET:
+        out = p["runs_out_at"] or "never at the last day's burn"
+        text = (
+            f"The budget of {p['scope']} is {p['percent']:g} % used {p['window']} "
+            f"({p['used']:g} of {p['gpu_hours']} GPU-hours). It runs out: {out}.\n"
+        )
+        return f"budget of {p['scope']} at {p['threshold']} %", text
     text = f"{p['count']} {p['gpu_model']} GPUs for queue {p['queue']}: {p['status']}.\n"
     return f"quota request {p['status']}", text
 

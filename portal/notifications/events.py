@@ -25,6 +25,8 @@ def topics_of(event: str, payload: dict) -> list[str]:
         return [Topic.FAULT]
     if event == "quota.decided":
         return [Topic.QUOTA]
+    if event == "budget.threshold":
+        return [Topic.BUDGET]
     return []
 
 

@@ -1,10 +1,15 @@
 from django.contrib import admin, messages
 
+from portal.core.models import audit
 from portal.quotas.choices import RequestStatus
 from portal.quotas.models import (
+    Budget,
+    BudgetAlert,
     CapacityCheck,
     Cohort,
     CohortQuota,
+    GpuRate,
+    PriorityFactor,
     Queue,
     QueueQuota,
     QuotaRequest,
@@ -135,3 +140,59 @@ class QuotaRequestAdmin(admin.ModelAdmin):
     @admin.action(description="Reject")
     def reject(self, request, queryset):
         self._decide(request, queryset, approve=False)
+
+
+class BudgetAlertInline(admin.TabularInline):
+    model = BudgetAlert
+    extra = 0
+    can_delete = False
+    readonly_fields = ["at", "threshold", "used", "window_start"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """Budgets of tenants and queues; each change is audited with what it was before."""
+
+    list_display = ["tenant", "queue", "gpu_hours", "window", "window_days", "hard", "thresholds"]
+    list_filter = ["hard", "window", "tenant"]
+    list_select_related = ["tenant", "queue"]
+    fields = ["tenant", "queue", "gpu_hours", "window", "window_days", "hard", "thresholds"]
+    inlines = [BudgetAlertInline]
+
+    def save_model(self, request, obj, form, change):
+        before = {} if obj.pk is None else Budget.objects.get(pk=obj.pk).facts()
+        super().save_model(request, obj, form, change)
+        after = obj.facts()
+        if change:
+            changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
+            audit("budget.changed", obj, actor=request.user, tenant=obj.tenant, changed=changed)
+        else:
+            audit("budget.created", obj, actor=request.user, tenant=obj.tenant, **after)
+
+    def delete_model(self, request, obj):
+        audit("budget.deleted", obj, actor=request.user, tenant=obj.tenant, **obj.facts())
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for budget in queryset:
+            self.delete_model(request, budget)
+
+
+@admin.register(GpuRate)
+class GpuRateAdmin(admin.ModelAdmin):
+    """What a GPU-hour of each model counts against budgets, and its price."""
+
+    list_display = ["gpu_model", "weight", "price"]
+    list_editable = ["weight", "price"]
+
+
+@admin.register(PriorityFactor)
+class PriorityFactorAdmin(admin.ModelAdmin):
+    """What each priority class multiplies the price by."""
+
+    list_display = ["priority", "factor"]
+    list_editable = ["factor"]

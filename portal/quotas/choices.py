@@ -56,3 +56,10 @@ class FairSharing(models.TextChoices):
         "LessThanOrEqualToFinalShare,LessThanInitialShare",
         "LessThanOrEqualToFinalShare,LessThanInitialShare",
     )
+
+
+class BudgetWindow(models.TextChoices):
+    """The stretch of time a budget's GPU-hours cover."""
+
+    MONTH = "month", "Calendar month (UTC)"
+    ROLLING = "rolling", "Rolling days"

@@ -1,6 +1,8 @@
 from dataclasses import dataclass
+from datetime import UTC, timedelta
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
@@ -11,6 +13,7 @@ from portal.cluster.models import GpuModel, Node, Region
 from portal.core.live import publish_tenant
 from portal.core.models import audit
 from portal.quotas.choices import (
+    BudgetWindow,
     FairSharing,
     ReclaimWithinCohort,
     RequestStatus,
@@ -382,3 +385,162 @@ class QuotaRequest(models.Model):
             },
         )
         return True
+
+
+def _default_thresholds():
+    return [80, 100]
+
+
+class Budget(models.Model):
+    """GPU-hours a tenant, or one of its queues, may use over a window, each GPU-hour weighted
+    by its GPU model (`GpuRate.weight`). Hard: a job that could overrun what is left does not
+    start. Soft: once spent, the queues borrow no more and lose most of their fair-share
+    weight. Members are warned as use crosses each threshold."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budgets")
+    queue = models.ForeignKey(
+        Queue,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="budgets",
+        help_text="Empty: the whole tenant, all its queues together",
+    )
+    gpu_hours = models.PositiveIntegerField(help_text="Weighted GPU-hours per window")
+    window = models.CharField(
+        max_length=8, choices=BudgetWindow.choices, default=BudgetWindow.MONTH
+    )
+    window_days = models.PositiveSmallIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(366)],
+        help_text="The length of a rolling window",
+    )
+    hard = models.BooleanField(
+        default=False,
+        help_text="Hard: a job starts only if its GPUs for its whole time limit fit in what is "
+        "left (jobs without a time limit wait). Soft: once spent, no more borrowing and a "
+        "quarter of the fair-share weight. Running jobs are never stopped.",
+    )
+    thresholds = models.JSONField(
+        default=_default_thresholds,
+        blank=True,
+        help_text="Percentages of the budget at which members are warned, e.g. [80, 100]",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant", "queue"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "queue"], name="%(app_label)s_%(class)s_unique_queue"
+            ),
+            models.UniqueConstraint(
+                fields=["tenant"],
+                condition=models.Q(queue__isnull=True),
+                name="%(app_label)s_%(class)s_unique_tenant",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.scope}: {self.gpu_hours} GPU-hours {self.window_words}"
+
+    @property
+    def scope(self) -> str:
+        """Whose budget, in words."""
+        return f"queue {self.queue.name}" if self.queue_id else f"tenant {self.tenant}"
+
+    @property
+    def window_words(self) -> str:
+        if self.window == BudgetWindow.MONTH:
+            return "this month"
+        return f"in the last {self.window_days} days"
+
+    def window_at(self, now):
+        """The window's start and end around `now`: the calendar month (UTC) it falls in, or
+        the rolling days up to it."""
+        if self.window == BudgetWindow.ROLLING:
+            return now - timedelta(days=self.window_days), now
+        start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = (start + timedelta(days=32)).replace(day=1)
+        return start, end
+
+    def facts(self) -> dict:
+        """What the budget says, for its audit events."""
+        return {
+            "owner": f"{self.tenant.slug}/{self.queue.name}" if self.queue_id else self.tenant.slug,
+            "gpu_hours": self.gpu_hours,
+            "window": self.window,
+            "window_days": self.window_days,
+            "hard": self.hard,
+            "thresholds": self.thresholds,
+        }
+
+    def clean(self):
+        if self.queue_id and self.queue.tenant_id != self.tenant_id:
+            raise ValidationError({"queue": "The queue belongs to another tenant."})
+        if not isinstance(self.thresholds, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 < t <= 1000
+            for t in self.thresholds
+        ):
+            raise ValidationError({"thresholds": THRESHOLDS_ARE_PERCENTAGES})
+        self.thresholds = sorted(set(self.thresholds))
+
+
+THRESHOLDS_ARE_PERCENTAGES = "A list of whole percentages between 1 and 1000, e.g. [80, 100]."
+
+
+class BudgetAlert(models.Model):
+    """A budget's use crossing one of its thresholds in one window: members are told once."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    threshold = models.PositiveSmallIntegerField()
+    window_start = models.DateTimeField()
+    used = models.FloatField(help_text="Weighted GPU-hours used when it was crossed")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self):
+        return f"{self.budget}: {self.threshold} % at {self.at:%Y-%m-%d %H:%M}"
+
+
+class GpuRate(models.Model):
+    """What a GPU-hour of one GPU model counts against budgets and costs."""
+
+    gpu_model = models.OneToOneField(GpuModel, on_delete=models.CASCADE, related_name="rate")
+    weight = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0)],
+        help_text="What one GPU-hour counts against budgets (e.g. H800 1.0, H20 0.4)",
+    )
+    price = models.DecimalField(
+        max_digits=12,
+        decimal_places=4,
+        default=0,
+        validators=[MinValueValidator(0)],
+        help_text="Price of one GPU-hour, in the portal's currency",
+    )
+
+    class Meta:
+        ordering = ["gpu_model__name"]
+
+    def __str__(self):
+        return f"{self.gpu_model}: weight {self.weight:g}, {self.price} per GPU-hour"
+
+
+class PriorityFactor(models.Model):
+    """What a job's priority class multiplies its price by (e.g. low 0.5, critical 2)."""
+
+    priority = models.IntegerField(
+        unique=True, help_text="A priority class: 0 low, 100 normal, 200 high, 300 critical"
+    )
+    factor = models.FloatField(default=1.0, validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ["priority"]
+
+    def __str__(self):
+        return f"priority {self.priority}: x{self.factor:g}"

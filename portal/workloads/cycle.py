@@ -18,7 +18,7 @@ from portal.cluster.models import Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import lifecycle, parallel, preemption
+from portal.workloads import budgets, lifecycle, parallel, preemption
 from portal.workloads.choices import (
     HOLDING,
     CheckpointStatus,
@@ -53,8 +53,9 @@ LEVELS = {
 UNPREEMPTIBLE = 2**31
 
 
-def build_snapshot() -> engine.Snapshot:
-    """The engine's view of the cluster: a handful of queries, whatever the cluster's size."""
+def build_snapshot(now=None) -> engine.Snapshot:
+    """The engine's view of the cluster at `now` (default: now): a handful of queries,
+    whatever the cluster's size."""
     busy = defaultdict(set)
     placements = defaultdict(lambda: defaultdict(list))
     for workload_id, node_id, index in Allocation.objects.order_by(
@@ -159,6 +160,7 @@ def build_snapshot() -> engine.Snapshot:
         workloads=workloads,
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
+        budgets=budgets.engine_budgets(now or timezone.now()),
     )
 
 
@@ -336,9 +338,10 @@ def scheduling_cycle() -> engine.Plan:
     once it commits."""
     lifecycle.expire_time_limits()
     started = time.perf_counter()
-    snapshot = build_snapshot()
+    now = timezone.now()
+    snapshot = build_snapshot(now)
     planned = time.perf_counter()
-    plan = engine.plan(snapshot, now=timezone.now().timestamp(), clock=time.perf_counter)
+    plan = engine.plan(snapshot, now=now.timestamp(), clock=time.perf_counter)
     applied = time.perf_counter()
     apply(plan)
     done = time.perf_counter()

@@ -6,18 +6,28 @@ import time
 from collections import defaultdict
 
 from django.conf import settings
+from django.db.models import Min, Sum
+from django.utils import timezone
 
 from portal.cluster.models import Node
 from portal.cluster.summary import heartbeats
 from portal.workloads.choices import HOLDING, State
-from portal.workloads.models import Allocation, Workload
+from portal.workloads.models import Allocation, UsageRecord, Workload
+from portal.workloads.usage import usage_rows
 
 MISSED_HEARTBEATS = 3  # as the lost-node check counts them
 
 
 def violations() -> list[str]:
     """Every invariant's violations, in a stable order; empty when all hold."""
-    checks = (unbooked_processes, stale_allocations, mixed_attempts, busy_spares, unattended_work)
+    checks = (
+        unbooked_processes,
+        stale_allocations,
+        mixed_attempts,
+        busy_spares,
+        unattended_work,
+        unreconciled_usage,
+    )
     return [violation for check in checks for violation in check()]
 
 
@@ -98,3 +108,63 @@ def unattended_work() -> list[str]:
         for name, last_seen in nodes.values_list("name", "last_seen_at")
         if last_seen is None or last_seen.timestamp() < cutoff
     ]
+
+
+TOLERANCE = 0.001  # booked GPU-hours reconcile with the allocation records to 0.1 %
+
+
+def unreconciled_usage() -> list[str]:
+    """What the usage report bills reconciles with the allocation records: per tenant, over
+    all time, the booked stretches (UsageRecords) plus every GPU held now (an Allocation, so
+    the GPUs actually held, not those asked for) from its start, to within 0.1 %, and the
+    same GPUs in use; and no stretch books more GPU-hours than its GPUs held for its span."""
+    now = timezone.now()
+    first = UsageRecord.objects.aggregate(at=Min("started_at"))["at"] or now
+    booked = dict(
+        UsageRecord.objects.values("tenant__name")
+        .annotate(hours=Sum("gpu_hours"))
+        .values_list("tenant__name", "hours")
+    )
+    held = Allocation.objects.values_list(
+        "workload__tenant__name", "created_at", "workload__started_at", "workload__admitted_at"
+    )
+    gpus: dict[str, int] = defaultdict(int)
+    hours: dict[str, float] = defaultdict(float, booked)
+    for tenant, booked_at, started, admitted in held:
+        gpus[tenant] += 1
+        hours[tenant] += (now - max(started or admitted or now, booked_at)).total_seconds() / 3600
+        first = min(first, booked_at)
+    billed = {
+        row["tenant"]: row
+        for row in usage_rows(Workload.objects.all(), first, now, ("tenant",), now)
+    }
+    found = []
+    for tenant in sorted(set(hours) | set(billed)):
+        row = billed.get(tenant, {"gpu_hours": 0.0, "in_use": 0})
+        expected = hours.get(tenant, 0.0)
+        if abs(row["gpu_hours"] - expected) > TOLERANCE * expected + 1e-6:
+            found.append(
+                f"tenant {tenant} is billed {row['gpu_hours']:.3f} GPU-hours, but its "
+                f"allocation records come to {expected:.3f}"
+            )
+        if row["in_use"] != gpus.get(tenant, 0):
+            found.append(
+                f"tenant {tenant} is billed for {row['in_use']} GPUs in use, but holds "
+                f"{gpus.get(tenant, 0)}"
+            )
+    return found + _overbooked()
+
+
+def _overbooked() -> list[str]:
+    """Stretches that book more GPU-hours than their GPUs held for their whole span."""
+    found = []
+    for workload, gpus, start, end, hours in UsageRecord.objects.order_by("pk").values_list(
+        "workload_id", "gpus", "started_at", "ended_at", "gpu_hours"
+    ):
+        most = gpus * (end - start).total_seconds() / 3600
+        if hours > most * (1 + TOLERANCE) + 1e-6:
+            found.append(
+                f"workload {workload} booked {hours:.3f} GPU-hours for a stretch its "
+                f"{gpus} GPUs held for {most:.3f}"
+            )
+    return found

@@ -10,9 +10,11 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from portal.cluster import streaks
 from portal.cluster.choices import CommandState
 from portal.cluster.commands import send_commands
 from portal.cluster.models import NodeCommand
+from portal.core.live import publish_tenant
 from portal.core.models import audit
 from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
@@ -27,6 +29,11 @@ def submit(serializer, user) -> Workload:
     with transaction.atomic():
         workload = serializer.save(tenant=user.membership.tenant, submitted_by=user)
         audit("workload.submitted", workload, actor=user, tenant=workload.tenant)
+        # Lists gain the row at once; version 0: before any event of it.
+        event = {"id": workload.pk, "name": workload.name, "state": workload.state}
+        publish_tenant(
+            workload.tenant_id, "workload.state", {**event, "reason": "submitted", "version": 0}
+        )
     trigger_cycle()
     return workload
 
@@ -136,6 +143,7 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
             preemption.exited(workload_id, node_id, exit_code)  # preempted since the peek
             return
         if exit_code != 0 and _restart_crashed(workload, attempt):
+            transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code))
             transition(workload, State.FAILED, reason=f"its restart exited with code {exit_code}")
             nodes_changed(allocations.release(workload))
             return
@@ -144,6 +152,7 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
             started=True, exit_code=exit_code
         )
+        transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code))
         if exit_code != 0:
             transition(
                 workload, State.FAILED, reason=f"exited with code {exit_code}", exit_code=exit_code

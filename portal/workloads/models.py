@@ -126,7 +126,7 @@ def transition(workload: Workload, to: State, reason: str = "", actor=None, **fi
         moved = Workload.objects.filter(pk=workload.pk, state=source).update(state=to, **fields)
         if not moved:
             raise IllegalTransition(f"{workload} is no longer {source}")
-        WorkloadEvent.objects.create(
+        event = WorkloadEvent.objects.create(
             workload=workload,
             from_state=source,
             to_state=to,
@@ -136,35 +136,33 @@ def transition(workload: Workload, to: State, reason: str = "", actor=None, **fi
     workload.state = to
     for name, value in fields.items():
         setattr(workload, name, value)
-    publish_tenant(
-        workload.tenant_id,
-        "workload.state",
-        {
-            "id": workload.pk,
-            "name": workload.name,
-            "state": to,
-            "reason": readable(reason, workload),
-        },
-    )
+    _announce(workload, event)
 
 
 def note(workload: Workload, reason: str, actor=None) -> None:
     """Record something that happened to a workload without a change of state (a shrink)."""
-    WorkloadEvent.objects.create(
+    event = WorkloadEvent.objects.create(
         workload=workload,
         from_state=workload.state,
         to_state=workload.state,
         reason=reason,
         actor=actor if actor and actor.pk else None,
     )
+    _announce(workload, event)
+
+
+def _announce(workload: Workload, event: "WorkloadEvent") -> None:
+    """Tell the tenant's browsers. `version` (the event's id) grows with every event of the
+    workload, so a page applies only what is newer than what it shows."""
     publish_tenant(
         workload.tenant_id,
         "workload.state",
         {
             "id": workload.pk,
             "name": workload.name,
-            "state": workload.state,
-            "reason": readable(reason, workload),
+            "state": event.to_state,
+            "reason": readable(event.reason, workload),
+            "version": event.pk,
         },
     )
 
@@ -354,3 +352,9 @@ class LogChunk(models.Model):
 
     def __str__(self):
         return f"{self.workload} attempt {self.attempt} on {self.node_id} at {self.offset}"
+
+
+def with_version(workloads: models.QuerySet) -> models.QuerySet:
+    """`workloads`, each with its `version`: the id of its newest event (see `_announce`)."""
+    newest = WorkloadEvent.objects.filter(workload=models.OuterRef("pk")).order_by("-id")
+    return workloads.annotate(version=models.Subquery(newest.values("id")[:1]))

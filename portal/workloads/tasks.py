@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from portal.workloads import checkpoints, logs, preemption, recovery
+from portal.workloads import budgets, checkpoints, logs, preemption, recovery
 from portal.workloads.cycle import run_cycles
 
 
@@ -44,3 +44,9 @@ def request_checkpoints() -> list[int]:
 def trim_logs() -> int:
     """Beat, every 10 minutes: drop output past its age or its workload's size limit."""
     return logs.trim()
+
+
+@shared_task(soft_time_limit=50, expires=60)
+def warn_budgets() -> int:
+    """Beat, every minute: warn tenants of budget thresholds crossed (`budgets.warn`)."""
+    return len(budgets.warn())

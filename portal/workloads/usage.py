@@ -1,68 +1,188 @@
-from django.db.models import Sum
+"""GPU-hours: the stretches booked as GPUs are freed (UsageRecords) and the GPUs held now, over
+any window, grouped as a report asks and priced at the GPU models' rates."""
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from math import ceil
+
+from django.db.models import Case, Count, DateTimeField, F, Q, Sum, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from portal.workloads.choices import HOLDING
+from portal.quotas.models import GpuRate, PriorityFactor
 from portal.workloads.models import Allocation, UsageRecord
+
+# What usage can be grouped by: paths from a workload.
+KEYS = {
+    "tenant": "tenant__name",
+    "queue": "queue__name",
+    "gpu_model": "gpu_model__name",
+    "user": "submitted_by__username",
+    "priority": "priority",
+    "tenant_id": "tenant_id",
+    "queue_id": "queue_id",
+}
+REPORT_KEYS = ("tenant", "queue", "gpu_model", "user")  # what people group reports by
+BY_QUEUE = ("tenant", "queue", "gpu_model")
 
 
 def gpu_hours(usage, workloads) -> float:
-    """GPU-hours of finished stretches (`usage`, UsageRecords) plus what the `workloads` that
-    hold GPUs now have used so far."""
-    now = timezone.now()
-    booked = usage.aggregate(n=Sum("gpu_hours"))["n"] or 0
-    running = sum(
-        w.gpus * (now - w.started_at).total_seconds() / 3600
-        for w in workloads
-        if w.state in HOLDING and w.started_at
+    """GPU-hours of finished stretches (`usage`, UsageRecords) plus what the GPUs the
+    `workloads` hold now have used so far."""
+    return booked(usage) + held_now(workloads)[1]
+
+
+def booked(usage) -> float:
+    """GPU-hours of finished stretches (`usage`, UsageRecords)."""
+    return usage.aggregate(n=Sum("gpu_hours"))["n"] or 0.0
+
+
+def held_now(workloads) -> tuple[int, float]:
+    """GPUs the `workloads` hold now, each counted (not those they asked for), and the
+    GPU-hours those have used so far."""
+    held = list(_held(Allocation.objects.filter(workload__in=workloads)))
+    return sum(gpus for *_, gpus in held), sum(hours for *_, hours, _ in held)
+
+
+def _held(allocations, paths=(), now=None):
+    """(key values, start, end, GPU-hours, GPUs) of the GPUs held now, each from the later of
+    its run's start and its own booking until now, as `allocations.book` will book it: in one
+    query, those booked before their run started summed per workload, the others (a grow's,
+    a spare's) per booking."""
+    now = now or timezone.now()
+    times = ("workload__started_at", "workload__admitted_at")
+    later = Case(
+        When(created_at__lte=Coalesce(*times), then=None),
+        default=F("created_at"),
+        output_field=DateTimeField(),
     )
-    return booked + running
+    rows = (
+        allocations.annotate(later=later)
+        .values("workload_id", *paths, *times, "later")
+        .annotate(gpus=Count("id"))
+        .order_by()
+        .values_list("workload_id", *paths, *times, "later", "gpus")
+    )
+    for _, *values, started, admitted, booked_at, gpus in rows:
+        begun = started or admitted or now
+        begun = max(begun, booked_at) if booked_at else begun
+        yield tuple(values), begun, now, gpus * (now - begun).total_seconds() / 3600, gpus
+
+
+def _paths(keys) -> list[str]:
+    return [f"workload__{KEYS[key]}" for key in keys]
+
+
+def _records(workloads, since, until):
+    """The booked stretches of the `workloads` (a queryset) that overlap [since, until]."""
+    return UsageRecord.objects.filter(
+        workload__in=workloads, ended_at__gt=since, started_at__lt=until
+    )
+
+
+def _stretches(workloads, since, until, keys, now=None):
+    """(key values, start, end, GPU-hours, GPUs held now) of each booked stretch of the
+    `workloads` that overlaps [since, until], and of the GPUs they hold `now`."""
+    paths = _paths(keys)
+    booked = _records(workloads, since, until)
+    for *values, start, end, hours in booked.values_list(
+        *paths, "started_at", "ended_at", "gpu_hours"
+    ):
+        yield tuple(values), start, end, hours, 0
+    yield from _held(Allocation.objects.filter(workload__in=workloads), paths, now)
+
+
+def _inside(start, end, hours, since, until) -> float:
+    """The part of a stretch's GPU-hours inside [since, until], pro rata."""
+    span = (end - start).total_seconds()
+    if span <= 0:
+        return hours if since < end and start < until else 0.0
+    inside = (min(end, until) - max(start, since)).total_seconds()
+    return hours * max(0.0, inside) / span
+
+
+def usage_rows(workloads, since, until, keys=BY_QUEUE, now=None) -> list[dict]:
+    """GPUs held now (`in_use`) and GPU-hours used within [since, until] (`gpu_hours`) of the
+    `workloads` (a queryset), one row per value of `keys`: booked stretches (summed by the
+    database where they lie wholly inside the window, pro rata where they straddle an end)
+    and the GPUs held `now` (default: now)."""
+    rows: dict[tuple, dict] = {}
+
+    def add(values, hours, gpus=0):
+        row = rows.get(values)
+        if row is None:
+            row = rows[values] = {**dict(zip(keys, values, strict=True)), "in_use": 0}
+            row["gpu_hours"] = 0.0
+        row["in_use"] += gpus
+        row["gpu_hours"] += hours
+
+    paths = _paths(keys)
+    booked = _records(workloads, since, until)
+    inside = Q(started_at__gte=since, ended_at__lte=until)
+    summed = booked.filter(inside).values(*paths).annotate(hours=Sum("gpu_hours")).order_by()
+    for *values, hours in summed.values_list(*paths, "hours"):
+        add(tuple(values), hours)
+    straddling = booked.exclude(inside).values_list(*paths, "started_at", "ended_at", "gpu_hours")
+    for *values, start, end, hours in straddling:
+        add(tuple(values), _inside(start, end, hours, since, until))
+    for values, start, end, hours, gpus in _held(
+        Allocation.objects.filter(workload__in=workloads), paths, now
+    ):
+        add(values, _inside(start, end, hours, since, until), gpus)
+    return [rows[key] for key in sorted(rows, key=_order)]
+
+
+def _order(values: tuple) -> list[str]:
+    return ["" if value is None else str(value) for value in values]
 
 
 def usage_by_queue(workloads, since, until) -> list[dict]:
-    """GPUs in use now and GPU-hours used within [since, until] of the `workloads` (a
-    queryset), per tenant, queue and GPU model: booked stretches (UsageRecords) pro rata for
-    the part inside the window, and the GPUs held now from the later of the run's start and
-    their own booking, as `allocations.book` will book them."""
-    rows: dict[tuple[str, str, str], dict] = {}
+    """`usage_rows` per tenant, queue and GPU model."""
+    return usage_rows(workloads, since, until, BY_QUEUE)
 
-    def row(tenant, queue, model):
-        key = (tenant, queue, model)
-        if key not in rows:
-            rows[key] = {
-                "tenant": tenant,
-                "queue": queue,
-                "gpu_model": model,
-                "in_use": 0,
-                "gpu_hours": 0.0,
-            }
-        return rows[key]
 
-    booked = UsageRecord.objects.filter(
-        workload__in=workloads, ended_at__gt=since, started_at__lt=until
-    ).values_list(
-        "tenant__name",
-        "workload__queue__name",
-        "gpu_model__name",
-        "started_at",
-        "ended_at",
-        "gpu_hours",
+def prices() -> tuple[dict[str, float], dict[int, float]]:
+    """The price of a GPU-hour per GPU model (0 where none is set) and the factor per
+    priority class (1 where none is set)."""
+    rates = GpuRate.objects.values_list("gpu_model__name", "price")
+    return {model: float(price) for model, price in rates}, dict(
+        PriorityFactor.objects.values_list("priority", "factor")
     )
-    for tenant, queue, model, start, end, hours in booked:
-        span = (end - start).total_seconds()
-        inside = (min(end, until) - max(start, since)).total_seconds()
-        row(tenant, queue, model)["gpu_hours"] += hours * (inside / span if span > 0 else 1)
-    now = timezone.now()
-    held = Allocation.objects.filter(workload__in=workloads).values_list(
-        "workload__tenant__name",
-        "workload__queue__name",
-        "workload__gpu_model__name",
-        "created_at",
-        "workload__started_at",
-        "workload__admitted_at",
+
+
+def report(workloads, since, until, group_by=BY_QUEUE, now=None) -> list[dict]:
+    """`usage_rows` grouped by `group_by`, each row with its `cost`: GPU-hours x the GPU
+    model's price x the priority class's factor, at today's prices. A job whose submitter is
+    gone counts under user ""."""
+    extra = tuple(key for key in ("gpu_model", "priority") if key not in group_by)
+    rates, factors = prices()
+    rows: dict[tuple, dict] = {}
+    for fine in usage_rows(workloads, since, until, (*group_by, *extra), now):
+        key = tuple("" if fine[k] is None else fine[k] for k in group_by)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {**dict(zip(group_by, key, strict=True)), "in_use": 0}
+            row.update(gpu_hours=0.0, cost=0.0)
+        row["in_use"] += fine["in_use"]
+        row["gpu_hours"] += fine["gpu_hours"]
+        price = rates.get(fine["gpu_model"], 0.0) * factors.get(fine["priority"], 1.0)
+        row["cost"] += fine["gpu_hours"] * price
+    return list(rows.values())
+
+
+def series(workloads, since, until, key: str, step: timedelta) -> dict:
+    """GPU-hours within [since, until] per slice of `step` (whole hours or days of UTC) and
+    value of `key`, for charts: `{"starts": [slice starts], "series": {value: [GPU-hours]}}`."""
+    origin = datetime.fromtimestamp(
+        since.timestamp() // step.total_seconds() * step.total_seconds(), UTC
     )
-    for tenant, queue, model, booked_at, started, admitted in held:
-        entry = row(tenant, queue, model)
-        entry["in_use"] += 1
-        start = max(started or admitted or now, booked_at, since)
-        entry["gpu_hours"] += max(0.0, (min(now, until) - start).total_seconds()) / 3600
-    return sorted(rows.values(), key=lambda r: (r["tenant"], r["queue"], r["gpu_model"]))
+    count = max(1, ceil((until - origin) / step))
+    starts = [origin + i * step for i in range(count)]
+    found: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
+    for (value,), start, end, hours, _ in _stretches(workloads, since, until, (key,)):
+        first = max(0, int((start - origin) / step))
+        last = min(count - 1, int((end - origin) / step))
+        for i in range(first, last + 1):
+            part = _inside(start, end, hours, max(starts[i], since), min(starts[i] + step, until))
+            found["" if value is None else str(value)][i] += part
+    return {"starts": starts, "series": dict(sorted(found.items()))}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 TIMEOUT_S = 30.0
+RETRY_AFTER_S = (1.0, 3.0)  # a keyed POST that got no answer, or a 5xx, is sent again after these
 
 
 @dataclass
@@ -40,8 +42,22 @@ class Client:
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
         return self._call("GET", path + suffix, None, timeout_s)
 
-    def post(self, path: str, body: Any = None) -> Any:
-        return self._call("POST", path, {} if body is None else body, TIMEOUT_S)
+    def post(self, path: str, body: Any = None, idempotency_key: str | None = None) -> Any:
+        """POST `body`. With `idempotency_key` (sent as `Idempotency-Key`) a request that got
+        no answer or a server error is sent again: the portal answers a repeat with the first
+        answer, so nothing is created twice."""
+        body = {} if body is None else body
+        if idempotency_key is None:
+            return self._call("POST", path, body, TIMEOUT_S)
+        headers = {"Idempotency-Key": idempotency_key}
+        for wait_s in RETRY_AFTER_S:
+            try:
+                return self._call("POST", path, body, TIMEOUT_S, headers)
+            except (ApiError, Unreachable) as error:
+                if isinstance(error, ApiError) and error.status < 500:
+                    raise
+            time.sleep(wait_s)
+        return self._call("POST", path, body, TIMEOUT_S, headers)
 
     def pages(self, path: str, **params: Any):
         """Every item of a paginated list, page by page."""
@@ -52,9 +68,11 @@ class Client:
                 return
             page = self._call("GET", page["next"], None, TIMEOUT_S)
 
-    def _call(self, method: str, path: str, body: Any, timeout_s: float) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any, timeout_s: float, extra: dict | None = None
+    ) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.url}{path}"
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra or {})}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -132,7 +133,7 @@ def login(args: argparse.Namespace) -> int:
 
 def submit(args: argparse.Namespace) -> int:
     spec = _load(args.file)
-    workload = client(args).post("/api/v1/workloads/", spec)
+    workload = client(args).post("/api/v1/workloads/", spec, idempotency_key=uuid.uuid4().hex)
     if args.json:
         return _print_json(workload)
     name, queue, state = workload["name"], workload["queue"], workload["state"]

@@ -3,6 +3,7 @@
 from scheduler.engine.cycle import Clock, plan
 from scheduler.engine.model import (
     Admission,
+    Budget,
     Cohort,
     FairSharing,
     Grow,
@@ -26,6 +27,7 @@ from scheduler.engine.model import (
 
 __all__ = [
     "Admission",
+    "Budget",
     "Clock",
     "Cohort",
     "FairSharing",

@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
+from scheduler.engine.budget import BudgetLedger, seconds_left
 from scheduler.engine.capacity import DEPTH, Capacity, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
@@ -157,7 +158,8 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, now: float) -> None:
         self.now = now
         self.grow_every_s = snapshot.grow_every_s
-        self.ledger = QuotaLedger(snapshot.queues, snapshot.cohorts)
+        self.budgets = BudgetLedger(snapshot.budgets, snapshot.workloads, now)
+        self.ledger = QuotaLedger(self.budgets.soften(snapshot.queues), snapshot.cohorts)
         self.capacity = Capacity(snapshot.nodes)
         self.occupancy = Occupancy(self.capacity, now)
         running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
@@ -223,14 +225,21 @@ class Cycle:
 
     def _decide(self, queue: Queue, workload: Workload) -> Outcome:
         """Kueue's processEntry, as early returns: a shape no placement could ever give waits
-        with that reason (not a passing quota one); work its quota allows that fits on free
-        GPUs starts; else room is made by preemption where the rules allow; else it waits, a
-        gang head perhaps with a reservation."""
+        with that reason (not a passing quota one), and so does work a budget does not allow
+        (no preemption makes budget); work its quota allows that fits on free GPUs starts;
+        else room is made by preemption where the rules allow; else it waits, a gang head
+        perhaps with a reservation."""
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             pool.check_shape(workload.gpus)
         except Inadmissible as why:
             return self._no_fit(workload, str(why))
+        if self.budgets:
+            borrows = not self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+            seconds = workload.time_limit_s
+            budget = refusal(self.budgets.check, queue, workload, workload.gpus, seconds, borrows)
+            if budget is not None:
+                return self._no_fit(workload, budget)
         quota = refusal(self.ledger.check, queue, workload.gpu_model, workload.gpus)
         room = None if quota else refusal(self.admit, pool, queue, workload)
         if quota is None and room is None:
@@ -310,9 +319,12 @@ class Cycle:
     def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus
         added = pool.growth(workload, most - workload.held)
+        seconds = seconds_left(workload, self.now)
         while added:
             extra = sum(len(p.gpu_indices) for p in added)
-            if refusal(self.ledger.check, queue, workload.gpu_model, extra) is None:
+            if refusal(self.ledger.check, queue, workload.gpu_model, extra) is None and (
+                not self.budgets or self._budget_allows(queue, workload, extra, seconds)
+            ):
                 break
             added = added[:-1] if len(added) > 1 else pool.growth(workload, extra - 1)
         if not added:
@@ -321,8 +333,15 @@ class Cycle:
             pool.take(placement)
         extra = sum(len(p.gpu_indices) for p in added)
         self.ledger.charge(queue.id, workload.gpu_model, extra)
+        self.budgets.charge(queue.id, workload.gpu_model, extra, seconds)
         reason = grow_reason(workload, workload.held + extra, queue.region)
         self.grows.append(Grow(workload.id, workload.held + extra, added, reason))
+
+    def _budget_allows(
+        self, queue: Queue, workload: Workload, extra: int, seconds: float | None
+    ) -> bool:
+        borrows = not self.ledger.within_nominal(queue, workload.gpu_model, extra)
+        return refusal(self.budgets.check, queue, workload, extra, seconds, borrows) is None
 
     def _no_fit(self, workload: Workload, reason: str) -> Outcome:
         self.wait(workload, reason)
@@ -395,6 +414,7 @@ class Cycle:
         for placement in placements:
             pool.take(placement)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
+        self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.occupancy.add_admitted(workload, placements)
         self.admissions.append(Admission(workload.id, placements))
 
@@ -547,6 +567,7 @@ class Cycle:
                 self.ledger.stopping[victim.queue_id, victim.gpu_model] += victim.held
                 self.touched_queues.add(victim.queue_id)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
+        self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.claims[queue.id, workload.gpu_model] += workload.gpus
         pool.hold(workload.id, claim.nodes)
         reservation = Reservation(

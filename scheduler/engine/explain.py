@@ -1,5 +1,5 @@
 """Reasons a person can act on, with the numbers behind them, for preemptions, shrinks and the
-workloads that wait for them."""
+workloads that wait for them or for a budget."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from scheduler.engine.capacity import describe, plural
-from scheduler.engine.model import Queue, Workload
+from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import QuotaLedger
 
@@ -163,3 +163,46 @@ def kept_off_reason(no_room: str, held: dict[int, int]) -> str:
         f"{gangs}, usable only by work that ends before they start or that they could "
         f"preempt"
     )
+
+
+def budget_reason(
+    budget: Budget, left: float, need: float, gpu_model: str, gpus: int, seconds: float, held: bool
+) -> str:
+    """Why a hard budget keeps a workload out: what the budget has left (`held`: after the
+    time limits of work already running), what the workload may use, and the difference."""
+    left = max(0.0, left)
+    weight = budget.weight(gpu_model)
+    weighted = f", weighted {weight:g}" if weight != 1 else ""
+    after = " after its running jobs' time limits" if held else ""
+    return (
+        f"budget of {budget.name}: {gpu_hours(left)} GPU-hours left {budget.window}{after}, "
+        f"this job needs up to {gpu_hours(need)} ({gpus} {gpu_model} GPUs for "
+        f"{duration(seconds)}{weighted}), {gpu_hours(need - left)} more than is left"
+    )
+
+
+def untimed_reason(budget: Budget, left: float) -> str:
+    """Why a workload without a time limit waits under a hard budget."""
+    return (
+        f"budget of {budget.name} is hard and this job has no time limit: only jobs with one "
+        f"start under it ({gpu_hours(max(0.0, left))} GPU-hours left {budget.window})"
+    )
+
+
+def soft_budget_reason(budget: Budget, gpu_model: str) -> str:
+    """Why a workload that would borrow waits while its soft budget is spent."""
+    return (
+        f"budget of {budget.name} is spent {budget.window} ({gpu_hours(budget.used)} of "
+        f"{gpu_hours(budget.limit)} GPU-hours used): its jobs start only within their "
+        f"queue's nominal {gpu_model} quota, and this one would borrow"
+    )
+
+
+def gpu_hours(hours: float) -> str:
+    """GPU-hours in words: whole ones with thousands separators, tenths below 100."""
+    return f"{hours:,.0f}" if abs(hours) >= 100 else f"{hours:,.1f}".removesuffix(".0")
+
+
+def duration(seconds: float) -> str:
+    """A time limit in hours: "96 h", "1.5 h", "0.25 h"."""
+    return f"{seconds / 3600:,.2f}".rstrip("0").rstrip(".") + " h"

@@ -281,6 +281,33 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """GPU-hours a tenant or one of its queues may use over a window, weighted per GPU model,
+    and what the window has used so far (`used`, weighted, as the portal books it).
+
+    Hard: a pending workload starts only if its GPUs for its whole time limit fit in what is
+    left once running work has reached its time limits; one without a time limit waits. Soft:
+    once `used` reaches `limit`, its queues borrow no more and keep a quarter of their
+    fair-share weight. No budget ever stops running work.
+    """
+
+    name: str  # whose, as reasons say it: "queue acme/llm", "tenant acme"
+    queue_ids: tuple[int, ...]
+    limit: float
+    used: float = 0.0
+    hard: bool = False
+    window: str = "this month"  # as reasons say it
+    weights: tuple[tuple[str, float], ...] = ()  # (GPU model, weight); 1.0 where absent
+
+    def weight(self, gpu_model: str) -> float:
+        """What one GPU-hour of `gpu_model` counts against this budget."""
+        for model, weight in self.weights:
+            if model == gpu_model:
+                return weight
+        return 1.0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one scheduling cycle may look at."""
 
@@ -289,6 +316,7 @@ class Snapshot:
     workloads: tuple[Workload, ...]
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
+    budgets: tuple[Budget, ...] = ()
 
 
 @dataclass(frozen=True)

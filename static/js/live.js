@@ -1,5 +1,14 @@
 // The page's live connection: one WebSocket, reconnecting with backoff. Every server event is
-// re-dispatched on `document` as a "wanka:<event>" CustomEvent for page scripts.
+// re-dispatched on `document` as a "wanka:<event>" CustomEvent for page scripts, and
+// "wanka:resync" each time the socket (re)opens.
+//
+// What the page shows of workloads is trusted only as far as its versions: each workload event
+// carries the version of the workload it leaves (its newest event's id), and the page applies
+// only what is newer than it shows. Whenever the socket opens, the page asks the API where
+// things stand now, so an event sent before it listened (or lost while it was away) never
+// leaves it wrong: a job page that is behind reloads; a workload list reconciles its rows with
+// the API's answer for the same filter, in the same order (newest first), inserting, updating
+// and removing rows.
 (function () {
   const dot = document.getElementById("live-status");
   let delay = 500;
@@ -7,7 +16,11 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const socket = new WebSocket(`${scheme}://${location.host}/ws/live/`);
-    socket.onopen = () => { delay = 500; dot.className = "live-on"; };
+    socket.onopen = () => {
+      delay = 500;
+      dot.className = "live-on";
+      document.dispatchEvent(new CustomEvent("wanka:resync"));
+    };
     socket.onclose = () => {
       dot.className = "live-off";
       setTimeout(connect, delay);
@@ -19,32 +32,115 @@
     };
   }
 
+  async function api(path) {
+    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    return response.json();
+  }
+
   function setState(element, state) {
     element.textContent = state;
     element.className = `state state-${state}`;
   }
 
-  // Workload rows and headings show their state without a reload, on every page.
-  document.addEventListener("wanka:workload.state", ({ detail }) => {
-    document.querySelectorAll(`[data-workload="${detail.id}"]`).forEach((row) => {
-      row.querySelectorAll("[data-state]").forEach((el) => setState(el, detail.state));
-      row.querySelectorAll("[data-reason]").forEach((el) => {
-        if (detail.state !== "pending") el.textContent = "";
-      });
+  const newer = (element, version) => version > Number(element.dataset.version || 0);
+
+  // -- one job's page -------------------------------------------------------------------------
+  const detail = document.querySelector("[data-live-detail]");
+  if (detail) {
+    document.addEventListener("wanka:resync", async () => {
+      const now = await api(`/api/v1/workloads/${detail.dataset.workload}/`).catch(() => null);
+      if (now && newer(detail, now.version)) location.reload(); // the server draws it whole
     });
-    const timeline = document.getElementById("timeline");
-    if (timeline && document.querySelector(`section[data-workload="${detail.id}"]`)) {
+    document.addEventListener("wanka:workload.state", ({ detail: event }) => {
+      if (String(event.id) !== detail.dataset.workload || !newer(detail, event.version)) return;
+      detail.dataset.version = event.version;
+      detail.querySelectorAll("[data-state]").forEach((el) => setState(el, event.state));
+      detail.querySelectorAll("[data-reason]").forEach((el) => {
+        if (event.state !== "pending") el.textContent = "";
+      });
+      const timeline = document.getElementById("timeline");
       const item = document.createElement("li");
       item.innerHTML = `<time>${new Date().toISOString().slice(0, 19).replace("T", " ")}</time> → <b></b> `;
-      item.querySelector("b").textContent = detail.state;
-      item.append(detail.reason);
+      item.querySelector("b").textContent = event.state;
+      item.append(event.reason);
       timeline.append(item);
+    });
+  }
+
+  // -- workload lists ---------------------------------------------------------------------------
+  function ago(iso) {
+    const minutes = Math.max(0, (Date.now() - Date.parse(iso)) / 60000);
+    if (minutes < 1) return "moments ago";
+    if (minutes < 60) return `${Math.floor(minutes)} min ago`;
+    if (minutes < 48 * 60) return `${Math.floor(minutes / 60)} h ago`;
+    return `${Math.floor(minutes / 1440)} days ago`;
+  }
+
+  function reasonOf(w) {
+    if (w.state !== "pending") return "";
+    return `${w.queue_position ? `#${w.queue_position} · ` : ""}${w.pending_reason || ""}`;
+  }
+
+  function row(w) {
+    const tr = document.createElement("tr");
+    tr.dataset.workload = w.id;
+    tr.innerHTML = '<td><a></a></td><td></td><td></td><td><span data-state></span></td>' +
+      '<td class="reason" data-reason></td><td></td>';
+    const [name, queue, gpus, , , submitted] = tr.children;
+    name.firstChild.href = `/workloads/${w.id}/`;
+    name.firstChild.textContent = w.name;
+    queue.textContent = w.queue;
+    gpus.textContent = `${w.gpus} × ${w.gpu_model}`;
+    submitted.textContent = ago(w.submitted_at);
+    return tr;
+  }
+
+  function update(tr, w) {
+    tr.dataset.version = w.version;
+    setState(tr.querySelector("[data-state]"), w.state);
+    tr.querySelector("[data-reason]").textContent = reasonOf(w);
+  }
+
+  document.querySelectorAll("[data-live-list]").forEach((body) => {
+    let timer = null;
+
+    async function reconcile() {
+      const query = new URLSearchParams(body.dataset.query);
+      query.set("limit", body.dataset.limit);
+      const page = await api(`/api/v1/workloads/?${query}`).catch(() => null);
+      if (!page) return;
+      const rows = new Map([...body.querySelectorAll("tr[data-workload]")].map((tr) => [tr.dataset.workload, tr]));
+      let before = body.firstElementChild;
+      for (const w of page.results) {
+        const tr = rows.get(String(w.id)) || row(w);
+        rows.delete(String(w.id));
+        if (newer(tr, w.version) || !tr.dataset.version) update(tr, w);
+        if (tr !== before) body.insertBefore(tr, before);
+        before = tr.nextElementSibling;
+      }
+      rows.forEach((tr) => tr.remove()); // no longer in the list's filter or its first page
+      body.querySelector("tr.none")?.toggleAttribute("hidden", page.results.length > 0);
     }
+
+    function soon() {
+      clearTimeout(timer);
+      timer = setTimeout(reconcile, 300); // a burst of events costs one request
+    }
+
+    document.addEventListener("wanka:resync", reconcile);
+    document.addEventListener("wanka:workload.state", ({ detail: event }) => {
+      const tr = body.querySelector(`tr[data-workload="${event.id}"]`);
+      if (tr && newer(tr, event.version)) {
+        update(tr, { ...event, pending_reason: event.reason, queue_position: null });
+      }
+      soon(); // new rows, rows that leave the filter, and the order: as the API has them
+    });
   });
 
-  document.addEventListener("wanka:quota.decided", ({ detail }) => {
-    document.querySelectorAll(`[data-request="${detail.id}"] [data-state]`)
-      .forEach((el) => setState(el, detail.status));
+  document.addEventListener("wanka:quota.decided", ({ detail: event }) => {
+    document.querySelectorAll(`[data-request="${event.id}"] [data-state]`)
+      .forEach((el) => setState(el, event.status));
   });
 
   connect();

@@ -83,11 +83,17 @@ def test_quota_request_to_finished_job(fleet_and_beat, portal_server, acme, alic
         assert submitted.status_code == 302
         workload = Workload.objects.get(name="llama-8b")
 
-        # 4. Cycle, agents, live events: admitted -> starting -> running -> succeeded.
+        # 4. Live events from the submit on: pending -> admitted -> starting -> running ->
+        # succeeded, each version newer than the one before.
         done = live.wait_for("workload.state", lambda p: p["state"] == State.SUCCEEDED, 60)
         assert done["id"] == workload.pk
-        states = [p["state"] for p in live.of("workload.state") if p["id"] == workload.pk]
-        assert states == [State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED]
+        events = [p for p in live.of("workload.state") if p["id"] == workload.pk]
+        states = [p["state"] for p in events]
+        assert states == [
+            State.PENDING, State.ADMITTED, State.STARTING, State.RUNNING, State.SUCCEEDED
+        ]  # fmt: skip
+        versions = [p["version"] for p in events]
+        assert versions[0] == 0 and versions == sorted(set(versions))
         # The dashboard's utilization feed saw the job's 16 GPUs allocated and busy.
         busy = [p["point"] for p in live.of("utilization") if p["point"]["allocated"] == 16]
         assert busy and max(p["busy"] for p in busy) > 8

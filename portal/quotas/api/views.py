@@ -6,6 +6,7 @@ from rest_framework.response import Response
 
 from portal.core.api import OperatorPermission, TenantViewSet
 from portal.core.errors import Conflict
+from portal.core.idempotency import IdempotentCreateModelMixin
 from portal.core.models import audit
 from portal.quotas.api.serializers import (
     DecisionSerializer,
@@ -41,7 +42,7 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewS
 
 
 class QuotaRequestViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TenantViewSet
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, IdempotentCreateModelMixin, TenantViewSet
 ):
     queryset = QuotaRequest.objects.select_related("queue", "gpu_model", "region")
     serializer_class = QuotaRequestSerializer

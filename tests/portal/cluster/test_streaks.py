@@ -1,0 +1,84 @@
+"""A node on which job after job fails is cordoned with the reason, audited, and no longer
+scheduled; a job that ends well there, or time, ends the streak."""
+
+import time
+
+import pytest
+
+from portal.cluster.choices import Health
+from portal.cluster.models import Node
+from portal.cluster.streaks import FAILURES, WINDOW_S
+from portal.core.models import AuditEvent
+from portal.workloads import lifecycle
+from portal.workloads.cycle import scheduling_cycle
+from tests.builders import make_workload
+
+
+@pytest.fixture
+def only_node(cluster):
+    """One H800 node the cycle may place on."""
+    node = cluster[0]
+    Node.objects.exclude(pk=node.pk).update(connected=False)
+    return node
+
+
+@pytest.fixture
+def run_job(acme_llm, only_node, django_capture_on_commit_callbacks):
+    """Place a one-node job on the node and have it exit with a code; the node, refreshed."""
+
+    def run(exit_code):
+        workload = make_workload(acme_llm, gpus=8)
+        scheduling_cycle()
+        assert workload.allocations.filter(node=only_node).exists()
+        with django_capture_on_commit_callbacks(execute=True):
+            lifecycle.mark_started_many([(workload.pk, only_node.pk, 0)])
+            lifecycle.finish(workload.pk, only_node.pk, exit_code)
+        return Node.objects.get(pk=only_node.pk)
+
+    return run
+
+
+def test_a_node_that_fails_three_jobs_in_a_row_is_cordoned_audited_and_not_scheduled(
+    run_job, acme_llm, only_node
+):
+    for _ in range(FAILURES - 1):
+        assert run_job(1).health == Health.READY
+    node = run_job(139)
+    assert node.health == Health.CORDONED
+    assert (
+        node.health_reason
+        == "3 jobs in a row failed on it within 10 minutes (the last exited with code 139)"
+    )
+    audit = AuditEvent.objects.get(action="node.cordoned", object_id=str(node.pk))
+    assert audit.data == {"previous": "ready", "reason": node.health_reason}
+    waiting = make_workload(acme_llm, gpus=8)
+    assert scheduling_cycle().admissions == []
+    waiting.refresh_from_db()
+    assert waiting.pending_reason
+
+
+def test_a_job_that_ends_well_in_between_ends_the_streak(run_job):
+    healths = [run_job(code).health for code in (1, 1, 0, 1, 1, 1)]
+    assert healths == [Health.READY] * 5 + [Health.CORDONED]
+
+
+def test_failures_older_than_the_window_do_not_count(run_job, only_node):
+    for _ in range(FAILURES - 1):
+        run_job(1)
+    long_ago = time.time() - WINDOW_S - 1
+    Node.objects.filter(pk=only_node.pk).update(recent_failures=[long_ago, long_ago])
+    assert run_job(1).health == Health.READY
+
+
+def test_only_the_node_whose_exit_failed_a_gang_counts(
+    acme_llm, cluster, django_capture_on_commit_callbacks
+):
+    for _ in range(FAILURES):
+        workload = make_workload(acme_llm, gpus=16)
+        scheduling_cycle()
+        first, second = sorted(set(workload.allocations.values_list("node_id", flat=True)))
+        with django_capture_on_commit_callbacks(execute=True):
+            lifecycle.finish(workload.pk, first, 1)
+            lifecycle.finish(workload.pk, second, 1)  # after the gang failed: not its failure
+    assert Node.objects.get(pk=first).health == Health.CORDONED
+    assert Node.objects.get(pk=second).health == Health.READY
