@@ -8,7 +8,7 @@
     wanka cancel ID
     wanka wait ID [--until running|finished] [--timeout S]
     wanka quota
-    wanka usage [--days 30 | --since ISO --until ISO]
+    wanka usage [--days 30 | --since ISO --until ISO] [--group-by queue,user]
 
 Tables for people; `--json` prints what the API answered, for scripts. The portal and token
 come from ``--url`` and ``--token``, else ``WANKA_URL`` and ``WANKA_TOKEN``, else what `login`
@@ -265,16 +265,20 @@ def quota(args: argparse.Namespace) -> int:
 def usage(args: argparse.Namespace) -> int:
     until = args.until or datetime.now(UTC).isoformat()
     since = args.since or (datetime.fromisoformat(until) - timedelta(days=args.days)).isoformat()
-    report = client(args).get("/api/v1/usage/", since=since, until=until)
+    query = {"since": since, "until": until, "group_by": args.group_by}
+    report = client(args).get("/api/v1/usage/", **query)
     if args.json:
         return _print_json(report)
+    keys = report["group_by"]
     rows = [
-        (r["tenant"], r["queue"], r["gpu_model"], r["in_use"], f"{r['gpu_hours']:.1f}")
+        (*(r.get(key) or "—" for key in keys), r["in_use"], f"{r['gpu_hours']:.1f}",
+         f"{r['cost']:.2f}")
         for r in report["rows"]
-    ]
+    ]  # fmt: skip
     print(f"GPU-hours from {_when(report['since'])} to {_when(report['until'])}")
-    _table(("TENANT", "QUEUE", "GPU MODEL", "IN USE", "GPU-HOURS"), rows)
-    print(f"total {report['gpu_hours']:.1f} GPU-hours")
+    header = (*(key.replace("_", " ").upper() for key in keys), "IN USE", "GPU-HOURS")
+    _table((*header, f"COST ({report['currency']})"), rows)
+    print(f"total {report['gpu_hours']:.1f} GPU-hours, {report['cost']:.2f} {report['currency']}")
     return EXIT_OK
 
 
@@ -362,6 +366,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--days", type=float, default=30, help="the last N days (default 30)")
     sub.add_argument("--since", help="window start, ISO 8601 (e.g. 2026-11-01T00:00:00+00:00)")
     sub.add_argument("--until", help="window end, ISO 8601 (default: now)")
+    sub.add_argument(
+        "--group-by",
+        help="comma-separated: tenant, queue, gpu_model, user (default: the first three)",
+    )
     return parser
 
 

@@ -88,6 +88,10 @@ def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
     code, out, _ = wanka(tmp_path, "usage", "--json")
     [row] = json.loads(out)["rows"]
     assert (row["queue"], row["in_use"]) == ("llm", 8) and row["gpu_hours"] > 0
+    code, out, _ = wanka(tmp_path, "usage", "--group-by", "queue,user")
+    lines = out.splitlines()
+    assert code == 0 and lines[1].split()[:4] == ["QUEUE", "USER", "IN", "USE"]
+    assert lines[2].split()[:3] == ["llm", "bob", "8"] and lines[-1].startswith("total ")
 
     code, out, _ = wanka(tmp_path, "cancel", long)
     assert (code, out) == (0, f"Cancelled workload {long} (long).\n")
