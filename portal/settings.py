@@ -78,6 +78,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.core.busy.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -110,8 +111,19 @@ TEMPLATES = [
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'wanka.sqlite3'}"
 # Persistent connections: Channels runs every database call of a consumer on one long-lived
 # thread, which would otherwise open a new connection for each call.
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A bounded pool per process (its server threads share it), not a connection kept open per
+    # thread: those grew until PostgreSQL refused more. A request that waits longer than
+    # `timeout` for a connection gets a 503 (`core.busy`).
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {
+            "min_size": 1,
+            "max_size": int(os.environ.get("WANKA_DB_POOL_SIZE", "8")),
+            "timeout": float(os.environ.get("WANKA_DB_POOL_TIMEOUT_S", "10")),
+        }
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].update(
         # A file, not memory, so that the servers and workers tests start see the test database.
         TEST={"NAME": str(DATA_DIR / "test.sqlite3")},
