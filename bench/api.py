@@ -1,0 +1,151 @@
+"""The REST API under many clients at once: the workload list, with some submissions.
+
+    DATABASE_URL=postgres://... python -m bench.api [--clients 50] [--seconds 60] [--servers 1]
+
+A fresh throwaway database with the demo installation and `--workloads` more of Acme's jobs;
+`--servers` daphne processes (the clients spread over them, as a load balancer would); each
+client a thread with a keep-alive connection and a member's API token, asking for the first
+page of the workload list as fast as it is answered, and one request in `--submit-every` a
+submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
+percentile latency, and the answers by status; the last line is JSON: clients, servers, rps,
+p50_ms, p99_ms, errors_5xx, statuses.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from bench.agents import database_url, start_server
+
+
+def seed(workloads: int) -> str:
+    """The demo installation, `workloads` more jobs for Acme; returns bob's API token."""
+    from django.contrib.auth import get_user_model
+
+    from portal.demo import installation
+    from portal.tenancy.models import ApiToken, Tenant
+    from portal.workloads.models import Workload
+
+    installation.seed()
+    acme = Tenant.objects.get(slug="acme")
+    queue = acme.queues.get(name="llm")
+    model = queue.quotas.first().gpu_model
+    Workload.objects.bulk_create(
+        Workload(tenant=acme, queue=queue, name=f"bench-{i}", gpus=8, gpu_model=model)
+        for i in range(workloads)
+    )
+    _, token = ApiToken.issue(get_user_model().objects.get(username="bob"), "bench")
+    return token
+
+
+def client(port: int, token: str, until: float, submit_every: int, out: list) -> None:
+    """One client: requests until `until`, each (status, seconds) appended to `out`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+        started = time.perf_counter()
+        try:
+            if submit_every and n % submit_every == 0:
+                body = json.dumps(
+                    {
+                        "name": f"b-{uuid.uuid4().hex[:8]}",
+                        "queue": "llm",
+                        "gpu_model": "H800",
+                        "gpus": 8,
+                    }
+                )
+                key = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
+                connection.request("POST", "/api/v1/workloads/", body, {**headers, **key})
+            else:
+                connection.request("GET", "/api/v1/workloads/?limit=50", headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            status = answer.status
+        except (OSError, http.client.HTTPException):
+            status = 0  # no answer: counted as a failure
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        out.append((status, time.perf_counter() - started))
+    connection.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--servers", type=int, default=1, help="daphne processes")
+    parser.add_argument("--workloads", type=int, default=2000, help="Acme's jobs in the list")
+    parser.add_argument("--submit-every", type=int, default=20, help="0: lists only")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+
+    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    servers = []
+    try:
+        token = seed(args.workloads)
+        connection.close()
+        logs = Path(settings.DATA_DIR) / "bench-api"
+        logs.mkdir(parents=True, exist_ok=True)
+        for i in range(args.servers):
+            servers.append(start_server(logs / f"daphne-{i}.log", database_url()))
+        print(
+            f"{args.clients} clients on {args.servers} server(s) for {args.seconds:g} s",
+            file=sys.stderr,
+        )
+        results: list[tuple[int, float]] = []
+        until = time.monotonic() + args.seconds
+        threads = [
+            threading.Thread(
+                target=client,
+                args=(servers[i % len(servers)][1], token, until, args.submit_every, results),
+            )
+            for i in range(args.clients)
+        ]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+    finally:
+        for server, _ in servers:
+            server.terminate()
+            server.wait(timeout=10)
+        connection.close()
+        connection.creation.destroy_test_db(test_db, verbosity=0)
+    statuses = Counter(status for status, _ in results)
+    latencies = [seconds * 1e3 for _, seconds in results]
+    summary = {
+        "clients": args.clients,
+        "servers": args.servers,
+        "rps": round(len(results) / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 0.5), 1),
+        "p99_ms": round(percentile(latencies, 0.99), 1),
+        "errors_5xx": sum(n for status, n in statuses.items() if status >= 500 or status == 0),
+        "statuses": {str(status): n for status, n in sorted(statuses.items())},
+    }
+    print(summary, file=sys.stderr)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
