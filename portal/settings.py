@@ -164,6 +164,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.request_checkpoints": {"queue": "recovery"},
     "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
     "portal.workloads.tasks.warn_budgets": {"queue": "telemetry"},
+    "portal.workloads.tasks.refresh_estimates": {"queue": "telemetry"},
     "portal.notifications.tasks.notify": {"queue": "notifications"},
     "portal.notifications.tasks.deliver": {"queue": "notifications"},
     "portal.notifications.tasks.resume_deliveries": {"queue": "notifications"},
@@ -218,6 +219,10 @@ CELERY_BEAT_SCHEDULE = {
     "webhook-retries": {
         "task": "portal.notifications.tasks.resume_deliveries",
         "schedule": timedelta(minutes=1),
+    },
+    "start-estimates": {  # outside the scheduling cycle: a refresh takes up to 4 s
+        "task": "portal.workloads.tasks.refresh_estimates",
+        "schedule": timedelta(seconds=30),
     },
     "trim-logs": {
         "task": "portal.workloads.tasks.trim_logs",

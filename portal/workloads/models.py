@@ -66,6 +66,9 @@ class Workload(models.Model):
     )
     pending_reason = models.CharField(max_length=300, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
+    # Refreshed by `eta.refresh`, only while pending; None: later than the estimate's horizon.
+    estimated_start = models.DateTimeField(null=True, blank=True, editable=False)
+    estimated_start_p90 = models.DateTimeField(null=True, blank=True, editable=False)
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

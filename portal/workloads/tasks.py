@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from portal.workloads import budgets, checkpoints, logs, preemption, recovery
+from portal.workloads import budgets, checkpoints, eta, logs, preemption, recovery
 from portal.workloads.cycle import run_cycles
 
 
@@ -50,3 +50,10 @@ def trim_logs() -> int:
 def warn_budgets() -> int:
     """Beat, every minute: warn tenants of budget thresholds crossed (`budgets.warn`)."""
     return len(budgets.warn())
+
+
+@shared_task(soft_time_limit=25, expires=30)
+def refresh_estimates() -> int | None:
+    """Beat, every 30 s: estimated starts of pending work (`eta.refresh`), one refresh at a
+    time; None when another was still running."""
+    return eta.refresh_once()

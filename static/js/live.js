@@ -82,11 +82,19 @@
     return `${w.queue_position ? `#${w.queue_position} · ` : ""}${w.pending_reason || ""}`;
   }
 
+  function etaOf(w) {
+    if (w.state !== "pending") return "";
+    if (!w.estimated_start) return "no estimate: later than 24 h ahead, or behind the first 100";
+    const at = (moment) => new Date(moment).toLocaleString();
+    const p90 = w.estimated_start_p90 ? ` (90 %: by ${at(w.estimated_start_p90)})` : "";
+    return at(w.estimated_start) + p90;
+  }
+
   function row(w) {
     const tr = document.createElement("tr");
     tr.dataset.workload = w.id;
     tr.innerHTML = '<td><a></a></td><td></td><td></td><td><span data-state></span></td>' +
-      '<td class="reason" data-reason></td><td></td>';
+      '<td class="reason" data-reason></td><td></td><td data-eta></td>';
     const [name, queue, gpus, , , submitted] = tr.children;
     name.firstChild.href = `/workloads/${w.id}/`;
     name.firstChild.textContent = w.name;
@@ -100,6 +108,7 @@
     tr.dataset.version = w.version;
     setState(tr.querySelector("[data-state]"), w.state);
     tr.querySelector("[data-reason]").textContent = reasonOf(w);
+    tr.querySelector("[data-eta]").textContent = etaOf(w);
   }
 
   document.querySelectorAll("[data-live-list]").forEach((body) => {

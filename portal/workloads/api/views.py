@@ -39,7 +39,7 @@ class WorkloadViewSet(
     queryset = Workload.objects.select_related("queue", "gpu_model")
     serializer_class = WorkloadSerializer
     filterset_class = WorkloadFilterSet
-    ordering_fields = ["submitted_at", "priority", "gpus"]
+    ordering_fields = ["submitted_at", "priority", "gpus", "estimated_start"]
 
     def get_serializer_class(self):
         return WorkloadDetailSerializer if self.action == "retrieve" else WorkloadSerializer

@@ -1,0 +1,173 @@
+"""How close the estimated start of a job comes to its real start, replaying the Philly trace.
+
+    python -m bench.eta [--scale 0.25] [--from-day 0] [--days 109] [--every 20] [--short]
+
+The Philly trace (`scheduler.sim.philly`) replays on a quarter of its nodes (88 nodes, 704
+GPUs: about half the GPU-hours asked for, in bursts, so jobs wait), faults off, an engine
+cycle at most every 10 s. The replay runs twice: first to learn each job's real first start
+and its end; then again, and at the submission of every `--every`-th job its estimated start
+is computed (`scheduler.sim.eta.estimate`) from the simulator's state at that moment:
+
+- Wanka's estimate: run times guessed from the history of jobs finished by then, the mean of
+  the last two of the same virtual cluster and GPU count (else of the virtual cluster), P90
+  from the pessimistic pass;
+- a Slurm-style estimate in the same run: every job runs to a time limit, its real run time
+  rounded up to a request a user would make (1 h, 4 h, 12 h, 1 day, 3 days, 7 days, then
+  whole weeks), as Slurm's backfill plan assumes.
+
+Figures are over the sampled jobs that waited under an hour (most wait not at all): the share
+whose estimate is within 1 and 10 minutes of the real start, the share whose real start is no
+later than the P90 bound, and the Slurm-style share within 10 minutes. Last, one ETA refresh
+(both passes) at 100,000 GPUs with 10,000 pending (`bench.engine.scenario`), within its 4 s
+budget. `--from-day` and `--days` replay only the jobs submitted in that window (the trace is
+nearly empty before day 20). `--short`: days 20 to 27, every 10th job. Progress on stderr;
+the last line is JSON: jobs, within_1min, within_10min, p90_coverage, slurm_within_10min,
+eta_pass_s_100k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import sys
+import time
+
+from bench.engine import NOW, scenario
+from scheduler.sim.eta import Bounds, History, estimate, forward
+from scheduler.sim.philly import load_philly
+from scheduler.sim.policies import make_policy
+from scheduler.sim.runner import simulate
+from scheduler.sim.simulator import SimConfig, Simulator
+
+DAY = 86400.0
+REQUESTS = (3600.0, 4 * 3600.0, 12 * 3600.0, DAY, 3 * DAY, 7 * DAY)
+
+
+def requested(run_s: float) -> float:
+    """The time limit a Slurm user would ask for a job that runs `run_s` seconds."""
+    for limit in REQUESTS:
+        if run_s <= limit:
+            return limit
+    return 7 * DAY * -(-run_s // (7 * DAY))
+
+
+class Observer:
+    """The hook of the second replay: estimates at the sampled submissions."""
+
+    def __init__(self, trace, first: Simulator, every: int) -> None:
+        self.trace = trace
+        self.every = every
+        self.next = 0
+        ends = sorted(
+            (job.finished_at, job.spec.duration_s, job.spec.queue, job.spec.gpus)
+            for job in first.jobs.values()
+            if job.finished_at is not None
+        )
+        self.ends = ends
+        self.end_times = [end[0] for end in ends]
+        self.fed = 0
+        self.history = History()
+        self.rows: list[tuple] = []
+
+    def __call__(self, sim: Simulator) -> None:
+        while self.next < len(self.trace) and self.trace[self.next].id in sim.pending:
+            job = self.trace[self.next]
+            self.next += 1
+            if job.id % self.every == 0:
+                self.rows.append((job.id, *self.observe(sim)))
+
+    def observe(self, sim: Simulator) -> tuple:
+        now = sim.now
+        known = bisect.bisect_right(self.end_times, now)
+        for _, run_s, queue, gpus in self.ends[self.fed : known]:
+            self.history.add(run_s, (queue, gpus), queue)
+        self.fed = max(self.fed, known)
+        snapshot = sim.workloads.snapshot(sim.allocations)
+        specs = {w.id: sim.jobs[w.id].spec for w in snapshot.workloads}
+        guesses = {
+            i: guess
+            for i, s in specs.items()
+            if (guess := self.history.guess((s.queue, s.gpus), s.queue)) is not None
+        }
+        ours = estimate(snapshot, now, guesses)
+        slurm, _ = forward(snapshot, now, lambda w: (requested(specs[w.id].duration_s), 1.0))
+        job_id = self.trace[self.next - 1].id
+        return now, ours.start.get(job_id), ours.p90.get(job_id), ours.until, slurm.get(job_id)
+
+
+def replay(trace, spec, every: int, tell) -> tuple[list[tuple], dict[int, float]]:
+    config = SimConfig(failures_per_gpu_hour=0.0, cycle_s=10.0)
+    first = simulate(trace, spec, "wanka", config, tell("first replay"))
+    starts = {job.id: job.first_start for job in first.jobs.values()}
+    observer = Observer(trace, first, every)
+    second = Simulator(trace, spec, make_policy("wanka", spec), config, on_event=observer)
+    second.run(tell("replay with estimates"))
+    return observer.rows, starts
+
+
+def score(rows, starts) -> dict:
+    """The figures over the sampled jobs that waited under an hour (see the docstring)."""
+    near1 = near10 = covered = slurm10 = jobs = 0
+    for job_id, submit, start, p90, until, slurm in rows:
+        real = starts[job_id]
+        if real is None or real - submit >= 3600:
+            continue
+        jobs += 1
+        near1 += start is not None and abs(start - real) <= 60
+        near10 += start is not None and abs(start - real) <= 600
+        covered += real <= p90 if p90 is not None else real >= until
+        slurm10 += slurm is not None and abs(slurm - real) <= 600
+    share = lambda n: round(n / jobs, 4) if jobs else 0.0  # noqa: E731
+    return {
+        "jobs": jobs,
+        "within_1min": share(near1),
+        "within_10min": share(near10),
+        "p90_coverage": share(covered),
+        "slurm_within_10min": share(slurm10),
+    }
+
+
+def pass_at_100k() -> tuple[float, float, int]:
+    """Seconds for one refresh at 100,000 GPUs / 10,000 pending, hours it saw, estimates."""
+    snapshot = scenario(100_000, 7)
+    started = time.perf_counter()
+    result = estimate(snapshot, NOW, {}, Bounds(precision=0.5), clock=time.perf_counter)
+    return time.perf_counter() - started, (result.until - NOW) / 3600, len(result.start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=0.25)
+    parser.add_argument("--from-day", type=float, default=0.0)
+    parser.add_argument("--days", type=float, default=None, help="only jobs of DAYS from then")
+    parser.add_argument("--every", type=int, default=20, help="estimate every N-th job")
+    parser.add_argument("--short", action="store_true", help="days 20 to 27, every 10th job")
+    args = parser.parse_args(argv)
+    first, days, every = (20.0, 7.0, 10) if args.short else (args.from_day, args.days, args.every)
+    trace, spec = load_philly(scale=args.scale)
+    last = float("inf") if days is None else (first + days) * DAY
+    trace = [job for job in trace if first * DAY <= job.submit_s < last]
+    print(f"{len(trace)} jobs on {len(spec.nodes)} nodes", file=sys.stderr)
+
+    def tell(what: str):
+        return lambda now: print(f"{what}: day {now / DAY:.1f}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    rows, starts = replay(trace, spec, every, tell)
+    figures = score(rows, starts)
+    waited = sum(1 for r in rows if starts[r[0]] is not None and starts[r[0]] - r[1] > 60)
+    print(f"sampled {len(rows)} jobs, {waited} waited over a minute", file=sys.stderr)
+    seconds, hours, estimated = pass_at_100k()
+    figures["eta_pass_s_100k"] = round(seconds, 2)
+    print(
+        " ".join(f"{key}={value}" for key, value in figures.items()),
+        f"horizon_h_100k={hours:.3f} estimated_100k={estimated}",
+        f"wall_s={time.perf_counter() - started:.0f}",
+    )
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Estimated starts: the refresh task fills them on pending workloads; the API and the pages
+show them to the workload's own tenant only."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from portal.workloads import cycle, eta
+from portal.workloads.choices import State
+from portal.workloads.models import Workload
+from portal.workloads.tasks import refresh_estimates
+from tests.builders import api_client, make_workload
+
+
+@pytest.fixture
+def waiting(acme_llm, alice):
+    """A 64-GPU job fills the queue's quota for an hour more; a 16-GPU job waits for it."""
+    big = make_workload(acme_llm, "big", gpus=64, time_limit_s=7200)
+    cycle.scheduling_cycle()
+    Workload.objects.filter(pk=big.pk).update(
+        state=State.RUNNING, started_at=timezone.now() - timedelta(hours=1)
+    )
+    job = make_workload(acme_llm, "small", gpus=16, submitted_by=alice)
+    cycle.scheduling_cycle()
+    return job
+
+
+def test_the_task_estimates_a_start_when_quota_frees(waiting, clean_redis):
+    assert refresh_estimates() >= 1
+    waiting.refresh_from_db()
+    expected = timezone.now() + timedelta(hours=1)
+    assert abs((waiting.estimated_start - expected).total_seconds()) < 60
+    assert waiting.estimated_start_p90 >= waiting.estimated_start
+
+
+def test_a_refresh_already_running_keeps_others_out(waiting, clean_redis):
+    clean_redis.lock(eta.LOCK, timeout=60).acquire()
+    assert refresh_estimates() is None
+
+
+def test_the_api_shows_and_sorts_by_estimates_to_the_tenant_only(waiting, clean_redis, charlie):
+    eta.refresh()
+    rows = api_client(waiting.submitted_by).get("/api/v1/workloads/?ordering=estimated_start")
+    [row] = [r for r in rows.json()["results"] if r["id"] == waiting.pk]
+    assert row["estimated_start"] and row["estimated_start_p90"]
+    theirs = api_client(charlie).get("/api/v1/workloads/").json()["results"]
+    assert waiting.pk not in [r["id"] for r in theirs]
+
+
+def test_the_list_and_the_job_page_show_the_estimate(waiting, clean_redis):
+    eta.refresh()
+    browser = Client()
+    browser.force_login(waiting.submitted_by)
+    page = browser.get("/workloads/").content.decode()
+    assert "Estimated start" in page and "90 %: by" in page
+    assert "90 %: by" in browser.get(f"/workloads/{waiting.pk}/").content.decode()
+
+
+def test_without_an_estimate_the_page_says_the_horizon(waiting, clean_redis):
+    browser = Client()
+    browser.force_login(waiting.submitted_by)
+    assert "later than 24 h ahead" in browser.get(f"/workloads/{waiting.pk}/").content.decode()

@@ -1,0 +1,78 @@
+"""The start-time estimator: the engine run forward from a snapshot."""
+
+import pytest
+
+from scheduler.engine import Strategy
+from scheduler.engine.testing import (
+    make_cluster,
+    make_queue,
+    make_running,
+    make_snapshot,
+    make_workload,
+    on,
+)
+from scheduler.sim.eta import Bounds, Guess, History, estimate
+
+NOW = 1000.0
+nlp = make_queue("nlp", h800=16)
+nodes = make_cluster("H800", nodes=2)
+
+
+def running(workload_id, node, **extra):
+    return make_running(workload_id, nlp, on(node), started_at=NOW - 100, **extra)
+
+
+def test_a_job_waiting_for_gpus_freed_at_a_known_time_gets_that_time():
+    busy = [running(1, nodes[0], time_limit_s=400), running(2, nodes[1], time_limit_s=4000)]
+    waiting = make_workload(3, nlp, gpus=8, submitted_at=NOW)
+    result = estimate(make_snapshot(nodes, [nlp], [*busy, waiting]), NOW, {})
+    assert result.start[3] == pytest.approx(NOW + 300)
+
+
+def test_a_job_behind_a_bigger_one_in_a_strict_fifo_queue_starts_after_it():
+    fifo = make_queue("fifo", h800=16, strategy=Strategy.STRICT_FIFO)
+    busy = [
+        make_running(i, fifo, on(node), started_at=NOW - 100, time_limit_s=limit)
+        for i, node, limit in ((1, nodes[0], 400), (2, nodes[1], 4000))
+    ]
+    big = make_workload(3, fifo, gpus=16, submitted_at=NOW - 50, time_limit_s=600)
+    small = make_workload(4, fifo, gpus=8, submitted_at=NOW)
+    result = estimate(make_snapshot(nodes, [fifo], [*busy, big, small]), NOW, {})
+    assert result.start[3] == pytest.approx(NOW + 3900)
+    assert result.start[4] > result.start[3]
+
+
+def test_history_guesses_run_times_and_the_p90_is_never_earlier():
+    busy = [running(1, nodes[0]), running(2, nodes[1])]
+    waiting = make_workload(3, nlp, gpus=8, submitted_at=NOW)
+    guesses = {1: Guess(600, 1800), 2: Guess(5000, 9000)}
+    result = estimate(make_snapshot(nodes, [nlp], [*busy, waiting]), NOW, guesses)
+    assert result.start[3] == pytest.approx(NOW + 500)
+    assert result.p90[3] >= result.start[3]
+    assert result.p90[3] == pytest.approx(NOW + 1700 + 10)  # plus a cycle
+
+
+def test_a_job_that_cannot_start_within_the_horizon_has_no_estimate():
+    busy = [running(1, nodes[0], time_limit_s=10_000), running(2, nodes[1], time_limit_s=10_000)]
+    waiting = make_workload(3, nlp, gpus=8, submitted_at=NOW)
+    result = estimate(
+        make_snapshot(nodes, [nlp], [*busy, waiting]), NOW, {}, Bounds(horizon_s=3600)
+    )
+    assert 3 not in result.start and 3 not in result.p90
+    assert result.until == NOW + 3600
+
+
+def test_jobs_past_the_cap_of_their_queue_have_no_estimate():
+    waiting = [make_workload(i, nlp, gpus=8, submitted_at=NOW + i) for i in (1, 2, 3)]
+    result = estimate(make_snapshot(nodes, [nlp], waiting), NOW, {}, Bounds(per_queue=2))
+    assert set(result.start) == {1, 2}
+
+
+def test_history_is_the_mean_of_the_last_two_similar_jobs():
+    history = History()
+    for run_s in (100, 200, 400):
+        history.add(run_s, ("alice", 8), "alice")
+    history.add(5000, ("alice", 64), "alice")
+    assert history.guess(("alice", 8), "alice").mean_s == 300
+    assert history.guess(("alice", 16), "alice").mean_s == (400 + 5000) / 2
+    assert history.guess(("bob", 8), "bob") is None
