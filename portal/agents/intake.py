@@ -78,7 +78,8 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
     publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
     for tenant_id in {w.tenant_id for w in hit}:
         names = [w.name for w in hit if w.tenant_id == tenant_id]
-        publish_tenant(tenant_id, "fault", {**payload, "workloads": names})
+        # Its own jobs only, named and counted: not how many of others' the fault hit.
+        publish_tenant(tenant_id, "fault", {**payload, "workloads": names, "jobs_hit": len(names)})
 
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:

@@ -1,6 +1,8 @@
 """Nodes on which job after job fails: FAILURES jobs in a row ending non-zero on one node within
-WINDOW_S, none ending well in between, cordon it with the reason, so that nothing more is
-placed there until an operator has looked (a broken GPU back in service fails every job fast)."""
+WINDOW_S, none ending well in between and of at least TENANTS tenants, cordon it with the
+reason, so that nothing more is placed there until an operator has looked (a broken GPU back
+in service fails every job fast, whoever's). One tenant's jobs failing, however many, are its
+own code's failures as far as anyone can tell: they never take a shared node away."""
 
 import logging
 import time
@@ -13,27 +15,33 @@ from portal.cluster.models import Node
 log = logging.getLogger(__name__)
 
 FAILURES = 3
+TENANTS = 2
 WINDOW_S = 600
 
 
-def job_ended(node_id: int, exit_code: int) -> None:
-    """A job's processes on the node exited (call once that is committed): an exit 0 ends the
+def job_ended(node_id: int, exit_code: int, tenant_id: int) -> None:
+    """A job of `tenant_id` exited on the node (call once that is committed): an exit 0 ends the
     node's streak of failures; one that failed the job joins it, and the FAILURES-th within
-    WINDOW_S cordons the node."""
+    WINDOW_S, of TENANTS tenants or more, cordons the node."""
     if exit_code == 0:
         Node.objects.filter(pk=node_id).exclude(recent_failures=[]).update(recent_failures=[])
         return
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)
         now = time.time()
-        failures = [at for at in node.recent_failures if at > now - WINDOW_S] + [now]
-        cordon = len(failures) >= FAILURES and Health.CORDONED in HEALTH_MOVES[Health(node.health)]
-        node.recent_failures = [] if cordon else failures[-FAILURES:]
+        recent = [(at, tenant) for at, tenant in node.recent_failures if at > now - WINDOW_S]
+        failures = [*recent, (now, tenant_id)][-FAILURES:]
+        cordon = (
+            len(failures) >= FAILURES
+            and len({tenant for _, tenant in failures}) >= TENANTS
+            and Health.CORDONED in HEALTH_MOVES[Health(node.health)]
+        )
+        node.recent_failures = [] if cordon else [list(f) for f in failures]
         node.save(update_fields=["recent_failures"])
         if cordon:
             reason = (
-                f"{len(failures)} jobs in a row failed on it within {WINDOW_S // 60} minutes "
-                f"(the last exited with code {exit_code})"
+                f"{len(failures)} jobs of {TENANTS} or more tenants in a row failed on it within "
+                f"{WINDOW_S // 60} minutes (the last exited with code {exit_code})"
             )
             node.set_health(Health.CORDONED, reason)
             log.warning("node %s cordoned: %s", node.name, reason)

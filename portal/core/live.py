@@ -23,7 +23,8 @@ def live_groups(user) -> list[str]:
     tenant's for a member, the operators' for staff. The same rule as `visible_to`."""
     membership = membership_of(user)
     groups = [CLUSTER_GROUP] + ([tenant_group(membership.tenant_id)] if membership else [])
-    return groups + ([OPS_GROUP] if user.is_staff else [])
+    # Operators only: staff who belong to a tenant see what its members see, as `visible_to`.
+    return groups + ([OPS_GROUP] if user.is_staff and membership is None else [])
 
 
 def tenant_group(tenant_id: int) -> str:

@@ -60,7 +60,7 @@ def _invite(request, membership):
             audit("member.invited", invited, actor=request.user, tenant=membership.tenant,
                   username=username, role=role)  # fmt: skip
     except IntegrityError:
-        messages.error(request, f"The username {username} is taken.")
+        messages.error(request, "That username cannot be used: choose another.")
         return
     link = request.build_absolute_uri(
         reverse(
@@ -122,6 +122,9 @@ def member_remove(request, pk):
     person = get_object_or_404(membership.tenant.memberships.select_related("user"), pk=pk)
     if _last_admin(person):
         messages.error(request, f"{person.user} is the tenant's last admin: make another first.")
+        return redirect("members")
+    if person.user.is_staff:
+        messages.error(request, f"{person.user} is also an operator: only operators remove them.")
         return redirect("members")
     with transaction.atomic():
         audit("member.removed", person, actor=request.user, tenant=membership.tenant,

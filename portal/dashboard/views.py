@@ -4,6 +4,7 @@ REST API accept and refuse exactly the same things."""
 import re
 from datetime import timedelta
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -127,9 +128,9 @@ def workload_log_text(request, pk):
     query = {"attempt": int(attempt) if attempt and attempt.isdigit() else None, "node": node}
     every = query["attempt"] is None and node is None
 
-    def lines():
-        since = 0
-        while chunks := logs.read(workload, since=since, **query):
+    async def lines():  # async: under ASGI a sync iterator would be read whole into memory
+        since, read = 0, sync_to_async(logs.read)
+        while chunks := await read(workload, since=since, **query):
             for chunk in chunks:
                 prefix = f"[{chunk.attempt} {chunk.node.name}] " if every else ""
                 yield "".join(f"{prefix}{line}\n" for line in chunk.text.split("\n"))

@@ -10,14 +10,14 @@ timestamps."""
 
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import json
 import logging
 import socket
+import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from datetime import timedelta
 
 from django.conf import settings
@@ -51,8 +51,15 @@ def fan_out(notice: dict) -> list[int]:
                 "at": timezone.now().isoformat(),
                 "data": payload,
             }
-            created.append(Delivery.objects.create(webhook=hook, topic=topic, payload=body).pk)
-    _mail(tenant, topics, payload)
+            # Due at once: should its task be lost, the minutely sweep (`due`) sends it.
+            made = Delivery.objects.create(
+                webhook=hook, topic=topic, payload=body, next_attempt_at=timezone.now()
+            )
+            created.append(made.pk)
+    try:
+        _mail(tenant, topics, payload)
+    except Exception:
+        log.exception("tenant %s: mail about %s failed", tenant, topics[0])  # hooks still go
     return created
 
 
@@ -94,10 +101,18 @@ def _letter(topic: str, p: dict) -> tuple[str, str]:
 
 
 def send(delivery_id: int) -> float | None:
-    """Try a delivery once. Returns the seconds until the next try, None when done."""
+    """Try a delivery once. Returns the seconds until the next try, None when done. The try is
+    claimed first (a conditional update), so two workers never send it at once."""
     delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
     if delivery.status != DeliveryStatus.PENDING:
         return None
+    claim = timezone.now() + timedelta(seconds=TIMEOUT_S + 60)  # overdue only if this one died
+    claimed = Delivery.objects.filter(
+        pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts
+    ).update(attempts=delivery.attempts + 1, next_attempt_at=claim)
+    if not claimed:
+        return None
+    delivery.attempts += 1
     body = json.dumps({"id": delivery.pk, **delivery.payload}, separators=(",", ":")).encode()
     stamp = str(int(time.time()))
     headers = {
@@ -108,19 +123,12 @@ def send(delivery_id: int) -> float | None:
         "X-Wanka-Timestamp": stamp,
         "X-Wanka-Signature": "sha256=" + signature(delivery.webhook.secret, stamp, body),
     }
-    delivery.attempts += 1
     try:
-        refuse_private(delivery.webhook.url)
-        request = urllib.request.Request(delivery.webhook.url, body, headers, method="POST")
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-            delivery.response_code, delivery.error = answer.status, ""
-    except urllib.error.HTTPError as error:
-        delivery.response_code, delivery.error = (
-            error.code,
-            f"HTTP {error.code} {error.reason}"[:300],
-        )
-    except (OSError, ValueError) as error:
-        delivery.response_code, delivery.error = None, str(getattr(error, "reason", error))[:300]
+        delivery.response_code = post(delivery.webhook.url, body, headers)
+        ok = 200 <= delivery.response_code < 300
+        delivery.error = "" if ok else f"HTTP {delivery.response_code}"
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        delivery.response_code, delivery.error = None, _coarse(error)
     wait = None
     if not delivery.error:
         delivery.status, delivery.delivered_at, delivery.next_attempt_at = (
@@ -157,22 +165,66 @@ def due() -> list[int]:
     )
 
 
-def refuse_private(url: str) -> None:
-    """Raise ValueError for a URL that is not http(s), or whose host is on a loopback,
-    link-local, private or reserved address (the cluster's own network, a cloud's metadata
-    service), unless WANKA_WEBHOOK_PRIVATE_OK."""
+def post(url: str, body: bytes, headers: dict) -> int:
+    """POST `body` to the webhook and return the answer's status. The connection goes to the
+    very address `checked_address` approved (a second lookup could answer otherwise), and a
+    redirect is an answer like any other, never followed."""
+    parts, address = checked_address(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if parts.scheme == "https":
+        connection = _PinnedHTTPS(parts.hostname, port, address, timeout=TIMEOUT_S)
+    else:
+        connection = http.client.HTTPConnection(address, port, timeout=TIMEOUT_S)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        connection.request("POST", path, body, {**headers, "Host": parts.netloc})
+        answer = connection.getresponse()
+        answer.read(64 * 1024)
+        return answer.status
+    finally:
+        connection.close()
+
+
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    """HTTPS to a fixed address, the certificate checked against the URL's host name."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float):
+        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        self._address = address
+
+    def connect(self):
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def _coarse(error: Exception) -> str:
+    """What a tenant reads of a failed try: the kind of failure, not what a host said."""
+    if isinstance(error, ValueError):
+        return str(error)[:300]  # our own refusal
+    if isinstance(error, TimeoutError | socket.timeout):
+        return "no answer in time"
+    if isinstance(error, ssl.SSLError):
+        return "TLS failed"
+    return "could not connect"
+
+
+def checked_address(url: str) -> tuple[urllib.parse.SplitResult, str]:
+    """The URL's parts and the address to connect to. Raises ValueError for a URL that is not
+    http(s), or whose host is on a loopback, link-local, private or reserved address (the
+    cluster's own network, a cloud's metadata service), unless WANKA_WEBHOOK_PRIVATE_OK."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("a webhook URL is http:// or https:// and names a host")
-    if settings.WANKA["WEBHOOK_PRIVATE_OK"]:
-        return
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port or 443)}
+        found = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
     except OSError as error:
-        raise ValueError(f"cannot resolve {parts.hostname}: {error}") from None
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global:
-            raise ValueError(
-                f"{parts.hostname} is on a private address ({ip}), which webhooks may not reach"
-            )
+        raise ValueError(f"cannot resolve {parts.hostname}: {error.strerror or error}") from None
+    addresses = [info[4][0] for info in found]
+    if not settings.WANKA["WEBHOOK_PRIVATE_OK"]:
+        for address in addresses:
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if not ip.is_global:
+                raise ValueError(
+                    f"{parts.hostname} is on a private address ({ip}), which webhooks may not reach"
+                )
+    return parts, addresses[0]

@@ -54,7 +54,7 @@ def webhook_add(request):
     url = request.POST.get("url", "").strip()
     topics = [t for t in request.POST.getlist("topics") if t in Topic.values]
     try:
-        delivery.refuse_private(url)
+        delivery.checked_address(url)
         if len(url) > 500:
             raise ValueError("a webhook URL is at most 500 characters")
         if not topics:

@@ -143,7 +143,7 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
             preemption.exited(workload_id, node_id, exit_code)  # preempted since the peek
             return
         if exit_code != 0 and _restart_crashed(workload, attempt):
-            transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code))
+            transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code, workload.tenant_id))
             transition(workload, State.FAILED, reason=f"its restart exited with code {exit_code}")
             nodes_changed(allocations.release(workload))
             return
@@ -152,7 +152,7 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
         Allocation.objects.filter(workload=workload, node_id=node_id).update(
             started=True, exit_code=exit_code
         )
-        transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code))
+        transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code, workload.tenant_id))
         if exit_code != 0:
             transition(
                 workload, State.FAILED, reason=f"exited with code {exit_code}", exit_code=exit_code

@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -15,6 +16,10 @@ READ_LIMIT = 500
 # How long a follow waits for new output before it answers with none.
 FOLLOW_S = 15.0
 FOLLOW_POLL_S = 0.5
+# Readers see chunks this much after they were written: chunks of several ASGI processes can
+# commit out of the order of their ids, and a cursor must never pass one still to commit.
+SETTLE_S = 1.0
+TRIM_BATCH = 10_000
 
 
 def record_many(batches: list[tuple[int, int, int, int, list[str]]]) -> list[None]:
@@ -46,7 +51,8 @@ def record_many(batches: list[tuple[int, int, int, int, list[str]]]) -> list[Non
 def read(workload: Workload, attempt=None, node=None, since=0, limit=READ_LIMIT) -> list[LogChunk]:
     """The workload's chunks after id `since`, oldest first, of one attempt and one node (by
     name) when given."""
-    chunks = workload.log_chunks.filter(id__gt=since).select_related("node")
+    settled = timezone.now() - timedelta(seconds=SETTLE_S)
+    chunks = workload.log_chunks.filter(id__gt=since, at__lt=settled).select_related("node")
     if attempt is not None:
         chunks = chunks.filter(attempt=attempt)
     if node is not None:
@@ -62,6 +68,7 @@ def follow(workload: Workload, wait_s: float = FOLLOW_S, **query) -> list[LogChu
         chunks = read(workload, **query)
         if chunks or time.monotonic() >= deadline or not writing(workload):
             return chunks
+        connection.close()  # back to the pool while this request waits
         time.sleep(FOLLOW_POLL_S)
 
 
@@ -85,18 +92,24 @@ def runs(workload: Workload) -> list[dict]:
 
 def trim() -> int:
     """Drop output older than LOG_RETENTION_DAYS, and the oldest output of any workload over
-    LOG_CHARS_PER_WORKLOAD; returns the number of chunks dropped."""
+    LOG_CHARS_PER_WORKLOAD; returns the number of chunks dropped. Deletes go in batches, so
+    none holds the table long."""
     cutoff = timezone.now() - timedelta(days=settings.WANKA["LOG_RETENTION_DAYS"])
-    dropped, _ = LogChunk.objects.filter(at__lt=cutoff).delete()
+    dropped = 0
+    while old := list(
+        LogChunk.objects.filter(at__lt=cutoff).values_list("pk", flat=True)[:TRIM_BATCH]
+    ):
+        dropped += LogChunk.objects.filter(pk__in=old).delete()[0]
     limit = settings.WANKA["LOG_CHARS_PER_WORKLOAD"]
     over = LogChunk.objects.values("workload").annotate(total=Sum("size")).filter(total__gt=limit)
     for row in over:
-        excess, freed, ids = row["total"] - limit, 0, []
+        excess, freed, last = row["total"] - limit, 0, None
         oldest = LogChunk.objects.filter(workload_id=row["workload"]).order_by("id")
-        for pk, size in oldest.values_list("pk", "size").iterator():
+        for pk, size in oldest.values_list("pk", "size").iterator(chunk_size=2000):
             if freed >= excess:
                 break
-            ids.append(pk)
-            freed += size
-        dropped += LogChunk.objects.filter(pk__in=ids).delete()[0]
+            last, freed = pk, freed + size
+        if last is not None:
+            gone = LogChunk.objects.filter(workload_id=row["workload"], id__lte=last)
+            dropped += gone.delete()[0]
     return dropped

@@ -66,6 +66,11 @@ _REMEMBERED_COMMANDS = 1024
 
 # Events kept while the server cannot be told; the oldest go first beyond this.
 PENDING_EVENTS_LIMIT = 256
+# Batches of output sent every `output_s` at most, all workloads together (a run's last words
+# at its end may take up to `OUTPUT_BATCHES_AT_EXIT` more): well under the rate the server
+# takes from one connection.
+OUTPUT_BATCHES_PER_TICK = 32
+OUTPUT_BATCHES_AT_EXIT = 64
 # Kinds worth keeping through an outage: the next hello does not say them.
 _KEPT_KINDS = ("fault", "checkpoint_saved")
 
@@ -297,31 +302,34 @@ class Agent:
     async def _outputs(self) -> None:
         while True:
             await asyncio.sleep(self.output_s)
+            budget = OUTPUT_BATCHES_PER_TICK  # shared, so a busy node stays under the server's rate
             for workload in list(self._workloads.values()):
                 try:
-                    await self._send_output(workload)
+                    budget -= await self._send_output(workload, budget)
                 except Exception:
                     logger.exception("%s: cannot read a workload's output", self._hostname)
+                if budget <= 0:
+                    break
 
-    async def _send_output(self, workload: _Workload, batches: int = 16) -> None:
-        """Send what the run wrote since the last batch sent, up to `batches` batches."""
+    async def _send_output(self, workload: _Workload, batches: int) -> int:
+        """Send what the run wrote since the last batch sent, up to `batches` batches; returns
+        how many went."""
         wid, attempt = workload.assignment.workload_id, workload.assignment.attempt
+        sent = 0
         async with self._output_lock:
-            for _ in range(batches):
+            while sent < batches:
                 offset = workload.output_offset
                 output = self._backend.output(wid, offset, OUTPUT_BATCH_BYTES)
                 if not output.lines:
-                    return
-                sent = await self._send(
-                    "logs",
-                    workload_id=wid,
-                    attempt=attempt,
-                    offset=offset,
-                    lines=list(output.lines),
-                )
-                if not sent:
-                    return
+                    break
+                lines = list(output.lines)
+                if not await self._send(
+                    "logs", workload_id=wid, attempt=attempt, offset=offset, lines=lines
+                ):
+                    break
                 workload.output_offset = output.next_offset
+                sent += 1
+        return sent
 
     async def _send(self, type_: str, **fields: Any) -> bool:
         """Send one message; False when it could not go (no connection, or silent)."""
@@ -487,7 +495,7 @@ class Agent:
             result = WorkloadExit(None, workload.step)
         workload.state, workload.exit_code, workload.step = "exited", result.exit_code, result.step
         try:
-            await self._send_output(workload, batches=64)  # its last words before its end
+            await self._send_output(workload, OUTPUT_BATCHES_AT_EXIT)  # its last words
         except Exception:
             logger.exception("%s: cannot read workload %s's output", self._hostname, wid)
         logger.info("%s: workload %s exited with %s", self._hostname, wid, result.exit_code)

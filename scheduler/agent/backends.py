@@ -198,8 +198,9 @@ class Output:
     next_offset: int
 
 
-# One read of a workload's output: about a `logs` message's worth, far inside a frame.
-OUTPUT_BATCH_BYTES = 64 * 1024
+# One read of a workload's output: a `logs` message's worth. JSON writes a byte that is not
+# text as six ("\ufffd"), so even output that is all such bytes stays inside a frame (256 KiB).
+OUTPUT_BATCH_BYTES = 16 * 1024
 
 
 # Runs whose output a backend can still read: the newest this many, ended or not.
@@ -215,7 +216,9 @@ def remember_run(runs: dict[int, Any], workload_id: int, run: Any) -> None:
 
 
 def output_line(line: str) -> str:
-    """A line of output as it travels: cut, with a mark, at the protocol's length."""
+    """A line of output as it travels: without NUL characters (no database keeps them), cut,
+    with a mark, at the protocol's length."""
+    line = line.replace("\x00", "")
     if len(line) <= LOG_LINE_CHARS:
         return line
     return line[: LOG_LINE_CHARS - 1] + "…"

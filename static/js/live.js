@@ -112,7 +112,7 @@
   }
 
   document.querySelectorAll("[data-live-list]").forEach((body) => {
-    let timer = null;
+    let timer = null, first = 0;
 
     async function reconcile() {
       const query = new URLSearchParams(body.dataset.query);
@@ -133,8 +133,11 @@
     }
 
     function soon() {
+      // A burst of events costs one request, and a steady stream one a second at most.
       clearTimeout(timer);
-      timer = setTimeout(reconcile, 300); // a burst of events costs one request
+      first = first || Date.now();
+      const wait = Math.max(0, Math.min(300, first + 1000 - Date.now()));
+      timer = setTimeout(() => { first = 0; reconcile(); }, wait);
     }
 
     document.addEventListener("wanka:resync", reconcile);

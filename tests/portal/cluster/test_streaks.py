@@ -1,5 +1,6 @@
-"""A node on which job after job fails is cordoned with the reason, audited, and no longer
-scheduled; a job that ends well there, or time, ends the streak."""
+"""A node on which job after job of several tenants fails is cordoned with the reason, audited,
+and no longer scheduled; a job that ends well there, or time, ends the streak; one tenant's
+failing jobs never take a shared node away."""
 
 import time
 
@@ -11,7 +12,7 @@ from portal.cluster.streaks import FAILURES, WINDOW_S
 from portal.core.models import AuditEvent
 from portal.workloads import lifecycle
 from portal.workloads.cycle import scheduling_cycle
-from tests.builders import make_workload
+from tests.builders import make_queue, make_workload
 
 
 @pytest.fixture
@@ -23,11 +24,20 @@ def only_node(cluster):
 
 
 @pytest.fixture
-def run_job(acme_llm, only_node, django_capture_on_commit_callbacks):
-    """Place a one-node job on the node and have it exit with a code; the node, refreshed."""
+def globex_train(globex, acme_llm):
+    return make_queue(globex, "train", h800=64)
 
-    def run(exit_code):
-        workload = make_workload(acme_llm, gpus=8)
+
+@pytest.fixture
+def run_job(acme_llm, globex_train, only_node, django_capture_on_commit_callbacks):
+    """Place a one-node job on the node (Acme's and Globex's in turn, unless `queue` is given)
+    and have it exit with a code; the node, refreshed."""
+    count = {"n": 0}
+
+    def run(exit_code, queue=None):
+        count["n"] += 1
+        queue = queue or (acme_llm if count["n"] % 2 else globex_train)
+        workload = make_workload(queue, gpus=8)
         scheduling_cycle()
         assert workload.allocations.filter(node=only_node).exists()
         with django_capture_on_commit_callbacks(execute=True):
@@ -45,9 +55,9 @@ def test_a_node_that_fails_three_jobs_in_a_row_is_cordoned_audited_and_not_sched
         assert run_job(1).health == Health.READY
     node = run_job(139)
     assert node.health == Health.CORDONED
-    assert (
-        node.health_reason
-        == "3 jobs in a row failed on it within 10 minutes (the last exited with code 139)"
+    assert node.health_reason == (
+        "3 jobs of 2 or more tenants in a row failed on it within 10 minutes "
+        "(the last exited with code 139)"
     )
     audit = AuditEvent.objects.get(action="node.cordoned", object_id=str(node.pk))
     assert audit.data == {"previous": "ready", "reason": node.health_reason}
@@ -55,6 +65,11 @@ def test_a_node_that_fails_three_jobs_in_a_row_is_cordoned_audited_and_not_sched
     assert scheduling_cycle().admissions == []
     waiting.refresh_from_db()
     assert waiting.pending_reason
+
+
+def test_one_tenants_failing_jobs_never_cordon_a_shared_node(run_job, acme_llm):
+    healths = [run_job(1, queue=acme_llm).health for _ in range(2 * FAILURES)]
+    assert healths == [Health.READY] * (2 * FAILURES)
 
 
 def test_a_job_that_ends_well_in_between_ends_the_streak(run_job):
@@ -66,15 +81,15 @@ def test_failures_older_than_the_window_do_not_count(run_job, only_node):
     for _ in range(FAILURES - 1):
         run_job(1)
     long_ago = time.time() - WINDOW_S - 1
-    Node.objects.filter(pk=only_node.pk).update(recent_failures=[long_ago, long_ago])
+    Node.objects.filter(pk=only_node.pk).update(recent_failures=[[long_ago, 1], [long_ago, 2]])
     assert run_job(1).health == Health.READY
 
 
 def test_only_the_node_whose_exit_failed_a_gang_counts(
-    acme_llm, cluster, django_capture_on_commit_callbacks
+    acme_llm, globex_train, cluster, django_capture_on_commit_callbacks
 ):
-    for _ in range(FAILURES):
-        workload = make_workload(acme_llm, gpus=16)
+    for turn in range(FAILURES):
+        workload = make_workload((acme_llm, globex_train)[turn % 2], gpus=16)
         scheduling_cycle()
         first, second = sorted(set(workload.allocations.values_list("node_id", flat=True)))
         with django_capture_on_commit_callbacks(execute=True):

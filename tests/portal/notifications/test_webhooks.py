@@ -117,9 +117,33 @@ def test_a_receiver_that_never_answers_fails_after_six_tries(acme_llm, receiver)
     assert (failed.status, failed.attempts, failed.error) == (
         "failed",
         6,
-        "HTTP 500 Internal Server Error",
+        "HTTP 500",
     )
     assert delivery.send(pk) is None and len(dead.received) == 6
+
+
+@pytest.mark.django_db
+def test_a_redirect_is_never_followed_and_private_addresses_are_refused_at_send(
+    acme_llm, receiver, settings
+):
+    target = receiver()
+    bouncer = receiver()
+    bouncer.server.RequestHandlerClass.do_POST = lambda handler: (
+        handler.send_response(302),
+        handler.send_header("Location", target.url),
+        handler.end_headers(),
+    )
+    hook = Webhook.objects.create(tenant=acme_llm.tenant, url=bouncer.url, topics=["quota"])
+    [pk] = delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["quota"], "payload": {}})
+    delivery.send(pk)
+    tried = hook.deliveries.get()
+    assert (tried.status, tried.response_code, tried.error) == ("pending", 302, "HTTP 302")
+    assert target.received == []  # the redirect's target never heard of it
+    settings.WANKA = {**settings.WANKA, "WEBHOOK_PRIVATE_OK": False}
+    Delivery.objects.filter(pk=pk).update(next_attempt_at=None)
+    delivery.send(pk)
+    tried.refresh_from_db()
+    assert tried.error.endswith("which webhooks may not reach") and tried.response_code is None
 
 
 @pytest.mark.django_db

@@ -28,6 +28,7 @@ def job(acme_llm, cluster):
             (a.pk, 10**9, 0, 0, ["no such workload"]),
         ]
     )
+    LogChunk.objects.update(at=timezone.now() - timedelta(seconds=10))  # settled
     return job
 
 
@@ -101,3 +102,12 @@ def test_trim_drops_old_output_and_the_oldest_beyond_the_size_limit(job, cluster
     # Left: "a0 one\na0 two" (13), "a1 one" (6), "x" * 12: 31 characters, over 20.
     assert logs.trim() == 2  # the month-old chunk, then the oldest until under the limit
     assert list(job.log_chunks.values_list("text", flat=True)) == ["a1 one", "x" * 12]
+
+
+def test_a_chunk_is_read_only_once_settled(job, bob, cluster):
+    api = api_client(bob)
+    cursor = _get(api, job).json()["next"]
+    logs.record_many([(cluster[0].pk, job.pk, 1, 50, ["fresh"])])
+    assert _get(api, job, since=cursor).json()["chunks"] == []  # it could pass one to commit
+    LogChunk.objects.filter(text="fresh").update(at=timezone.now() - timedelta(seconds=2))
+    assert [c["lines"] for c in _get(api, job, since=cursor).json()["chunks"]] == [["fresh"]]
