@@ -7,7 +7,9 @@ process heartbeating every 5 s. First the time until every agent has connected a
 (connect_s), then, over a steady window: messages handled per second, the server's median and
 99th-percentile handling time (from its fan-in log lines, the worst 10-s window) and the server
 process's CPU. The last line is JSON for the largest N: agents, connect_s, msgs_per_s,
-p50_handle_ms, p99_handle_ms, server_cpu_pct, cpu_ms_per_msg.
+p50_handle_ms, p99_handle_ms, server_cpu_pct, cpu_ms_per_msg, and reference_s (the reference
+loop, `bench.reference`, timed first). Past `--timeout` seconds it says what it was waiting
+for and exits 1; its processes are stopped then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -22,6 +24,9 @@ import time
 from datetime import datetime
 
 import psutil
+
+from bench import processes
+from bench.reference import reference_s
 
 STATS = re.compile(
     r"^(\S+ \S+) INFO portal.agents.fanin: agent fan-in: (\d+) messages in "
@@ -48,7 +53,7 @@ def start_server(log_path, database_url: str) -> tuple[subprocess.Popen, int]:
         "WANKA_FANIN_REPORT_S": str(WINDOW_S),
         "DJANGO_SETTINGS_MODULE": "portal.settings",
     }
-    server = subprocess.Popen(
+    server = processes.start(
         [
             sys.executable,
             "-m",
@@ -136,7 +141,8 @@ def measure(agents: int, seconds: float, heartbeat: float) -> dict:
             await fleet
             return connect_s, steady_from, cpu
 
-        connect_s, steady_from, cpu = asyncio.run(run())
+        with processes.waiting_for(f"{agents} agents to connect, run and stop"):
+            connect_s, steady_from, cpu = asyncio.run(run())
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -164,7 +170,11 @@ def main(argv=None) -> None:
     parser.add_argument("--agents", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--seconds", type=float, default=40, help="steady window")
     parser.add_argument("--heartbeat", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds in all")
     args = parser.parse_args(argv)
+    processes.supervise(args.timeout)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 
@@ -178,7 +188,7 @@ def main(argv=None) -> None:
         connection.creation.destroy_test_db(test_db, verbosity=0)
     for result in results:
         print(result, file=sys.stderr)
-    print(json.dumps(results[-1]))
+    print(json.dumps({**results[-1], "reference_s": reference}))
 
 
 if __name__ == "__main__":

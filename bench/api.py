@@ -8,7 +8,9 @@ client a thread with a keep-alive connection and a member's API token, asking fo
 page of the workload list as fast as it is answered, and one request in `--submit-every` a
 submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
 percentile latency, and the answers by status; the last line is JSON: clients, servers, rps,
-p50_ms, p99_ms, errors_5xx, statuses.
+p50_ms, p99_ms, errors_5xx, statuses, reference_s (the reference loop, `bench.reference`, timed
+first). Past `--timeout` seconds it says what it was waiting for and exits 1; its processes are
+stopped then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -22,7 +24,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from bench import processes
 from bench.agents import database_url, start_server
+from bench.reference import reference_s
 
 
 def seed(workloads: int) -> str:
@@ -90,7 +94,11 @@ def main(argv=None) -> None:
     parser.add_argument("--servers", type=int, default=1, help="daphne processes")
     parser.add_argument("--workloads", type=int, default=2000, help="Acme's jobs in the list")
     parser.add_argument("--submit-every", type=int, default=20, help="0: lists only")
+    parser.add_argument("--timeout", type=float, help="seconds in all (default: --seconds + 600)")
     args = parser.parse_args(argv)
+    processes.supervise(args.timeout or args.seconds + 600)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 
@@ -142,6 +150,7 @@ def main(argv=None) -> None:
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "errors_5xx": sum(n for status, n in statuses.items() if status >= 500 or status == 0),
         "statuses": {str(status): n for status, n in sorted(statuses.items())},
+        "reference_s": reference,
     }
     print(summary, file=sys.stderr)
     print(json.dumps(summary))

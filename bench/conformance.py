@@ -17,7 +17,10 @@ For each scenario it prints every job's history on both sides, in the portal's w
 each job's ETTR on both. The last line is JSON: scenarios, agree (how many agree), max_ettr_gap,
 and per scenario its histories and ETTRs. Targets: all agree, no ETTR gap above 0.02; it
 fails past them. `--short` halves the jobs' lengths (two minutes in all, for CI), so that the
-same seconds weigh twice in an ETTR: it holds the gap to 0.04.
+same seconds weigh twice in an ETTR: it holds the gap to 0.04. The JSON also carries
+reference_s, the reference loop (`bench.reference`) timed first. Past `--timeout` seconds it
+says what it was waiting for and exits 1; its processes are stopped then, on failure and on
+SIGTERM.
 """
 
 import argparse
@@ -30,6 +33,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench import processes
+from bench.reference import reference_s
 from scheduler.checkpointing import Costs, Policy, PolicyKind
 from scheduler.sim.incidents import Detection, Incident
 
@@ -402,7 +407,11 @@ def main(argv=None) -> None:
     parser.add_argument("--short", action="store_true", help="jobs half as long")
     names = [s.name for s in SCENARIOS]
     parser.add_argument("--only", action="append", choices=names, help="run only these")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds in all")
     args = parser.parse_args(argv)
+    processes.supervise(args.timeout)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     chosen = [s for s in SCENARIOS if s.name in (args.only or names)]
     scenarios = tuple(s.shorter(0.5) if args.short else s for s in chosen)
     sim = {s.name: simulate(s) for s in scenarios}
@@ -422,13 +431,14 @@ def main(argv=None) -> None:
 
     test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        stack = asyncio.run(on_stack(scenarios, logs, database_url(), redis_port))
+        with processes.waiting_for("the scenarios on the stack to end"):
+            stack = asyncio.run(on_stack(scenarios, logs, database_url(), redis_port))
     finally:
         connection.close()
         connection.creation.destroy_test_db(test_db, verbosity=0)
     print(f"logs: {logs}", file=sys.stderr)
     result = compare(scenarios, stack, sim)
-    print(json.dumps(result))
+    print(json.dumps({**result, "reference_s": reference}))
     if result["agree"] < result["scenarios"] or result["max_ettr_gap"] > GAP * (
         2 if args.short else 1
     ):

@@ -9,8 +9,8 @@ GPU-hours, the reference costs (periodic save 5 min; async 10 s stall + 5 min pe
 advisor's interval (`scheduler.sim.ettr`). Checks: the periodic policy matches Daly's closed
 form within 0.01 at both sizes; the other policies match the first-order model within 0.01
 at 16,384 GPUs; the fault-triggered policy reaches 0.96 at 16,384 GPUs and 0.85 at 100,000.
-Prints a Markdown table, then one JSON line with every figure and `checks_passed`; exits 1 if
-a check fails.
+Prints a Markdown table, then one JSON line with every figure, `checks_passed` and
+`reference_s` (the reference loop, `bench.reference`, timed first); exits 1 if a check fails.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import sys
 import time
 
+from bench.reference import reference_s
 from scheduler.checkpointing import PolicyKind, duration
 from scheduler.sim.ettr import EttrResult, simulated_ettr
 
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr)
     started = time.perf_counter()
     results = [
         simulated_ettr(kind, gpus, days=args.days, seed=args.seed)
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 "checks_passed": not failed,
                 "wall_s": round(time.perf_counter() - started, 1),
+                "reference_s": reference,
             }
         )
     )

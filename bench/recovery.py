@@ -17,7 +17,10 @@ database timestamp):
 The last line is JSON: nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s, ms_per_node
 (wall time over nodes), and the CPU the recovery cost the ASGI process, the worker and this
 process (the simulated fleet), from the fault to the end, read from /proc (Linux): the
-per-node CPU of the ASGI process is what projects the recovery at 12,500 nodes.
+per-node CPU of the ASGI process is what projects the recovery at 12,500 nodes; and
+reference_s, the reference loop (`bench.reference`) timed first. Past `--timeout` seconds it
+says what it was waiting for and exits 1; its processes are stopped then, on failure and on
+SIGTERM.
 """
 
 import argparse
@@ -28,7 +31,9 @@ import subprocess
 import sys
 import time
 
+from bench import processes
 from bench.agents import connected_nodes, database_url, start_server
+from bench.reference import reference_s
 
 
 def start_worker(log_path, url: str) -> subprocess.Popen:
@@ -40,7 +45,7 @@ def start_worker(log_path, url: str) -> subprocess.Popen:
         "REDIS_URL": settings.REDIS_URL,
         "DJANGO_SETTINGS_MODULE": "portal.settings",
     }
-    worker = subprocess.Popen(
+    worker = processes.start(
         [
             sys.executable,
             "-m",
@@ -119,10 +124,11 @@ def db(func, *args, **kwargs):
 
 async def wait_for(predicate, what: str, timeout: float = 300, every: float = 0.05):
     deadline = time.monotonic() + timeout
-    while not (value := await predicate()):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(every)
+    with processes.waiting_for(what):
+        while not (value := await predicate()):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out after {timeout} s waiting for {what}")
+            await asyncio.sleep(every)
     return value
 
 
@@ -178,14 +184,16 @@ def measure(nodes: int, heartbeat: float) -> dict:
         )
         fault = await db(lambda: FaultEvent.objects.get(node=victim))
         recovery = await db(lambda: Recovery.objects.get(workload_id=job.pk))
-        await asyncio.gather(*(agent.stop() for agent in agents))
+        with processes.waiting_for("the agents to stop"):
+            await asyncio.gather(*(agent.stop() for agent in agents))
         for task in tasks:
             task.cancel()
         return fault, recovery, pushed_at
 
     victim_name, curve, cpu = "", [], {}
     try:
-        fault, recovery, pushed_at = asyncio.run(run())
+        with processes.waiting_for(f"the recovery of {nodes} nodes"):
+            fault, recovery, pushed_at = asyncio.run(run())
     finally:
         for child in (server, worker):
             child.terminate()
@@ -231,7 +239,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--heartbeat", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds in all")
     args = parser.parse_args(argv)
+    processes.supervise(args.timeout)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 
@@ -243,7 +255,7 @@ def main(argv=None) -> None:
         result = measure(args.nodes, args.heartbeat)
     finally:
         connection.creation.destroy_test_db(test_db, verbosity=0)
-    print(json.dumps(result))
+    print(json.dumps({**result, "reference_s": reference}))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ month on a 100,000-GPU site, each under Wanka's policy with the production engin
 Both with faults at the Llama 3 rate. Each case runs in a process of its own, so that its
 peak memory is its own. One line per case, then one JSON line: per case `jobs`, `sim_days`
 (simulated days, to the last event), `wall_s` (the simulation, not loading the trace),
-`events`, `events_per_s`, `cycles`, `cycle_s` and `peak_rss_mb`.
+`events`, `events_per_s`, `cycles`, `cycle_s`, `peak_rss_mb` and `wall_ref` (`wall_s` in
+reference loops, `bench.reference`; target for `philly`: at most 50), and `reference_s`, the
+reference loop timed in the same run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from bench import processes
+from bench.reference import in_loops, reference_s
 from scheduler.sim.philly import load_philly
 from scheduler.sim.runner import simulate
 from scheduler.sim.simulator import SimConfig
@@ -62,16 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--month-cycle-s", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds in all")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one case here (the child)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one, args.seed, args.month_cycle_s)))
         return 0
+    processes.supervise(args.timeout)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", flush=True)
     figures = {}
     for case in args.cases.split(","):
         if case not in CASES:
             parser.error(f"unknown case {case!r}; known: {', '.join(CASES)}")
-        child = subprocess.run(
+        child = processes.start(
             [
                 sys.executable,
                 "-m",
@@ -83,13 +91,17 @@ def main(argv: list[str] | None = None) -> int:
                 "--month-cycle-s",
                 str(args.month_cycle_s),
             ],
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
         )
-        figures[case] = json.loads(child.stdout.strip().splitlines()[-1])
+        with processes.waiting_for(f"the {case} replay"):
+            out, _ = child.communicate()
+        if child.returncode:
+            raise SystemExit(f"the {case} replay exited with {child.returncode}")
+        figures[case] = json.loads(out.strip().splitlines()[-1])
+        figures[case]["wall_ref"] = in_loops(figures[case]["wall_s"], reference)
         print(" ".join(f"{key}={value}" for key, value in figures[case].items()), flush=True)
-    print(json.dumps(figures))
+    print(json.dumps({**figures, "reference_s": reference}))
     return 0
 
 

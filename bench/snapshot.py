@@ -6,7 +6,8 @@ Builds a throwaway test database (created and dropped here): 12,500 nodes of 8 G
 data centers of 10 pods of 25 leaves, 85 % of the GPUs allocated to running gangs, 200 queues
 and 10,000 pending workloads; then times `build_snapshot()`, the query side of every scheduling
 cycle. The last line is JSON: gpus, nodes, running (workloads), pending, load_s_median,
-load_s_max.
+load_s_max, reference_s (the reference loop, `bench.reference`, timed first) and load_ref (the
+median in reference loops).
 """
 
 import argparse
@@ -16,6 +17,8 @@ import random
 import statistics
 import sys
 import time
+
+from bench.reference import in_loops, reference_s
 
 
 def seed(gpus: int, pending: int, rng: random.Random) -> dict:
@@ -97,6 +100,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 
@@ -133,6 +138,8 @@ def main(argv=None) -> None:
                 "database": connection.vendor,
                 "load_s_median": round(statistics.median(times), 3),
                 "load_s_max": round(max(times), 3),
+                "reference_s": reference,
+                "load_ref": in_loops(statistics.median(times), reference),
             }
         )
     )

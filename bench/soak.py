@@ -20,7 +20,10 @@ settle. A process that exits is started again, as a supervisor would. The last l
 jobs_submitted, jobs_finished, jobs_open (pending or running at the end), faults, recoveries,
 preemptions, resizes, kills, restarts (of exited processes, by name), invariant_violations
 (persistent ones), gpus_leaked (GPUs held by jobs that hold none).
-Targets: no violation, no GPU leaked, every job finished or accounted for.
+reference_s is the reference loop (`bench.reference`) timed first.
+Targets: no violation, no GPU leaked, every job finished or accounted for. Past `--timeout`
+seconds (the soak and its settling, plus 15 minutes, unless given) it says what it was waiting
+for and exits 1; its processes are stopped then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -37,6 +40,9 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from bench import processes
+from bench.reference import reference_s
 
 SIZES = [1, 1, 2, 4, 8, 8, 8, 16, 16, 32, 64]  # Philly's mix of sizes, roughly
 CHAOS = ["xid-79", "xid-13", "hang", "drop-agent", "kill-worker", "kill-daphne", "kill-redis"]
@@ -59,7 +65,7 @@ class Child:
     def start(self) -> None:
         with self.log.open("ab") as log:
             mark = self.log.stat().st_size
-            self.process = subprocess.Popen(
+            self.process = processes.start(
                 self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + 60
@@ -362,7 +368,8 @@ def soak(
             task.cancel()
 
     try:
-        asyncio.run(run())
+        with processes.waiting_for("the soak and its settling to end"):
+            asyncio.run(run())
         result = counts()
     finally:
         for child in reversed(list(children.values())):
@@ -388,7 +395,11 @@ def main(argv=None) -> None:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, help="seconds in all")
     args = parser.parse_args(argv)
+    processes.supervise(args.timeout or 60 * args.minutes + 120 + 900)
+    reference = reference_s()
+    print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     logs = Path(tempfile.mkdtemp(prefix="wanka-soak-"))
     redis_port = free_port()  # the soak's own Redis, which it kills: never the system's
     os.environ.update(
@@ -408,7 +419,7 @@ def main(argv=None) -> None:
         connection.close()
         connection.creation.destroy_test_db(test_db, verbosity=0)
     print(f"logs: {logs}", file=sys.stderr)
-    print(json.dumps(result))
+    print(json.dumps({**result, "reference_s": reference}))
     broken = result["invariant_violations"] or result["gpus_leaked"]
     if broken or result["pending_without_reason"]:
         raise SystemExit("the soak broke an invariant, leaked GPUs or lost track of a job")
