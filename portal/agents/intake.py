@@ -16,7 +16,7 @@ from portal.cluster.choices import CommandState, Health
 from portal.cluster.delivery import tell_channels
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
-from portal.core.live import CLUSTER_GROUP, OPS_GROUP, publish, publish_tenant
+from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
 from portal.workloads import recovery
 from portal.workloads.choices import State
@@ -72,9 +72,8 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
         "node_health": fault.node.health,
         "jobs_hit": len(hit),
     }
-    # Everyone's: the node's health changed. Feeds of faults show only those that hit the
-    # reader's tenant (its own group) or, for operators, all.
-    publish(CLUSTER_GROUP, "node.fault", {**payload, "workloads": []})
+    # Feeds of faults show only those that hit the reader's tenant (its own group) or, for
+    # operators, all; the node's health reaches everyone with the next utilization roll-up.
     publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
     for tenant_id in {w.tenant_id for w in hit}:
         names = [w.name for w in hit if w.tenant_id == tenant_id]

@@ -136,11 +136,6 @@ def _order(values: tuple) -> list[str]:
     return ["" if value is None else str(value) for value in values]
 
 
-def usage_by_queue(workloads, since, until) -> list[dict]:
-    """`usage_rows` per tenant, queue and GPU model."""
-    return usage_rows(workloads, since, until, BY_QUEUE)
-
-
 def prices() -> tuple[dict[str, float], dict[int, float]]:
     """The price of a GPU-hour per GPU model (0 where none is set) and the factor per
     priority class (1 where none is set)."""

@@ -130,7 +130,7 @@ def test_live_updates_name_them_to_their_tenant_only(
         heard = str(charlies.events)
         for secret in ("secret-pretrain", "secret-reason", acme_things["queues"].name):
             assert secret not in heard
-        assert all(e["event"] in {"node.fault", "marker", "utilization"} for e in charlies.events)
+        assert all(e["event"] in {"marker", "utilization"} for e in charlies.events)
     finally:
         for browser in browsers:
             browser.close()
