@@ -120,3 +120,23 @@ def clean_redis():
         *redis.scan_iter(f"{SEEN}*"),
     )
     return redis
+
+
+@pytest.fixture
+def live(portal_server, clean_redis):
+    """Open live sockets to the test server as users: `live(user)` -> a LiveClient."""
+    from django.test import Client
+
+    from tests.portal.live_client import LiveClient
+
+    clients = []
+
+    def open_as(user):
+        browser = Client()
+        browser.force_login(user)
+        clients.append(LiveClient(portal_server, browser))
+        return clients[-1]
+
+    yield open_as
+    for client in clients:
+        client.close()

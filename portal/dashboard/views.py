@@ -24,7 +24,7 @@ from portal.core.models import audit
 from portal.dashboard.usage import budget_bars, quota_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
-from portal.tenancy.models import ApiToken, membership_of
+from portal.tenancy.models import ApiToken, membership_allowing, membership_of
 from portal.workloads import lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
@@ -37,11 +37,7 @@ from scheduler import faults, parallelism
 
 
 def _membership(request, needs: str = "read"):
-    """The caller's membership, when their role allows `needs`; else a 403."""
-    membership = membership_of(request.user)
-    if membership is None or not membership.may(needs):
-        raise PermissionDenied("Your role does not allow this.")
-    return membership
+    return membership_allowing(request.user, needs)
 
 
 def _tenant_workloads(request):

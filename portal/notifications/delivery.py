@@ -42,25 +42,29 @@ def fan_out(notice: dict) -> list[int]:
     tenant = Tenant.objects.get(pk=notice["tenant_id"])
     topics, payload = notice["topics"], notice["payload"]
     created = []
-    for hook in tenant.webhooks.filter(active=True):
+    for hook in tenant.webhooks.filter(active=True).select_related("tenant"):
         topic = next((t for t in topics if t in hook.topics), None)
         if topic is not None:
-            body = {
-                "topic": topic,
-                "tenant": tenant.name,
-                "at": timezone.now().isoformat(),
-                "data": payload,
-            }
-            # Due at once: should its task be lost, the minutely sweep (`due`) sends it.
-            made = Delivery.objects.create(
-                webhook=hook, topic=topic, payload=body, next_attempt_at=timezone.now()
-            )
-            created.append(made.pk)
+            created.append(queued(hook, topic, payload).pk)
     try:
         _mail(tenant, topics, payload)
     except Exception:
         log.exception("tenant %s: mail about %s failed", tenant, topics[0])  # hooks still go
     return created
+
+
+def queued(hook, topic: str, data: dict) -> Delivery:
+    """A delivery of `data` about `topic` to `hook`, due at once: should its task be lost, the
+    minutely sweep (`due`) sends it."""
+    body = {
+        "topic": topic,
+        "tenant": hook.tenant.name,
+        "at": timezone.now().isoformat(),
+        "data": data,
+    }
+    return Delivery.objects.create(
+        webhook=hook, topic=topic, payload=body, next_attempt_at=timezone.now()
+    )
 
 
 def _mail(tenant: Tenant, topics: list[str], payload: dict) -> None:

@@ -3,10 +3,8 @@ admins (add, test, remove) with the log of their deliveries."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.core.models import audit
@@ -14,14 +12,11 @@ from portal.notifications import delivery, events
 from portal.notifications.choices import Topic
 from portal.notifications.models import Delivery, MailPreference, Webhook
 from portal.notifications.tasks import deliver
-from portal.tenancy.models import membership_of
+from portal.tenancy.models import membership_allowing
 
 
 def _membership(request, needs="read"):
-    membership = membership_of(request.user)
-    if membership is None or not membership.may(needs):
-        raise PermissionDenied("Your role does not allow this.")
-    return membership
+    return membership_allowing(request.user, needs)
 
 
 @login_required
@@ -82,13 +77,7 @@ def webhook_add(request):
 def webhook_test(request, pk):
     membership = _membership(request, "admin")
     hook = get_object_or_404(membership.tenant.webhooks, pk=pk)
-    body = {
-        "topic": "ping",
-        "tenant": membership.tenant.name,
-        "at": timezone.now().isoformat(),
-        "data": {},
-    }
-    test = Delivery.objects.create(webhook=hook, topic="ping", payload=body)
+    test = delivery.queued(hook, "ping", {})
     transaction.on_commit(lambda: deliver.delay(test.pk))
     messages.success(request, "A test delivery is on its way: see the log below.")
     return redirect("notifications")

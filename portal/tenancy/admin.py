@@ -27,17 +27,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "last_used_at",
         "revoked",
     ]
-    fields = [
-        "user",
-        "name",
-        "scope",
-        "hint",
-        "created_at",
-        "expires_at",
-        "last_used_at",
-        "revoked",
-    ]
-    readonly_fields = ["user", "name", "scope", "hint", "created_at", "expires_at", "last_used_at"]
+    fields = list_display
+    readonly_fields = [name for name in fields if name != "revoked"]
     list_filter = ["revoked", "scope"]
 
     def has_add_permission(self, request):

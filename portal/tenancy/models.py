@@ -2,6 +2,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import models
 
 from portal.tenancy.choices import Role
@@ -44,6 +45,15 @@ ALLOWED = {
     "write": {Role.ADMIN, Role.MEMBER},
     "admin": {Role.ADMIN},
 }
+
+
+def membership_allowing(user, needs: str = "read") -> Membership:
+    """The user's membership when their role allows `needs`; else PermissionDenied (a 403
+    page that says why). What the pages check; the API has `core.api.TenantPermission`."""
+    membership = membership_of(user)
+    if membership is None or not membership.may(needs):
+        raise PermissionDenied("Your role does not allow this.")
+    return membership
 
 
 def membership_of(user) -> Membership | None:

@@ -9,27 +9,9 @@ from portal.cluster.tasks import publish_utilization
 from portal.workloads.choices import State
 from portal.workloads.tasks import run_cycle
 from tests.builders import make_workload
-from tests.portal.live_client import LiveClient
 from tests.portal.processes import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def live(portal_server, celery_worker, clean_redis):
-    clients = []
-
-    def open_as(user):
-        from django.test import Client
-
-        browser = Client()
-        browser.force_login(user)
-        clients.append(LiveClient(portal_server, browser))
-        return clients[-1]
-
-    yield open_as
-    for client in clients:
-        client.close()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 
 def test_settings_use_a_real_redis_channel_layer(settings):

@@ -7,25 +7,9 @@ from django.test import Client
 from portal.core.live import send_now, tenant_group
 from portal.dashboard.consumers import CLOSE_REVOKED
 from portal.tenancy.choices import Role
-from tests.portal.live_client import LiveClient
 from tests.portal.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def live(portal_server, clean_redis):
-    clients = []
-
-    def open_as(user):
-        browser = Client()
-        browser.force_login(user)
-        clients.append(LiveClient(portal_server, browser))
-        return clients[-1]
-
-    yield open_as
-    for client in clients:
-        client.close()
 
 
 def probe(tenant, n):
