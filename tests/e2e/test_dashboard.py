@@ -43,6 +43,10 @@ def test_a_job_goes_live_on_the_dashboard(running_portal, page, acme, bob):
     page.fill("input[name=simulated_duration_s]", "600")
     page.click("button[type=submit]")
     page.wait_for_selector("h1:has-text('live-job')")
+    # The job page asks where the job stands once its socket opens, and reloads if the scheduler
+    # got there first; leaving before that settles would abort the next navigation.
+    page.wait_for_selector("#live-status.live-on")
+    page.wait_for_load_state("networkidle")
 
     page.goto(f"{running_portal}/")
     page.wait_for_selector("#live-status.live-on")
