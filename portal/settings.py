@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "portal.cluster",
     "portal.quotas",
     "portal.workloads",
+    "portal.services",
     "portal.agents",
     "portal.whatif",
     "portal.dashboard",
@@ -165,6 +166,7 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
     "portal.workloads.tasks.warn_budgets": {"queue": "telemetry"},
     "portal.workloads.tasks.refresh_estimates": {"queue": "telemetry"},
+    "portal.services.tasks.autoscale": {"queue": "scheduling"},
     "portal.notifications.tasks.notify": {"queue": "notifications"},
     "portal.notifications.tasks.deliver": {"queue": "notifications"},
     "portal.notifications.tasks.resume_deliveries": {"queue": "notifications"},
@@ -211,6 +213,10 @@ CELERY_BEAT_SCHEDULE = {
     "routine-checkpoints": {  # a save is asked for at most this late
         "task": "portal.workloads.tasks.request_checkpoints",
         "schedule": timedelta(seconds=SWEEP_S),
+    },
+    "autoscale": {  # inference services follow their load
+        "task": "portal.services.tasks.autoscale",
+        "schedule": timedelta(seconds=float(os.environ.get("WANKA_AUTOSCALE_S", "2"))),
     },
     "preemptions": {
         "task": "portal.workloads.tasks.advance_preemptions",

@@ -8,6 +8,7 @@ from rest_framework.routers import DefaultRouter
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
 from portal.metrics import views as metrics
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
+from portal.services.api.views import ServiceViewSet
 from portal.tenancy.api import MeView
 from portal.workloads.api.budgets import BudgetViewSet
 from portal.workloads.api.views import (
@@ -23,6 +24,7 @@ router.register("queues", QueueViewSet)
 router.register("quota-requests", QuotaRequestViewSet)
 router.register("budgets", BudgetViewSet)
 router.register("workloads", WorkloadViewSet)
+router.register("services", ServiceViewSet)
 router.register("nodes", NodeViewSet)
 router.register("faults", FaultViewSet)
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-
-from scheduler.sim.synthetic import DAY, daily_level
 
 TRACE_DIR = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure-llm-2023"
 TRACES = {
@@ -34,6 +33,8 @@ TRACES = {
     "azure-code": "AzureLLMInferenceTrace_code.csv",
 }
 VALLEY = 0.25  # the night's rate, as a share of the afternoon peak
+HOUR = 3600.0
+DAY = 24 * HOUR
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,12 @@ def read_trace(name: str) -> tuple[Request, ...]:
     )
 
 
+def daily_level(t: float, peak: float, valley: float, peak_hour: float = 14.0) -> float:
+    """A daily cosine from `valley` (12 h from the peak) to `peak` (at `peak_hour`)."""
+    phase = 2 * math.pi * (t / DAY - peak_hour / 24)
+    return valley + (peak - valley) * (1 + math.cos(phase)) / 2
+
+
 def daily_factor(t: float, valley: float = VALLEY, day_s: float = DAY) -> float:
     """The share of the peak rate at `t` seconds after midnight of a day `day_s` long."""
     return daily_level(t * DAY / day_s, 1.0, valley)
@@ -114,8 +121,9 @@ def replay(
 
 
 def service_s(request: Request, gpu_model: str) -> float:
-    """Seconds a replica of `gpu_model` takes to serve `request`, with nothing waiting."""
-    speed = SPEEDS.get(gpu_model, DEFAULT_SPEED)
+    """Seconds a replica of `gpu_model` ("H800", or a node's "H800-SXM-80GB") takes to serve
+    `request`, with nothing waiting."""
+    speed = SPEEDS.get(gpu_model.split("-")[0].upper(), DEFAULT_SPEED)
     return request.prompt_tokens / speed.prefill + request.output_tokens / speed.decode
 
 

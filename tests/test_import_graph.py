@@ -19,12 +19,13 @@ LAYERS = {
     "cluster": 2,
     "quotas": 3,
     "workloads": 4,
-    "agents": 5,
-    "dashboard": 5,
-    "whatif": 5,
-    "demo": 5,
-    "notifications": 5,
-    "metrics": 5,
+    "services": 5,
+    "agents": 6,
+    "dashboard": 6,
+    "whatif": 6,
+    "demo": 6,
+    "notifications": 6,
+    "metrics": 6,
 }
 
 

@@ -133,6 +133,13 @@ class Queue(models.Model):
     preemption_grace_s = models.PositiveIntegerField(
         default=60, help_text="How long a preempted job of this queue may take to save first"
     )
+    reclaim_deadline_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="When this queue's work takes GPUs back, the most its victims get to save "
+        "(an inference queue's scale-up should not wait out a training job's grace); empty: "
+        "each victim's own grace",
+    )
     straggler_policy = models.CharField(
         max_length=8,
         choices=StragglerPolicy.choices,

@@ -243,6 +243,11 @@ def apply(plan: engine.Plan) -> set[int]:
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
     workloads = Workload.objects.select_related("gpu_model").in_bulk(ids)
+    deadlines = dict(
+        Workload.objects.filter(pk__in=[p.for_workload_id for p in plan.preemptions]).values_list(
+            "pk", "queue__reclaim_deadline_s"
+        )
+    )
     victims = Workload.objects.in_bulk(
         [p.workload_id for p in plan.preemptions]
         + [s.workload_id for s in plan.shrinks]
@@ -259,7 +264,8 @@ def apply(plan: engine.Plan) -> set[int]:
                 shrunk.reason,
             )
         for victim in plan.preemptions:
-            touched |= preemption.begin(victims[victim.workload_id], victim.reason)
+            deadline = deadlines.get(victim.for_workload_id)
+            touched |= preemption.begin(victims[victim.workload_id], victim.reason, deadline)
         for grown in plan.grows:
             added = [(p.node_id, p.gpu_indices) for p in grown.added]
             touched |= lifecycle.grow(victims[grown.workload_id], added, grown.reason)

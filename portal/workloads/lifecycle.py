@@ -28,14 +28,19 @@ def submit(serializer, user) -> Workload:
     """Save a validated workload for the user's tenant and schedule it."""
     with transaction.atomic():
         workload = serializer.save(tenant=user.membership.tenant, submitted_by=user)
-        audit("workload.submitted", workload, actor=user, tenant=workload.tenant)
-        # Lists gain the row at once; version 0: before any event of it.
-        event = {"id": workload.pk, "name": workload.name, "state": workload.state}
-        publish_tenant(
-            workload.tenant_id, "workload.state", {**event, "reason": "submitted", "version": 0}
-        )
-    trigger_cycle()
+        submitted(workload, user)
     return workload
+
+
+def submitted(workload: Workload, actor=None) -> None:
+    """A new workload was saved (inside that transaction): audit it, show it, schedule it."""
+    audit("workload.submitted", workload, actor=actor, tenant=workload.tenant)
+    # Lists gain the row at once; version 0: before any event of it.
+    event = {"id": workload.pk, "name": workload.name, "state": workload.state}
+    publish_tenant(
+        workload.tenant_id, "workload.state", {**event, "reason": "submitted", "version": 0}
+    )
+    trigger_cycle()
 
 
 def _locked(workload_id: int, node_id: int) -> Workload | None:
@@ -168,11 +173,11 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
             release(workload)
 
 
-def cancel(workload: Workload, actor=None) -> Workload:
+def cancel(workload: Workload, actor=None, reason: str = "cancelled by user") -> Workload:
     """Cancel a workload that has not finished; raises IllegalTransition when it has."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        transition(workload, State.CANCELLED, reason="cancelled by user", actor=actor)
+        transition(workload, State.CANCELLED, reason=reason, actor=actor)
         release(workload)
         audit("workload.cancelled", workload, actor=actor, tenant=workload.tenant)
     return workload

@@ -49,6 +49,9 @@ class Workload(models.Model):
     checkpoint_interval_s = models.PositiveIntegerField(null=True, blank=True)
     command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
+    serve_port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An inference replica serves HTTP on this port ($PORT)"
+    )
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
     simulated_duration_s = models.FloatField(
         null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"

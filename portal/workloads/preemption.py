@@ -37,10 +37,11 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 30
 
 
-def begin(workload: Workload, reason: str) -> set[int]:
+def begin(workload: Workload, reason: str, deadline_s: int | None = None) -> set[int]:
     """The plan preempts `workload` (inside the plan's transaction): it saves first when its
-    policy saves and its processes run, else it is told to stop at once. Returns the nodes
-    whose desired state changed, for the plan's one `nodes_changed`."""
+    policy saves and its processes run, else it is told to stop at once; within its grace, cut
+    to `deadline_s` (the claimant's queue's reclaim deadline). Returns the nodes whose desired
+    state changed, for the plan's one `nodes_changed`."""
     workload = Workload.objects.select_for_update().get(pk=workload.pk)
     saves = workload.state == State.RUNNING and workload.checkpoint_policy != CheckpointPolicy.NONE
     now = timezone.now()
@@ -49,6 +50,7 @@ def begin(workload: Workload, reason: str) -> set[int]:
         return _stop(workload, now)
     grace = workload.preemption_grace_s
     grace = workload.queue.preemption_grace_s if grace is None else grace
+    grace = grace if deadline_s is None else min(grace, deadline_s)
     deadline = now + timedelta(seconds=grace)
     Workload.objects.filter(pk=workload.pk).update(preempt_deadline=deadline)
     nodes = set(workload.allocations.values_list("node_id", flat=True))

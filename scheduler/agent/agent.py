@@ -505,16 +505,18 @@ class Agent:
         await self._event("workload_exited", wid, result.exit_code, detail)
 
     def _report(self, wid: int, workload: _Workload) -> dict[str, Any]:
-        step = workload.step
+        step, serving = workload.step, None
         if workload.state == "running":
             step = workload.step = self._backend.step(wid)
-        return {
+            serving = workload.assignment.serve_port and self._backend.serving(wid)
+        report = {
             "workload_id": wid,
             "state": workload.state,
             "exit_code": workload.exit_code,
             "step": step,
             "attempt": workload.assignment.attempt,
         }
+        return report | {"serving": serving.message()} if serving else report
 
     def _watchers(self) -> set[asyncio.Task[None]]:
         return {w.watcher for w in self._workloads.values() if w.watcher and not w.watcher.done()}

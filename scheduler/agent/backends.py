@@ -160,6 +160,7 @@ class Assignment:
     master_addr: str = ""
     master_port: int = 0
     attempt: int = 0  # which run: a new attempt of a listed workload restarts it
+    serve_port: int | None = None  # an inference replica: it serves HTTP on this port
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -176,6 +177,7 @@ class Assignment:
             master_addr=item["master_addr"],
             master_port=item["master_port"],
             attempt=item.get("attempt", 0),
+            serve_port=item.get("serve_port"),
         )
 
 
@@ -235,6 +237,24 @@ class BackendEvent:
 
 
 EventListener = Callable[[BackendEvent], None]
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Where an inference replica listens, and its load when the backend can tell (requests
+    in flight, served or waiting; requests finished per second)."""
+
+    host: str
+    port: int
+    in_flight: int | None = None
+    requests_per_s: float | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The heartbeat's `serving` record."""
+        known = {"in_flight": self.in_flight, "requests_per_s": self.requests_per_s}
+        return {"host": self.host, "port": self.port} | {
+            k: v for k, v in known.items() if v is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -323,6 +343,10 @@ class Backend(Protocol):
 
     def step(self, workload_id: int) -> int:
         """The training step a started, not yet waited-for workload has reached."""
+        ...
+
+    def serving(self, workload_id: int) -> Serving | None:
+        """Where a running inference replica listens and its load; None for other work."""
         ...
 
     def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:

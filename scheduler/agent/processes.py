@@ -70,6 +70,7 @@ from scheduler.agent.backends import (
     Machine,
     NodeInventory,
     Output,
+    Serving,
     WorkloadExit,
     output_line,
     remember_run,
@@ -275,6 +276,11 @@ class ProcessBackend:
         """The step of the newest checkpoint the workload has saved (what the agent can know)."""
         return self._procs[workload_id].step
 
+    def serving(self, workload_id: int) -> Serving | None:
+        """A replica's server listens on its port of this machine; its load is its own."""
+        port = self._procs[workload_id].assignment.serve_port
+        return Serving(self._machine.inventory().hostname, port) if port else None
+
     # -- internals ----------------------------------------------------------------------------
 
     def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:
@@ -356,6 +362,8 @@ def launch_env(
     }
     if assignment.master_port:
         launch["MASTER_PORT"] = launch["PET_MASTER_PORT"] = str(assignment.master_port)
+    if assignment.serve_port:
+        launch["PORT"] = str(assignment.serve_port)
     env.update(launch)
     return env
 

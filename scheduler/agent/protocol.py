@@ -196,6 +196,11 @@ _ID = integer(low=0, high=_INT64_MAX)
 _EXIT_CODE = integer(low=-(2**31), high=2**31 - 1)
 _GPU_INDEX = integer(low=0, high=255)
 
+_SERVING = record(
+    {"host": string(non_empty=True, max_length=255), "port": integer(low=1, high=65535)},
+    optional={"in_flight": _COUNT, "requests_per_s": number(low=0)},
+)
+
 _WORKLOAD = record(
     {
         "workload_id": _ID,
@@ -204,7 +209,8 @@ _WORKLOAD = record(
         "step": _COUNT,
     },
     # Which run of the workload: the control plane bumps it to restart a workload after a fault.
-    optional={"attempt": _COUNT},
+    # An inference replica says where it listens and, when the agent can tell, its load.
+    optional={"attempt": _COUNT, "serving": _SERVING},
 )
 
 _NIC = record({"name": string(non_empty=True), "speed_mbps": nullable(_COUNT), "up": boolean()})
@@ -261,7 +267,11 @@ _ASSIGNMENT = record(
     },
     # A new attempt of a listed workload means: stop the old run, start afresh. A simulated
     # workload runs at `simulated_speed` of its pace (the share of its GPUs it holds).
-    optional={"attempt": _COUNT, "simulated_speed": number(low=0)},
+    optional={
+        "attempt": _COUNT,
+        "simulated_speed": number(low=0),
+        "serve_port": integer(low=1, high=65535),
+    },
 )
 
 AGENT_MESSAGES: dict[str, Mapping[str, Check]] = {

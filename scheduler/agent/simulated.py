@@ -55,12 +55,14 @@ from scheduler.agent.backends import (
     NodeFacts,
     NodeInventory,
     Output,
+    Serving,
     TopologyLabels,
     WorkloadExit,
     fault_detail,
     remember_run,
 )
 from scheduler.agent.contract import ENV_CHECKPOINT_INTERVAL_S, ENV_RESUME_FROM
+from scheduler.agent.serving import SimulatedReplica
 from scheduler.faults import RETIRED_PAGES_LIMIT, FaultKind, lookup
 
 logger = logging.getLogger(__name__)
@@ -204,6 +206,8 @@ class _SimWorkload:
     interval_s: float | None  # simulated seconds between periodic checkpoints
     hung: bool = False  # a hang drill stopped its steps
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    replica: SimulatedReplica | None = None  # an inference replica's server
+    port: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -279,6 +283,9 @@ class SimulatedBackend:
             mark=loop.time(),
             interval_s=_positive_float(assignment.env.get(ENV_CHECKPOINT_INTERVAL_S)),
         )
+        if assignment.serve_port:
+            workload.replica = SimulatedReplica(self._gpus.inventory().gpu_model)
+            workload.port = await workload.replica.start()
         self._workloads[assignment.workload_id] = workload
         remember_run(self._runs, assignment.workload_id, (self._step_now(workload), workload))
         self._schedule(workload)
@@ -317,6 +324,14 @@ class SimulatedBackend:
         if workload.exit.done():
             return workload.exit.result().step
         return self._step_now(workload)
+
+    def serving(self, workload_id: int) -> Serving | None:
+        """A replica's server (on 127.0.0.1 and a port of its own) and its load."""
+        replica = self._workloads[workload_id].replica
+        if replica is None:
+            return None
+        port = self._workloads[workload_id].port
+        return Serving("127.0.0.1", port, replica.in_flight, round(replica.requests_per_s(), 3))
 
     def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:
         """A line every `LOG_EVERY_STEPS` steps of the newest run; `offset` counts lines."""
@@ -486,6 +501,8 @@ class SimulatedBackend:
     def _finish(self, workload: _SimWorkload, exit_code: int) -> None:
         for timer in workload.timers:
             timer.cancel()
+        if workload.replica is not None:
+            workload.replica.close()
         if exit_code == 0 and workload.duration_s < math.inf:
             # A natural end reports the full duration's steps, whatever the timer's lateness.
             step = int(workload.duration_s * self._steps_per_s)

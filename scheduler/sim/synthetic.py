@@ -12,18 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.checkpointing import Policy, PolicyKind
+from scheduler.inference import DAY, HOUR, daily_level
 from scheduler.sim.spec import ClusterSpec, layout, parse_spec
 from scheduler.sim.trace import TraceJob
 
-HOUR = 3600.0
 TRIGGERED = Policy(PolicyKind.TRIGGERED)
-DAY = 24 * HOUR
-
-
-def daily_level(t: float, peak: float, valley: float, peak_hour: float = 14.0) -> float:
-    """A daily cosine from `valley` (12 h from the peak) to `peak` (at `peak_hour`)."""
-    phase = 2 * math.pi * (t / DAY - peak_hour / 24)
-    return valley + (peak - valley) * (1 + math.cos(phase)) / 2
 
 
 def inference_service(

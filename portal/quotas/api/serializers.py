@@ -36,6 +36,7 @@ class QueueSerializer(serializers.ModelSerializer):
             "strategy",
             *Queue.PREEMPTION_FIELDS,
             "preemption_grace_s",
+            "reclaim_deadline_s",
             "spans_datacenters",
             "quotas",
         ]
@@ -139,4 +140,5 @@ class QueueChangeSerializer(QueueSerializer):
             "strategy",
             *Queue.PREEMPTION_FIELDS,
             "preemption_grace_s",
+            "reclaim_deadline_s",
         ]

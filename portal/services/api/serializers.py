@@ -1,0 +1,87 @@
+from django.db.models import Max
+from rest_framework import serializers
+
+from portal.cluster.models import GpuModel, Node
+from portal.quotas import engine as quota_engine
+from portal.quotas.api.serializers import TenantQueueField
+from portal.services.models import Service, ServiceSample
+from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND
+from portal.workloads.choices import TERMINAL
+
+
+class ServiceSerializer(serializers.ModelSerializer):
+    queue = TenantQueueField()
+    gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
+    gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)
+    max_replicas = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)
+    replicas = serializers.SerializerMethodField(help_text="Live replicas, serving or coming")
+
+    class Meta:
+        model = Service
+        fields = [
+            "id",
+            "name",
+            "queue",
+            "gpu_model",
+            "gpus_per_replica",
+            "min_replicas",
+            "max_replicas",
+            "target_concurrency",
+            "scale_to_zero",
+            "stable_window_s",
+            "priority",
+            "command",
+            "port",
+            "active",
+            "desired_replicas",
+            "replicas",
+            "panic",
+            "scale_reason",
+            "created_at",
+        ]
+        read_only_fields = ["active", "desired_replicas", "panic", "scale_reason", "created_at"]
+
+    def get_replicas(self, service) -> int:
+        if hasattr(service, "live_replicas"):  # annotated by the lists
+            return service.live_replicas
+        return service.replicas.exclude(workload__state__in=TERMINAL).count()
+
+    def validate(self, attrs):
+        instance = self.instance
+        value = lambda name: attrs.get(name, getattr(instance, name, None))  # noqa: E731
+        low, high = value("min_replicas") or 0, value("max_replicas") or 10
+        if low > high:
+            raise serializers.ValidationError(
+                {"min_replicas": f"Need min_replicas <= max_replicas; got {low} > {high}."}
+            )
+        if low == 0 and not value("scale_to_zero"):
+            raise serializers.ValidationError(
+                {"min_replicas": "0 replicas needs scale_to_zero; or keep at least 1."}
+            )
+        gpus, model, queue = value("gpus_per_replica"), value("gpu_model"), value("queue")
+        node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
+        if gpus > node_size and gpus % node_size:
+            why = f"A replica larger than a node takes whole nodes: a multiple of {node_size}."
+            raise serializers.ValidationError({"gpus_per_replica": why})
+        ceiling = quota_engine.ceiling(queue, model)
+        if gpus > ceiling:
+            why = (
+                f"Queue {queue.name} can never hold a replica of {gpus} {model} GPUs: its quota "
+                f"and what its cohort can lend come to {ceiling}."
+            )
+            raise serializers.ValidationError({"gpus_per_replica": why})
+        return attrs
+
+
+class EndpointSerializer(serializers.Serializer):
+    workload = serializers.IntegerField(help_text="The replica's workload")
+    host = serializers.CharField()
+    port = serializers.IntegerField()
+    in_flight = serializers.IntegerField(allow_null=True, help_text="Requests it holds")
+
+
+class ServiceSampleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ServiceSample
+        fields = ["at", "in_flight", "requests_per_s", "ready", "desired"]

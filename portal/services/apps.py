@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ServicesConfig(AppConfig):
+    name = "portal.services"
+    label = "services"
