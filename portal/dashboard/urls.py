@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from portal.dashboard import members, usage, views
+from portal.dashboard import members, services, usage, views
 from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
@@ -13,6 +13,9 @@ urlpatterns = [
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/cancel/", views.workload_cancel, name="workload-cancel"),
     path("workloads/<int:pk>/output.txt", views.workload_log_text, name="workload-log-text"),
+    path("services/", services.service_list, name="service-list"),
+    path("services/<int:pk>/", services.service_detail, name="service-detail"),
+    path("services/<int:pk>/stop/", services.service_stop, name="service-stop"),
     path("quota/", views.quota, name="quota"),
     path("usage/", usage.usage, name="usage-page"),
     path("tokens/", views.tokens, name="tokens"),

@@ -6,7 +6,7 @@ from django.utils import timezone
 from portal.cluster.models import GpuModel
 from portal.quotas.models import Queue
 from portal.tenancy.models import Tenant, TenantQuerySet
-from portal.workloads.choices import PriorityClass
+from portal.workloads.choices import TERMINAL, PriorityClass
 from portal.workloads.models import Workload
 
 
@@ -57,6 +57,12 @@ class Service(models.Model):
 
     def __str__(self):
         return self.name
+
+
+def with_live_replicas(services):
+    """`services` with `live_replicas`: how many of each one's replicas have not ended."""
+    live = ~models.Q(replicas__workload__state__in=TERMINAL)
+    return services.annotate(live_replicas=models.Count("replicas", filter=live))
 
 
 class Replica(models.Model):

@@ -1,4 +1,3 @@
-from django.db.models import Count, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins
 from rest_framework.decorators import action
@@ -13,8 +12,7 @@ from portal.services.api.serializers import (
     ServiceSampleSerializer,
     ServiceSerializer,
 )
-from portal.services.models import Service
-from portal.workloads.choices import TERMINAL
+from portal.services.models import Service, with_live_replicas
 
 # What the chart and the samples endpoint give: the newest this many (an hour at one per 2 s).
 SAMPLES = 1800
@@ -28,9 +26,7 @@ class ServiceViewSet(
     mixins.DestroyModelMixin,
     TenantViewSet,
 ):
-    queryset = Service.objects.select_related("queue", "gpu_model").annotate(
-        live_replicas=Count("replicas", filter=~Q(replicas__workload__state__in=TERMINAL))
-    )
+    queryset = with_live_replicas(Service.objects.select_related("queue", "gpu_model"))
     serializer_class = ServiceSerializer
     filterset_fields = ["name", "active", "queue__name"]
 

@@ -1,0 +1,85 @@
+"""The inference service pages: the tenant's services with a form for a new one, and each
+service's page (its replicas against its load, live from the samples endpoint; stop it)."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.cluster.models import GpuModel
+from portal.core.models import audit
+from portal.services import autoscaling
+from portal.services.api.serializers import ServiceSerializer
+from portal.services.models import Service, with_live_replicas
+from portal.tenancy.models import membership_allowing
+from portal.workloads.choices import TERMINAL, PriorityClass
+
+DEFAULTS = {
+    "gpus_per_replica": 8,
+    "min_replicas": 1,
+    "max_replicas": 10,
+    "target_concurrency": 8,
+    "stable_window_s": 60,
+    "priority": PriorityClass.HIGH,
+    "port": 8000,
+}
+
+
+@login_required
+def service_list(request):
+    membership = membership_allowing(request.user, "read")
+    serializer = None
+    if request.method == "POST":
+        membership = membership_allowing(request.user, "write")
+        data = {k: v for k, v in request.POST.items() if v != ""}
+        data["scale_to_zero"] = "scale_to_zero" in request.POST
+        serializer = ServiceSerializer(data=data, context={"request": request})
+        if serializer.is_valid():
+            with transaction.atomic():
+                service = serializer.save(tenant=membership.tenant, created_by=request.user)
+                audit("service.created", service, actor=request.user, tenant=service.tenant)
+            messages.success(request, f"{service} created; its first replicas are on the way.")
+            return redirect("service-detail", pk=service.pk)
+    services = with_live_replicas(
+        Service.objects.visible_to(request.user).select_related("queue", "gpu_model")
+    )
+    return render(
+        request,
+        "dashboard/services.html",
+        {
+            "services": services,
+            "data": request.POST if serializer else DEFAULTS,
+            "errors": serializer.errors if serializer else {},
+            "queues": membership.tenant.queues.all(),
+            "gpu_models": GpuModel.objects.all(),
+            "priorities": PriorityClass.choices,
+        },
+    )
+
+
+@login_required
+def service_detail(request, pk):
+    membership_allowing(request.user, "read")
+    service = get_object_or_404(
+        Service.objects.visible_to(request.user).select_related("queue", "gpu_model"), pk=pk
+    )
+    replicas = (
+        service.replicas.exclude(workload__state__in=TERMINAL)
+        .select_related("workload")
+        .order_by("workload_id")
+    )
+    return render(
+        request, "dashboard/service_detail.html", {"service": service, "replicas": replicas}
+    )
+
+
+@login_required
+@require_POST
+def service_stop(request, pk):
+    membership_allowing(request.user, "write")
+    service = get_object_or_404(Service.objects.visible_to(request.user), pk=pk)
+    autoscaling.stop(service, actor=request.user)
+    audit("service.stopped", service, actor=request.user, tenant=service.tenant)
+    messages.success(request, f"{service} stopped; its replicas are cancelled.")
+    return redirect("service-detail", pk=service.pk)

@@ -1,0 +1,30 @@
+// A service's replicas against its load: requests in flight (left axis), replicas ready and
+// wanted (right axis), from the autoscaler's samples of the last hour, redrawn every 5 s.
+(function () {
+  const chart = document.getElementById("service-chart");
+
+  async function draw() {
+    const response = await fetch(chart.dataset.samples, { headers: { Accept: "application/json" } });
+    if (!response.ok) return;
+    const samples = await response.json();
+    const x = samples.map((s) => new Date(s.at));
+    const line = (name, key, extra) => ({
+      type: "scatter", mode: "lines", name, x, y: samples.map((s) => s[key]), ...extra,
+    });
+    Plotly.react(chart, [
+      line("requests in flight", "in_flight", { fill: "tozeroy", line: { color: "#9ab" } }),
+      line("replicas ready", "ready", { yaxis: "y2", line: { shape: "hv", color: "#16a" } }),
+      line("replicas wanted", "desired", {
+        yaxis: "y2", line: { shape: "hv", dash: "dot", color: "#c50" },
+      }),
+    ], {
+      height: 320, margin: { t: 10, r: 60, b: 40, l: 60 },
+      yaxis: { title: { text: "requests in flight" }, rangemode: "tozero" },
+      yaxis2: { title: { text: "replicas" }, overlaying: "y", side: "right", rangemode: "tozero" },
+      legend: { orientation: "h", y: -0.2 },
+    }, { displayModeBar: false, responsive: true });
+  }
+
+  draw();
+  setInterval(draw, 5000);
+})();
