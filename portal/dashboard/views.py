@@ -32,7 +32,7 @@ from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityCl
 from portal.workloads.ettr import job_report, series
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import IllegalTransition, Recovery, Workload, with_version
-from portal.workloads.usage import booked, gpu_hours, held_now
+from portal.workloads.usage import booked, gpu_hours, held_now, tide
 from scheduler import faults, parallelism
 
 
@@ -60,6 +60,7 @@ def dashboard(request):
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
     context["ettr_scope"] = membership.tenant.name if membership else "the cluster"
+    context["tide"] = tide(workloads, until - timedelta(hours=24), until)
     return render(request, "dashboard/index.html", context)
 
 

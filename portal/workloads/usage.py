@@ -19,6 +19,7 @@ KEYS = {
     "gpu_model": "gpu_model__name",
     "user": "submitted_by__username",
     "priority": "priority",
+    "kind": "kind",
     "tenant_id": "tenant_id",
     "queue_id": "queue_id",
 }
@@ -181,3 +182,18 @@ def series(workloads, since, until, key: str, step: timedelta) -> dict:
             part = _inside(start, end, hours, max(starts[i], since), min(starts[i] + step, until))
             found["" if value is None else str(value)][i] += part
     return {"starts": starts, "series": dict(sorted(found.items()))}
+
+
+def tide(workloads, since, until, step: timedelta = timedelta(minutes=15)) -> dict:
+    """GPUs the `workloads` held on average per slice of `step`, inference apart from the rest
+    (training and fine-tuning): `{"starts": [...], "inference": [...], "training": [...]}`."""
+    hours = series(workloads, since, until, "kind", step)
+    per_slice = step.total_seconds() / 3600
+    gpus = {kind: [h / per_slice for h in values] for kind, values in hours["series"].items()}
+    zero = [0.0] * len(hours["starts"])
+    training = [sum(v) for v in zip(*(gpus.get(k, zero) for k in ("training", "sft")), strict=True)]
+    return {
+        "starts": hours["starts"],
+        "inference": gpus.get("inference", zero),
+        "training": training,
+    }

@@ -70,3 +70,21 @@
     while (feed.children.length > 10) feed.lastElementChild.remove();
   });
 })();
+
+// The tide: GPUs held by inference and by training over the last day, stacked.
+(function () {
+  const tide = JSON.parse(document.getElementById("tide-series").textContent);
+  const x = tide.starts.map((s) => new Date(s));
+  const area = (name, y, color) => ({
+    name, x, y, type: "scatter", mode: "lines", stackgroup: "gpus",
+    line: { shape: "hv", color }, hovertemplate: `${name}: %{y:.0f} GPUs<extra></extra>`,
+  });
+  Plotly.newPlot(document.getElementById("tide-chart"), [
+    area("Inference", tide.inference, "#c2410c"),
+    area("Training", tide.training, "#2563eb"),
+  ], {
+    margin: { t: 10, r: 10, b: 40, l: 50 }, height: 280,
+    yaxis: { title: { text: "GPUs held" }, rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.2 },
+  }, { displayModeBar: false, responsive: true });
+})();

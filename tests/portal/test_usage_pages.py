@@ -3,16 +3,17 @@ json_script, the API's CSV behind its download link) and the quota page's bars a
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from portal.quotas.models import Budget
-from portal.workloads.choices import State
+from portal.workloads.choices import Kind, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
+from portal.workloads.usage import tide
 from tests.builders import make_queue, make_workload
 
 
@@ -86,3 +87,23 @@ def test_the_quota_page_shows_use_against_quota_and_the_budget_with_its_forecast
     budget = re.search(r"<tr data-budget=.*?</tr>", page, re.S).group(0)
     assert "tenant Acme" in budget and "16 of 100 GPU-hours in the last 30 days (16 %)" in budget
     assert "runs out" in budget and "GPU-hours/h (the last 24 h)" in budget
+
+
+def test_the_tide_is_the_gpus_inference_and_training_held_per_quarter_hour(cluster, acme):
+    queue = make_queue(acme, "mixed", h800=64)
+    until = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    for kind, gpus, hours in [(Kind.INFERENCE, 8, 1), (Kind.TRAINING, 16, 2), (Kind.SFT, 8, 1)]:
+        workload = make_workload(queue, kind, gpus=gpus, kind=kind)
+        UsageRecord.objects.create(
+            tenant=acme,
+            workload=workload,
+            gpu_model=workload.gpu_model,
+            gpus=gpus,
+            started_at=until - timedelta(hours=hours),
+            ended_at=until,
+            gpu_hours=gpus * hours,
+        )
+    found = tide(acme.workloads.all(), until - timedelta(hours=24), until)
+    assert len(found["starts"]) == 96
+    assert found["inference"][-5:] == [0, 8, 8, 8, 8]  # the last hour
+    assert found["training"][-9:] == [0, *[16] * 4, *[24] * 4]  # training and fine-tuning
