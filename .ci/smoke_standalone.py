@@ -1,5 +1,6 @@
 """Smoke test of standalone mode: start it on a fresh data directory, sign in, fetch the
-dashboard and the API schema, wait for the simulated fleet and the demo jobs, stop it."""
+dashboard and the API schema, wait for the simulated fleet, the demo jobs and the demo
+service's replicas serving the load generator's requests, stop it."""
 
 import http.cookiejar
 import json
@@ -43,10 +44,17 @@ def main():
         schema = web.open(f"{base}/api/schema/").read().decode()
         assert "/api/v1/workloads/" in schema
         summary = wait_for_jobs(web, base)
+        globex = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+        sign_in(globex, base, "charlie", "wanka-demo")
+        served = wait_for_service(globex, base)
         print(
             f"standalone smoke test passed in {time.monotonic() - started:.0f} s: "
             f"{summary['ready_nodes']}/{summary['nodes']} nodes ready, "
-            f"{summary['allocated']} of {summary['gpus']} GPUs allocated"
+            f"{summary['allocated']} of {summary['gpus']} GPUs allocated, "
+            f"the chat service on {served['ready']} replica(s) with {served['in_flight']} "
+            "requests in flight"
         )
     finally:
         portal.send_signal(signal.SIGTERM)
@@ -88,6 +96,19 @@ def wait_for_jobs(web, base, timeout=90):
             return total
         time.sleep(1)
     raise SystemExit(f"fleet or jobs not up in {timeout} s: {total}")
+
+
+def wait_for_service(web, base, timeout=120):
+    """The demo's service has a replica serving and the load generator's requests reach it."""
+    (service,) = json.load(web.open(f"{base}/api/v1/services/?name=chat"))["results"]
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        samples = json.load(web.open(f"{base}/api/v1/services/{service['id']}/samples/"))
+        last = samples[-1] if samples else None
+        if last and last["ready"] >= 1 and last["in_flight"] > 0:
+            return last
+        time.sleep(1)
+    raise SystemExit(f"the chat service served nothing in {timeout} s: {last}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The demo installation standalone mode starts with: a two-data-center cluster, two tenants
-with queues in one cohort, a few jobs and a pending quota request."""
+with queues in cohorts, a few jobs, an inference service whose valleys fine-tuning borrows, and
+a pending quota request."""
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal.cluster.models import DataCenter, GpuModel, Leaf, Node, Pod, Region
 from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
+from portal.services.models import Service
 from portal.tenancy.choices import Role
 from portal.tenancy.models import Membership, Tenant
 from portal.workloads.models import Workload
@@ -32,9 +34,10 @@ USERS = [
 QUEUES = [
     # tenant, queue, cohort, priority, {model: (guarantee, nominal, borrowing limit)}
     ("Acme", "llm", "research", 10, {"H800": (64, 192, 64)}),
-    ("Acme", "sft", None, 0, {"H20": (0, 64, None)}),
+    ("Acme", "sft", "h20", 0, {"H20": (0, 64, None)}),
     ("Globex", "train", "research", 10, {"H800": (32, 128, 64)}),
-    ("Globex", "infer", None, 20, {"H20": (32, 64, None)}),
+    # Its quota covers the chat service's peak; the valleys are lent to Acme's fine-tuning.
+    ("Globex", "infer", "h20", 20, {"H20": (8, 64, None)}),
 ]
 
 JOBS = [
@@ -45,8 +48,18 @@ JOBS = [
     ("Acme", "llm", "long-context-128k", "training", "H800", 128, 1800),
     ("Acme", "sft", "qwen-sft-support", "sft", "H20", 8, 1200),
     ("Globex", "train", "recsys-ranker", "training", "H800", 32, 2400),
-    ("Globex", "infer", "chat-serving", "inference", "H20", 16, 7200),
+    ("Globex", "infer", "canary-eval", "inference", "H20", 8, 7200),
 ]
+# The service `standalone` drives through a day in 24 minutes (`manage.py loadgen`).
+SERVICE = {
+    "name": "chat",
+    "gpus_per_replica": 8,
+    "min_replicas": 1,
+    "max_replicas": 6,
+    "target_concurrency": 8,
+    "command": "vllm serve Qwen/Qwen2.5-72B-Instruct --tensor-parallel-size 8 --port $PORT",
+}
+DEMO_DAY_S = 1440
 
 
 @transaction.atomic
@@ -82,6 +95,13 @@ def seed() -> bool:
             topology_required=gpus > 64,
             checkpoint_policy="triggered" if kind == "training" and gpus >= 32 else "async",
         )
+    Service.objects.create(
+        tenant=tenants["Globex"],
+        queue=queues["Globex", "infer"],
+        gpu_model=GpuModel.objects.get(name="H20"),
+        created_by=users["charlie"],
+        **SERVICE,
+    )
     # One hot spare per pod, kept free for fault recovery.
     Pod.objects.update(hot_spares=1)
     for pod in Pod.objects.all():

@@ -16,6 +16,7 @@ from scheduler.sim.philly import load_philly
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.report import write_html
 from scheduler.sim.runner import run, simulate
+from scheduler.sim.services import Service
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.spec import ClusterSpec, SpecError, load_spec, parse_spec
 from scheduler.sim.synthetic import inference_service, mixed_month, training_job
@@ -26,6 +27,7 @@ __all__ = [
     "ClusterSpec",
     "SimConfig",
     "Simulator",
+    "Service",
     "SpecError",
     "TraceError",
     "TraceJob",

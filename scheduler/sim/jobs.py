@@ -12,7 +12,9 @@ is in one phase at a time:
 - SAVE: a fault-triggered save from GPU memory (`Costs.triggered_save_s`);
 - RECOVER: a restart (`Costs.restart_s`), after a fault, on resuming after a preemption, and
   after a resize (a shrink saves first and loses nothing; a grow resumes from the newest
-  complete checkpoint).
+  complete checkpoint);
+- STOPPING: preempted with a grace (`SimConfig.preemption_grace_s`): it saves on request if
+  its save fits in the grace, then gives its GPUs back and waits again.
 
 Only a complete checkpoint counts: a periodic save completes at the end of its stall, an async
 one when its persist ends. A fault stops the job (if its kind kills jobs) and rolls its work
@@ -47,7 +49,8 @@ class Phase(IntEnum):
     STALL = 2  # a routine checkpoint's stall
     SAVE = 3  # a fault-triggered save from memory
     RECOVER = 4  # restarting
-    DONE = 5  # finished
+    STOPPING = 5  # preempted with a grace: saving, if it can, before it gives its GPUs back
+    DONE = 6  # finished
 
 
 class Cause(IntEnum):
@@ -175,6 +178,8 @@ class Job:
             self.lost_gpu_s[self.cause] += elapsed * self.held
         elif self.phase == Phase.SAVE:
             self.lost_gpu_s[Cause.FAULT] += elapsed * self.held
+        elif self.phase == Phase.STOPPING:
+            self.lost_gpu_s[Cause.PREEMPTION] += elapsed * self.held
         self.phase_s[self.phase] += elapsed
         self.mark = now
 
@@ -211,15 +216,54 @@ class Job:
     def preempt(self, now: float) -> None:
         """Stop and wait again (keeping its submit time). Running, it saves first when its
         policy saves, as the portal's graceful preemption does (the save's time is not
-        modelled: the claimant waits for it in the portal); else the work since the newest
+        modelled here: `notice` and `released` model it); else the work since the newest
         complete checkpoint is lost."""
         self.advance(now)
         if self.ckpt.kind is not PolicyKind.NONE and self.phase in (Phase.COMPUTE, Phase.STALL):
             self._complete(now, self.progress)
-        self.lost_gpu_s[Cause.PREEMPTION] += self._roll_back(self.saved) * self.spec.gpus
+        self._preempted(now)
+
+    def notice(self, now: float, grace_s: float) -> float:
+        """Told to stop within `grace_s`: it stops computing and saves when its policy saves,
+        its save (`save_s`) fits in the grace and it is computing (restarting, it has nothing
+        new to keep); it is stopped at the grace otherwise, or at once when it has nothing to
+        save. Returns when its GPUs are free (`released`)."""
+        self.advance(now)
+        save = self.save_s()
+        computing = self.phase in (Phase.COMPUTE, Phase.STALL)
+        saves = computing and 0 < save <= grace_s
+        self.capture = self.progress if saves else self.saved
+        self.persisting_until = None  # a copy still persisting is as good as lost
+        wait = save if saves else (grace_s if computing and save > 0 else 0.0)
+        self._enter(Phase.STOPPING, now + wait)
+        return now + wait
+
+    def released(self, now: float) -> float:
+        """The grace of `notice` is over: what its save kept is its checkpoint; it waits
+        again. Returns the work thrown away (GPU-seconds)."""
+        self.advance(now)
+        if self.capture > self.saved:
+            self._complete(now, self.capture)
+        return self._preempted(now)
+
+    def save_s(self) -> float:
+        """Seconds a save on request takes under its policy: a fault-style save from GPU
+        memory, an async copy to host memory (it persists from there), or a stop-the-world
+        write; 0 for a job that saves nothing."""
+        kind = self.ckpt.kind
+        if kind is PolicyKind.TRIGGERED:
+            return self.costs.triggered_save_s
+        if kind is PolicyKind.ASYNC:
+            return self.costs.async_stall_s
+        return self.costs.save_stall_s if kind is PolicyKind.PERIODIC else 0.0
+
+    def _preempted(self, now: float) -> float:
+        lost = self._roll_back(self.saved) * self.spec.gpus
+        self.lost_gpu_s[Cause.PREEMPTION] += lost
         self.preemptions += 1
         self._stop(now)
         self.history += ["preempting", "pending"]
+        return lost
 
     def requeue(self, now: float, saves: bool) -> None:
         """A fault it cannot recover from where it runs (no spare, not elastic enough): it

@@ -12,6 +12,12 @@ Changes within one period are coalesced: a change at time t runs a cycle at
 max(t, previous cycle + `cycle_s`). The plan takes effect at once: preempted jobs stop and
 wait again, shrunk jobs give back GPUs, admitted jobs start.
 
+With `SimConfig.preemption_grace_s` set, a preempted job stops computing and keeps its GPUs
+while it saves (`Job.notice`), and the GPUs a shrink gives back stay busy for the job's save,
+so whoever claimed them waits for it; else both take effect at once (the save's time not
+modelled). Inference services (`services`) add an autoscaler tick every 2 s and replica jobs
+that come and go as the run goes; a run with services needs a horizon.
+
 Everything random (fault times, kinds, whether a triggered save is possible) comes from one
 generator seeded with `SimConfig.seed`, drawn in event order, so the same inputs and seed give
 the same result, bit for bit.
@@ -21,11 +27,12 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from scheduler import faults
@@ -34,8 +41,9 @@ from scheduler.engine import Placement, Plan
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
 from scheduler.sim.jobs import Checkpointing, Job, Phase
-from scheduler.sim.metrics import Recorder
+from scheduler.sim.metrics import Recorder, Series
 from scheduler.sim.policies import SchedulingPolicy
+from scheduler.sim.services import TICK_S, Service, ServiceRun
 from scheduler.sim.spec import ClusterSpec
 from scheduler.sim.state import Allocations, SimulationError, Workloads
 from scheduler.sim.trace import TraceJob
@@ -56,6 +64,8 @@ class SimConfig:
     detection: Detection = Detection()  # how scripted incidents are noticed
     horizon_s: float | None = None  # stop at this simulated time; None: when all is done
     series_step_s: float = 3600.0  # time series are averaged into buckets this long
+    preemption_grace_s: float | None = None  # a victim's most time to save; None: no wait
+    since_s: float | None = None  # services' figures count from then (None: the start)
 
 
 class Kind(IntEnum):
@@ -65,8 +75,10 @@ class Kind(IntEnum):
     PERSIST = 1  # a job's async copy is persisted
     FAULT = 2  # a job is hit by a fault
     INCIDENT = 3  # a scripted incident happens, or is noticed
-    ARRIVAL = 4
-    CYCLE = 5
+    RELEASE = 4  # GPUs a shrunk job gave back are free, its save done
+    ARRIVAL = 5
+    TICK = 6  # the services' autoscalers look at their load
+    CYCLE = 7
 
 
 Hook = Callable[["Simulator"], None]
@@ -83,6 +95,7 @@ class Simulator:
         config: SimConfig = SimConfig(),
         on_event: Hook | None = None,
         incidents: Sequence[Incident] = (),
+        services: Sequence[Service] = (),
     ) -> None:
         self.spec = spec
         self.policy = policy
@@ -121,6 +134,28 @@ class Simulator:
             if incident.job_id not in self.jobs:
                 raise SimulationError(f"an incident names job {incident.job_id}, not in the trace")
             self._push(incident.at_s, Kind.INCIDENT, number, 0)  # version: 0 begun, 1 noticed
+        self._claimants: dict[int, int] = {}  # stopping job -> the workload it stops for
+        self._releasing: dict[int, tuple[Placement, ...]] = {}  # GPUs a shrunk job saves on
+        self._release_keys = itertools.count(-1, -1)  # their stopping workloads' ids
+        self.services = [self._service(service) for service in services]
+        self.replicas: dict[int, ServiceRun] = {}  # replica job id -> its service
+        self._next_id = max(self.jobs, default=0) + 1
+        for run in self.services:
+            for _ in range(run.service.replicas):
+                self._add_replica(run)
+        # GPUs held by services' replicas and by the other work, sampled every tick.
+        since = self.start if config.since_s is None else config.since_s
+        self.tide = {kind: Series(config.series_step_s, since) for kind in ("inference", "other")}
+        if self.services:
+            self._push(self.start, Kind.TICK, 0, 0)
+
+    def _service(self, service: Service) -> ServiceRun:
+        if self.config.horizon_s is None:
+            raise SimulationError("a run with services needs a horizon")
+        if service.queue not in self.spec.queue_ids:
+            raise SimulationError(f"service {service.name} names queue {service.queue!r}")
+        since = self.start if self.config.since_s is None else self.config.since_s
+        return ServiceRun(service, self.start, self.config.horizon_s, since)
 
     def _job(self, spec: TraceJob) -> Job:
         if spec.queue not in self.spec.queue_ids:
@@ -165,6 +200,10 @@ class Simulator:
     def _dispatch(self, kind: Kind, job_id: int, version: int) -> None:
         if kind == Kind.CYCLE:
             self._cycle()
+        elif kind == Kind.TICK:
+            self._tick()
+        elif kind == Kind.RELEASE:
+            self._released(job_id)
         elif kind == Kind.ARRIVAL:
             self._arrive(self.jobs[job_id])
         elif kind == Kind.INCIDENT:
@@ -172,7 +211,9 @@ class Simulator:
         else:
             job = self.jobs[job_id]
             with self._tracking(job, faults=kind == Kind.FAULT):
-                if kind == Kind.PHASE:
+                if kind == Kind.PHASE and job.phase == Phase.STOPPING:
+                    self._stopped(job)
+                elif kind == Kind.PHASE:
                     if job.phase_ended(self.now):
                         self._finish(job)
                 elif kind == Kind.PERSIST:
@@ -187,7 +228,8 @@ class Simulator:
         for job in self.jobs.values():
             if job.id not in self.ended:
                 job.advance(end)
-                self.recorder.job_ended(job, end)
+                if job.id not in self.replicas:
+                    self.recorder.job_ended(job, end)
                 self.ended.add(job.id)
         self.recorder.finish(end)
         self.end = end
@@ -215,7 +257,7 @@ class Simulator:
             self._schedule(job, Kind.PERSIST, job.persisting_until if running else None)
         if faults or not running:
             when = None
-            if running and self.faults.enabled:
+            if running and self.faults.enabled and job.phase != Phase.STOPPING:
                 when = self.now + self.faults.next_in(self.rng, job.held)
             self._schedule(job, Kind.FAULT, when)
 
@@ -242,7 +284,8 @@ class Simulator:
         self.allocations.give(job.placements)
         job.finish(self.now)
         self.workloads.changed(job)
-        self.recorder.job_ended(job, self.now)
+        if job.id not in self.replicas:
+            self.recorder.job_ended(job, self.now)
         self.ended.add(job.id)
         self.request_cycle()
 
@@ -346,9 +389,17 @@ class Simulator:
     def _apply(self, plan: Plan) -> None:
         """Preempted jobs stop and wait again, shrunk ones give back GPUs, grown ones take
         more, admitted ones start; in that order, so GPUs are freed before any are taken."""
+        grace = self.config.preemption_grace_s
         for preemption in plan.preemptions:
             job = self.jobs[preemption.workload_id]
             self.growable.discard(job.id)
+            self._reclaimed(preemption.for_workload_id, job.held)
+            if grace is not None:
+                with self._tracking(job):
+                    job.notice(self.now, grace)
+                self.workloads.changed(job)
+                self._claimants[job.id] = preemption.for_workload_id
+                continue
             with self._tracking(job):
                 self.allocations.give(job.placements)
                 job.preempt(self.now)
@@ -358,8 +409,9 @@ class Simulator:
         for shrink in plan.shrinks:
             job = self.jobs[shrink.workload_id]
             held, rate = job.held, job.rate
+            self._reclaimed(shrink.for_workload_id, held - shrink.gpus)
             with self._tracking(job, faults=True):
-                self.allocations.give(shrink.released)
+                self._give_back(job, shrink.released)
                 job.resize(self.now, _without(job.placements, shrink.released))
             self.recorder.shrunk(job.held / held, job.rate / rate)
             self._may_grow(job)
@@ -374,12 +426,95 @@ class Simulator:
             job = self.jobs[admission.workload_id]
             if job.id not in self.pending:
                 raise SimulationError(f"the plan admits job {job.id}, which is not pending")
+            if job.id in self.replicas:
+                self.replicas[job.id].started(job, self.now)
             with self._tracking(job, faults=True):
                 self.allocations.take(admission.placements, job.id)
                 job.start(self.now, admission.placements)
                 self.pending.discard(job.id)
                 self.recorder.pending_removed(job)
             self._may_grow(job)
+
+    def _give_back(self, job: Job, released: tuple[Placement, ...]) -> None:
+        """Free the GPUs a shrink releases: at once, or with a grace once the job's save is
+        done, shown to the engine meanwhile as a stopping workload of the job's queue."""
+        grace = self.config.preemption_grace_s
+        if grace is None or not job.save_s():
+            self.allocations.give(released)
+            return
+        key = next(self._release_keys)
+        self._releasing[key] = released
+        gpus = sum(len(p.gpu_indices) for p in released)
+        stopping = replace(
+            self.workloads.workload(job),
+            id=key,
+            gpus=gpus,
+            placements=released,
+            min_gpus=None,
+            max_gpus=None,
+            throughput=(),
+            preempting=True,
+        )
+        self.workloads.hold(stopping)
+        self._push(self.now + min(job.save_s(), grace), Kind.RELEASE, key, 0)
+
+    def _released(self, key: int) -> None:
+        """A shrunk job's save is done: the GPUs it gave back are free."""
+        self.allocations.give(self._releasing.pop(key))
+        self.workloads.drop(key)
+        self.request_cycle()
+
+    def _stopped(self, job: Job) -> None:
+        """A preempted job's grace is over: its GPUs are free, and it waits again."""
+        self.allocations.give(job.placements)
+        lost = job.released(self.now)
+        run = self.replicas.get(self._claimants.pop(job.id, 0))
+        if run is not None:
+            run.lost(self.now, lost)
+        self.pending.add(job.id)
+        self.recorder.pending_added(job)
+        self.recorder.preemptions += 1
+        self.request_cycle()
+
+    def _reclaimed(self, claimant: int, gpus: int) -> None:
+        """Count GPUs taken from other work for a service's replica."""
+        run = self.replicas.get(claimant)
+        if run is not None:
+            run.reclaimed(claimant, self.now, gpus)
+
+    # -- services ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Every service's autoscaler decides; replicas are added or ended to match."""
+        for run in self.services:
+            change = run.tick(self.now)
+            for _ in range(change):
+                self._add_replica(run)
+            if change < 0:
+                for job in run.to_end(-change):
+                    self._end_replica(job)
+                run.pool.resize(self.now, run.ready(self.now))
+        inference = sum(job.held for run in self.services for job in run.replicas)
+        if self.now >= self.tide["inference"].start:
+            self.tide["inference"].set(self.now, inference)
+            self.tide["other"].set(self.now, sum(self.allocations.used.values()) - inference)
+        self._push(self.now + TICK_S, Kind.TICK, 0, 0)
+
+    def _add_replica(self, run: ServiceRun) -> None:
+        job = self._job(run.replica(self._next_id, self.now))
+        self._next_id += 1
+        self.jobs[job.id] = job
+        self.replicas[job.id] = run
+        run.replicas.append(job)
+        self._arrive(job)
+
+    def _end_replica(self, job: Job) -> None:
+        """A scale-down: a pending replica is withdrawn, a running one stops."""
+        if job.id in self.pending:
+            self.pending.discard(job.id)
+            self.recorder.pending_removed(job)
+        with self._tracking(job):
+            self._finish(job)
 
     def _may_grow(self, job: Job) -> None:
         """Note a running elastic job below its most, and look again when it may grow."""

@@ -111,12 +111,19 @@ class Workloads:
         """The job's state changed: rebuild its workload for the next snapshot."""
         self._changed[job.id] = job
 
+    def hold(self, stopping: Workload) -> None:
+        """Show GPUs about to be free (a shrunk job's, while it saves) as a stopping workload."""
+        self._objects[stopping.id] = stopping
+
+    def drop(self, workload_id: int) -> None:
+        del self._objects[workload_id]
+
     def snapshot(self, allocations: Allocations) -> Snapshot:
         for job_id, job in self._changed.items():
             if job.phase == Phase.DONE:
                 self._objects.pop(job_id, None)
             else:
-                self._objects[job_id] = self._workload(job)
+                self._objects[job_id] = self.workload(job)
         self._changed.clear()
         return Snapshot(
             allocations.node_objects(),
@@ -126,7 +133,8 @@ class Workloads:
             self.grow_every_s,
         )
 
-    def _workload(self, job: Job) -> Workload:
+    def workload(self, job: Job) -> Workload:
+        """The engine's view of one job as it stands."""
         spec = job.spec
         running = job.running
         elastic = spec.min_gpus is not None and spec.min_gpus < spec.gpus
@@ -147,4 +155,5 @@ class Workloads:
             time_limit_s=limit,
             throughput=job.throughput,
             resized_at=job.resized_at,
+            preempting=job.phase == Phase.STOPPING,
         )

@@ -55,6 +55,12 @@ class Command(BaseCommand):
                 "--url",
                 f"ws://127.0.0.1:{port}/ws/agent/",
             ]
+            # The demo's chat service through one compressed day after another.
+            commands["loadgen"] = [
+                python,
+                *"manage.py loadgen --service chat --tenant Globex --days 365".split(),
+                *f"--day-s {installation.DEMO_DAY_S} --start-hour 8".split(),
+            ]
         os.environ["WANKA_DEMO_TRAFFIC"] = "1"  # beat keeps demo jobs arriving
         children = {
             name: subprocess.Popen(

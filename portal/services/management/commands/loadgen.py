@@ -38,20 +38,23 @@ class Command(BaseCommand):
         requests = inference.read_trace(options["trace"])
         peak = options["peak_rps"] or peak_rps(service, requests)
         day_s = options["day_s"]
-        arrivals = inference.replay(
-            requests,
-            seconds=options["days"] * day_s,
-            peak_rps=peak,
-            start_s=options["start_hour"] / 24 * day_s,
-            day_s=day_s,
+        start = options["start_hour"] / 24 * day_s
+        replayed = inference.replay(
+            requests, seconds=options["days"] * day_s, peak_rps=peak, start_s=start, day_s=day_s
+        )
+        # Sent from now on: times from the replay's start, not from midnight.
+        arrivals = (
+            inference.Request(r.at_s - start, r.prompt_tokens, r.output_tokens) for r in replayed
         )
         self.stdout.write(
             f"loadgen: {service.name}, {options['trace']} at up to {peak:.1f} requests/s, "
             f"{options['days']:g} day(s) of {day_s:g} s"
         )
 
-        def progress(elapsed, report):
-            if int(elapsed) % 10 == 0:
+        seconds = iter(range(1 << 62))
+
+        def progress(elapsed, report):  # called about once a second: a line every ten
+            if next(seconds) % 10 == 0:
                 self.stdout.write(
                     f"  {elapsed:7.0f} s: sent {report.sent}, ok {report.ok}, "
                     f"failed {report.failed}"
