@@ -124,6 +124,7 @@ def add(service: Service, count: int) -> None:
             checkpoint_policy=CheckpointPolicy.NONE,  # a server has nothing to save
             command=service.command,
             serve_port=service.port,
+            spread=f"service-{service.pk}",  # replicas on different nodes and leaves
             submitted_by=service.created_by,
         )
         Replica.objects.create(service=service, workload=workload)

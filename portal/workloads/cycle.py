@@ -132,6 +132,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
             preempting=w["state"] == State.PREEMPTING,
             throughput=_throughput(w, placements[w["id"]], budget),
             resized_at=_seconds(resized.get(w["id"])),
+            spread=w["spread"] or None,
         )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
@@ -152,6 +153,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
             "head_of_queue",
             "model_spec",
             "global_batch",
+            "spread",
         )
     )
     return engine.Snapshot(

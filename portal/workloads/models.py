@@ -52,6 +52,9 @@ class Workload(models.Model):
     serve_port = models.PositiveIntegerField(
         null=True, blank=True, help_text="An inference replica serves HTTP on this port ($PORT)"
     )
+    spread = models.CharField(
+        max_length=64, blank=True, help_text="Placed apart from the others of this group"
+    )
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
     simulated_duration_s = models.FloatField(
         null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"

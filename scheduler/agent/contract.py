@@ -102,6 +102,9 @@ ENV_RESUME_FROM = "WANKA_RESUME_FROM"
 ENV_WORKLOAD_ID = "WANKA_WORKLOAD_ID"
 ENV_CHECKPOINT_POLICY = "WANKA_CHECKPOINT_POLICY"
 ENV_PARALLEL_PLAN = "WANKA_PARALLEL_PLAN"
+# An inference replica may keep its load here, JSON {"in_flight": n, "requests_per_s": r},
+# rewritten every second or so; the agent reads it for each heartbeat (`examples/serve_tiny.py`).
+ENV_LOAD_FILE = "WANKA_LOAD_FILE"
 
 REQUEST_FILE = "request.json"
 MANIFEST_FILE = "manifest.jsonl"

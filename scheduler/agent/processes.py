@@ -32,6 +32,9 @@ since torchrun takes its defaults from the ``PET_*`` variables):
                              a ``WANKA_PARALLEL_PLAN`` is also written there as a file
 ``PYTHONUNBUFFERED``         ``1`` unless the assignment says otherwise, so Python output
                              reaches the log as it is written
+``PORT``                     an inference replica's port, to serve HTTP on
+``WANKA_LOAD_FILE``          where a replica may keep its load for the autoscaler
+                             (``load.json`` in the working directory; see the contract)
 ==========================  ==========================================================
 
 Checkpoints follow `scheduler.agent.contract`: the backend follows each workload's manifest and
@@ -50,10 +53,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shlex
 import signal
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,6 +83,7 @@ from scheduler.agent.backends import (
 from scheduler.agent.contract import (
     COMPLETE,
     ENV_CHECKPOINT_DIR,
+    ENV_LOAD_FILE,
     ENV_PARALLEL_PLAN,
     ENV_WORKLOAD_ID,
     REQUEST_SIGNAL,
@@ -93,6 +99,8 @@ logger = logging.getLogger(__name__)
 
 LOG_FILE = "output.log"
 PGID_FILE = "pgid"
+LOAD_FILE = "load.json"
+LOAD_FRESH_S = 10.0  # an inference replica's load file older than this says nothing
 DEFAULT_GRACE_S = 30.0
 DEFAULT_LOG_LINES = 50
 _LOG_LINE_CHARS = 400  # a line of the tail is cut here: 50 lines stay well inside a frame
@@ -188,6 +196,8 @@ class ProcessBackend:
         if ENV_PARALLEL_PLAN in assignment.env:
             write_plan(checkpoint_dir, assignment.env[ENV_PARALLEL_PLAN])
         env = launch_env(assignment, checkpoint_dir, self._base_env)
+        if assignment.serve_port:
+            env[ENV_LOAD_FILE] = str(workdir / LOAD_FILE)
         process, log_start = await _spawn(argv, workdir, env)
         (workdir / PGID_FILE).write_text(str(process.pid))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
@@ -277,9 +287,21 @@ class ProcessBackend:
         return self._procs[workload_id].step
 
     def serving(self, workload_id: int) -> Serving | None:
-        """A replica's server listens on its port of this machine; its load is its own."""
-        port = self._procs[workload_id].assignment.serve_port
-        return Serving(self._machine.inventory().hostname, port) if port else None
+        """A replica's server listens on its port of this machine; its load is what it last
+        wrote to its load file, if it keeps one and wrote in the last LOAD_FRESH_S."""
+        proc = self._procs[workload_id]
+        port = proc.assignment.serve_port
+        if not port:
+            return None
+        host = self._machine.inventory().hostname
+        try:
+            path = proc.workdir / LOAD_FILE
+            if time.time() - path.stat().st_mtime > LOAD_FRESH_S:
+                return Serving(host, port)
+            load = json.loads(path.read_text())
+            return Serving(host, port, int(load["in_flight"]), float(load["requests_per_s"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return Serving(host, port)  # no load file (yet), or a torn one: the place only
 
     # -- internals ----------------------------------------------------------------------------
 

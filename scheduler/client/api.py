@@ -59,6 +59,12 @@ class Client:
             time.sleep(wait_s)
         return self._call("POST", path, body, TIMEOUT_S, headers)
 
+    def patch(self, path: str, body: Any) -> Any:
+        return self._call("PATCH", path, body, TIMEOUT_S)
+
+    def delete(self, path: str) -> Any:
+        return self._call("DELETE", path, None, TIMEOUT_S)
+
     def pages(self, path: str, **params: Any):
         """Every item of a paginated list, page by page."""
         page = self.get(path, limit=500, **params)

@@ -9,6 +9,11 @@
     wanka wait ID [--until running|finished] [--timeout S]
     wanka quota
     wanka usage [--days 30 | --since ISO --until ISO] [--group-by queue,user]
+    wanka serve service.yaml                          # an inference service, the API's fields
+    wanka services
+    wanka service ID                                  # its fields and the replicas serving
+    wanka scale ID [--min N] [--max N] [--target REQUESTS]
+    wanka unserve ID                                  # stop it: its replicas are cancelled
 
 Tables for people; `--json` prints what the API answered, for scripts. The portal and token
 come from ``--url`` and ``--token``, else ``WANKA_URL`` and ``WANKA_TOKEN``, else what `login`
@@ -282,6 +287,66 @@ def usage(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def serve(args: argparse.Namespace) -> int:
+    spec = _load(args.file)
+    service = client(args).post("/api/v1/services/", spec, idempotency_key=uuid.uuid4().hex)
+    if args.json:
+        return _print_json(service)
+    print(f"Created service {service['id']} ({service['name']}) in {service['queue']}.")
+    return EXIT_OK
+
+
+def services(args: argparse.Namespace) -> int:
+    found = list(client(args).pages("/api/v1/services/"))
+    if args.json:
+        return _print_json(found)
+    rows = [
+        (s["id"], s["name"] + ("" if s["active"] else " (stopped)"), s["queue"],
+         f"{s['gpus_per_replica']} × {s['gpu_model']}", f"{s['replicas']}/{s['desired_replicas']}",
+         f"{s['min_replicas']}-{s['max_replicas']}", _short(s["scale_reason"]))
+        for s in found
+    ]  # fmt: skip
+    _table(("ID", "NAME", "QUEUE", "REPLICA", "NOW/WANTED", "BOUNDS", "WHY"), rows)
+    return EXIT_OK
+
+
+def service(args: argparse.Namespace) -> int:
+    api = client(args)
+    found = api.get(f"/api/v1/services/{args.id}/")
+    endpoints = api.get(f"/api/v1/services/{args.id}/endpoints/")
+    if args.json:
+        return _print_json({**found, "endpoints": endpoints})
+    width = max(len(key) for key in found)
+    for key, value in found.items():
+        if value not in (None, ""):
+            print(f"{key:<{width}}  {_when(value) if key.endswith('_at') else value}")
+    print()
+    rows = [(e["workload"], e["host"], e["port"], e["in_flight"]) for e in endpoints]
+    _table(("WORKLOAD", "HOST", "PORT", "IN FLIGHT"), rows)
+    return EXIT_OK
+
+
+def scale(args: argparse.Namespace) -> int:
+    change = {"min_replicas": args.min, "max_replicas": args.max, "target_concurrency": args.target}
+    change = {k: v for k, v in change.items() if v is not None}
+    if not change:
+        raise UsageError("say what changes: --min, --max or --target")
+    found = client(args).patch(f"/api/v1/services/{args.id}/", change)
+    if args.json:
+        return _print_json(found)
+    print(
+        f"Service {found['name']}: {found['min_replicas']} to {found['max_replicas']} replicas "
+        f"at {found['target_concurrency']:g} requests in flight each."
+    )
+    return EXIT_OK
+
+
+def unserve(args: argparse.Namespace) -> int:
+    client(args).delete(f"/api/v1/services/{args.id}/")
+    print(f"Stopped service {args.id}; its replicas are cancelled.")
+    return EXIT_OK
+
+
 # -- helpers ------------------------------------------------------------------------------------
 
 
@@ -370,6 +435,19 @@ def _parser() -> argparse.ArgumentParser:
         "--group-by",
         help="comma-separated: tenant, queue, gpu_model, user (default: the first three)",
     )
+    command("serve", serve, "create an inference service from a YAML or JSON file").add_argument(
+        "file"
+    )
+    command("services", services, "list your inference services")
+    command("service", service, "a service's fields and the replicas serving").add_argument(
+        "id", type=int
+    )
+    sub = command("scale", scale, "change a service's replica bounds or target")
+    sub.add_argument("id", type=int)
+    sub.add_argument("--min", type=int, help="fewest replicas")
+    sub.add_argument("--max", type=int, help="most replicas")
+    sub.add_argument("--target", type=float, help="requests in flight per replica")
+    command("unserve", unserve, "stop a service").add_argument("id", type=int)
     return parser
 
 

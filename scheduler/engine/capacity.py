@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import pairwise
 from operator import attrgetter
@@ -342,6 +342,28 @@ class Pool:
         count = gpus // self.node_size
         nodes = self._pick_whole(self._tightest_domain(count, widest_level(workload)), count)
         return tuple(Placement(node.id, tuple(sorted(self._free[node.id]))) for node in nodes)
+
+    def find_apart(self, workload: Workload, used: Collection[int]) -> tuple[Placement, ...]:
+        """One node's GPUs for the workload away from the nodes in `used` (where the other
+        members of its spread group run): on a leaf none of them is on where one has room,
+        else on a node none of them is; then the fewest free GPUs, then the name. Empty when
+        no such node has room, or the workload needs several nodes: `find` places it then.
+
+        A scan of the pool's nodes: kept for spread groups, a few admissions a cycle."""
+        gpus = workload.gpus
+        if gpus > self.node_size:
+            return ()
+        leaves = {self._domains[n][-1] for n in used if n in self._domains}
+        best: tuple[tuple, int] | None = None
+        for node_id, free in self._free.items():
+            if len(free) < gpus or node_id in used:
+                continue
+            key = (self._domains[node_id][-1] in leaves, len(free), self._nodes[node_id].name)
+            if best is None or key < best[0]:
+                best = (key, node_id)
+        if best is None:
+            return ()
+        return (Placement(best[1], tuple(sorted(self._free[best[1]])[:gpus])),)
 
     def take(self, placement: Placement) -> None:
         """Mark the placement's GPUs used and update the counters of every domain above."""

@@ -8,7 +8,7 @@ must wait (`backfill`); otherwise wait, with a reason a person can act on.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -165,6 +165,10 @@ class Cycle:
         running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
         self.capacity.take(chain.from_iterable(w.placements for w in running))
         self.occupancy.add_running(running)
+        self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
+        for workload in running:
+            if workload.spread:
+                self.spread[workload.spread].update(p.node_id for p in workload.placements)
         charges: dict[tuple[int, str], int] = {}
         for workload in running:
             if not workload.preempting:  # a stopping workload's quota is free already
@@ -351,11 +355,16 @@ class Cycle:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
         charge the quota. Raises Inadmissible with the reason when there is no room."""
         try:
-            placements = pool.find(workload)
+            placements = self._apart(pool, workload) or pool.find(workload)
         except Inadmissible as no_room:
             self._backfill(pool, queue, workload, no_room)
             return
         self._book(pool, queue, workload, placements)
+
+    def _apart(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
+        """Room away from the other members of its spread group, or none."""
+        used = self.spread.get(workload.spread) if workload.spread else None
+        return pool.find_apart(workload, used) if used else ()
 
     def _backfill(
         self, pool: Pool, queue: Queue, workload: Workload, no_room: Inadmissible
@@ -417,6 +426,8 @@ class Cycle:
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.occupancy.add_admitted(workload, placements)
         self.admissions.append(Admission(workload.id, placements))
+        if workload.spread:
+            self.spread[workload.spread].update(p.node_id for p in placements)
 
     # -- making room -------------------------------------------------------------------------
 

@@ -237,6 +237,9 @@ class Workload:
     # throughput is taken to grow linearly with its GPUs.
     throughput: tuple[tuple[int, float], ...] = ()
     resized_at: float | None = None  # when it was last shrunk or grown
+    # Workloads of one group (the replicas of a service) are placed apart where free room
+    # allows: on a node, then a leaf, no other member holds (`Pool.find_apart`).
+    spread: str | None = None
 
     @property
     def is_running(self) -> bool:

@@ -1,18 +1,27 @@
 """`wanka`, the command-line client, run as a subprocess against a live portal (daphne, a Celery
 worker, and `wanka-agent` running the jobs as real processes): login, submit, list, show,
-follow the output, wait, cancel, quota and usage, with the exit codes scripts rely on."""
+follow the output, wait, cancel, quota and usage, with the exit codes scripts rely on; and an
+inference service whose replica is a real server process."""
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
+import threading
+import urllib.request
 
 import pytest
 import yaml
 
+from portal.cluster.models import Node
+from portal.services import autoscaling
+from portal.services.models import Service
 from portal.tenancy.models import ApiToken
+from portal.workloads.choices import State
+from portal.workloads.models import Workload
 from tests.builders import api_client, make_cluster, make_queue
-from tests.portal.processes import ROOT, child_env, start_agent
+from tests.portal.processes import ROOT, child_env, start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,3 +133,57 @@ def test_the_example_job_file_is_a_submission_the_api_takes(acme_llm, bob):
     answer = api_client(bob).post("/api/v1/workloads/", spec, format="json")
     assert answer.status_code == 201, answer.json()
     assert answer.json()["command"] == "python3 train_tiny.py --log-every 50"
+
+
+def test_an_inference_service_from_the_terminal_runs_real_replicas(portal, tmp_path, bob):
+    """`wanka serve` a service whose replica is a real server process (`serve_tiny.py`); its
+    load, written to the agent's load file, reaches the autoscaler; scale, list, stop."""
+    _, key = ApiToken.issue(bob, "laptop")
+    wanka(tmp_path, "login", "--url", portal, "--token", key)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    spec = yaml.safe_load((ROOT / "examples" / "service.yaml").read_text())
+    spec.update(
+        port=port,
+        max_replicas=1,
+        command=shlex.join([sys.executable, str(ROOT / "examples" / "serve_tiny.py")]),
+    )
+    code, out, _ = wanka(tmp_path, "serve", "-", stdin=json.dumps(spec))
+    assert code == 0 and out.startswith("Created service ")
+    service = Service.objects.get(name="tiny-chat")
+
+    def ticked(predicate):
+        autoscaling.tick()  # beat's tick, every 2 s in production
+        return predicate()
+
+    def endpoints():
+        code, out, _ = wanka(tmp_path, "service", service.pk, "--json")
+        return json.loads(out)["endpoints"]
+
+    [endpoint] = wait_until(lambda: ticked(endpoints), 60, "the replica to serve")
+    assert (endpoint["host"], endpoint["port"]) == (Node.objects.get().name, port)
+
+    def ask():
+        body = json.dumps({"prompt_tokens": 10, "output_tokens": 160}).encode()  # 4 s
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body)
+        return json.load(urllib.request.urlopen(request, timeout=30))
+
+    asking = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in asking:
+        thread.start()
+    wait_until(lambda: ticked(lambda: service.samples.filter(in_flight=3).exists()), 20, "its load")
+    for thread in asking:
+        thread.join()
+
+    code, out, _ = wanka(tmp_path, "scale", service.pk, "--max", "2", "--target", "2")
+    assert (code, out) == (0, "Service tiny-chat: 1 to 2 replicas at 2 requests in flight each.\n")
+    code, out, _ = wanka(tmp_path, "services")
+    assert out.splitlines()[1].split()[1:5] == ["tiny-chat", "llm", "8", "×"]
+    code, out, _ = wanka(tmp_path, "unserve", service.pk)
+    assert code == 0
+    [replica] = Workload.objects.filter(replica__service=service)
+    assert replica.state == State.CANCELLED
+    assert "stopped" in replica.events.last().reason
+    with pytest.raises(OSError):  # its process is gone
+        wait_until(lambda: not ask(), 10, "the server to stop")
