@@ -47,6 +47,15 @@ class ServiceSerializer(serializers.ModelSerializer):
             return service.live_replicas
         return service.replicas.exclude(workload__state__in=TERMINAL).count()
 
+    def validate_name(self, name):
+        user = self.context["request"].user
+        taken = Service.objects.filter(tenant=user.membership.tenant, name=name)
+        if self.instance is not None:
+            taken = taken.exclude(pk=self.instance.pk)
+        if taken.exists():
+            raise serializers.ValidationError(f"Your tenant has a service {name} already.")
+        return name
+
     def validate(self, attrs):
         instance = self.instance
         value = lambda name: attrs.get(name, getattr(instance, name, None))  # noqa: E731

@@ -1,0 +1,107 @@
+"""The services API: create with clear errors, tenants apart, viewers read only, change and
+stop; the autoscaler's tick adds and cancels replicas as the bounds say (no fleet: the load is
+nothing, so the count sits at its minimum)."""
+
+import pytest
+
+from portal.services import autoscaling
+from portal.services.models import Service
+from portal.workloads.choices import Kind, State
+from portal.workloads.models import Workload
+from tests.builders import api_client, make_queue
+
+pytestmark = pytest.mark.django_db
+
+CHAT = {
+    "name": "chat",
+    "queue": "infer",
+    "gpu_model": "H800",
+    "gpus_per_replica": 8,
+    "min_replicas": 2,
+    "max_replicas": 4,
+    "target_concurrency": 4,
+}
+
+
+@pytest.fixture
+def infer(cluster, acme):
+    return make_queue(acme, "infer", h800=32)
+
+
+def errors(answer):
+    return {e["field"]: e["reason"] for e in answer.json()["errors"]}
+
+
+@pytest.mark.parametrize(
+    "change, field, reason",
+    [
+        ({"min_replicas": 5}, "min_replicas", "Need min_replicas <= max_replicas; got 5 > 4."),
+        ({"min_replicas": 0}, "min_replicas", "0 replicas needs scale_to_zero"),
+        ({"gpus_per_replica": 12}, "gpus_per_replica", "a multiple of 8"),
+        ({"gpus_per_replica": 64}, "gpus_per_replica", "can never hold a replica of 64"),
+        ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
+        ({"target_concurrency": 0}, "target_concurrency", "greater than or equal to 0.1"),
+        ({"stable_window_s": 3}, "stable_window_s", "greater than or equal to 6"),
+        ({"port": 70000}, "port", "less than or equal to 65535"),
+    ],
+)
+def test_a_wrong_service_is_refused_by_field(infer, bob, change, field, reason):
+    answer = api_client(bob).post("/api/v1/services/", {**CHAT, **change}, format="json")
+    assert answer.status_code == 400
+    assert reason in errors(answer)[field]
+    assert not Service.objects.exists()
+
+
+def test_tenants_never_see_each_others_services(infer, bob, charlie, victor):
+    created = api_client(bob).post("/api/v1/services/", CHAT, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+    globex = api_client(charlie)
+    assert globex.get("/api/v1/services/").json()["count"] == 0
+    for path in (f"/api/v1/services/{pk}/", f"/api/v1/services/{pk}/endpoints/"):
+        assert globex.get(path).status_code == 404
+    assert globex.delete(f"/api/v1/services/{pk}/").status_code == 404
+    viewer = api_client(victor)
+    assert viewer.get(f"/api/v1/services/{pk}/").json()["name"] == "chat"
+    assert viewer.patch(f"/api/v1/services/{pk}/", {"max_replicas": 8}).status_code == 403
+    again = api_client(bob).post("/api/v1/services/", CHAT, format="json")
+    assert errors(again) == {"name": "Your tenant has a service chat already."}
+    elsewhere = make_queue(charlie.membership.tenant, "infer", h800=32)
+    assert globex.post("/api/v1/services/", CHAT, format="json").status_code == 201
+    assert Service.objects.get(tenant=charlie.membership.tenant).queue == elsewhere
+
+
+def test_the_tick_follows_the_bounds_and_a_stop_cancels_every_replica(infer, bob):
+    api = api_client(bob)
+    pk = api.post("/api/v1/services/", CHAT, format="json").json()["id"]
+    autoscaling.tick()
+    service = api.get(f"/api/v1/services/{pk}/").json()
+    assert (service["desired_replicas"], service["replicas"]) == (2, 2)
+    replicas = Workload.objects.filter(replica__service_id=pk)
+    assert {(w.kind, w.gpus, w.serve_port, w.state) for w in replicas} == {
+        (Kind.INFERENCE, 8, 8000, State.PENDING)
+    }
+    assert sorted(w.name for w in replicas) == ["chat-1", "chat-2"]
+    assert api.get(f"/api/v1/services/{pk}/endpoints/").json() == []  # none serves yet
+
+    changed = api.patch(f"/api/v1/services/{pk}/", {"min_replicas": 1}, format="json")
+    assert changed.status_code == 200, changed.json()
+    autoscaling.tick()  # not serving yet: the surplus replica is cancelled at once
+    assert replicas.filter(state=State.CANCELLED).count() == 1
+    assert "before it served" in replicas.get(state=State.CANCELLED).events.last().reason
+
+    assert api.delete(f"/api/v1/services/{pk}/").status_code == 204
+    assert set(replicas.values_list("state", flat=True)) == {State.CANCELLED}
+    assert api.get(f"/api/v1/services/{pk}/").json()["active"] is False
+    autoscaling.tick()
+    assert replicas.count() == 2  # a stopped service gets no new replica
+    samples = api.get(f"/api/v1/services/{pk}/samples/").json()
+    assert [s["desired"] for s in samples] == [2, 1]
+
+
+def test_the_list_costs_a_few_queries(infer, bob, django_assert_max_num_queries):
+    api = api_client(bob)
+    for name in ("a", "b", "c"):
+        api.post("/api/v1/services/", {**CHAT, "name": name}, format="json")
+    with django_assert_max_num_queries(6):
+        assert api.get("/api/v1/services/").json()["count"] == 3
