@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler.engine import plan
-from scheduler.engine.testing import make_cluster, make_queue, make_running, make_snapshot
+from scheduler.engine.testing import make_cluster, make_queue, make_running, make_snapshot, on
 from scheduler.engine.testing import make_workload as workload
-from scheduler.engine.testing import on
 
 NOW = 10_000.0
 NODES = make_cluster(leaves=2, nodes=2)  # dc1-p1-l1-n1, n2 (ids 1, 2), dc1-p1-l2-n1, n2 (3, 4)
