@@ -35,6 +35,7 @@ def settings_of(service: Service) -> Settings:
         scale_to_zero=service.scale_to_zero,
         stable_window_s=service.stable_window_s,
         panic_window_s=service.stable_window_s / 10,  # Knative's panic-window-percentage
+        scale_down_delay_s=service.scale_down_delay_s,
     )
 
 

@@ -29,6 +29,11 @@ class Service(models.Model):
         validators=[MinValueValidator(6), MaxValueValidator(3600)],
         help_text="The load is averaged over this window; the panic window is a tenth of it",
     )
+    scale_down_delay_s = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(3600)],
+        help_text="A scale-down waits this long: the most wanted within it counts",
+    )
     priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.HIGH)
     command = models.TextField(blank=True, help_text="Serves HTTP on $PORT")
     port = models.PositiveIntegerField(

@@ -30,6 +30,7 @@ class ServiceSerializer(serializers.ModelSerializer):
             "target_concurrency",
             "scale_to_zero",
             "stable_window_s",
+            "scale_down_delay_s",
             "priority",
             "command",
             "port",
