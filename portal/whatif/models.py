@@ -21,6 +21,11 @@ class WhatIfRun(models.Model):
     days = models.FloatField(null=True, blank=True, help_text="Only the trace's first days")
     gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Synthetic site size")
     seed = models.PositiveIntegerField(default=1)
+    service_percent = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Add the Azure conversation service, its peak this % of the cluster's GPUs",
+    )
     state = models.CharField(max_length=8, choices=RunState.choices, default=RunState.PENDING)
     progress = models.FloatField(default=0)
     message = models.CharField(max_length=300, blank=True)

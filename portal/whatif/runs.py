@@ -102,6 +102,12 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
     return jobs, spec
 
 
+def service_share(whatif: WhatIfRun) -> float | None:
+    """The share of the cluster the added service's peak needs, None without one; the runner
+    then stops the run a day after the trace's first submission (see `scheduler.sim.runner`)."""
+    return whatif.service_percent / 100 if whatif.service_percent else None
+
+
 def execute(run_id: int) -> None:
     """Run the simulation of a pending run (a second worker given the same run does nothing).
     While it runs, its worker keeps a liveness key fresh, so that `requeue_stale` can tell a
@@ -118,6 +124,7 @@ def execute(run_id: int) -> None:
                 whatif.policies,
                 config=SimConfig(seed=whatif.seed),
                 on_progress=_reporter(run_id),
+                service_share=service_share(whatif),
             )
             whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
             title = f"What-if {run_id}: {whatif.get_trace_display()}"  # once, not twice

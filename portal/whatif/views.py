@@ -60,7 +60,7 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
         errors["cluster"] = "Choose a cluster."
     if not policies:
         errors["policies"] = "Choose at least one policy."
-    for field, cast in (("days", float), ("gpus", int), ("seed", int)):
+    for field, cast in (("days", float), ("gpus", int), ("seed", int), ("service_percent", float)):
         if post.get(field):
             try:
                 value = cast(post[field])
@@ -70,6 +70,8 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
                 setattr(whatif, field, value)
             else:
                 errors[field] = "Must be a positive number."
+    if (whatif.service_percent or 0) >= 100:
+        errors["service_percent"] = "Must be below 100: the service leaves room for training."
     for field, wanted in (
         ("trace_csv", whatif.trace == TraceSource.CSV),
         ("cluster_json", whatif.cluster == ClusterSource.JSON),

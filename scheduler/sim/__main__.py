@@ -4,14 +4,18 @@
         --report out.html --json out.json
     python -m scheduler.sim --trace jobs.csv --cluster cluster.json --policy wanka
     python -m scheduler.sim --trace synthetic:month:gpus=100000:days=30 --report month.html
+    python -m scheduler.sim --trace philly --service-share 0.3 --report tide.html
 
 `--trace` is `philly` (the Philly trace on its own cluster; `philly:scale=0.5` halves every
 virtual cluster), `synthetic:month` (a mixed month
 on a site, options `gpus`, `days` and `seed` after colons) or a generic trace CSV (see
 `scheduler.sim.trace`), which needs `--cluster`, a cluster spec JSON (see
 `scheduler.sim.spec`). `--cluster` also replaces the cluster of `philly` or `synthetic`.
-Without `--policy`, every policy runs. Progress goes to stderr; errors in the inputs exit
-with status 2 and say where they are.
+Without `--policy`, every policy runs. `--service-share 0.3` adds the Azure conversation
+service beside the trace, its peak needing 30 % of the cluster (`runner.with_service`); such a
+run stops a day after the trace's first submission unless `--horizon-days` says when, and its
+report draws the tide. Progress goes to stderr; errors in the inputs exit with status 2 and
+say where they are.
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="tell the engine each job's duration as its time limit",
     )
     parser.add_argument("--horizon-days", type=float, help="stop after this many days")
+    parser.add_argument(
+        "--service-share",
+        type=float,
+        help="add the Azure conversation service, its peak needing this share of the "
+        "cluster's GPUs, e.g. 0.3 (the run then stops after a day, unless --horizon-days)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--title", help="the report's title")
     parser.add_argument(
@@ -80,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.trace and not args.results:
         parser.error("give --trace (or --results to redraw a report)")
+    if args.service_share is not None and not 0 < args.service_share < 1:
+        parser.error("--service-share must be above 0 and below 1")
     return args
 
 
@@ -106,13 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, SpecError, ValueError, OSError) as why:
         print(f"error: {why}", file=sys.stderr)
         return 2
-    results = run(
-        trace,
-        spec,
-        args.policy or list(POLICIES),
-        config=config,
-        on_progress=None if args.quiet else _print_progress,
-    )
+    try:
+        results = run(
+            trace,
+            spec,
+            args.policy or list(POLICIES),
+            config=config,
+            on_progress=None if args.quiet else _print_progress,
+            service_share=args.service_share,
+        )
+    except SpecError as why:  # the service does not fit the cluster's queues
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     if args.report:
@@ -123,9 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: allocated {figures['utilization']['allocated']:.1%}, mean wait "
             f"{figures['wait_s']['mean']:.0f} s, p95 {figures['wait_s']['p95']:.0f} s, "
-            f"large gangs {figures['large_gangs']['wait_s']['mean']:.0f} s"
+            f"large gangs {figures['large_gangs']['wait_s']['mean']:.0f} s" + _service_line(figures)
         )
     return 0
+
+
+def _service_line(figures: dict) -> str:
+    if "service" not in figures:
+        return ""
+    return f", service requests finding room {figures['service']['slo_attainment']:.2%}"
 
 
 def _print_progress(fraction: float, message: str) -> None:

@@ -2,10 +2,11 @@
 
 Figures: allocated GPUs over time, the queueing-delay CDF and the ETTR of each policy, and each
 queue's mean GPUs against its guarantee; a table of the headline figures per policy above
-them. Plotly.js comes from the plotly package: by default embedded once, gzipped and
-base64-encoded, and unpacked by the browser (`DecompressionStream`), which keeps the file near
-2 MB instead of the 4.8 MB of the plain library; `plotlyjs="inline"` embeds it as is, for
-browsers without `DecompressionStream`.
+them. A run with an inference service adds the tide: the GPUs its replicas and the other work
+held, hour by hour, under each policy. Plotly.js comes from the plotly package: by default
+embedded once, gzipped and base64-encoded, and unpacked by the browser (`DecompressionStream`),
+which keeps the file near 2 MB instead of the 4.8 MB of the plain library; `plotlyjs="inline"`
+embeds it as is, for browsers without `DecompressionStream`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import plotly
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 MAX_POINTS = 1500  # per line of a time series figure
 TEMPLATE = "plotly_white"
@@ -34,11 +36,13 @@ def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
     """The report as one HTML page."""
     figures = {
         "utilization": utilization_figure(results),
+        "tide": tide_figure(results),
         "waits": wait_cdf_figure(results),
         "shares": share_figure(results),
         "ettr": ettr_figure(results),
     }
-    divs = "\n".join(f'<div id="{name}" class="figure"></div>' for name in figures)
+    figures = {name: fig for name, fig in figures.items() if fig is not None}
+    divs = "\n".join(_div(name, fig) for name, fig in figures.items())
     specs = script_json({name: json.loads(fig.to_json()) for name, fig in figures.items()})
     large = next(iter(results["policies"].values()), {}).get("large_gangs", {}).get("min_gpus")
     return PAGE.format(
@@ -50,6 +54,13 @@ def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
         figures=specs,
         plotly=plotly_script(plotlyjs),
     )
+
+
+def _div(name: str, fig: go.Figure) -> str:
+    """The figure's place on the page, as tall as its layout asks where it asks."""
+    height = fig.layout.height
+    style = f' style="height: {height}px"' if height else ""
+    return f'<div id="{name}" class="figure"{style}></div>'
 
 
 def script_json(data: object) -> str:
@@ -117,7 +128,23 @@ def setup_text(results: dict) -> str:
         f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
         f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
         f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
-        f" seed {config['seed']}.</p>" + preemption_text(results)
+        f" seed {config['seed']}.</p>" + service_text(results) + preemption_text(results)
+    )
+
+
+def service_text(results: dict) -> str:
+    """What the inference service added beside the trace was, and where the run stopped."""
+    service = results.get("service")
+    if service is None:
+        return ""
+    return (
+        f"<p>Beside the trace, the inference service <b>{html.escape(service['name'])}</b> "
+        f"({html.escape(service['trace'])} trace under the daily curve, peak at 14:00), its "
+        f"peak {service['peak_gpus']:,} {html.escape(service['gpu_model'])} GPUs "
+        f"({service['share']:.0%} of {service['model_gpus']:,}) in replicas of "
+        f"{service['replica_gpus']} GPUs, queue {html.escape(service['queue'])} with its peak "
+        f"as quota. The run stopped at its horizon (a run with a service needs one), hour "
+        f"{results['config']['horizon_s'] / 3600:,.1f} of the simulated clock.</p>"
     )
 
 
@@ -238,6 +265,68 @@ def utilization_figure(results: dict) -> go.Figure:
         series = figures["series"]
         days, values = _downsample([t / 86400 for t in series["t_s"]], series["allocated"])
         fig.add_trace(go.Scatter(x=days, y=values, name=name, mode="lines"))
+    return fig
+
+
+TIDE_LAYERS = (
+    ("inference", "inference (the service's replicas)", "#d62728"),
+    ("other", "training (all other work)", "#1f77b4"),
+)
+
+
+def tide_figure(results: dict) -> go.Figure | None:
+    """The tide: GPUs held by the service's replicas and by the other work, stacked, mean per
+    hour, one row per policy, under the cluster's GPUs; None for a run without a service."""
+    tides = {name: p for name, p in results["policies"].items() if "tide" in p}
+    if not tides:
+        return None
+    gpus = sum(results["cluster"]["gpus"].values())
+    titles = [
+        f"{name}: {p['service']['slo_attainment']:.2%} of requests found a replica with room"
+        for name, p in tides.items()
+    ]
+    fig = make_subplots(rows=len(tides), cols=1, shared_xaxes=True, subplot_titles=titles)
+    for row, (name, figures) in enumerate(tides.items(), start=1):
+        tide = figures["tide"]
+        hours = [(t + tide["step_s"] / 2) / 3600 for t in tide["t_s"]]
+        for key, label, color in TIDE_LAYERS:
+            xs, ys = _downsample(hours, tide[key])
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    name=label,
+                    mode="lines",
+                    stackgroup=name,
+                    line={"color": color},
+                    legendgroup=key,
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=[hours[0], hours[-1]] if hours else [],
+                y=[gpus, gpus],
+                name="the cluster's GPUs",
+                mode="lines",
+                line={"color": "black", "dash": "dash"},
+                legendgroup="cluster",
+                showlegend=row == 1,
+            ),
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title_text="GPUs", range=[0, gpus * 1.05], row=row, col=1)
+    fig.update_xaxes(title_text="hour", row=len(tides), col=1)
+    fig.update_layout(
+        title={"text": "The tide: GPUs held by inference and by training, mean per hour"},
+        template=TEMPLATE,
+        legend={"orientation": "h", "y": -0.15},
+        margin={"t": 80},
+        height=200 + 220 * len(tides),
+    )
     return fig
 
 

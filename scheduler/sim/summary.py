@@ -22,7 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from scheduler.sim.metrics import Outcome, Recorder
+from scheduler.sim.metrics import Outcome, Recorder, Series
 
 SIZE_BOUNDS = (1, 2, 8, 64, 512, 4096)
 CDF_POINTS = 101
@@ -220,6 +220,19 @@ def _series(recorder: Recorder, end: float, gpus: int) -> dict:
         "allocated": [r6(v / gpus) for _, v in allocated],
         "busy": [r6(v / gpus) for _, v in busy],
     }
+
+
+def tide(series: dict[str, Series], end: float) -> dict:
+    """The tide of a run with services: the mean GPUs their replicas held (`inference`) and
+    the rest of the work held (`other`) over each step up to `end`; a last, partial step is
+    averaged over the part of it the run covered. Every series starts and steps alike."""
+    step = next(iter(series.values())).step_s
+    result: dict = {"step_s": step}
+    for kind, values in series.items():
+        points = [(t, mean) for t, mean in values.averages(end) if t < end]
+        result["t_s"] = [r4(t) for t, _ in points]
+        result[kind] = [r4(mean * step / min(step, end - t)) for t, mean in points]
+    return result
 
 
 def _cdf(values: list[float]) -> list[float]:

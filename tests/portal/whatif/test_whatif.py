@@ -82,6 +82,39 @@ def test_an_uploaded_trace_on_this_cluster(staff, acme):
     assert whatif.results["policies"]["wanka"]["finished"] == 3
 
 
+def test_a_run_with_the_inference_service_draws_the_tide(staff, acme):
+    """The Azure conversation service beside an uploaded trace on this cluster, its peak a
+    quarter of the cluster's H800s: the run covers the trace's first day and its report draws
+    the GPUs the service and training held, hour by hour."""
+    from tests.builders import make_cluster
+
+    make_cluster()
+    make_queue(acme, "llm", h800=64)
+    staff.post(
+        "/ops/whatif/",
+        {
+            "trace": "csv",
+            "cluster": "current",
+            "policies": ["wanka"],
+            "service_percent": "25",
+            "trace_csv": SimpleUploadedFile("jobs.csv", TRACE.encode(), "text/csv"),
+        },
+    )
+    whatif = WhatIfRun.objects.get()
+    assert whatif.service_percent == 25
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.DONE, whatif.message
+    assert whatif.results["service"]["peak_gpus"] == 24  # a quarter of 96 H800s
+    tide = whatif.results["policies"]["wanka"]["tide"]
+    assert len(tide["inference"]) == 24 and min(tide["inference"]) < max(tide["inference"])
+    assert whatif.results["policies"]["wanka"]["jobs"] == 3  # the service's replicas apart
+    report = b"".join(staff.get(f"/ops/whatif/{whatif.pk}/report/").streaming_content)
+    assert b'<div id="tide" class="figure"' in report and b"The tide: GPUs held" in report
+    page = staff.get(f"/ops/whatif/{whatif.pk}/").content.decode()
+    assert "peak 25.0 % of the cluster" in page
+
+
 @pytest.mark.parametrize(
     ("form", "field"),
     [
@@ -89,12 +122,27 @@ def test_an_uploaded_trace_on_this_cluster(staff, acme):
         ({"trace": "philly", "cluster": "trace"}, "policies"),
         ({"trace": "philly", "cluster": "trace", "policies": ["wanka"], "days": "-2"}, "days"),
         ({"trace": "nonsense", "cluster": "trace", "policies": ["wanka"]}, "trace"),
+        (
+            {"trace": "philly", "cluster": "trace", "policies": ["wanka"], "service_percent": "0"},
+            "service_percent",
+        ),
+        (
+            {
+                "trace": "philly",
+                "cluster": "trace",
+                "policies": ["wanka"],
+                "service_percent": "100",
+            },
+            "service_percent",
+        ),
     ],
     ids=[
         "a CSV trace needs its file",
         "at least one policy",
         "days must be positive",
         "an unknown trace",
+        "a service needs a peak above nothing",
+        "a service of the whole cluster leaves no room for training",
     ],
 )
 def test_bad_forms_say_what_is_wrong_and_start_nothing(staff, form, field):
@@ -161,6 +209,8 @@ def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
     assert set(json.loads(figures.read_text())["policies"]) == {"wanka", "static"}
     with pytest.raises(CommandError, match="cluster"):
         call_command("simulate", "--trace", str(report))  # a CSV without a cluster
+    with pytest.raises(CommandError, match="above 0 and below 1"):
+        call_command("simulate", "--trace", "philly", "--days", "1", "--service-share", "30")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -29,6 +29,12 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=float, help="only the trace's first days")
         parser.add_argument("--gpus", type=int, help="synthetic: the site's GPUs")
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument(
+            "--service-share",
+            type=float,
+            help="add the Azure conversation service, its peak needing this share of the "
+            "cluster's GPUs, e.g. 0.3 (the run then covers the trace's first day)",
+        )
         parser.add_argument("--report", type=Path)
         parser.add_argument("--json", type=Path, dest="json_path")
 
@@ -45,7 +51,12 @@ class Command(BaseCommand):
         try:
             jobs, spec = inputs(whatif)
             results = run(
-                jobs, spec, whatif.policies, config=SimConfig(seed=seed), on_progress=self._progress
+                jobs,
+                spec,
+                whatif.policies,
+                config=SimConfig(seed=seed),
+                on_progress=self._progress,
+                service_share=options["service_share"],
             )
         except (TraceError, SpecError, ValueError) as error:
             raise CommandError(str(error)) from None
