@@ -123,6 +123,23 @@ def clean_redis():
 
 
 @pytest.fixture
+def fleet(portal_server, celery_worker, clean_redis):
+    """One pod of 8 simulated H800 nodes (64 GPUs), their agents on sockets to the test
+    server, a Celery worker behind it."""
+    from portal.cluster.models import Node
+    from tests.builders import make_cluster
+    from tests.portal.processes import start_fleet, wait_until
+
+    make_cluster({"dc1": {"p1": ("H800", 2)}}, connected=False)
+    fleet = start_fleet(portal_server)
+    wait_until(
+        lambda: Node.objects.filter(connected=True).count() == 8, 30, "8 agents", check=fleet
+    )
+    yield
+    fleet.stop()
+
+
+@pytest.fixture
 def live(portal_server, clean_redis):
     """Open live sockets to the test server as users: `live(user)` -> a LiveClient."""
     from django.test import Client

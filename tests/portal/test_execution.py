@@ -4,31 +4,19 @@ and routine saves asked for at a job's interval."""
 
 import pytest
 
-from portal.cluster.models import Node
 from portal.workloads import invariants
 from portal.workloads.checkpoints import request_routine
 from portal.workloads.choices import CheckpointKind, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
-from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import start_fleet, wait_until
+from tests.builders import make_queue, make_workload
+from tests.portal.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _state(workload):
     return Workload.objects.get(pk=workload.pk).state
-
-
-@pytest.fixture
-def fleet(portal_server, celery_worker, clean_redis):
-    make_cluster({"dc1": {"p1": ("H800", 2)}}, connected=False)  # 8 nodes, 64 GPUs
-    fleet = start_fleet(portal_server)
-    wait_until(
-        lambda: Node.objects.filter(connected=True).count() == 8, 30, "8 agents", check=fleet
-    )
-    yield
-    fleet.stop()
 
 
 def test_the_claimant_starts_only_after_the_victim_saved_and_stopped(fleet, acme, globex):

@@ -1,11 +1,9 @@
-from django.db.models import Max
 from rest_framework import serializers
 
-from portal.cluster.models import GpuModel, Node
-from portal.quotas import engine as quota_engine
+from portal.cluster.models import GpuModel
 from portal.quotas.api.serializers import TenantQueueField
 from portal.services.models import Service, ServiceSample
-from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND
+from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND, check_gang
 from portal.workloads.choices import TERMINAL
 
 
@@ -70,17 +68,7 @@ class ServiceSerializer(serializers.ModelSerializer):
                 {"min_replicas": "0 replicas needs scale_to_zero; or keep at least 1."}
             )
         gpus, model, queue = value("gpus_per_replica"), value("gpu_model"), value("queue")
-        node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
-        if gpus > node_size and gpus % node_size:
-            why = f"A replica larger than a node takes whole nodes: a multiple of {node_size}."
-            raise serializers.ValidationError({"gpus_per_replica": why})
-        ceiling = quota_engine.ceiling(queue, model)
-        if gpus > ceiling:
-            why = (
-                f"Queue {queue.name} can never hold a replica of {gpus} {model} GPUs: its quota "
-                f"and what its cohort can lend come to {ceiling}."
-            )
-            raise serializers.ValidationError({"gpus_per_replica": why})
+        check_gang(gpus, model, queue, "gpus_per_replica")
         return attrs
 
 

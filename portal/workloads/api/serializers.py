@@ -71,6 +71,22 @@ class ModelSpecField(serializers.JSONField):
             raise serializers.ValidationError(detail) from None
 
 
+def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
+    """A gang of `gpus` of `model` is whole nodes past one node, and fits what `queue` can
+    ever hold; else a ValidationError on `field`."""
+    node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
+    if gpus > node_size and gpus % node_size:
+        why = f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
+        raise serializers.ValidationError({field: why})
+    ceiling = quota_engine.ceiling(queue, model)
+    if gpus > ceiling:
+        why = (
+            f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what "
+            f"its cohort can lend come to {ceiling}. Request more quota first."
+        )
+        raise serializers.ValidationError({field: why})
+
+
 class WorkloadSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
@@ -172,23 +188,13 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     def validate(self, attrs):
         gpus, model, queue = attrs["gpus"], attrs["gpu_model"], attrs["queue"]
-        node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
-        if gpus > node_size and gpus % node_size:
-            why = f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
-            raise serializers.ValidationError({"gpus": why})
+        check_gang(gpus, model, queue, "gpus")
         lo, hi = attrs.get("min_gpus"), attrs.get("max_gpus")
         lo, hi = gpus if lo is None else lo, gpus if hi is None else hi  # 0 is a value, not unset
         if not 1 <= lo <= gpus <= hi:
             raise serializers.ValidationError(
                 {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
             )
-        ceiling = quota_engine.ceiling(queue, model)
-        if gpus > ceiling:
-            why = (
-                f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what "
-                f"its cohort can lend come to {ceiling}. Request more quota first."
-            )
-            raise serializers.ValidationError({"gpus": why})
         self._validate_model(attrs, model.name, lo)
         if "topology" not in attrs and queue.spans_datacenters:
             attrs["topology"] = Topology.ANY  # the queue's default: any data center

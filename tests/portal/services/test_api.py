@@ -38,7 +38,7 @@ def errors(answer):
         ({"min_replicas": 5}, "min_replicas", "Need min_replicas <= max_replicas; got 5 > 4."),
         ({"min_replicas": 0}, "min_replicas", "0 replicas needs scale_to_zero"),
         ({"gpus_per_replica": 12}, "gpus_per_replica", "a multiple of 8"),
-        ({"gpus_per_replica": 64}, "gpus_per_replica", "can never hold a replica of 64"),
+        ({"gpus_per_replica": 64}, "gpus_per_replica", "can never hold 64 H800 GPUs"),
         ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
         ({"target_concurrency": 0}, "target_concurrency", "greater than or equal to 0.1"),
         ({"stable_window_s": 3}, "stable_window_s", "greater than or equal to 6"),

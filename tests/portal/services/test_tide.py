@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from portal.cluster.models import Node
 from portal.services import autoscaling
 from portal.services.models import Service
 from portal.workloads import invariants
@@ -18,21 +17,10 @@ from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from scheduler.inference import Request
 from scheduler.loadgen import drive
-from tests.builders import api_client, make_cluster, make_queue, make_workload
-from tests.portal.processes import start_fleet, wait_until
+from tests.builders import api_client, make_queue, make_workload
+from tests.portal.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fleet(portal_server, celery_worker, clean_redis):
-    make_cluster({"dc1": {"p1": ("H800", 2)}}, connected=False)  # 8 nodes, 64 GPUs
-    fleet = start_fleet(portal_server)
-    wait_until(
-        lambda: Node.objects.filter(connected=True).count() == 8, 30, "8 agents", check=fleet
-    )
-    yield
-    fleet.stop()
 
 
 def ticking_until(predicate, timeout, what):
