@@ -14,11 +14,11 @@ def test_an_exhausted_pool_answers_503_with_retry_after(bob):
     assert client.get("/api/v1/workloads/").status_code == 200
     connections.close_all()  # this thread's connection back to the pool
     pool = connection.pool
-    pool.timeout, before = 0.3, pool.timeout
-    taken = []
+    before, taken = pool.timeout, []
     try:
-        while len(taken) < pool.max_size:
-            taken.append(pool.getconn())
+        while len(taken) < pool.max_size:  # opening them may take a while on a busy machine
+            taken.append(pool.getconn(timeout=30))
+        pool.timeout = 0.3  # what the request waits before it is told the pool is full
         answer = client.get("/api/v1/workloads/")
     finally:
         for held in taken:
