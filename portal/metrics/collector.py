@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -33,6 +33,7 @@ from portal.cluster.summary import STALE_S, TELEMETRY
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas.models import Queue, QueueQuota
+from portal.services.models import Service, ServiceSample
 from portal.workloads.choices import State
 from portal.workloads.ettr import window_report
 from portal.workloads.models import Allocation, Checkpoint, Recovery, Workload
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 DC, MODEL = "leaf__pod__datacenter__name", "gpu_model__name"
 ETTR_WINDOW = timedelta(hours=24)
+SERVICE = ["tenant", "service"]
 
 
 def gpus_and_nodes() -> list[Metric]:
@@ -253,6 +255,37 @@ def celery_queues() -> list[Metric]:
     return [family]
 
 
+def services() -> list[Metric]:
+    """Each active service's replicas wanted and ready, its load and panic at the
+    autoscaler's latest tick: one query."""
+    families = {
+        "wanted": GaugeMetricFamily(
+            "wanka_service_replicas_wanted", "Replicas the autoscaler wants", labels=SERVICE
+        ),
+        "ready": GaugeMetricFamily(
+            "wanka_service_replicas_ready", "Replicas serving at the latest tick", labels=SERVICE
+        ),
+        "in_flight": GaugeMetricFamily(
+            "wanka_service_requests_in_flight", "Requests the replicas hold", labels=SERVICE
+        ),
+        "panic": GaugeMetricFamily("wanka_service_panic", "1 while in panic", labels=SERVICE),
+    }
+    newest = ServiceSample.objects.filter(service=OuterRef("pk")).order_by("-at")
+    rows = Service.objects.filter(active=True).values_list(
+        "tenant__name",
+        "name",
+        "desired_replicas",
+        Subquery(newest.values("ready")[:1]),
+        Subquery(newest.values("in_flight")[:1]),
+        "panic",
+    )
+    for tenant, name, *figures in rows:
+        for family, value in zip(families.values(), figures, strict=True):
+            if value is not None:
+                family.add_metric([tenant, name], int(value))
+    return list(families.values())
+
+
 class FleetCollector(Collector):
     """Everything but the per-GPU telemetry. A part that fails on Redis is left out (and
     logged), so that an outage of Redis still leaves the database's families."""
@@ -265,6 +298,7 @@ class FleetCollector(Collector):
         fanin,
         faults_and_recoveries,
         ettr,
+        services,
         celery_queues,
     )
 

@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 from django.conf import settings as django_settings
 from django.test import override_settings
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from portal.agents import fanin
@@ -20,6 +21,7 @@ from portal.agents.intake import record_fault
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import TELEMETRY
 from portal.core import measure
+from portal.services.models import Service, ServiceSample
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Allocation
 from scheduler import faults
@@ -271,3 +273,23 @@ def test_a_redis_outage_while_recording_fan_in_loses_only_those_counts(monkeypat
     asyncio.run(stats.flush(connected=1))
     assert stats.unflushed == []
     assert "cannot record the agent fan-in" in caplog.text
+
+
+def test_services_replicas_and_load(flow, client, acme, acme_llm):
+    service = Service.objects.create(
+        tenant=acme, queue=acme_llm, name="chat", gpu_model=acme_llm.quotas.get().gpu_model,
+        gpus_per_replica=8, desired_replicas=3, panic=True,
+    )  # fmt: skip
+    for ready, in_flight in ((1, 4), (2, 9)):
+        ServiceSample.objects.create(
+            service=service, at=timezone.now(), in_flight=in_flight, requests_per_s=1.5,
+            ready=ready, desired=3,
+        )  # fmt: skip
+    families = scrape(client)
+    for name, expected in [
+        ("wanka_service_replicas_wanted", 3),
+        ("wanka_service_replicas_ready", 2),  # at the newest tick
+        ("wanka_service_requests_in_flight", 9),
+        ("wanka_service_panic", 1),
+    ]:
+        assert value(families[name], name, tenant="Acme", service="chat") == expected
