@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
+from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
@@ -28,7 +30,7 @@ router.register("services", ServiceViewSet)
 router.register("nodes", NodeViewSet)
 router.register("faults", FaultViewSet)
 
-admin.site.site_header = "Wanka operator console"
+admin.site.site_header = _("Wanka operator console")
 admin.site.site_title = "Wanka"
 
 urlpatterns = [
@@ -44,6 +46,10 @@ urlpatterns = [
     # The split view serves its script from a URL of its own, which the CSP allows.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    # The language switch (a cookie), and the page scripts' strings in the reader's language,
+    # as a script of its own: the CSP runs no inline script.
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("jsi18n/", JavaScriptCatalog.as_view(), name="javascript-catalog"),
     # Browsers ask for /favicon.ico whatever the page says.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("ops/whatif/", include("portal.whatif.urls")),
@@ -52,3 +58,5 @@ urlpatterns = [
     path("metrics/gpus", metrics.gpus, name="metrics-gpus"),
     path("", include("portal.dashboard.urls")),
 ]
+
+handler404 = "portal.core.api.not_found"

@@ -1,12 +1,13 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Health(models.TextChoices):
-    READY = "ready", "Ready"
-    CORDONED = "cordoned", "Cordoned"
-    DRAINING = "draining", "Draining"
-    DOWN = "down", "Down"
-    REPAIRING = "repairing", "Repairing"
+    READY = "ready", _("Ready")
+    CORDONED = "cordoned", _("Cordoned")
+    DRAINING = "draining", _("Draining")
+    DOWN = "down", _("Down")
+    REPAIRING = "repairing", _("Repairing")
 
 
 # The node lifecycle: ready -> cordoned -> draining -> down -> repairing -> ready. An operator
@@ -21,12 +22,12 @@ HEALTH_MOVES = {
 
 
 class CommandState(models.TextChoices):
-    SENT = "sent", "Sent"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
+    SENT = "sent", _("Sent")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
 
 
 class Severity(models.TextChoices):
-    INFO = "info", "Info"
-    WARNING = "warning", "Warning"
-    CRITICAL = "critical", "Critical"
+    INFO = "info", _("Info")
+    WARNING = "warning", _("Warning")
+    CRITICAL = "critical", _("Critical")

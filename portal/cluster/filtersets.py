@@ -1,3 +1,5 @@
+from datetime import UTC
+
 import django_filters
 
 from portal.cluster.choices import Health, Severity
@@ -15,10 +17,18 @@ class NodeFilterSet(django_filters.FilterSet):
         fields = ["health", "gpu_model", "datacenter", "pod", "connected"]
 
 
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 moment, compared in UTC: Python takes offsets up to 23:59, PostgreSQL only
+    to 15:59, so "+19:09" would reach the database as an error."""
+
+    def filter(self, qs, value):
+        return super().filter(qs, value and value.astimezone(UTC))
+
+
 class FaultFilterSet(django_filters.FilterSet):
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
     node = django_filters.CharFilter(field_name="node__name")
-    since = django_filters.IsoDateTimeFilter(field_name="occurred_at", lookup_expr="gte")
+    since = UtcDateTimeFilter(field_name="occurred_at", lookup_expr="gte")
 
     class Meta:
         model = FaultEvent

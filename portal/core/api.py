@@ -1,12 +1,33 @@
 """What every API endpoint shares: tenancy, permissions and the shape of errors."""
 
-from rest_framework import permissions, status, viewsets
+from django.http import JsonResponse
+from django.views.defaults import page_not_found
+from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.core.errors import Conflict
 from portal.tenancy.models import membership_of
+
+
+class NameField(serializers.SlugRelatedField):
+    """An object named by its slug; a name with a NUL character (which no database column
+    holds) is refused as not found, not a server error."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
+        return super().to_internal_value(data)
+
+
+def not_found(request, exception):
+    """The site's 404: under /api/ the API's error shape (a URL no route matches, such as an
+    id that is not a number), elsewhere the portal's page."""
+    if request.path.startswith("/api/"):
+        reason = "No such object or endpoint, or not one you can see."
+        return JsonResponse({"errors": [{"field": None, "reason": reason}]}, status=404)
+    return page_not_found(request, exception)
 
 
 def exception_handler(exc, context):

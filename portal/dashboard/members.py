@@ -16,6 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from portal.core.models import audit
@@ -25,6 +27,7 @@ from portal.tenancy.models import Membership
 
 USERNAME = re.compile(r"[\w.-]{1,150}")
 INVITE_LINK = "wanka_invite_link"  # in the session between the invite and the page showing it
+_LAST_ADMIN = gettext_lazy("%(user)s is the tenant's last admin: make another first.")
 
 
 @login_required
@@ -60,7 +63,7 @@ def _invite(request, membership):
             audit("member.invited", invited, actor=request.user, tenant=membership.tenant,
                   username=username, role=role)  # fmt: skip
     except IntegrityError:
-        messages.error(request, "That username cannot be used: choose another.")
+        messages.error(request, _("That username cannot be used: choose another."))
         return
     link = request.build_absolute_uri(
         reverse(
@@ -79,18 +82,22 @@ def _invite(request, membership):
         [email],
     )
     request.session[INVITE_LINK] = link
-    messages.success(request, f"Invited {username}; the link was mailed to {email}.")
+    messages.success(
+        request,
+        _("Invited %(username)s; the link was mailed to %(email)s.")
+        % {"username": username, "email": email},
+    )
 
 
 def _refusal(username: str, email: str, role: str) -> str | None:
     if not USERNAME.fullmatch(username):
-        return "A username is 1 to 150 letters, digits, dots, dashes or underscores."
+        return _("A username is 1 to 150 letters, digits, dots, dashes or underscores.")
     try:
         validate_email(email)
     except ValidationError:
-        return "Give the invitee's e-mail address: the link goes there."
+        return _("Give the invitee's e-mail address: the link goes there.")
     if role not in Role.values:
-        return "Choose a role from the list."
+        return _("Choose a role from the list.")
     return None
 
 
@@ -101,16 +108,20 @@ def member_role(request, pk):
     person = get_object_or_404(membership.tenant.memberships, pk=pk)
     role = request.POST.get("role", "")
     if role not in Role.values:
-        messages.error(request, "Choose a role from the list.")
+        messages.error(request, _("Choose a role from the list."))
     elif _last_admin(person) and role != Role.ADMIN:
-        messages.error(request, f"{person.user} is the tenant's last admin: make another first.")
+        messages.error(request, _LAST_ADMIN % {"user": person.user})
     elif role != person.role:
         with transaction.atomic():
             audit("member.role_changed", person, actor=request.user, tenant=membership.tenant,
                   username=person.user.get_username(), before=person.role, after=role)  # fmt: skip
             person.role = role
             person.save(update_fields=["role"])
-        messages.success(request, f"{person.user} is now {person.get_role_display().lower()}.")
+        messages.success(
+            request,
+            _("%(user)s is now %(role)s.")
+            % {"user": person.user, "role": person.get_role_display().lower()},
+        )
     return redirect("members")
 
 
@@ -121,10 +132,13 @@ def member_remove(request, pk):
     membership = _membership(request, "admin")
     person = get_object_or_404(membership.tenant.memberships.select_related("user"), pk=pk)
     if _last_admin(person):
-        messages.error(request, f"{person.user} is the tenant's last admin: make another first.")
+        messages.error(request, _LAST_ADMIN % {"user": person.user})
         return redirect("members")
     if person.user.is_staff:
-        messages.error(request, f"{person.user} is also an operator: only operators remove them.")
+        messages.error(
+            request,
+            _("%(user)s is also an operator: only operators remove them.") % {"user": person.user},
+        )
         return redirect("members")
     with transaction.atomic():
         audit("member.removed", person, actor=request.user, tenant=membership.tenant,
@@ -134,7 +148,7 @@ def member_remove(request, pk):
         user.api_tokens.all().delete()
         user.is_active = False
         user.save(update_fields=["is_active"])
-    messages.success(request, f"{user} was removed.")
+    messages.success(request, _("%(user)s was removed.") % {"user": user})
     return redirect("members")
 
 

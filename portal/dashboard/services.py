@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.cluster.models import GpuModel
@@ -39,7 +40,10 @@ def service_list(request):
             with transaction.atomic():
                 service = serializer.save(tenant=membership.tenant, created_by=request.user)
                 audit("service.created", service, actor=request.user, tenant=service.tenant)
-            messages.success(request, f"{service} created; its first replicas are on the way.")
+            messages.success(
+                request,
+                _("%(service)s created; its first replicas are on the way.") % {"service": service},
+            )
             return redirect("service-detail", pk=service.pk)
     services = with_live_replicas(
         Service.objects.visible_to(request.user).select_related("queue", "gpu_model")
@@ -81,5 +85,7 @@ def service_stop(request, pk):
     service = get_object_or_404(Service.objects.visible_to(request.user), pk=pk)
     autoscaling.stop(service, actor=request.user)
     audit("service.stopped", service, actor=request.user, tenant=service.tenant)
-    messages.success(request, f"{service} stopped; its replicas are cancelled.")
+    messages.success(
+        request, _("%(service)s stopped; its replicas are cancelled.") % {"service": service}
+    )
     return redirect("service-detail", pk=service.pk)

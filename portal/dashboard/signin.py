@@ -4,6 +4,7 @@ password it gives. Counted in Redis, so every web process sees the same count.""
 
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy, ngettext
 
 from portal.core import redis
 
@@ -18,7 +19,7 @@ def _key(username: str) -> str:
 class SignInForm(AuthenticationForm):
     error_messages = {
         **AuthenticationForm.error_messages,
-        "invalid_login": "Wrong username or password.",
+        "invalid_login": gettext_lazy("Wrong username or password."),
     }
 
     def clean(self):
@@ -27,7 +28,12 @@ class SignInForm(AuthenticationForm):
         if int(client.get(key) or 0) >= FAILURES:
             minutes = max(1, -(-client.ttl(key) // 60))
             raise ValidationError(
-                f"Too many failed sign-ins for this username; try again in {minutes} minutes.",
+                ngettext(
+                    "Too many failed sign-ins for this username; try again in %(minutes)d minute.",
+                    "Too many failed sign-ins for this username; try again in %(minutes)d minutes.",
+                    minutes,
+                )
+                % {"minutes": minutes},
                 code="throttled",
             )
         try:

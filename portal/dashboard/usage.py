@@ -12,6 +12,7 @@ from django.db.models import Count
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.tenancy.models import membership_of
 from portal.workloads import usage as usage_report
@@ -20,13 +21,18 @@ from portal.workloads.budgets import standings
 from portal.workloads.models import Allocation, Workload
 
 WINDOWS = {
-    "month": "This month",
-    "last-month": "Last month",
-    "30d": "Last 30 days",
-    "7d": "Last 7 days",
-    "24h": "Last 24 hours",
+    "month": _("This month"),
+    "last-month": _("Last month"),
+    "30d": _("Last 30 days"),
+    "7d": _("Last 7 days"),
+    "24h": _("Last 24 hours"),
 }
-KEY_NAMES = {"tenant": "Tenant", "queue": "Queue", "gpu_model": "GPU model", "user": "User"}
+KEY_NAMES = {
+    "tenant": _("Tenant"),
+    "queue": _("Queue"),
+    "gpu_model": _("GPU model"),
+    "user": _("User"),
+}
 
 
 def window(name: str, now):
@@ -44,7 +50,7 @@ def window(name: str, now):
 def usage(request):
     membership = membership_of(request.user)
     if membership is None and not request.user.is_staff:
-        raise PermissionDenied("Only tenants' members and operators read usage.")
+        raise PermissionDenied(_("Only tenants' members and operators read usage."))
     name = request.GET.get("window", "month")
     name = name if name in WINDOWS else "month"
     since, until = window(name, timezone.now())

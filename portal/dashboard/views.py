@@ -15,6 +15,8 @@ from django.db.models import Count
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
@@ -59,7 +61,7 @@ def dashboard(request):
     until = timezone.now()
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
-    context["ettr_scope"] = membership.tenant.name if membership else "the cluster"
+    context["ettr_scope"] = membership.tenant.name if membership else _("the cluster")
     context["tide"] = tide(workloads, until - timedelta(hours=24), until)
     return render(request, "dashboard/index.html", context)
 
@@ -106,7 +108,7 @@ def workload_detail(request, pk):
             "gpu_hours": gpu_hours(workload.usage, [workload]),
             "ettr": report,
             "phases": [
-                (phase.value, phase.replace("_", " "), seconds)
+                (phase.value, PHASE_NAMES[phase.value], seconds)
                 for phase, seconds in report["seconds"].items()
             ],
             "checkpoints": workload.checkpoints.all()[:20],
@@ -147,9 +149,9 @@ def workload_cancel(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
     try:
         lifecycle.cancel(workload, actor=request.user)
-        messages.success(request, f"{workload} cancelled.")
+        messages.success(request, _("%(workload)s cancelled.") % {"workload": workload})
     except IllegalTransition:
-        messages.error(request, f"{workload} has already finished.")
+        messages.error(request, _("%(workload)s has already finished.") % {"workload": workload})
     return redirect("workload-detail", pk=pk)
 
 
@@ -186,7 +188,7 @@ def workload_new(request):
         )
         if serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
-            messages.success(request, f"{workload} submitted.")
+            messages.success(request, _("%(workload)s submitted.") % {"workload": workload})
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
     context.update(
@@ -209,7 +211,7 @@ def quota(request):
         serializer = QuotaRequestSerializer(data=request.POST, context={"request": request})
         if serializer.is_valid():
             QuotaRequest.file(serializer, request.user)
-            messages.success(request, "Quota request sent to the operators.")
+            messages.success(request, _("Quota request sent to the operators."))
             return redirect("quota")
     context = _form_context(membership, data, serializer)
     context["requests"] = membership.tenant.quota_requests.select_related(
@@ -238,11 +240,11 @@ def tokens(request):
         scope = request.POST.get("scope", "write")
         days = request.POST.get("expires_in_days", "30")
         if not name:
-            messages.error(request, "Give the token a name.")
+            messages.error(request, _("Give the token a name."))
         elif scope not in ApiToken.SCOPES or days not in TOKEN_LIFETIMES:
-            messages.error(request, "Choose a scope and a lifetime from the lists.")
+            messages.error(request, _("Choose a scope and a lifetime from the lists."))
         elif scope == "write" and membership and not membership.may("write"):
-            messages.error(request, "A viewer's tokens can only read.")
+            messages.error(request, _("A viewer's tokens can only read."))
         else:
             expires = timezone.now() + timedelta(days=int(days)) if days != "never" else None
             token, request.session[NEW_KEY] = ApiToken.issue(
@@ -272,11 +274,20 @@ def tokens(request):
 
 NEW_KEY = "wanka_new_api_key"  # in the session between the issue and the page that shows it
 TOKEN_LIFETIMES = {
-    "7": "7 days",
-    "30": "30 days",
-    "90": "90 days",
-    "365": "a year",
-    "never": "never",
+    "7": gettext_lazy("7 days"),
+    "30": gettext_lazy("30 days"),
+    "90": gettext_lazy("90 days"),
+    "365": gettext_lazy("a year"),
+    "never": gettext_lazy("never"),
+}
+# The phases of a job's time (`ettr.Phase`), as the job page names them.
+PHASE_NAMES = {
+    "queued": gettext_lazy("queued"),
+    "starting": gettext_lazy("starting"),
+    "productive": gettext_lazy("productive"),
+    "checkpoint_stall": gettext_lazy("checkpoint stall"),
+    "lost": gettext_lazy("lost"),
+    "recovering": gettext_lazy("recovering"),
 }
 
 
@@ -284,7 +295,7 @@ def _token_holder(request):
     """The caller's membership (None for an operator); anyone else may hold no token."""
     membership = membership_of(request.user)
     if membership is None and not request.user.is_staff:
-        raise PermissionDenied("Only tenants' members and operators hold API tokens.")
+        raise PermissionDenied(_("Only tenants' members and operators hold API tokens."))
     return membership
 
 
@@ -296,7 +307,7 @@ def token_revoke(request, pk):
     token.revoked = True
     token.save(update_fields=["revoked"])
     audit("api_token.revoked", token, actor=request.user, tenant=membership and membership.tenant)
-    messages.success(request, f"Token {token} revoked.")
+    messages.success(request, _("Token %(token)s revoked.") % {"token": token})
     return redirect("tokens")
 
 
@@ -307,7 +318,7 @@ def fault_drill(request):
         node = get_object_or_404(Node, pk=request.POST.get("node"), connected=True)
         code = request.POST.get("code", "")
         if code not in faults.CATALOGUE or code in faults.OPERATOR_KINDS:
-            messages.error(request, f"Unknown fault {code!r}.")
+            messages.error(request, _("Unknown fault %(code)r.") % {"code": code})
             return redirect("fault-drill")
         with transaction.atomic():
             send_command(
@@ -317,7 +328,9 @@ def fault_drill(request):
                 gpu_index=int(request.POST.get("gpu_index") or 0),
             )
             audit("node.fault_drill", node, actor=request.user, code=code)
-        messages.success(request, f"{code} sent to {node}; watch below.")
+        messages.success(
+            request, _("%(code)s sent to %(node)s; watch below.") % {"code": code, "node": node}
+        )
         return redirect("fault-drill")
     return render(
         request,

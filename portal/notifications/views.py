@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.core.models import audit
@@ -22,12 +23,12 @@ def _membership(request, needs="read"):
 @login_required
 def notifications(request):
     membership = _membership(request)
-    preference, _ = MailPreference.objects.get_or_create(membership=membership)
+    preference = MailPreference.objects.get_or_create(membership=membership)[0]
     if request.method == "POST":
         preference.topics = [t for t in request.POST.getlist("topics") if t in Topic.values]
         preference.save(update_fields=["topics"])
         events.forget_listeners()
-        messages.success(request, "Your e-mail choices are saved.")
+        messages.success(request, _("Your e-mail choices are saved."))
         return redirect("notifications")
     hooks = membership.tenant.webhooks.all()
     return render(
@@ -51,11 +52,11 @@ def webhook_add(request):
     try:
         delivery.checked_address(url)
         if len(url) > 500:
-            raise ValueError("a webhook URL is at most 500 characters")
+            raise ValueError(_("a webhook URL is at most 500 characters"))
         if not topics:
-            raise ValueError("choose at least one topic")
+            raise ValueError(_("choose at least one topic"))
     except ValueError as error:
-        messages.error(request, f"Not added: {error}.")
+        messages.error(request, _("Not added: %(error)s.") % {"error": error})
         return redirect("notifications")
     with transaction.atomic():
         hook = Webhook.objects.create(tenant=membership.tenant, url=url, topics=topics)
@@ -68,7 +69,9 @@ def webhook_add(request):
             topics=topics,
         )
     events.forget_listeners()
-    messages.success(request, f"Webhook added. Its signing secret: {hook.secret}")
+    messages.success(
+        request, _("Webhook added. Its signing secret: %(secret)s") % {"secret": hook.secret}
+    )
     return redirect("notifications")
 
 
@@ -79,7 +82,7 @@ def webhook_test(request, pk):
     hook = get_object_or_404(membership.tenant.webhooks, pk=pk)
     test = delivery.queued(hook, "ping", {})
     transaction.on_commit(lambda: deliver.delay(test.pk))
-    messages.success(request, "A test delivery is on its way: see the log below.")
+    messages.success(request, _("A test delivery is on its way: see the log below."))
     return redirect("notifications")
 
 
@@ -92,5 +95,5 @@ def webhook_remove(request, pk):
         audit("webhook.removed", hook, actor=request.user, tenant=membership.tenant, url=hook.url)
         hook.delete()
     events.forget_listeners()
-    messages.success(request, f"Webhook {hook.url} removed.")
+    messages.success(request, _("Webhook %(url)s removed.") % {"url": hook.url})
     return redirect("notifications")

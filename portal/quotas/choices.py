@@ -1,22 +1,23 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class RequestStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
+    PENDING = "pending", _("Pending")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
 
 
 class Strategy(models.TextChoices):
     """How a queue treats a head that cannot start yet."""
 
-    BEST_EFFORT_FIFO = "best_effort_fifo", "Best-effort FIFO (later jobs may start meanwhile)"
-    STRICT_FIFO = "strict_fifo", "Strict FIFO (nothing overtakes the head)"
+    BEST_EFFORT_FIFO = "best_effort_fifo", _("Best-effort FIFO (later jobs may start meanwhile)")
+    STRICT_FIFO = "strict_fifo", _("Strict FIFO (nothing overtakes the head)")
 
 
 class StragglerPolicy(models.TextChoices):
-    ALERT = "alert", "Only alert"
-    REPLACE = "replace", "Replace the node with a spare"
+    ALERT = "alert", _("Only alert")
+    REPLACE = "replace", _("Replace the node with a spare")
 
 
 # A queue's preemption policy in Kueue's names, labels and values alike (scheduler.engine's enums
@@ -61,5 +62,5 @@ class FairSharing(models.TextChoices):
 class BudgetWindow(models.TextChoices):
     """The stretch of time a budget's GPU-hours cover."""
 
-    MONTH = "month", "Calendar month (UTC)"
-    ROLLING = "rolling", "Rolling days"
+    MONTH = "month", _("Calendar month (UTC)")
+    ROLLING = "rolling", _("Rolling days")

@@ -7,6 +7,7 @@ from django.db import models, transaction
 from django.db.models import OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.cluster.choices import Health
 from portal.cluster.models import GpuModel, Node, Region
@@ -41,24 +42,24 @@ THRESHOLD_NEEDS_BORROWING = (
 )
 # A queue's preemption policy as the dashboard puts it to tenants (`preemption_in_words`).
 _RECLAIM_WORDS = {
-    ReclaimWithinCohort.NEVER: "never",
-    ReclaimWithinCohort.LOWER_PRIORITY: "only from lower-priority jobs",
-    ReclaimWithinCohort.ANY: "from any borrower",
+    ReclaimWithinCohort.NEVER: _("never"),
+    ReclaimWithinCohort.LOWER_PRIORITY: _("only from lower-priority jobs"),
+    ReclaimWithinCohort.ANY: _("from any borrower"),
 }
 _WITHIN_QUEUE_WORDS = {
-    WithinClusterQueue.NEVER: "nothing",
-    WithinClusterQueue.LOWER_PRIORITY: "lower-priority jobs",
-    WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY: (
+    WithinClusterQueue.NEVER: _("nothing"),
+    WithinClusterQueue.LOWER_PRIORITY: _("lower-priority jobs"),
+    WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY: _(
         "lower-priority jobs, and newer jobs of the same priority"
     ),
 }
 _FAIR_SHARING_WORDS = {
-    FairSharing.OFF: ", if this queue's share is no larger than theirs",
-    FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: (
+    FairSharing.OFF: _(", if this queue's share is no larger than theirs"),
+    FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE: _(
         ", if this queue's share stays no larger than theirs afterwards"
     ),
-    FairSharing.LESS_THAN_INITIAL_SHARE: ", if this queue's share ends below what theirs was",
-    FairSharing.BOTH: (
+    FairSharing.LESS_THAN_INITIAL_SHARE: _(", if this queue's share ends below what theirs was"),
+    FairSharing.BOTH: _(
         ", if this queue's share stays no larger than theirs afterwards, or else ends below "
         "what theirs was"
     ),
@@ -171,20 +172,22 @@ class Queue(models.Model):
 
     def preemption_in_words(self) -> list[str]:
         """The preemption policy as a tenant reads it, a short line per setting."""
-        borrowing = "nothing"
+        borrowing = _("nothing")
         by_share = self.preempt_by_fair_share and self.fair_sharing != FairSharing.OFF
         if by_share and self.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
-            borrowing = "other queues' jobs on borrowed quota, by fair share"
+            borrowing = _("other queues' jobs on borrowed quota, by fair share")
             borrowing += _FAIR_SHARING_WORDS[self.fair_sharing]
         elif self.borrow_within_cohort:
-            borrowing = "other queues' lower-priority jobs on borrowed quota"
+            borrowing = _("other queues' lower-priority jobs on borrowed quota")
             if self.max_priority_threshold is not None:
-                borrowing += f" (of priority {self.max_priority_threshold} at most)"
+                borrowing += _(" (of priority %(threshold)s at most)") % {
+                    "threshold": self.max_priority_threshold
+                }
             borrowing += _FAIR_SHARING_WORDS[self.fair_sharing]
         return [
-            f"Takes back lent quota: {_RECLAIM_WORDS[self.reclaim_within_cohort]}",
-            f"Preempts in this queue: {_WITHIN_QUEUE_WORDS[self.within_cluster_queue]}",
-            f"Preempts while borrowing: {borrowing}",
+            _("Takes back lent quota: %s") % _RECLAIM_WORDS[self.reclaim_within_cohort],
+            _("Preempts in this queue: %s") % _WITHIN_QUEUE_WORDS[self.within_cluster_queue],
+            _("Preempts while borrowing: %s") % borrowing,
         ]
 
 

@@ -1,7 +1,8 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Role(models.TextChoices):
-    ADMIN = "admin", "Tenant admin"
-    MEMBER = "member", "Member"
-    VIEWER = "viewer", "Viewer"
+    ADMIN = "admin", _("Tenant admin")
+    MEMBER = "member", _("Member")
+    VIEWER = "viewer", _("Viewer")

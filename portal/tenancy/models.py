@@ -4,6 +4,7 @@ import secrets
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from portal.tenancy.choices import Role
 
@@ -52,7 +53,7 @@ def membership_allowing(user, needs: str = "read") -> Membership:
     page that says why). What the pages check; the API has `core.api.TenantPermission`."""
     membership = membership_of(user)
     if membership is None or not membership.may(needs):
-        raise PermissionDenied("Your role does not allow this.")
+        raise PermissionDenied(_("Your role does not allow this."))
     return membership
 
 
@@ -88,7 +89,7 @@ class ApiToken(models.Model):
     hash is stored."""
 
     PREFIX = "wk_"
-    SCOPES = {"read": "Read only", "write": "Read and write"}
+    SCOPES = {"read": _("Read only"), "write": _("Read and write")}
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"

@@ -1,20 +1,21 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class RunState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
 
 
 class TraceSource(models.TextChoices):
-    PHILLY = "philly", "Microsoft Philly (2017), on its own cluster"
-    SYNTHETIC = "synthetic", "Synthetic month: training, fine-tuning and inference"
-    CSV = "csv", "Generic trace CSV (uploaded)"
+    PHILLY = "philly", _("Microsoft Philly (2017), on its own cluster")
+    SYNTHETIC = "synthetic", _("Synthetic month: training, fine-tuning and inference")
+    CSV = "csv", _("Generic trace CSV (uploaded)")
 
 
 class ClusterSource(models.TextChoices):
-    TRACE = "trace", "The trace's own cluster"
-    CURRENT = "current", "This cluster, as it is now (nodes, queues, quotas)"
-    JSON = "json", "A cluster spec JSON (uploaded)"
+    TRACE = "trace", _("The trace's own cluster")
+    CURRENT = "current", _("This cluster, as it is now (nodes, queues, quotas)")
+    JSON = "json", _("A cluster spec JSON (uploaded)")

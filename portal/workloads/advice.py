@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.core.cache import cache
 from django.db.models import Min, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.cluster.models import FaultEvent, Node
 from scheduler import checkpointing, faults
@@ -15,12 +16,22 @@ ENOUGH_FAULTS = 20
 
 
 def failure_rate() -> tuple[float, str]:
-    """Job-killing faults per GPU-hour over the last 30 days, and where the figure comes from
-    (worked out at most every five minutes: it moves slowly)."""
-    return cache.get_or_set("wanka:failure-rate", _failure_rate, timeout=300)
+    """Job-killing faults per GPU-hour over the last 30 days, and where the figure comes from,
+    in the reader's language (the figures are worked out at most every five minutes: they move
+    slowly)."""
+    rate, seen, measured = cache.get_or_set("wanka:failure-figures", _failure_rate, timeout=300)
+    if measured:
+        return rate, _("this cluster's last 30 days (%(seen)s job-killing faults)") % {"seen": seen}
+    reference = _(
+        "Llama 3's rate (one failure per 50,700 GPU-hours): this cluster has seen "
+        "%(seen)s job-killing faults in 30 days, too few to judge by"
+    )
+    return rate, reference % {"seen": seen}
 
 
-def _failure_rate() -> tuple[float, str]:
+def _failure_rate() -> tuple[float, int, bool]:
+    """The rate, the faults seen, and whether the rate is this cluster's own (else the
+    reference)."""
     since = timezone.now() - WINDOW
     killing = [code for code, kind in faults.CATALOGUE.items() if kind.kills_job]
     seen = (
@@ -33,12 +44,8 @@ def _failure_rate() -> tuple[float, str]:
     first = FaultEvent.objects.aggregate(at=Min("occurred_at"))["at"]
     hours = (timezone.now() - max(since, first or since)).total_seconds() / 3600
     if seen < ENOUGH_FAULTS or not gpus or hours <= 0:
-        return (
-            checkpointing.FAILURES_PER_GPU_HOUR,
-            "Llama 3's rate (one failure per 50,700 GPU-hours): this cluster has seen "
-            f"{seen} job-killing faults in 30 days, too few to judge by",
-        )
-    return seen / (gpus * hours), f"this cluster's last 30 days ({seen} job-killing faults)"
+        return checkpointing.FAILURES_PER_GPU_HOUR, seen, False
+    return seen / (gpus * hours), seen, True
 
 
 def advice_report(gpus: int) -> dict:

@@ -1,16 +1,17 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class State(models.TextChoices):
-    PENDING = "pending", "Pending"
-    ADMITTED = "admitted", "Admitted"
-    STARTING = "starting", "Starting"
-    RUNNING = "running", "Running"
-    PREEMPTING = "preempting", "Preempting"
-    RECOVERING = "recovering", "Recovering"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    PENDING = "pending", _("Pending")
+    ADMITTED = "admitted", _("Admitted")
+    STARTING = "starting", _("Starting")
+    RUNNING = "running", _("Running")
+    PREEMPTING = "preempting", _("Preempting")
+    RECOVERING = "recovering", _("Recovering")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
@@ -53,64 +54,64 @@ TRANSITIONS = {
 
 
 class Kind(models.TextChoices):
-    TRAINING = "training", "Training"
-    SFT = "sft", "Fine-tuning (SFT)"
-    INFERENCE = "inference", "Inference"
+    TRAINING = "training", _("Training")
+    SFT = "sft", _("Fine-tuning (SFT)")
+    INFERENCE = "inference", _("Inference")
 
 
 class PriorityClass(models.IntegerChoices):
-    LOW = 0, "Low"
-    NORMAL = 100, "Normal"
-    HIGH = 200, "High"
-    CRITICAL = 300, "Critical"
+    LOW = 0, _("Low")
+    NORMAL = 100, _("Normal")
+    HIGH = 200, _("High")
+    CRITICAL = 300, _("Critical")
 
 
 class Topology(models.TextChoices):
     """The tightest network domain a job's GPUs should share (see TopologyLevel)."""
 
-    NODE = "node", "One node"
-    LEAF = "leaf", "One leaf switch"
-    POD = "pod", "One pod"
-    DATACENTER = "datacenter", "One data center"
-    ANY = "any", "Any data center in the region"
+    NODE = "node", _("One node")
+    LEAF = "leaf", _("One leaf switch")
+    POD = "pod", _("One pod")
+    DATACENTER = "datacenter", _("One data center")
+    ANY = "any", _("Any data center in the region")
 
 
 class CheckpointPolicy(models.TextChoices):
-    NONE = "none", "None"
-    PERIODIC = "periodic", "Periodic (stop the world)"
-    ASYNC = "async", "Asynchronous"
-    TRIGGERED = "triggered", "Fault-triggered"
+    NONE = "none", _("None")
+    PERIODIC = "periodic", _("Periodic (stop the world)")
+    ASYNC = "async", _("Asynchronous")
+    TRIGGERED = "triggered", _("Fault-triggered")
 
 
 class CheckpointKind(models.TextChoices):
-    PERIODIC = "periodic", "Periodic"
-    ASYNC = "async", "Asynchronous"
-    TRIGGERED = "triggered", "Fault-triggered"
-    REQUESTED = "requested", "On request"
+    PERIODIC = "periodic", _("Periodic")
+    ASYNC = "async", _("Asynchronous")
+    TRIGGERED = "triggered", _("Fault-triggered")
+    REQUESTED = "requested", _("On request")
 
 
 class CheckpointStatus(models.TextChoices):
-    IN_PROGRESS = "in_progress", "In progress"
-    COMPLETE = "complete", "Complete"
-    PARTIAL = "partial", "Partial"
-    FAILED = "failed", "Failed"
+    IN_PROGRESS = "in_progress", _("In progress")
+    COMPLETE = "complete", _("Complete")
+    PARTIAL = "partial", _("Partial")
+    FAILED = "failed", _("Failed")
     # Past retention: its files may be deleted; the row stays for the job's time accounting.
-    PRUNED = "pruned", "Pruned"
+    PRUNED = "pruned", _("Pruned")
 
 
 class RecoveryStep(models.TextChoices):
     """Where a recovery stands; each step is one transaction, so a worker may die anywhere."""
 
-    SAVING = "saving", "Healthy ranks saving"
-    REPLACING = "replacing", "Replacing lost nodes"
-    RESTARTING = "restarting", "Restarting from the checkpoint"
-    DONE = "done", "Done"
+    SAVING = "saving", _("Healthy ranks saving")
+    REPLACING = "replacing", _("Replacing lost nodes")
+    RESTARTING = "restarting", _("Restarting from the checkpoint")
+    DONE = "done", _("Done")
 
 
 class RecoveryOutcome(models.TextChoices):
-    IN_PLACE = "in_place", "Restarted in place"
-    SPARE = "spare", "Restarted on hot spares"
-    SHRUNK = "shrunk", "Shrunk and restarted"
-    GROWN = "grown", "Grown and restarted"
-    REQUEUED = "requeued", "Requeued at the head of its queue"
-    ENDED = "ended", "Ended while recovering"
+    IN_PLACE = "in_place", _("Restarted in place")
+    SPARE = "spare", _("Restarted on hot spares")
+    SHRUNK = "shrunk", _("Shrunk and restarted")
+    GROWN = "grown", _("Grown and restarted")
+    REQUEUED = "requeued", _("Requeued at the head of its queue")
+    ENDED = "ended", _("Ended while recovering")

@@ -6,13 +6,13 @@
   const pct = (p, key) => (p.gpus ? (100 * p[key]) / p.gpus : 0);
 
   Plotly.newPlot(chart, [
-    { name: "Allocated", x: history.map(time), y: history.map((p) => pct(p, "allocated")),
+    { name: gettext("Allocated"), x: history.map(time), y: history.map((p) => pct(p, "allocated")),
       mode: "lines", line: { shape: "hv", color: "#2563eb" }, fill: "tozeroy" },
-    { name: "Busy", x: history.map(time), y: history.map((p) => pct(p, "busy")),
+    { name: gettext("Busy"), x: history.map(time), y: history.map((p) => pct(p, "busy")),
       mode: "lines", line: { shape: "hv", color: "#f59e0b" } },
   ], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300,
-    yaxis: { title: { text: "% of GPUs" }, range: [0, 100] },
+    yaxis: { title: { text: gettext("Share of GPUs (%)") }, range: [0, 100] },
     legend: { orientation: "h", y: -0.2 },
   }, { displayModeBar: false, responsive: true });
 
@@ -46,7 +46,7 @@
   Plotly.newPlot(document.getElementById("ettr-chart"), [
     { name: "ETTR", x: shown.map((p) => new Date(p.start * 1000)), y: shown.map((p) => p.ettr),
       mode: "lines+markers", line: { color: "#16a34a" } },
-    { name: "Goodput", x: shown.map((p) => new Date(p.start * 1000)),
+    { name: gettext("Goodput"), x: shown.map((p) => new Date(p.start * 1000)),
       y: shown.map((p) => p.goodput), mode: "lines", line: { color: "#64748b", dash: "dot" } },
   ], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300, yaxis: { range: [0, 1.02] },
@@ -61,10 +61,13 @@
     feed.querySelector(".none")?.remove();
     const item = document.createElement("li");
     item.dataset.fault = detail.id;
-    item.innerHTML = `<time>${new Date().toTimeString().slice(0, 8)}</time> <b></b> on <span></span> `;
+    item.innerHTML = `<time>${new Date().toTimeString().slice(0, 8)}</time> <b></b> ` +
+      `${gettext("on")} <span></span> `;
     item.querySelector("b").textContent = detail.kind;
     item.querySelector("span").textContent = detail.node;
-    const jobs = detail.workloads.length ? ` · hit ${detail.workloads.join(", ")}` : "";
+    const jobs = detail.workloads.length
+      ? " · " + interpolate(gettext("hit %(jobs)s"), { jobs: detail.workloads.join(", ") }, true)
+      : "";
     item.append(`${detail.title}${jobs}`);
     feed.prepend(item);
     while (feed.children.length > 10) feed.lastElementChild.remove();
@@ -77,14 +80,14 @@
   const x = tide.starts.map((s) => new Date(s));
   const area = (name, y, color) => ({
     name, x, y, type: "scatter", mode: "lines", stackgroup: "gpus",
-    line: { shape: "hv", color }, hovertemplate: `${name}: %{y:.0f} GPUs<extra></extra>`,
+    line: { shape: "hv", color }, hovertemplate: `${name}: %{y:.0f} ${gettext("GPUs")}<extra></extra>`,
   });
   Plotly.newPlot(document.getElementById("tide-chart"), [
-    area("Inference", tide.inference, "#c2410c"),
-    area("Training", tide.training, "#2563eb"),
+    area(gettext("Inference"), tide.inference, "#c2410c"),
+    area(gettext("Training"), tide.training, "#2563eb"),
   ], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 280,
-    yaxis: { title: { text: "GPUs held" }, rangemode: "tozero" },
+    yaxis: { title: { text: gettext("GPUs held") }, rangemode: "tozero" },
     legend: { orientation: "h", y: -0.2 },
   }, { displayModeBar: false, responsive: true });
 })();

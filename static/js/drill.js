@@ -21,14 +21,16 @@
     document.querySelectorAll("main > .flash").forEach((el) => el.remove());
     try {
       const response = await fetch(location.pathname, { method: "POST", body: new FormData(form) });
-      if (!response.ok) throw new Error(`the portal answered ${response.status}`);
+      if (!response.ok) {
+        throw new Error(interpolate(gettext("the portal answered %(status)s"), { status: response.status }, true));
+      }
       const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
       document.querySelector("main").prepend(...fresh.querySelectorAll("main > .flash"));
       document.getElementById("drills").replaceWith(fresh.getElementById("drills"));
     } catch (error) {
       const flash = document.createElement("p");
       flash.className = "flash error";
-      flash.textContent = `Not sent: ${error.message}.`;
+      flash.textContent = interpolate(gettext("Not sent: %(error)s."), { error: error.message }, true);
       document.querySelector("main").prepend(flash);
     } finally {
       button.disabled = false;
@@ -40,10 +42,11 @@
     feed.querySelector(`[data-fault="${detail.id}"]`)?.remove();
     const item = document.createElement("li");
     item.dataset.fault = detail.id;
-    item.textContent = `${new Date().toTimeString().slice(0, 8)} ${detail.kind} on ${detail.node}` +
-      ` (${detail.title}); node ${detail.node_health}; ${detail.jobs_hit} job(s) hit`;
+    const where = interpolate(gettext("%(kind)s on %(node)s"), detail, true);
+    item.textContent = `${new Date().toTimeString().slice(0, 8)} ${where} (${detail.title}); ` +
+      interpolate(gettext("node %(node_health)s; %(jobs_hit)s job(s) hit"), detail, true);
     feed.prepend(item);
-    (detail.workloads || []).forEach((job) => faultOf.set(job, `${detail.kind} on ${detail.node}`));
+    (detail.workloads || []).forEach((job) => faultOf.set(job, where));
     nameFaults();
   });
 
@@ -57,10 +60,10 @@
       row.cells[0].textContent = new Date().toTimeString().slice(0, 8);
       row.cells[1].textContent = detail.workload;
     }
-    row.querySelector("[data-k=step]").textContent = detail.step;
-    row.querySelector("[data-k=outcome]").textContent = detail.outcome || "—";
+    row.querySelector("[data-k=step]").textContent = wankaWord(detail.step);
+    row.querySelector("[data-k=outcome]").textContent = detail.outcome ? wankaWord(detail.outcome) : "—";
     row.querySelector("[data-k=resume]").textContent =
-      detail.resume_step === null ? "—" : `step ${detail.resume_step}`;
+      detail.resume_step === null ? "—" : interpolate(gettext("step %(step)s"), { step: detail.resume_step }, true);
     row.querySelector("[data-k=detail]").textContent = detail.detail;
     nameFaults();
   });

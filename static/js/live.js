@@ -38,8 +38,25 @@
     return response.json();
   }
 
+  // The states as the page's language names them (the server's `word` filter, for the same
+  // values); the raw value where the catalogue has none.
+  const WORDS = {
+    pending: pgettext("value", "pending"), admitted: pgettext("value", "admitted"),
+    starting: pgettext("value", "starting"), running: pgettext("value", "running"),
+    preempting: pgettext("value", "preempting"), recovering: pgettext("value", "recovering"),
+    succeeded: pgettext("value", "succeeded"), failed: pgettext("value", "failed"),
+    cancelled: pgettext("value", "cancelled"), approved: pgettext("value", "approved"),
+    rejected: pgettext("value", "rejected"), saving: pgettext("value", "saving"),
+    replacing: pgettext("value", "replacing"), restarting: pgettext("value", "restarting"),
+    done: pgettext("value", "done"), in_place: pgettext("value", "in_place"),
+    spare: pgettext("value", "spare"), shrunk: pgettext("value", "shrunk"),
+    grown: pgettext("value", "grown"), requeued: pgettext("value", "requeued"),
+    ended: pgettext("value", "ended"),
+  };
+  window.wankaWord = (value) => WORDS[value] || value;
+
   function setState(element, state) {
-    element.textContent = state;
+    element.textContent = wankaWord(state);
     element.className = `state state-${state}`;
   }
 
@@ -62,7 +79,7 @@
       const timeline = document.getElementById("timeline");
       const item = document.createElement("li");
       item.innerHTML = `<time>${new Date().toISOString().slice(0, 19).replace("T", " ")}</time> → <b></b> `;
-      item.querySelector("b").textContent = event.state;
+      item.querySelector("b").textContent = wankaWord(event.state);
       item.append(event.reason);
       timeline.append(item);
     });
@@ -71,10 +88,12 @@
   // -- workload lists ---------------------------------------------------------------------------
   function ago(iso) {
     const minutes = Math.max(0, (Date.now() - Date.parse(iso)) / 60000);
-    if (minutes < 1) return "moments ago";
-    if (minutes < 60) return `${Math.floor(minutes)} min ago`;
-    if (minutes < 48 * 60) return `${Math.floor(minutes / 60)} h ago`;
-    return `${Math.floor(minutes / 1440)} days ago`;
+    const ago = (text, n) => interpolate(text, { n }, true);
+    if (minutes < 1) return gettext("moments ago");
+    if (minutes < 60) return ago(gettext("%(n)s min ago"), Math.floor(minutes));
+    if (minutes < 48 * 60) return ago(gettext("%(n)s h ago"), Math.floor(minutes / 60));
+    const days = Math.floor(minutes / 1440);
+    return ago(ngettext("%(n)s day ago", "%(n)s days ago", days), days);
   }
 
   function reasonOf(w) {
@@ -84,9 +103,13 @@
 
   function etaOf(w) {
     if (w.state !== "pending") return "";
-    if (!w.estimated_start) return "no estimate: later than 24 h ahead, or behind the first 100";
-    const at = (moment) => new Date(moment).toLocaleString();
-    const p90 = w.estimated_start_p90 ? ` (90 %: by ${at(w.estimated_start_p90)})` : "";
+    if (!w.estimated_start) {
+      return gettext("no estimate: later than 24 h ahead, or behind the first 100 of its queue");
+    }
+    const at = (moment) => new Date(moment).toLocaleString(document.documentElement.lang);
+    const p90 = w.estimated_start_p90
+      ? " " + interpolate(gettext("(90 %: by %(by)s)"), { by: at(w.estimated_start_p90) }, true)
+      : "";
     return at(w.estimated_start) + p90;
   }
 

@@ -22,9 +22,11 @@
     const wanted = ["", ...runs.map((r) => `${r.attempt}|${r.node}`)];
     if (known.join() === wanted.join()) return;
     const chosen = select.value;
-    select.replaceChildren(new Option("Every attempt and node", ""));
+    select.replaceChildren(new Option(gettext("Every attempt and node"), ""));
     for (const r of runs) {
-      select.add(new Option(`attempt ${r.attempt} on ${r.node} (${r.lines} lines)`, `${r.attempt}|${r.node}`));
+      const label = interpolate(ngettext("attempt %(attempt)s on %(node)s (%(lines)s line)",
+        "attempt %(attempt)s on %(node)s (%(lines)s lines)", r.lines), r, true);
+      select.add(new Option(label, `${r.attempt}|${r.node}`));
     }
     select.value = wanted.includes(chosen) ? chosen : "";
   }
@@ -48,11 +50,13 @@
       fillRuns(body.runs);
       if (body.chunks.length) append(body.chunks);
       since = body.next;
-      status.textContent = body.writing ? "Following…" : (pre.textContent ? "The job has ended." : "No output.");
+      status.textContent = body.writing ? gettext("Following…")
+        : (pre.textContent ? gettext("The job has ended.") : gettext("No output."));
       if (body.more) return poll(mine);
       if (body.writing) timer = setTimeout(() => poll(mine), POLL_MS);
     } catch (error) {
-      status.textContent = `Cannot read the output (${error.message}); trying again.`;
+      status.textContent = interpolate(
+        gettext("Cannot read the output (%(error)s); trying again."), { error: error.message }, true);
       timer = setTimeout(() => poll(mine), POLL_MS * 4);
     }
   }

@@ -12,15 +12,15 @@
       type: "scatter", mode: "lines", name, x, y: samples.map((s) => s[key]), ...extra,
     });
     Plotly.react(chart, [
-      line("requests in flight", "in_flight", { fill: "tozeroy", line: { color: "#9ab" } }),
-      line("replicas ready", "ready", { yaxis: "y2", line: { shape: "hv", color: "#16a" } }),
-      line("replicas wanted", "desired", {
+      line(gettext("requests in flight"), "in_flight", { fill: "tozeroy", line: { color: "#9ab" } }),
+      line(gettext("replicas ready"), "ready", { yaxis: "y2", line: { shape: "hv", color: "#16a" } }),
+      line(gettext("replicas wanted"), "desired", {
         yaxis: "y2", line: { shape: "hv", dash: "dot", color: "#c50" },
       }),
     ], {
       height: 320, margin: { t: 10, r: 60, b: 40, l: 60 },
-      yaxis: { title: { text: "requests in flight" }, rangemode: "tozero" },
-      yaxis2: { title: { text: "replicas" }, overlaying: "y", side: "right", rangemode: "tozero" },
+      yaxis: { title: { text: gettext("requests in flight") }, rangemode: "tozero" },
+      yaxis2: { title: { text: gettext("replicas") }, overlaying: "y", side: "right", rangemode: "tozero" },
       legend: { orientation: "h", y: -0.2 },
     }, { displayModeBar: false, responsive: true });
   }

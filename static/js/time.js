@@ -1,5 +1,6 @@
 // Times as the reader's clock shows them: each <time data-local> the server wrote in UTC is
 // rewritten in the browser's time zone (the charts are drawn in it too); hovering shows UTC.
+// The words come from the page language's catalogue (gettext, served by /jsi18n/).
 (function () {
   const pad = (n) => String(n).padStart(2, "0");
   const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
@@ -8,9 +9,9 @@
     const day = `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}`;
     const clock = `${pad(t.getHours())}:${pad(t.getMinutes())}`;
     const seconds = `${clock}:${pad(t.getSeconds())}`;
-    el.title = `${el.textContent} · shown in ${zone}`;
+    el.title = interpolate(gettext("%(utc)s · shown in %(zone)s"), { utc: el.textContent, zone }, true);
     el.textContent = { m: `${day} ${clock}`, s: `${day} ${seconds}`, t: seconds }[el.dataset.local];
   });
   const note = document.getElementById("time-zone");
-  if (note) note.textContent = `Times in ${zone}.`;
+  if (note) note.textContent = interpolate(gettext("Times in %(zone)s."), { zone }, true);
 })();

@@ -4,11 +4,11 @@
   const x = data.starts.map((s) => new Date(s));
   const traces = Object.entries(data.series).map(([name, hours]) => ({
     type: "bar", name: name || "—", x, y: hours,
-    hovertemplate: `${name || "—"}: %{y:.1f} GPU-hours<extra></extra>`,
+    hovertemplate: `${name || "—"}: %{y:.1f} ${gettext("GPU-hours")}<extra></extra>`,
   }));
   Plotly.newPlot(document.getElementById("usage-chart"), traces, {
     barmode: "stack", height: 320, margin: { t: 10, r: 10, b: 40, l: 60 },
-    yaxis: { title: { text: `GPU-hours per ${data.hourly ? "hour" : "day"}` } },
+    yaxis: { title: { text: data.hourly ? gettext("GPU-hours per hour") : gettext("GPU-hours per day") } },
     legend: { orientation: "h", y: -0.2, title: { text: `${data.key}: ` } },
   }, { displayModeBar: false, responsive: true });
 })();

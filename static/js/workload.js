@@ -7,16 +7,21 @@
     queued: "#94a3b8", starting: "#a78bfa", productive: "#16a34a",
     checkpoint_stall: "#f59e0b", lost: "#dc2626", recovering: "#2563eb",
   };
+  const names = {
+    queued: gettext("queued"), starting: gettext("starting"), productive: gettext("productive"),
+    checkpoint_stall: gettext("checkpoint stall"), lost: gettext("lost"),
+    recovering: gettext("recovering"),
+  };
   const phases = Object.keys(colors).filter((p) => spans.some((s) => s.phase === p));
   const traces = phases.map((phase) => {
     const mine = spans.filter((s) => s.phase === phase);
     return {
-      type: "bar", orientation: "h", name: phase.replace("_", " "),
-      y: mine.map(() => phase.replace("_", " ")),
+      type: "bar", orientation: "h", name: names[phase],
+      y: mine.map(() => names[phase]),
       base: mine.map((s) => new Date(s.start * 1000)),
       x: mine.map((s) => (s.end - s.start) * 1000),
       marker: { color: colors[phase] },
-      hovertemplate: "%{base|%H:%M:%S} for %{customdata:.0f} s<extra></extra>",
+      hovertemplate: gettext("%{base|%H:%M:%S} for %{customdata:.0f} s") + "<extra></extra>",
       customdata: mine.map((s) => s.end - s.start),
     };
   });

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Region
+from portal.core.api import NameField
 from portal.quotas.models import (
     THRESHOLD_NEEDS_BORROWING,
     Cohort,
@@ -21,7 +22,7 @@ class QueueQuotaSerializer(serializers.ModelSerializer):
 
 class QueueSerializer(serializers.ModelSerializer):
     region = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    cohort = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cohort = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     quotas = QueueQuotaSerializer(many=True, read_only=True)
 
     class Meta:
@@ -59,7 +60,7 @@ class QueueSerializer(serializers.ModelSerializer):
         return Queue._meta.get_field(name).get_default()
 
 
-class TenantQueueField(serializers.SlugRelatedField):
+class TenantQueueField(NameField):
     """A queue named by its slug, looked up among the caller's tenant's queues only."""
 
     def __init__(self, **kwargs):
@@ -73,12 +74,12 @@ class TenantQueueField(serializers.SlugRelatedField):
 
 class QuotaRequestSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
-    gpu_model = serializers.SlugRelatedField(
+    gpu_model = NameField(
         slug_field="name",
         queryset=GpuModel.objects.all(),
         error_messages={"does_not_exist": "Unknown GPU model {value}."},
     )
-    region = serializers.SlugRelatedField(
+    region = NameField(
         slug_field="name",
         queryset=Region.objects.all(),
         error_messages={"does_not_exist": "Unknown region {value}."},
@@ -127,7 +128,7 @@ class QueueChangeSerializer(QueueSerializer):
     """What operators may change of a queue through the API (quotas grow by approved
     requests), checked as a queue is."""
 
-    cohort = serializers.SlugRelatedField(
+    cohort = NameField(
         slug_field="name", queryset=Cohort.objects.all(), allow_null=True, required=False
     )
 

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel
+from portal.core.api import NameField
 from portal.quotas.api.serializers import TenantQueueField
 from portal.services.models import Service, ServiceSample
 from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND, check_gang
@@ -9,7 +10,7 @@ from portal.workloads.choices import TERMINAL
 
 class ServiceSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
-    gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
+    gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)
     max_replicas = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)

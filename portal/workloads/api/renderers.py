@@ -8,7 +8,7 @@ from rest_framework.renderers import BaseRenderer
 
 class UsageCsvRenderer(BaseRenderer):
     """One line per row of the report: its window, its group's keys, GPUs in use, GPU-hours
-    and cost; an error answer as its fields and reasons."""
+    and cost; an error answer as its fields and reasons, anything else as names and values."""
 
     media_type = "text/csv"
     format = "csv"
@@ -20,6 +20,10 @@ class UsageCsvRenderer(BaseRenderer):
         if "errors" in data:
             writer.writerow(["field", "reason"])
             writer.writerows([e["field"], e["reason"]] for e in data["errors"])
+            return out.getvalue()
+        if "rows" not in data:  # not a report: what OPTIONS says of the endpoint
+            writer.writerow(["name", "value"])
+            writer.writerows([key, value] for key, value in data.items())
             return out.getvalue()
         keys = data["group_by"]
         writer.writerow(["since", "until", *keys, "in_use", "gpu_hours", "cost", "currency"])

@@ -6,6 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
+from portal.core.api import NameField
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import parallel
@@ -89,7 +90,7 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
 
 class WorkloadSerializer(serializers.ModelSerializer):
     queue = TenantQueueField()
-    gpu_model = serializers.SlugRelatedField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
+    gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
     command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)
     time_limit_s = serializers.IntegerField(

@@ -226,3 +226,18 @@ def test_a_page_holds_at_most_the_largest_page(acme_llm, alice, monkeypatch):
         make_queue(acme_llm.tenant, f"extra{i}")
     page = api_client(alice).get("/api/v1/queues/", {"limit": "10"}).json()
     assert (page["count"], len(page["results"])) == (4, 2)
+
+
+def test_what_the_fuzzer_found_is_a_clear_answer_not_a_server_error(acme_llm, bob):
+    api = api_client(bob)
+    job = {"name": "x", "queue": "llm", "gpu_model": "H8\x0000", "gpus": 8}
+    answer = api.post("/api/v1/workloads/", job, format="json")
+    assert answer.status_code == 400  # a NUL in a name: no such GPU model, not a 500
+    assert answer.json()["errors"] == [{"field": "gpu_model", "reason": "Unknown GPU model H800."}]
+    queue = api.post("/api/v1/workloads/", {**job, "gpu_model": "H800", "queue": "l\x00lm"})
+    assert queue.status_code == 400
+    # An offset Python takes and PostgreSQL would not: compared in UTC.
+    assert api.get("/api/v1/faults/", {"since": "2026-12-01T10:00:00+19:09"}).status_code == 200
+    assert api.options("/api/v1/usage/?format=csv").status_code == 200
+    missing = api.get("/api/v1/nodes/0.5/")  # no route matches: still the API's shape
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] is None

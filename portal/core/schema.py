@@ -1,0 +1,67 @@
+"""The OpenAPI schema's error answers, documented once for every operation (a drf-spectacular
+postprocessing hook): each error is the API's one shape, `{"errors": [{"field", "reason"}]}`
+(`api.exception_handler`), under the status codes the operation can answer with."""
+
+ERRORS = {
+    "type": "object",
+    "required": ["errors"],
+    "properties": {
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["field", "reason"],
+                "properties": {
+                    "field": {"type": "string", "nullable": True},
+                    "reason": {"type": "string"},
+                },
+            },
+        }
+    },
+}
+WHY = {
+    400: "Bad input: each wrong field with its reason",
+    401: "No credentials, or a token that is unknown, revoked or expired",
+    403: "Not allowed for the caller's role or the token's scope",
+    404: "No such object, or not one the caller may see",
+    409: "The object's state forbids it now (e.g. the workload has finished)",
+    422: "The Idempotency-Key was used for a different request",
+    429: "Too many requests; Retry-After says when to try again",
+    503: "Every database connection is in use; Retry-After says when to try again",
+}
+WRITES = {"post", "put", "patch", "delete"}
+
+
+def document_errors(result, generator, request, public):
+    """Add the error answers each operation may give to its documented responses."""
+    result.setdefault("components", {}).setdefault("schemas", {})["Errors"] = ERRORS
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            content = _content(operation)
+            for status in _errors(path, method, operation):
+                operation["responses"].setdefault(
+                    str(status), {"description": WHY[status], "content": content}
+                )
+    return result
+
+
+def _content(operation: dict) -> dict:
+    """Errors come as JSON, or in the other formats the operation answers in (the usage
+    report's CSV has its errors as CSV rows of field and reason)."""
+    formats = operation["responses"].get("200", {}).get("content", {})
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}
+    for media_type in formats:
+        content.setdefault(media_type, {"schema": {"type": "string"}})
+    return content
+
+
+def _errors(path: str, method: str, operation: dict) -> list[int]:
+    statuses = [401, 403, 429, 503]
+    if operation.get("parameters") or "requestBody" in operation or method in WRITES:
+        statuses.append(400)
+    formats = any(p.get("name") == "format" for p in operation.get("parameters", ()))
+    if "{" in path or formats:  # DRF answers a format it does not have with 404
+        statuses.append(404)
+    if method in WRITES:
+        statuses += [409, 422]
+    return sorted(statuses)

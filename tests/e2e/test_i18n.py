@@ -1,0 +1,119 @@
+"""Every page in Chinese and in English: a tenant member and an operator switch to 简体中文 and
+walk the pages; any run of three or more Latin letters left, other than the data the test made
+and names that stay as they are, is an untranslated string."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from portal.services.models import Service
+from scheduler import faults
+from scheduler.parallelism import MODELS
+from tests.builders import make_queue, make_workload
+from tests.e2e.test_dashboard import sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Names that read the same in every language: products, standards, units, identifiers the
+# API and the operators share (fault codes, model and policy names), and the English switch.
+KEPT = {
+    "Wanka", "Plotly", "API", "REST", "ETTR", "MFU", "GPU", "GPUs", "GiB", "NVLink", "NVML",
+    "ECC", "PCIe", "GSP", "RPC", "NIC", "XID", "xid", "FIFO", "SFT", "CSV", "JSON", "USD", "UTC",
+    "HMAC", "SHA", "sha", "POST", "GET", "URL", "Webhook", "Knative", "Bearer", "Authorization",
+    "Young", "Daly", "English", "token", "Pod", "Goodput", "Microsoft", "Philly", "rank",
+    "stdout", "stderr", "Llama", *(w for name in MODELS for w in re.findall(r"[A-Za-z]+", name)),
+}  # fmt: skip
+LATIN = re.compile(r"[A-Za-z][A-Za-z_-]{2,}")
+
+
+def leftovers(page, data: set[str]) -> set[str]:
+    """Latin words on the page that are neither data the test made nor kept names. Code blocks
+    (headers, paths, commands) are what they are in any language; `.reason` holds the engine's
+    own sentences (why a job waits, what a checkpoint policy costs), which stay English."""
+    text = page.evaluate(
+        """() => {
+          const skip = "code, pre, script, style, .js-plotly-plot, .reason";
+          const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+          const texts = [];
+          while (walker.nextNode()) {
+            const node = walker.currentNode;
+            if (!node.parentElement.closest(skip)) texts.push(node.data);
+          }
+          return texts.join(" ");
+        }"""
+    )
+    words = {w.strip("-_") for w in LATIN.findall(text)}
+    return {w for w in words if w not in KEPT and not any(w in d for d in data)}
+
+
+def walk(page, base, paths, data):
+    found = {}
+    for path in paths:
+        page.goto(base + path)
+        page.wait_for_load_state("networkidle")
+        if left := leftovers(page, data):
+            found[path] = sorted(left)
+    assert not found, f"English left on Chinese pages: {found}"
+
+
+@pytest.fixture
+def pages(portal_server, clean_redis, cluster, acme, alice):
+    queue = make_queue(acme, "llm", h800=32)
+    job = make_workload(queue, "zh-job", gpus=8)
+    service = Service.objects.create(
+        tenant=acme,
+        name="zh-chat",
+        queue=queue,
+        gpu_model=job.gpu_model,
+        gpus_per_replica=8,
+        created_by=alice,
+    )
+    return f"http://127.0.0.1:{portal_server}", job, service
+
+
+def test_a_member_reads_every_page_in_chinese(pages, page):
+    base, job, service = pages
+    sign_in(page, base, "alice", "pw-alice")
+    page.click("#language button[value=zh-hans]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    data = {"alice", "Acme", "acme", "llm", "zh-job", "zh-chat"} | _cluster_names()
+    paths = ["/", "/workloads/", f"/workloads/{job.pk}/", "/workloads/new/", "/services/",
+             f"/services/{service.pk}/", "/quota/", "/usage/", "/tokens/", "/members/",
+             "/notifications/", "/no-such-page/"]  # fmt: skip
+    walk(page, base, paths, data)
+    # The choice is remembered (a cookie), and the sign-in page follows it too.
+    page.context.clear_cookies(name="sessionid")
+    walk(page, base, ["/login/"], data)
+
+
+def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, operator):
+    base, job, _ = pages
+    sign_in(page, base, "operator", "pw-operator")
+    page.click("#language button[value=zh-hans]")
+    data = {"operator", "Acme", "acme", "llm", "zh-job"} | _cluster_names() | set(faults.CATALOGUE)
+    walk(page, base, ["/", "/usage/", "/tokens/", "/ops/drill/", f"/workloads/{job.pk}/"], data)
+    expect(page.locator("h1")).to_have_text("无权访问")  # an operator is in no tenant
+    page.click("#language button[value=en]")
+    expect(page.locator("html")).to_have_attribute("lang", "en")
+    for path, words in {"/": "Cluster utilization", "/ops/drill/": "Inject",
+                        "/tokens/": "Issue a token"}.items():  # fmt: skip
+        page.goto(base + path)
+        expect(page.locator("main")).to_contain_text(words)
+    expect(page.locator("#time-zone")).to_contain_text("Times in")
+
+
+def _cluster_names() -> set[str]:
+    """The fleet's names the builders made: regions, data centers, pods, leaves and nodes."""
+    from portal.cluster import models
+
+    kinds = (
+        models.GpuModel,
+        models.Region,
+        models.DataCenter,
+        models.Pod,
+        models.Leaf,
+        models.Node,
+    )
+    return {w for kind in kinds for name in kind.objects.values_list("name", flat=True)
+            for w in LATIN.findall(name)}  # fmt: skip
