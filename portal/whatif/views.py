@@ -5,6 +5,7 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
 from django.http import FileResponse, Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
 from portal.core.models import audit
@@ -27,7 +28,7 @@ def whatif_list(request):
                 whatif.save()
                 audit("whatif.started", whatif, actor=request.user)
                 transaction.on_commit(lambda: run_whatif.delay(whatif.pk))
-            messages.success(request, f"What-if {whatif.pk} started.")
+            messages.success(request, _("What-if %(id)s started.") % {"id": whatif.pk})
             return redirect("whatif-detail", pk=whatif.pk)
     return render(
         request,
@@ -55,11 +56,11 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
         policies=policies,
     )
     if whatif.trace not in TraceSource.values:
-        errors["trace"] = "Choose a trace."
+        errors["trace"] = _("Choose a trace.")
     if whatif.cluster not in ClusterSource.values:
-        errors["cluster"] = "Choose a cluster."
+        errors["cluster"] = _("Choose a cluster.")
     if not policies:
-        errors["policies"] = "Choose at least one policy."
+        errors["policies"] = _("Choose at least one policy.")
     for field, cast in (("days", float), ("gpus", int), ("seed", int), ("service_percent", float)):
         if post.get(field):
             try:
@@ -69,18 +70,18 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
             if value > 0:
                 setattr(whatif, field, value)
             else:
-                errors[field] = "Must be a positive number."
+                errors[field] = _("Must be a positive number.")
     if (whatif.service_percent or 0) >= 100:
-        errors["service_percent"] = "Must be below 100: the service leaves room for training."
+        errors["service_percent"] = _("Must be below 100: the service leaves room for training.")
     for field, wanted in (
         ("trace_csv", whatif.trace == TraceSource.CSV),
         ("cluster_json", whatif.cluster == ClusterSource.JSON),
     ):
         upload = files.get(field)
         if wanted and upload is None:
-            errors[field] = "Upload the file."
+            errors[field] = _("Upload the file.")
         elif wanted and upload.size > MAX_UPLOAD:
-            errors[field] = "At most 20 MB."
+            errors[field] = _("At most 20 MB.")
         elif wanted:
             setattr(whatif, field, upload.read().decode("utf-8", errors="replace"))
     return whatif, errors

@@ -7,12 +7,16 @@
   const bar = document.getElementById("whatif-progress");
   const report = document.getElementById("whatif-report");
   let finished = ["done", "failed"].includes(card.dataset.state);
+  const STATES = {
+    pending: pgettext("value", "pending"), running: pgettext("value", "running"),
+    done: pgettext("value", "done"), failed: pgettext("value", "failed"),
+  };
 
   function show(run) {
     if (run.id !== id || finished) return;
     if (run.progress !== null) bar.value = run.progress;
     document.getElementById("whatif-message").textContent = run.message;
-    document.getElementById("whatif-state").textContent = run.state;
+    document.getElementById("whatif-state").textContent = STATES[run.state] || run.state;
     finished = ["done", "failed"].includes(run.state);
     if (run.state === "done") {
       report.src = report.dataset.src;

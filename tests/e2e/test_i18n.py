@@ -8,8 +8,11 @@ import pytest
 from playwright.sync_api import expect
 
 from portal.services.models import Service
+from portal.whatif.choices import TraceSource
+from portal.whatif.models import WhatIfRun
 from scheduler import faults
 from scheduler.parallelism import MODELS
+from scheduler.sim.policies import POLICIES
 from tests.builders import make_queue, make_workload
 from tests.e2e.test_dashboard import sign_in
 
@@ -92,7 +95,13 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     sign_in(page, base, "operator", "pw-operator")
     page.click("#language button[value=zh-hans]")
     data = {"operator", "Acme", "acme", "llm", "zh-job"} | _cluster_names() | set(faults.CATALOGUE)
-    walk(page, base, ["/", "/usage/", "/tokens/", "/ops/drill/", f"/workloads/{job.pk}/"], data)
+    run = WhatIfRun.objects.create(
+        trace=TraceSource.PHILLY, policies=["wanka", "fifo"], days=2, service_percent=30
+    )
+    data |= {*POLICIES, "Azure"}  # the policies' names, the trace's owner
+    paths = ["/", "/usage/", "/tokens/", "/ops/drill/", "/ops/whatif/", f"/ops/whatif/{run.pk}/",
+             f"/workloads/{job.pk}/"]  # fmt: skip
+    walk(page, base, paths, data)
     expect(page.locator("h1")).to_have_text("无权访问")  # an operator is in no tenant
     page.click("#language button[value=en]")
     expect(page.locator("html")).to_have_attribute("lang", "en")
