@@ -1,13 +1,13 @@
-"""The one-way live path: domain event -> on commit -> channel layer group -> browser.
+"""The one-way live path: domain event -> on commit -> a group, fanned out per process
+(`fanout`) -> browser.
 
 Group names come from the helpers below, one per scope, so senders and consumers agree.
 """
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.dispatch import Signal
 
+from portal.core import fanout
 from portal.tenancy.models import membership_of
 
 # Sent for every event published to a tenant, inside its transaction: (tenant_id, event,
@@ -45,7 +45,7 @@ def recheck_user(user_id: int) -> None:
 
 
 def send_now(group: str, message: dict) -> None:
-    async_to_sync(get_channel_layer().group_send)(group, message)
+    fanout.publish(group, message)
 
 
 def publish(group: str, event: str, payload: dict) -> None:

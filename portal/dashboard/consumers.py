@@ -5,6 +5,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
+from portal.core import fanout
 from portal.core.consumers import DirectDispatch
 from portal.core.live import live_groups, recheck_user, user_group
 
@@ -30,7 +31,7 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
             return
         self.groups_joined = groups
         for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
+            await fanout.hub().join(group, self)
         await self.accept()
 
     async def disconnect(self, code):
@@ -39,13 +40,13 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
     async def leave(self):
         groups, self.groups_joined = self.groups_joined, []
         for group in groups:
-            await self.channel_layer.group_discard(group, self.channel_name)
+            fanout.hub().leave(group, self)
 
     async def live_event(self, message):
         await self.send_json({"event": message["event"], "payload": message["payload"]})
 
     async def live_recheck(self, message):
-        """Channel layer message: the user or their membership changed. A socket whose user
+        """Live message to `user_group`: the user or their membership changed. A socket whose user
         may no longer hear what it joined (deactivated, removed, moved to another tenant) hears
         nothing more and is closed; the page reconnects with what the user may hear now."""
         if await database_sync_to_async(_groups)(self.scope["user"].pk) != self.groups_joined:
