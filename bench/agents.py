@@ -21,11 +21,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import psutil
 
-from bench import processes
+from bench import database, processes
 from bench.reference import reference_s
 
 STATS = re.compile(
@@ -89,6 +92,21 @@ def connected_nodes() -> int:
 
 def _epoch(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+@contextmanager
+def servers(count: int, logs: Path) -> Iterator[list[int]]:
+    """`count` daphne processes on the benchmark's database, logging into `logs`; their
+    ports. Stopped at the end."""
+    started = []
+    try:
+        for i in range(count):
+            started.append(start_server(logs / f"daphne-{i}.log", database_url()))
+        yield [port for _, port in started]
+    finally:
+        for server, _ in started:
+            server.terminate()
+            server.wait(timeout=10)
 
 
 def database_url() -> str:
@@ -175,17 +193,8 @@ def main(argv=None) -> None:
     processes.supervise(args.timeout)
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.db import connection
-
-    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
+    with database.throwaway():
         results = [measure(n, args.seconds, args.heartbeat) for n in sorted(args.agents)]
-    finally:
-        connection.creation.destroy_test_db(test_db, verbosity=0)
     for result in results:
         print(result, file=sys.stderr)
     print(json.dumps({**results[-1], "reference_s": reference}))

@@ -16,7 +16,6 @@ stopped then, on failure and on SIGTERM.
 import argparse
 import http.client
 import json
-import os
 import sys
 import threading
 import time
@@ -24,8 +23,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from bench import processes
-from bench.agents import database_url, start_server
+from bench import database, processes
+from bench.agents import servers
 from bench.reference import reference_s
 
 
@@ -87,6 +86,38 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def run(args) -> tuple[list[tuple[int, float]], float]:
+    """Seed, start the servers, run the clients: each answer's (status, seconds), and the
+    seconds they ran."""
+    from django.conf import settings
+    from django.db import connection
+
+    token = seed(args.workloads)
+    connection.close()
+    logs = Path(settings.DATA_DIR) / "bench-api"
+    logs.mkdir(parents=True, exist_ok=True)
+    with servers(args.servers, logs) as ports:
+        print(
+            f"{args.clients} clients on {args.servers} server(s) for {args.seconds:g} s",
+            file=sys.stderr,
+        )
+        results: list[tuple[int, float]] = []
+        until = time.monotonic() + args.seconds
+        threads = [
+            threading.Thread(
+                target=client,
+                args=(ports[i % len(ports)], token, until, args.submit_every, results),
+            )
+            for i in range(args.clients)
+        ]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results, time.monotonic() - started
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
@@ -99,47 +130,8 @@ def main(argv=None) -> None:
     processes.supervise(args.timeout or args.seconds + 600)
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
-    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    servers = []
-    try:
-        token = seed(args.workloads)
-        connection.close()
-        logs = Path(settings.DATA_DIR) / "bench-api"
-        logs.mkdir(parents=True, exist_ok=True)
-        for i in range(args.servers):
-            servers.append(start_server(logs / f"daphne-{i}.log", database_url()))
-        print(
-            f"{args.clients} clients on {args.servers} server(s) for {args.seconds:g} s",
-            file=sys.stderr,
-        )
-        results: list[tuple[int, float]] = []
-        until = time.monotonic() + args.seconds
-        threads = [
-            threading.Thread(
-                target=client,
-                args=(servers[i % len(servers)][1], token, until, args.submit_every, results),
-            )
-            for i in range(args.clients)
-        ]
-        started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.monotonic() - started
-    finally:
-        for server, _ in servers:
-            server.terminate()
-            server.wait(timeout=10)
-        connection.close()
-        connection.creation.destroy_test_db(test_db, verbosity=0)
+    with database.throwaway():
+        results, elapsed = run(args)
     statuses = Counter(status for status, _ in results)
     latencies = [seconds * 1e3 for _, seconds in results]
     summary = {

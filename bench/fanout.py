@@ -17,15 +17,14 @@ on failure, on SIGTERM and past `--timeout`.
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import websockets
 
-from bench import processes
-from bench.agents import database_url, start_server
+from bench import database, processes
+from bench.agents import servers
 from bench.reference import reference_s
 
 EVENT = "bench.fanout"
@@ -93,6 +92,20 @@ async def measure(ports: list[int], cookie: str, browsers: int, events: int, eve
     return sent, seen
 
 
+def run(args) -> tuple[dict, dict]:
+    """Seed, start the servers, open the sockets, publish: when each event was sent, and
+    when each socket had it."""
+    from django.conf import settings
+    from django.db import connection
+
+    cookie = session_cookie()
+    connection.close()
+    logs = Path(settings.DATA_DIR) / "bench-fanout"
+    logs.mkdir(parents=True, exist_ok=True)
+    with servers(args.servers, logs) as ports:
+        return asyncio.run(measure(ports, cookie, args.browsers, args.events, args.every))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--browsers", type=int, default=1000)
@@ -104,30 +117,8 @@ def main(argv=None) -> None:
     processes.supervise(args.timeout)
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
-    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    servers = []
-    try:
-        cookie = session_cookie()
-        connection.close()
-        logs = Path(settings.DATA_DIR) / "bench-fanout"
-        logs.mkdir(parents=True, exist_ok=True)
-        for i in range(args.servers):
-            servers.append(start_server(logs / f"daphne-{i}.log", database_url()))
-        ports = [port for _, port in servers]
-        sent, seen = asyncio.run(measure(ports, cookie, args.browsers, args.events, args.every))
-    finally:
-        for server, _ in servers:
-            server.terminate()
-            server.wait(timeout=10)
-        connection.close()
-        connection.creation.destroy_test_db(test_db, verbosity=0)
+    with database.throwaway():
+        sent, seen = run(args)
     lasts = []
     for seq, at in sent.items():
         arrivals = seen.get(seq, [])

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from bench import processes
+from bench import database, processes
 from bench.agents import connected_nodes, database_url, start_server
 from bench.reference import reference_s
 
@@ -244,17 +244,8 @@ def main(argv=None) -> None:
     processes.supervise(args.timeout)
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    from django.db import connection
-
-    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
+    with database.throwaway():
         result = measure(args.nodes, args.heartbeat)
-    finally:
-        connection.creation.destroy_test_db(test_db, verbosity=0)
     print(json.dumps({**result, "reference_s": reference}))
 
 
