@@ -72,7 +72,7 @@ def with_live_replicas(services):
 
 class Replica(models.Model):
     """A workload serving a service. Where it listens and its load come with its node's
-    heartbeats (`load.replicas`)."""
+    heartbeats (`load.serving`)."""
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="replicas")
     workload = models.OneToOneField(Workload, on_delete=models.CASCADE, related_name="replica")
