@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from portal.dashboard import members, services, usage, views
+from portal.dashboard import cluster_map, members, services, usage, views
 from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
@@ -32,4 +32,5 @@ urlpatterns = [
     ),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("ops/drill/", views.fault_drill, name="fault-drill"),
+    path("ops/cluster/", cluster_map.cluster_map_page, name="cluster-map"),
 ]

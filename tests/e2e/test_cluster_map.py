@@ -1,0 +1,26 @@
+"""The cluster map in a real browser: one cell per node in its leaf's row, coloured by health
+first, and by utilization once asked."""
+
+import pytest
+
+from portal.cluster.models import Node
+from tests.e2e.test_dashboard import sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_map_draws_every_node_and_switches_figure(portal_server, page, cluster, operator):
+    base = f"http://127.0.0.1:{portal_server}"
+    sign_in(page, base, "operator", "pw-operator")
+    page.click("nav >> text=Cluster map")
+    page.wait_for_selector("#cluster-map.js-plotly-plot")
+    heatmap = "document.getElementById('cluster-map').data[0]"
+    cells = page.evaluate(f"{heatmap}.z.flat().filter((v) => v !== null).length")
+    assert cells == Node.objects.count()
+    assert page.evaluate(f"{heatmap}.y") == ["dc1 / p1 / l1", "dc1 / p1 / l2", "dc2 / p1 / l1",
+                                             "dc2 / p2 / l1"]  # fmt: skip
+    page.click("#map-metrics >> text=Utilization")
+    assert "Utilization" in page.evaluate(f"{heatmap}.hovertemplate")
+    # No heartbeat yet: no figure, so no cell is coloured.
+    assert page.evaluate(f"{heatmap}.z.flat().filter((v) => v !== null).length") == 0
+    assert page.locator("#map-metrics button[aria-pressed=true]").inner_text() == "Utilization"

@@ -1,0 +1,69 @@
+"""The cluster map's data: every node in its leaf's row, its health and GPUs held, the figures
+of a fresh heartbeat (none from a stale one), the workloads on it; a fixed number of queries."""
+
+import json
+import time
+
+import pytest
+
+from portal.cluster.choices import Health
+from portal.cluster.models import Gpu, Node
+from portal.cluster.summary import TELEMETRY
+from portal.dashboard.cluster_map import cluster_map
+from portal.workloads.cycle import scheduling_cycle
+from tests.builders import make_workload
+
+pytestmark = pytest.mark.django_db
+
+
+def beat(redis, node, ts, util=80, temperature=60):
+    gpus = [
+        {"index": i, "util": util + i, "memory_used_mb": 40_000, "temperature_c": temperature + i,
+         "power_w": 500.0}
+        for i in range(2)
+    ]  # fmt: skip
+    redis.hset(TELEMETRY, node.pk, json.dumps({"ts": ts, "gpus": gpus, "workloads": []}))
+
+
+def test_every_node_has_its_cell_and_its_figures(
+    acme_llm, clean_redis, django_assert_max_num_queries
+):
+    job = make_workload(acme_llm, "pretrain", gpus=8)
+    scheduling_cycle()
+    busy = Node.objects.filter(allocations__workload=job).distinct().get()
+    busy.gpus.all().delete()
+    for i in range(2):
+        Gpu.objects.create(node=busy, index=i, memory_mb=80_000)
+    stale = Node.objects.exclude(pk=busy.pk).order_by("id").first()
+    Node.objects.filter(pk=stale.pk).update(health=Health.DOWN)
+    beat(clean_redis, busy, time.time())
+    beat(clean_redis, stale, time.time() - 600)
+
+    with django_assert_max_num_queries(4):
+        found = cluster_map()
+    nodes = Node.objects.count()
+    assert len(found["name"]) == nodes and len(found["rows"]) == 4  # the builders' four leaves
+    assert found["rows"][0] == "dc1 / p1 / l1"
+    at = {name: i for i, name in enumerate(found["name"])}
+    b, s = at[busy.name], at[stale.name]
+    assert (found["held"][b], found["jobs"][b]) == (8, "pretrain")
+    assert (found["util"][b], found["memory"][b], found["temperature"][b], found["power"][b]) == (
+        80.5,
+        50.0,
+        61,
+        1000,
+    )
+    assert found["util"][s] is None and found["temperature"][s] is None  # a stale heartbeat
+    assert found["health_names"][found["health"][s]] == Health.DOWN
+    # Cells of one leaf sit side by side in its row.
+    assert sorted(found["col"][i] for i in range(nodes) if found["row"][i] == 0) == list(
+        range(found["row"].count(0))
+    )
+
+
+def test_only_operators_see_the_map(acme_llm, client, bob, operator):
+    client.force_login(bob)
+    assert client.get("/ops/cluster/").status_code == 302  # to the console's sign-in
+    client.force_login(operator)
+    page = client.get("/ops/cluster/")
+    assert page.status_code == 200 and b"cluster-map-data" in page.content
