@@ -1,6 +1,7 @@
 """The cluster map for operators: every node of every data center, pod and leaf as one cell of
 a heatmap (health, GPUs held, utilization, memory, temperature, power), drawn from the node
-records and the latest heartbeats in Redis; a cell's hover names the workloads on the node.
+records and the latest heartbeats in Redis; a cell's hover names the workloads on the node, a
+click opens the node's page (its GPUs now, its workloads, faults and lifecycle).
 
 Built for 12,500 nodes: four queries and one Redis read, and columns (one list per figure)
 rather than a record per node, so the page's JSON stays small and the browser draws it at once.
@@ -9,16 +10,18 @@ rather than a record per node, so the page's JSON stays small and the browser dr
 import json
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Count, Sum
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
 from portal.cluster.choices import Health
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import STALE_S, TELEMETRY
+from portal.cluster.summary import STALE_S, TELEMETRY, node_live
+from portal.core.models import AuditEvent
 from portal.core.redis import client
-from portal.workloads.models import Allocation
+from portal.workloads.models import Allocation, Workload
 
 HEALTH = list(Health.values)  # a cell's health is its index here
 
@@ -53,7 +56,7 @@ def cluster_map() -> dict:
             rows.append(f"{datacenter} / {pod} / {leaf_name}")
         figures = _figures(beats.get(str(node_id)), fresh_after, memory.get(node_id))
         for key, value in (
-            ("row", len(rows) - 1), ("col", place), ("name", name),
+            ("id", node_id), ("row", len(rows) - 1), ("col", place), ("name", name),
             ("health", HEALTH.index(health)), ("gpus", gpus), ("held", held.get(node_id, 0)),
             *figures.items(), ("jobs", ", ".join(sorted(jobs.get(node_id, ())))),
         ):  # fmt: skip
@@ -82,4 +85,32 @@ def cluster_map_page(request):
     labels = [str(Health(value).label) for value in HEALTH]  # in the reader's language
     return render(
         request, "dashboard/cluster_map.html", {"map": {**cluster_map(), "health_labels": labels}}
+    )
+
+
+@staff_member_required
+def node_page(request, pk):
+    """One node: where it sits and its state, each GPU's latest figures, the workloads on it,
+    its faults and its lifecycle (the audit trail of its moves)."""
+    node = get_object_or_404(
+        Node.objects.select_related("leaf__pod__datacenter", "gpu_model"), pk=pk
+    )
+    workloads = (
+        Workload.objects.filter(allocations__node=node)
+        .annotate(here=Count("allocations"))
+        .select_related("tenant", "queue")
+    )
+    history = AuditEvent.objects.filter(object_type="cluster.node", object_id=str(node.pk))
+    live = node_live(node.pk)
+    return render(
+        request,
+        "dashboard/node.html",
+        {
+            "node": node,
+            "live": live,
+            "seen": datetime.fromtimestamp(live["ts"], UTC) if live else None,
+            "workloads": workloads,
+            "faults": node.faults.order_by("-occurred_at")[:50],
+            "history": history.select_related("actor").order_by("-at")[:50],
+        },
     )

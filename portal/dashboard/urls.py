@@ -33,4 +33,5 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("ops/drill/", views.fault_drill, name="fault-drill"),
     path("ops/cluster/", cluster_map.cluster_map_page, name="cluster-map"),
+    path("ops/nodes/<int:pk>/", cluster_map.node_page, name="node-page"),
 ]

@@ -54,8 +54,14 @@
     });
   }
 
+  // A cell opens its node's page.
+  const ids = grid(data.id || []);
   document.querySelectorAll("#map-metrics button").forEach((button) => {
     button.addEventListener("click", () => draw(button.dataset.metric));
   });
   draw("health");
+  chart.on("plotly_click", ({ points }) => {
+    const id = points.length && ids[points[0].pointIndex[0]][points[0].pointIndex[1]];
+    if (id) location.href = `/ops/nodes/${id}/`;
+  });
 })();

@@ -24,3 +24,19 @@ def test_the_map_draws_every_node_and_switches_figure(portal_server, page, clust
     # No heartbeat yet: no figure, so no cell is coloured.
     assert page.evaluate(f"{heatmap}.z.flat().filter((v) => v !== null).length") == 0
     assert page.locator("#map-metrics button[aria-pressed=true]").inner_text() == "Utilization"
+
+
+def test_a_cell_opens_its_nodes_page(portal_server, page, cluster, operator):
+    base = f"http://127.0.0.1:{portal_server}"
+    sign_in(page, base, "operator", "pw-operator")
+    page.goto(f"{base}/ops/cluster/")
+    page.wait_for_selector("#cluster-map.js-plotly-plot")
+    with page.expect_navigation():
+        page.evaluate(
+            "document.getElementById('cluster-map').emit('plotly_click', "
+            "{points: [{pointIndex: [0, 0]}]})"
+        )
+    first = Node.objects.order_by("leaf__pod__datacenter__name", "leaf__pod__name",
+                                  "leaf__name", "name").first()  # fmt: skip
+    assert page.locator("h1").inner_text().startswith(first.name)
+    assert "No heartbeat from this node yet." in page.locator("main").inner_text()

@@ -7,6 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from portal.cluster.models import Node
 from portal.services.models import Service
 from portal.whatif.choices import TraceSource
 from portal.whatif.models import WhatIfRun
@@ -99,8 +100,9 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
         trace=TraceSource.PHILLY, policies=["wanka", "fifo"], days=2, service_percent=30
     )
     data |= {*POLICIES, "Azure"}  # the policies' names, the trace's owner
-    paths = ["/", "/usage/", "/tokens/", "/ops/drill/", "/ops/cluster/", "/ops/whatif/",
-             f"/ops/whatif/{run.pk}/", f"/workloads/{job.pk}/"]  # fmt: skip
+    node = Node.objects.order_by("id").first()
+    paths = ["/", "/usage/", "/tokens/", "/ops/drill/", "/ops/cluster/", f"/ops/nodes/{node.pk}/",
+             "/ops/whatif/", f"/ops/whatif/{run.pk}/", f"/workloads/{job.pk}/"]  # fmt: skip
     walk(page, base, paths, data)
     expect(page.locator("h1")).to_have_text("无权访问")  # an operator is in no tenant
     page.click("#language button[value=en]")

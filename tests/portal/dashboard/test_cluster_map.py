@@ -6,11 +6,13 @@ import time
 
 import pytest
 
+from portal.agents.intake import record_fault
 from portal.cluster.choices import Health
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import TELEMETRY
 from portal.dashboard.cluster_map import cluster_map
 from portal.workloads.cycle import scheduling_cycle
+from scheduler import faults
 from tests.builders import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -67,3 +69,20 @@ def test_only_operators_see_the_map(acme_llm, client, bob, operator):
     client.force_login(operator)
     page = client.get("/ops/cluster/")
     assert page.status_code == 200 and b"cluster-map-data" in page.content
+
+
+def test_a_nodes_page_has_its_gpus_workloads_faults_and_lifecycle(
+    acme_llm, clean_redis, client, operator, django_assert_max_num_queries
+):
+    job = make_workload(acme_llm, "pretrain", gpus=8)
+    scheduling_cycle()
+    node = Node.objects.filter(allocations__workload=job).distinct().get()
+    beat(clean_redis, node, time.time(), util=70, temperature=55)
+    record_fault(node.pk, faults.lookup("xid-79"), "fell off the bus")
+    client.force_login(operator)
+    with django_assert_max_num_queries(12):
+        page = client.get(f"/ops/nodes/{node.pk}/").content.decode()
+    assert "pretrain" in page and "70" in page and "56" in page  # its job, GPU 0 and GPU 1
+    assert "GPU has fallen off the bus" in page or "xid-79" in page  # the fault's title
+    assert "node.down" in page  # the fault took it down: its lifecycle says so
+    assert client.get("/ops/nodes/999999/").status_code == 404
