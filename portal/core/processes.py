@@ -5,7 +5,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # A child that dies sooner than this after it started is failing, not to be restarted again.
@@ -26,7 +26,6 @@ class Process:
     pass_fds: tuple[int, ...] = ()
     popen: subprocess.Popen | None = None
     started: float = 0.0
-    restarts: int = field(default=0)
 
     def start(self, env: dict) -> None:
         self.popen = subprocess.Popen(
@@ -77,7 +76,6 @@ def watch(processes: list[Process], env: dict, restart: bool, once: bool = False
             if not (restart and steady):
                 raise Exited(f"{process.name} exited with code {code}; see {process.log}")
             print(f"{process.name} exited with code {code}; starting it again", flush=True)
-            process.restarts += 1
             process.start(env)
         if once:
             return
