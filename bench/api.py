@@ -4,7 +4,8 @@
 
 A fresh throwaway database with the demo installation and `--workloads` more of Acme's jobs;
 `--servers` daphne processes (the clients spread over them, as a load balancer would); each
-client a thread with a keep-alive connection and a member's API token, asking for the first
+client a thread with a keep-alive connection and an API token of its own (one member's; the
+API's rate is counted per token), asking for the first
 page of the workload list as fast as it is answered, and one request in `--submit-every` a
 submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
 percentile latency, and the answers by status; the last line is JSON: clients, servers, rps,
@@ -28,8 +29,9 @@ from bench.agents import servers
 from bench.reference import reference_s
 
 
-def seed(workloads: int) -> str:
-    """The demo installation, `workloads` more jobs for Acme; returns bob's API token."""
+def seed(workloads: int, clients: int) -> list[str]:
+    """The demo installation, `workloads` more jobs for Acme; returns an API token of bob's for
+    each client (the API's rate is counted per token)."""
     from django.contrib.auth import get_user_model
 
     from portal.demo import installation
@@ -44,8 +46,8 @@ def seed(workloads: int) -> str:
         Workload(tenant=acme, queue=queue, name=f"bench-{i}", gpus=8, gpu_model=model)
         for i in range(workloads)
     )
-    _, token = ApiToken.issue(get_user_model().objects.get(username="bob"), "bench")
-    return token
+    bob = get_user_model().objects.get(username="bob")
+    return [ApiToken.issue(bob, f"bench {i}")[1] for i in range(clients)]
 
 
 def client(port: int, token: str, until: float, submit_every: int, out: list) -> None:
@@ -92,7 +94,7 @@ def run(args) -> tuple[list[tuple[int, float]], float]:
     from django.conf import settings
     from django.db import connection
 
-    token = seed(args.workloads)
+    tokens = seed(args.workloads, args.clients)
     connection.close()
     logs = Path(settings.DATA_DIR) / "bench-api"
     logs.mkdir(parents=True, exist_ok=True)
@@ -106,7 +108,7 @@ def run(args) -> tuple[list[tuple[int, float]], float]:
         threads = [
             threading.Thread(
                 target=client,
-                args=(ports[i % len(ports)], token, until, args.submit_every, results),
+                args=(ports[i % len(ports)], tokens[i], until, args.submit_every, results),
             )
             for i in range(args.clients)
         ]

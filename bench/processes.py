@@ -3,8 +3,10 @@ benchmark fails, exits, is sent SIGTERM or runs past its deadline.
 
 A benchmark calls `supervise(timeout)` first, starts its children with `start()` and says what
 it waits for in `with waiting_for(...)`. Each child leads a process group of its own, so that
-stopping it stops what it started too: SIGTERM to the group, SIGKILL after `GRACE_S`. Past the
-deadline the benchmark prints what it was waiting for, stops its children and exits 1.
+stopping it stops what it started too: SIGTERM to the group, SIGKILL after `GRACE_S`. What is
+not a child (a server its own control tool starts in the background) is stopped by a function
+given to `on_stop`, after the children. Past the deadline the benchmark prints what it was
+waiting for, stops its children and exits 1.
 """
 
 import atexit
@@ -20,6 +22,7 @@ GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a child's group
 EXIT_S = 60.0  # past the deadline, how long the benchmark may take to unwind before it is ended
 
 _children: list[subprocess.Popen] = []
+_cleanups: list = []  # functions to call once, after the children are stopped
 _waiting = ["the benchmark to finish"]
 _deadline = [""]  # the message, once the deadline has passed
 
@@ -33,6 +36,12 @@ def start(command: list[str], **popen) -> subprocess.Popen:
     return child
 
 
+def on_stop(cleanup) -> None:
+    """Call `cleanup()` once when the children are stopped (at exit, on SIGTERM, past the
+    deadline), after them."""
+    _cleanups.append(cleanup)
+
+
 @contextlib.contextmanager
 def waiting_for(what: str):
     """Say what the benchmark waits for meanwhile: the message if the deadline passes."""
@@ -44,7 +53,8 @@ def waiting_for(what: str):
 
 
 def stop_all(grace: float = GRACE_S) -> None:
-    """SIGTERM every child's process group, then SIGKILL what is left of them after `grace`."""
+    """SIGTERM every child's process group, then SIGKILL what is left of them after `grace`;
+    then the `on_stop` functions."""
     children = list(_children)
     _signal_groups(children, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -53,6 +63,13 @@ def stop_all(grace: float = GRACE_S) -> None:
     _signal_groups(children, signal.SIGKILL)  # what outlived the grace, grandchildren too
     for child in children:
         _wait(child, grace)
+    with contextlib.suppress(IndexError):  # the list is empty (another thread may empty it)
+        while True:
+            cleanup = _cleanups.pop()
+            try:
+                cleanup()
+            except Exception as error:  # the others must still run
+                print(f"cleanup {cleanup!r} failed: {error!r}", file=sys.stderr)
 
 
 def supervise(timeout: float) -> None:

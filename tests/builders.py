@@ -4,7 +4,7 @@ from rest_framework.test import APIClient
 
 from portal.cluster.models import GpuModel, Node, Region
 from portal.demo import installation
-from portal.quotas.models import Cohort, Queue, QueueQuota
+from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
 from portal.tenancy.models import ApiToken
 from portal.workloads.models import Workload
 
@@ -41,6 +41,19 @@ def make_workload(queue, name="job", gpus=16, model="H800", **fields):
         gpus=gpus,
         gpu_model=GpuModel.objects.get(name=model),
         **fields,
+    )
+
+
+def make_quota_request(queue, count, user, reason="more", model="H800"):
+    """A tenant's request for `count` more `model` GPUs in the queue's region."""
+    return QuotaRequest.objects.create(
+        tenant=queue.tenant,
+        queue=queue,
+        gpu_model=GpuModel.objects.get(name=model),
+        region=queue.region,
+        count=count,
+        reason=reason,
+        requested_by=user,
     )
 
 

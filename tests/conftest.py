@@ -22,6 +22,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def fresh_caches(request):
+    """Every test starts with no request counted against the API's rates (they live in Redis,
+    where one test's failed tokens would otherwise count against the next), no dashboard charts
+    kept and nothing in the process's cache."""
+    if "scheduler" not in request.path.parts:
+        from django.core.cache import cache
+
+        from portal.core import redis
+
+        cache.clear()
+        client = redis.client()
+        if keys := client.keys("wanka:throttle:*") + client.keys("wanka:day-charts:*"):
+            client.delete(*keys)
+
+
 def _member(username, tenant, role):
     user = User.objects.create_user(username, password="pw-" + username)
     Membership.objects.create(user=user, tenant=tenant, role=role)
@@ -101,9 +117,20 @@ def clean_redis():
     from portal.agents.consumers import SAVES_SEEN
     from portal.agents.limits import FAULTS
     from portal.agents.progress import SEEN
-    from portal.cluster.summary import BUSY, HISTORY, LAST_SEEN, REPORTED, SEEN_SINCE, TELEMETRY
+    from portal.cluster.gpu_history import HOURS, MINUTES
+    from portal.cluster.summary import (
+        BUSY,
+        HISTORY,
+        LAST_SEEN,
+        REPORTED,
+        ROLLED,
+        ROLLUPS,
+        SEEN_SINCE,
+        TELEMETRY,
+    )
     from portal.core.redis import client
     from portal.workloads.cycle import AGAIN, LOCK
+    from portal.workloads.desired import BEHIND
 
     redis = client()
     redis.delete(
@@ -112,12 +139,17 @@ def clean_redis():
         LAST_SEEN,
         SEEN_SINCE,
         HISTORY,
+        ROLLED,
+        *(key for key, *_ in ROLLUPS.values()),
         REPORTED,
         LOCK,
         AGAIN,
+        BEHIND,
         *redis.scan_iter(f"{SAVES_SEEN}*"),
         *redis.scan_iter(f"{FAULTS}*"),
         *redis.scan_iter(f"{SEEN}*"),
+        *redis.scan_iter(f"{MINUTES}*"),
+        *redis.scan_iter(f"{HOURS}*"),
     )
     return redis
 

@@ -1,7 +1,7 @@
 """The server end of the node agent protocol: one consumer per connected agent."""
 
 import asyncio
-import json
+import contextlib
 import logging
 import time
 
@@ -11,11 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.agents import fanin, intake, limits
-from portal.cluster import commands
+from portal.cluster import commands, gpu_history
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import BUSY, LAST_SEEN, REPORTED, TELEMETRY
+from portal.cluster.summary import LAST_SEEN, REPORTED, write_heartbeat
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -76,12 +76,24 @@ async def _read(layer, name: str) -> None:
                 log.exception("node %s: failed to deliver %s", consumer.node.name, message["type"])
 
 
+@contextlib.contextmanager
+def _reported(seen: set, run: tuple[int, int]):
+    """Count `run` as reported (the heartbeats that repeat it cost nothing) unless writing it
+    down fails: a database restarting under the server must not leave a job starting, or one
+    that ended running, until its agent reconnects; the next heartbeat says it again."""
+    seen.add(run)
+    try:
+        yield
+    except BaseException:
+        seen.discard(run)
+        raise
+
+
 class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     """Authenticates a node by its token, records what it reports, and keeps it converged."""
 
     node: Node | None = None
     sent_generation = -1  # the newest desired state this connection has sent
-    declared_lost = False  # the lost-node check took the node off while this one was open
 
     async def connect(self):
         headers = dict(self.scope["headers"])
@@ -97,6 +109,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.attempts = {}  # workload -> the newest attempt sent to this agent
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         self.throttle = limits.Throttle(time.monotonic())
+        self.history = gpu_history.Recorder(self.node.id)
         CONNECTED[self.channel_name] = self
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
         await self.accept()
@@ -157,22 +170,35 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_heartbeat(self, message):
         now = time.time()
-        busy = sum(gpu["util"] for gpu in message["gpus"]) / 100
         redis = aclient()
         async with redis.pipeline(transaction=False) as pipe:
-            sample = {"ts": now, "gpus": message["gpus"], "workloads": message["workloads"]}
-            pipe.hset(TELEMETRY, self.node.id, json.dumps(sample))
-            pipe.hset(BUSY, self.node.id, json.dumps([now, busy, *self.group]))
+            write_heartbeat(pipe, self.node.id, now, message, self.group)
             pipe.zadd(LAST_SEEN, {self.node.id: now})
             # The generation the agent has converged to: live here, in the database at hello.
             pipe.hset(REPORTED, self.node.id, message["generation"])
-            await pipe.execute()
-        if self.declared_lost:
-            # Declared lost while its connection stayed open: it beats again, so it speaks
-            # for the node again (health stays where the fault put it, for an operator).
-            self.declared_lost = False
-            await _reclaim(self.node.id, self.channel_name)
+            self.history.add(pipe, now, message["gpus"])  # a point when the minute turns
+            pipe.srem(intake.LOST, self.node.id)  # last: its answer is read below
+            *_, declared_lost = await pipe.execute()
+        if declared_lost:
+            await self.reclaim()
         await self.on_workloads(message["workloads"])
+
+    async def reclaim(self):
+        """The node was declared lost (silent too long) while this connection stayed open: it
+        beats again, so it speaks for the node again and hears what the node should run now
+        (its jobs were recovered elsewhere meanwhile). Health stays where the fault put it,
+        for an operator."""
+        try:
+            taken = await _reclaim(self.node.id, self.channel_name)
+        except Exception:
+            await aclient().sadd(intake.LOST, self.node.id)  # the next heartbeat tries again
+            raise
+        if taken is not None:
+            state, unanswered = taken
+            if state["generation"] >= self.sent_generation:  # else a sync sent a newer one
+                await self.send_state(state)
+            for command in unanswered:
+                await self.send(protocol.encode("command", **command))
 
     async def on_workloads(self, workloads):
         """Level-triggered: a heartbeat's list of workloads is as good as the events."""
@@ -190,15 +216,15 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         return attempt < self.attempts.get(workload_id, attempt)
 
     async def on_started(self, workload_id, attempt):
-        self.started.add((workload_id, attempt))
-        if not self.replaced(workload_id, attempt):
-            await STARTED((workload_id, self.node.id, attempt))
+        with _reported(self.started, (workload_id, attempt)):
+            if not self.replaced(workload_id, attempt):
+                await STARTED((workload_id, self.node.id, attempt))
 
     async def on_exited(self, workload_id, attempt, exit_code):
-        self.exited.add((workload_id, attempt))
         code = -1 if exit_code is None else exit_code  # an exit without a code is a failure
-        if not self.replaced(workload_id, attempt):
-            await in_db(lifecycle.finish)(workload_id, self.node.id, code, attempt)
+        with _reported(self.exited, (workload_id, attempt)):
+            if not self.replaced(workload_id, attempt):
+                await in_db(lifecycle.finish)(workload_id, self.node.id, code, attempt)
 
     async def on_event(self, message):
         kind, workload_id, detail = message["kind"], message["workload_id"], message["detail"]
@@ -277,11 +303,6 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.attempts.update((a["workload_id"], a["attempt"]) for a in state["assignments"])
         await self.send(protocol.encode("desired_state", **state))
 
-    async def agent_lost(self, event):
-        """Channel layer message: the node was declared lost (silent too long); the next
-        heartbeat of this connection takes it back."""
-        self.declared_lost = True
-
     async def agent_command(self, event):
         """Channel layer message: pass a command on to the agent."""
         fields = {key: event[key] for key in ("command_id", "action", "workload_id", "args")}
@@ -298,10 +319,14 @@ def _node_for_token(token: str) -> Node | None:
 
 
 @in_db
-def _reclaim(node_id: int, channel_name: str) -> None:
-    Node.objects.filter(pk=node_id).update(
+def _reclaim(node_id: int, channel_name: str) -> tuple[dict, list[dict]] | None:
+    """Connect the node again through this connection, unless another connection of its agent
+    speaks for it; then, as for a hello, its desired state and the commands it has not acked
+    (while it was off, nothing was sent to it)."""
+    taken = Node.objects.filter(pk=node_id, connected=False, agent_channel="").update(
         connected=True, agent_channel=channel_name, last_seen_at=timezone.now()
     )
+    return (_desired_state(node_id), commands.unanswered(node_id)) if taken else None
 
 
 @in_db

@@ -13,7 +13,6 @@ from django.utils import timezone
 from portal.cluster import commands
 from portal.cluster import faults as fleet_faults
 from portal.cluster.choices import CommandState, Health
-from portal.cluster.delivery import tell_channels
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import OPS_GROUP, publish, publish_tenant
@@ -27,6 +26,9 @@ from scheduler import faults
 log = logging.getLogger(__name__)
 
 MISSED_HEARTBEATS = 3
+# Redis set: nodes declared lost while their agent may still be connected; a heartbeat of an
+# open connection removes its node and takes it back (`AgentConsumer.on_heartbeat`).
+LOST = "wanka:lost"
 
 
 @transaction.atomic
@@ -109,6 +111,7 @@ def mark_lost_nodes() -> list[int]:
     if float(redis.get(SEEN_SINCE)) > cutoff:
         return []
     beats = {int(n): t for n, t in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf", withscores=True)}
+    _still_beating(beats)
     _record_last_seen(beats)
     fresh = set(beats)
     holding = Q(allocations__workload__state__in=recovery.RECOVERABLE)
@@ -138,10 +141,24 @@ def _record_last_seen(beats: dict[int, float]) -> None:
     Node.objects.bulk_update(behind, ["last_seen_at"], batch_size=1000)
 
 
+def _still_beating(beats: dict[int, float]) -> None:
+    """Nodes disconnected in the database whose agent heartbeated since (declared lost while
+    its connection stayed open) go back in `LOST`, for their next heartbeat to take them back:
+    the set lives in Redis, which may have restarted empty or failed the write."""
+    disconnected = Node.objects.filter(pk__in=beats, connected=False)
+    beating = [
+        node_id
+        for node_id, last_seen in disconnected.values_list("pk", "last_seen_at")
+        if last_seen is None or beats[node_id] > last_seen.timestamp()
+    ]
+    if beating:
+        client().sadd(LOST, *beating)
+
+
 def _declare_lost(node_id: int, window: float) -> bool:
     """Take the node off and record its heartbeat-loss fault, unless another worker did or it
-    was heard from since the scan; a connection still open hears that it was declared lost
-    (`AgentConsumer.agent_lost`)."""
+    was heard from since the scan. Once that commits, the node is in `LOST`: if its
+    connection is still open, its next heartbeat takes it back."""
     cutoff = time.time() - window
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)
@@ -153,9 +170,8 @@ def _declare_lost(node_id: int, window: float) -> bool:
         ).exists()
         if not node.connected and not live_work:
             return False
-        if node.agent_channel:
-            channel = node.agent_channel
-            transaction.on_commit(lambda: tell_channels([(channel, {"type": "agent.lost"})]))
+        # After the commit: a heartbeat that took the node back before it would be undone.
+        transaction.on_commit(lambda: client().sadd(LOST, node_id), robust=True)
         Node.objects.filter(pk=node_id).update(connected=False, agent_channel="")
         record_fault(node_id, faults.lookup("heartbeat-loss"), f"no heartbeat for {window:.0f} s")
     return True

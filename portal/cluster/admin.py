@@ -133,9 +133,16 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Keep as hot spare (for fault recovery only)")
     def make_spare(self, request, queryset):
+        kept, refused = 0, 0
         for node in queryset:
-            audit("node.spare", node, actor=request.user)
-        queryset.update(spare=True)
+            try:
+                with transaction.atomic():
+                    kept += node.set_spare(True, request.user)
+            except Conflict as refusal:
+                refused += 1
+                self.message_user(request, str(refusal), messages.WARNING)
+        level = messages.WARNING if refused else messages.SUCCESS
+        self.message_user(request, f"{kept} node(s) kept as spares, {refused} refused.", level)
 
     @admin.action(description="Issue a new agent token (the old one stops working)")
     def issue_token(self, request, queryset):

@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.cluster.choices import HEALTH_MOVES, CommandState, Health, Severity
 from portal.core.errors import Conflict
@@ -51,8 +52,9 @@ class Pod(models.Model):
     name = models.CharField(max_length=64)
     hot_spares = models.PositiveSmallIntegerField(
         default=0,
-        help_text="Nodes kept free for fault recovery; a repaired node refills the pool when "
-        "it is short",
+        help_text=_(
+            "Nodes kept free for fault recovery; a repaired node refills the pool when it is short"
+        ),
     )
 
     class Meta:
@@ -102,7 +104,7 @@ class Node(models.Model):
     health_reason = models.CharField(max_length=300, blank=True, editable=False)
     health_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     spare = models.BooleanField(
-        default=False, help_text="Hot spare: kept free for fault recovery, never scheduled"
+        default=False, help_text=_("Hot spare: kept free for fault recovery, never scheduled")
     )
     # What the agent reports of itself: driver, CUDA, NVLink, CPU, memory, NICs, labels.
     facts = models.JSONField(default=dict, blank=True, editable=False)
@@ -148,6 +150,21 @@ class Node(models.Model):
         self.spare = True
         self.save(update_fields=["spare"])
         audit("node.spare", self, reason=f"refills the hot spares of {pod}")
+        return True
+
+    def set_spare(self, spare: bool, actor=None, reason: str = "") -> bool:
+        """Keep the node as a hot spare (for fault recovery only) or give it back to ordinary
+        work, audited. False, changing nothing, when it is so already; Conflict when it should
+        become a spare while it holds a job's GPUs: a recovery counts on a spare being free."""
+        if self.spare == spare:
+            return False
+        nodes = Node.objects.filter(pk=self.pk)
+        if spare:
+            nodes = nodes.filter(allocations__isnull=True)
+        if not nodes.update(spare=spare):
+            raise Conflict(f"{self} holds GPUs of a job: it cannot be kept as a spare")
+        self.spare = spare
+        audit("node.spare" if spare else "node.unspare", self, actor=actor, reason=reason)
         return True
 
     def issue_token(self) -> str:

@@ -15,9 +15,23 @@ from portal.core.redis import client
 
 # Redis keys, under "wanka:" so that none is ever taken for a Celery queue of the same name.
 TELEMETRY = "wanka:telemetry"  # Redis hash: node id -> latest heartbeat, as JSON
-BUSY = "wanka:busy"  # Redis hash: node id -> [time, busy GPUs, data center, GPU model], as JSON
+# Redis hash: node id -> a heartbeat in brief (`brief`), as JSON: what the dashboard's busy GPUs
+# and the cluster map read for every node, without the 12 MB of full samples at 12,500 nodes.
+BUSY = "wanka:busy"
 HISTORY = "wanka:utilization:history"  # Redis list of cluster utilization points, newest last
 HISTORY_POINTS = 900  # 30 minutes at one point every 2 s
+# The same rolled up, each point the mean of the finer points of its minute or hour: a day of
+# minutes and 30 days of hours; `ROLLED` holds the newest minute and hour already rolled.
+ROLLUPS = {  # resolution: (Redis list, seconds a point, points kept, rolled from)
+    "minute": ("wanka:utilization:minutes", 60, 1440, HISTORY),
+    "hour": ("wanka:utilization:hours", 3600, 720, "wanka:utilization:minutes"),
+}
+ROLLED = "wanka:utilization:rolled"
+# The ranges the charts offer: (resolution or None for the raw points, seconds shown).
+RANGES = {
+    "30m": (None, 1800), "1h": ("minute", 3600), "6h": ("minute", 6 * 3600),
+    "24h": ("minute", 86400), "7d": ("hour", 7 * 86400), "30d": ("hour", 30 * 86400),
+}  # fmt: skip
 STALE_S = 30  # telemetry older than this no longer counts as busy
 LAST_SEEN = "wanka:heartbeats"  # Redis sorted set: node id by time of its last heartbeat
 # Since when LAST_SEEN has been kept (set by the lost-node check when missing): a Redis that
@@ -26,13 +40,35 @@ SEEN_SINCE = "wanka:heartbeats:since"
 REPORTED = "wanka:reported_generation"  # Redis hash: node id -> the generation its agent reached
 
 
+def write_heartbeat(pipe, node_id: int, now: float, message: dict, group: tuple) -> None:
+    """Queue on `pipe` a heartbeat's sample and its brief; `group` is the node's (data center,
+    GPU model)."""
+    sample = {"ts": now, "gpus": message["gpus"], "workloads": message["workloads"]}
+    pipe.hset(TELEMETRY, node_id, json.dumps(sample))
+    pipe.hset(BUSY, node_id, json.dumps(brief(now, message["gpus"], group)))
+
+
+def brief(now: float, gpus: list[dict], group: tuple) -> list:
+    """[time, busy GPUs (the sum of their utilization: 8 at 50 % make 4.0), data center, GPU
+    model, GPUs reported, memory used (MiB), hottest GPU (C), power (W)]."""
+    return [
+        now,
+        sum(g["util"] for g in gpus) / 100,
+        *group,
+        len(gpus),
+        sum(g["memory_used_mb"] for g in gpus),
+        max((g["temperature_c"] for g in gpus), default=None),
+        round(sum(g["power_w"] for g in gpus)),
+    ]
+
+
 def busy_gpus() -> dict[tuple[str, str], float]:
     """Busy GPUs per (data center, GPU model): the sum of fresh heartbeats' utilization in GPUs
     (8 GPUs at 50 % make 4.0). Kept apart from the full samples, so this reads small values."""
     cutoff = time.time() - STALE_S
     busy = defaultdict(float)
     for raw in client().hvals(BUSY):
-        ts, gpus, datacenter, model = json.loads(raw)
+        ts, gpus, datacenter, model, *_ = json.loads(raw)
         if ts >= cutoff:
             busy[datacenter, model] += gpus
     return busy
@@ -89,7 +125,29 @@ def record_point(summary: dict) -> dict:
     redis = client()
     redis.rpush(HISTORY, json.dumps(point))
     redis.ltrim(HISTORY, -HISTORY_POINTS, -1)
+    roll_up(point["ts"])
     return point
+
+
+def roll_up(now: float) -> None:
+    """Append the mean point of every minute (and hour) that has ended since the last roll to
+    that resolution's list, from the finer points it holds; a minute with none is skipped. One
+    writer: the beat task that records."""
+    redis = client()
+    for resolution, (key, step, keep, finer) in ROLLUPS.items():
+        current = int(now // step)
+        last = redis.hget(ROLLED, resolution)
+        if last is not None and int(last) >= current - 1:
+            continue
+        ended = defaultdict(list)
+        for p in map(json.loads, redis.lrange(finer, -keep, -1)):
+            if (last is None or int(p["ts"] // step) > int(last)) and p["ts"] < current * step:
+                ended[int(p["ts"] // step)].append(p)
+        for slot, points in sorted(ended.items()):
+            mean = {k: sum(p[k] for p in points) / len(points) for k in ("allocated", "busy")}
+            redis.rpush(key, json.dumps({"ts": slot * step, "gpus": points[-1]["gpus"], **mean}))
+        redis.ltrim(key, -keep, -1)
+        redis.hset(ROLLED, resolution, current - 1)
 
 
 def publish_utilization() -> None:
@@ -101,8 +159,13 @@ def publish_utilization() -> None:
     send_now(CLUSTER_GROUP, {"type": "live.event", "event": "utilization", "payload": payload})
 
 
-def history() -> list[dict]:
-    return [json.loads(raw) for raw in client().lrange(HISTORY, 0, -1)]
+def history(span: str = "30m", now: float | None = None) -> list[dict]:
+    """Utilization points over one of `RANGES` up to now: every 2 s for the last 30 minutes,
+    a point a minute up to a day, an hour up to 30 days."""
+    resolution, seconds = RANGES[span]
+    key = HISTORY if resolution is None else ROLLUPS[resolution][0]
+    since = (time.time() if now is None else now) - seconds
+    return [p for p in map(json.loads, client().lrange(key, 0, -1)) if p["ts"] >= since]
 
 
 def node_live(node_id: int) -> dict:

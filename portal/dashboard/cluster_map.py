@@ -1,26 +1,32 @@
 """The cluster map for operators: every node of every data center, pod and leaf as one cell of
 a heatmap (health, GPUs held, utilization, memory, temperature, power), drawn from the node
 records and the latest heartbeats in Redis; a cell's hover names the workloads on the node, a
-click opens the node's page (its GPUs now, its workloads, faults and lifecycle).
+click opens the node's page (its GPUs now and over time, its workloads, faults and lifecycle).
 
 Built for 12,500 nodes: four queries and one Redis read, and columns (one list per figure)
 rather than a record per node, so the page's JSON stays small and the browser draws it at once.
 """
 
+import csv
 import json
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Sum
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils.translation import gettext as _
 
+from portal.cluster import gpu_history
 from portal.cluster.choices import Health
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import STALE_S, TELEMETRY, node_live
+from portal.cluster.summary import BUSY, STALE_S, node_live
 from portal.core.models import AuditEvent
 from portal.core.redis import client
+from portal.dashboard.views import RANGE_NAMES
 from portal.workloads.models import Allocation, Workload
 
 HEALTH = list(Health.values)  # a cell's health is its index here
@@ -46,7 +52,7 @@ def cluster_map() -> dict:
     jobs = defaultdict(set)
     for node_id, name in Allocation.objects.values_list("node_id", "workload__name").distinct():
         jobs[node_id].add(name)
-    beats = client().hgetall(TELEMETRY)
+    beats = client().hgetall(BUSY)
     fresh_after = time.time() - STALE_S
     rows, columns = [], defaultdict(list)
     leaf, place = None, 0
@@ -66,17 +72,17 @@ def cluster_map() -> dict:
 
 
 def _figures(raw: str | None, fresh_after: float, memory_mb: int | None) -> dict:
-    """A node's figures from its heartbeat, None each without a fresh one."""
-    beat = json.loads(raw) if raw is not None else {"ts": 0}
-    gpus = beat.get("gpus") or []
-    if beat["ts"] < fresh_after or not gpus:
+    """A node's figures from its heartbeat's brief (`summary.brief`), None each without a
+    fresh one."""
+    brief = json.loads(raw) if raw else [0]
+    if brief[0] < fresh_after or len(brief) < 8 or not brief[4]:  # stale, old or empty
         return {"util": None, "memory": None, "temperature": None, "power": None}
-    used = sum(g["memory_used_mb"] for g in gpus)
+    _, busy, _, _, gpus, used, hottest, power = brief
     return {
-        "util": round(sum(g["util"] for g in gpus) / len(gpus), 1),
+        "util": round(100 * busy / gpus, 1),
         "memory": round(100 * used / memory_mb, 1) if memory_mb else None,
-        "temperature": max(g["temperature_c"] for g in gpus),
-        "power": round(sum(g["power_w"] for g in gpus)),
+        "temperature": hottest,
+        "power": power,
     }
 
 
@@ -90,11 +96,14 @@ def cluster_map_page(request):
 
 @staff_member_required
 def node_page(request, pk):
-    """One node: where it sits and its state, each GPU's latest figures, the workloads on it,
-    its faults and its lifecycle (the audit trail of its moves)."""
+    """One node: where it sits and its state, each GPU's latest figures and its history over
+    `?range=` (1 h by default), the workloads on it, its faults and its lifecycle (the audit
+    trail of its moves)."""
     node = get_object_or_404(
         Node.objects.select_related("leaf__pod__datacenter", "gpu_model"), pk=pk
     )
+    span = request.GET.get("range")
+    span = span if span in gpu_history.SPANS else "1h"
     workloads = (
         Workload.objects.filter(allocations__node=node)
         .annotate(here=Count("allocations"))
@@ -112,5 +121,40 @@ def node_page(request, pk):
             "workloads": workloads,
             "faults": node.faults.order_by("-occurred_at")[:50],
             "history": history.select_related("actor").order_by("-at")[:50],
+            "telemetry": gpu_history.by_gpu(gpu_history.node_history(node.pk, span)),
+            "ranges": {key: RANGE_NAMES[key] for key in gpu_history.SPANS},
         },
     )
+
+
+# DCGM exporter's names for the figures, as a CSV's columns.
+DCGM = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE"]  # fmt: skip
+
+
+def node_telemetry(request, pk, fmt):
+    """A node's GPU history over `?range=` (1h to 30d): JSON in columns for its page's charts,
+    or CSV with a row per time and GPU. Operators only: anyone else is refused (403)."""
+    if not (request.user.is_active and request.user.is_staff):
+        raise PermissionDenied
+    if fmt not in ("json", "csv"):
+        raise Http404
+    node = get_object_or_404(Node.objects.only("name"), pk=pk)
+    span = request.GET.get("range", "1h")
+    if span not in gpu_history.SPANS:
+        error = _("Unknown range “%(range)s”: ask for one of %(ranges)s.") % {
+            "range": span,
+            "ranges": ", ".join(gpu_history.SPANS),
+        }
+        return JsonResponse({"error": error}, status=400)
+    found = gpu_history.node_history(node.pk, span)
+    if fmt == "json":
+        return JsonResponse(gpu_history.by_gpu(found))
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{node.name}-gpus-{span}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["time", "gpu", *DCGM])
+    for ts, rows in found["points"]:
+        at = datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+        writer.writerows([at, *row] for row in rows)
+    return response

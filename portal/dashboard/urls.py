@@ -1,11 +1,24 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from portal.dashboard import cluster_map, members, services, usage, views
+from portal.dashboard import (
+    approvals,
+    capacity,
+    cluster_map,
+    faults,
+    members,
+    operations,
+    queues,
+    services,
+    spares,
+    usage,
+    views,
+)
 from portal.dashboard.signin import SignInForm
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("utilization.csv", views.utilization_csv, name="utilization-csv"),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("workloads/", views.workload_list, name="workload-list"),
@@ -17,6 +30,7 @@ urlpatterns = [
     path("services/<int:pk>/", services.service_detail, name="service-detail"),
     path("services/<int:pk>/stop/", services.service_stop, name="service-stop"),
     path("quota/", views.quota, name="quota"),
+    path("queues/", queues.queues_page, name="queues"),
     path("usage/", usage.usage, name="usage-page"),
     path("tokens/", views.tokens, name="tokens"),
     path("members/", members.members, name="members"),
@@ -33,5 +47,26 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("ops/drill/", views.fault_drill, name="fault-drill"),
     path("ops/cluster/", cluster_map.cluster_map_page, name="cluster-map"),
+    path("ops/workloads/", operations.workload_list, name="ops-workloads"),
+    path("ops/audit/", operations.audit_log, name="ops-audit"),
+    path("ops/faults/", faults.fault_list, name="ops-faults"),
+    path("ops/workloads/<int:pk>/", operations.workload_page, name="ops-workload"),
+    path(
+        "ops/workloads/<int:pk>/<slug:action>/",
+        operations.workload_action,
+        name="ops-workload-action",
+    ),
     path("ops/nodes/<int:pk>/", cluster_map.node_page, name="node-page"),
+    path("ops/queues/<int:pk>/", capacity.queue_edit, name="ops-queue"),
+    path("ops/queues/cohorts/<int:pk>/", capacity.cohort_edit, name="ops-cohort"),
+    path("ops/spares/", spares.spare_pools, name="ops-spares"),
+    path("ops/spares/pods/<int:pk>/", spares.pod_target, name="ops-spare-pod"),
+    path("ops/spares/nodes/", spares.node_spare, name="ops-spare-node"),
+    path("ops/nodes/<int:pk>/gpus.<str:fmt>", cluster_map.node_telemetry, name="node-telemetry"),
+    path("ops/quota-requests/", approvals.quota_requests, name="ops-quota-requests"),
+    path(
+        "ops/quota-requests/<int:pk>/<slug:decision>/",
+        approvals.quota_request_decide,
+        name="ops-quota-decide",
+    ),
 ]

@@ -1,6 +1,6 @@
 """The usage page (GPU-hours and cost over a window, grouped, charted per day, downloadable as
-the API's CSV; a tenant's members see their own, operators every tenant's) and the bars of the
-quota page."""
+the API's CSV; a tenant's members see their own, operators every tenant's) and the budgets of
+the quota page."""
 
 from datetime import timedelta
 from urllib.parse import urlencode
@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -18,7 +17,7 @@ from portal.tenancy.models import membership_of
 from portal.workloads import usage as usage_report
 from portal.workloads.api.serializers import UsageQuerySerializer
 from portal.workloads.budgets import standings
-from portal.workloads.models import Allocation, Workload
+from portal.workloads.models import Workload
 
 WINDOWS = {
     "month": _("This month"),
@@ -89,45 +88,6 @@ def usage(request):
             },
         },
     )
-
-
-def quota_bars(tenant) -> list[dict]:
-    """Per queue and GPU model of the tenant: GPUs in use against its guarantee, its nominal
-    quota and what it borrows, with each segment's and mark's place in % of the bar."""
-    held = _held(tenant)
-    bars = []
-    for queue in tenant.queues.prefetch_related("quotas__gpu_model"):
-        for quota in queue.quotas.all():
-            used = held.get((queue.pk, quota.gpu_model.name), 0)
-            scale = max(used, quota.nominal, 1) * 1.1
-            guaranteed = min(used, quota.guarantee)
-            nominal = min(used, quota.nominal) - guaranteed
-            borrowed = max(0, used - quota.nominal)
-            bars.append(
-                {
-                    "queue": queue.name,
-                    "gpu_model": quota.gpu_model.name,
-                    "quota": quota,
-                    "used": used,
-                    "borrowed": borrowed,
-                    "segments": [
-                        (kind, 100 * n / scale)
-                        for kind, n in (("g", guaranteed), ("n", nominal), ("b", borrowed))
-                    ],
-                    "marks": [100 * quota.guarantee / scale, 100 * quota.nominal / scale],
-                }
-            )
-    return bars
-
-
-def _held(tenant) -> dict:
-    """GPUs held per (queue id, GPU model) of the tenant."""
-    rows = (
-        Allocation.objects.filter(workload__queue__tenant=tenant)
-        .values("workload__queue_id", "workload__gpu_model__name")
-        .annotate(n=Count("id"))
-    )
-    return {(r["workload__queue_id"], r["workload__gpu_model__name"]): r["n"] for r in rows}
 
 
 def budget_bars(tenant) -> list:

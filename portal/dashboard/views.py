@@ -1,8 +1,9 @@
 """Server-rendered pages. Forms validate through the API's serializers, so the browser and the
 REST API accept and refuse exactly the same things."""
 
+import csv
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -21,20 +22,23 @@ from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
-from portal.cluster.summary import cluster_summary, history
+from portal.cluster.summary import RANGES, cluster_summary, history
 from portal.core.models import audit
-from portal.dashboard.usage import budget_bars, quota_bars
+from portal.dashboard.queues import Tree, queue_rows
+from portal.dashboard.usage import budget_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_allowing, membership_of
-from portal.workloads import lifecycle, logs
+from portal.workloads import cycle, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
+from portal.workloads.charts import day_charts
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
-from portal.workloads.ettr import job_report, series
-from portal.workloads.filtersets import WorkloadFilterSet
+from portal.workloads.ettr import job_report
+from portal.workloads.filtersets import SortedWorkloadFilterSet
 from portal.workloads.models import IllegalTransition, Recovery, Workload, with_version
-from portal.workloads.usage import booked, gpu_hours, held_now, tide
+from portal.workloads.reasons import Reader
+from portal.workloads.usage import booked, gpu_hours, held_now
 from scheduler import faults, parallelism
 
 
@@ -51,26 +55,55 @@ def _tenant_workloads(request):
 def dashboard(request):
     membership = membership_of(request.user)
     workloads = Workload.objects.visible_to(request.user)
-    context = {"summary": cluster_summary(), "history": history()}
+    span = request.GET.get("range", "30m")
+    span = span if span in RANGES else "30m"
+    context = {
+        "summary": cluster_summary(),
+        "history": history(span),
+        "span": span,
+        "ranges": RANGE_NAMES,
+    }
     if membership:
         context["workloads"] = with_version(workloads.select_related("queue", "gpu_model"))[:15]
         context.update(live_query="", live_limit=15)
         holding = workloads.filter(state__in=HOLDING)
         context["active_gpus"], running = held_now(holding)
         context["gpu_hours"] = booked(membership.tenant.usage) + running
-    until = timezone.now()
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
-    context["ettr_series"] = series(workloads, until - timedelta(hours=24), until)
     context["ettr_scope"] = membership.tenant.name if membership else _("the cluster")
-    context["tide"] = tide(workloads, until - timedelta(hours=24), until)
+    scope = membership.tenant_id if membership else ("all" if request.user.is_staff else None)
+    context.update(day_charts(workloads, scope))
     return render(request, "dashboard/index.html", context)
+
+
+RANGE_NAMES = {
+    "30m": gettext_lazy("30 min, live"), "1h": gettext_lazy("1 h"), "6h": gettext_lazy("6 h"),
+    "24h": gettext_lazy("24 h"), "7d": gettext_lazy("7 days"), "30d": gettext_lazy("30 days"),
+}  # fmt: skip
+
+
+@login_required
+def utilization_csv(request):
+    """The utilization chart's points of one range (`?range=`, as the dashboard offers) as CSV:
+    time (UTC), GPUs, allocated, busy."""
+    span = request.GET.get("range", "30m")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="utilization-{span}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["time", "gpus", "allocated", "busy"])
+    for p in history(span if span in RANGES else "30m"):
+        at = datetime.fromtimestamp(p["ts"], UTC).isoformat(timespec="seconds")
+        writer.writerow([at, p["gpus"], round(p["allocated"], 1), round(p["busy"], 1)])
+    return response
 
 
 @login_required
 def workload_list(request):
     """The tenant's workloads, newest first, filtered; a filter that is not valid shows its
     errors and no rows, and a list longer than a page says how much longer."""
-    filterset = WorkloadFilterSet(request.GET, queryset=with_version(_tenant_workloads(request)))
+    filterset = SortedWorkloadFilterSet(
+        request.GET, queryset=with_version(_tenant_workloads(request))
+    )
     found = filterset.qs if filterset.is_valid() else Workload.objects.none()
     return render(
         request,
@@ -92,31 +125,33 @@ LIST_ROWS = 200  # the rows the workload list shows; the API pages through all o
 @login_required
 def workload_detail(request, pk):
     workload = get_object_or_404(_tenant_workloads(request), pk=pk)
+    return render(request, "dashboard/workload_detail.html", workload_context(workload))
+
+
+def workload_context(workload: Workload) -> dict:
+    """A job's page: its facts, history, ETTR, plans, saves, recoveries and the advisor's
+    table; for its tenant's members and, with the actions, for operators."""
     events = list(workload.events.all())
     report = job_report(workload)
     allocations = list(workload.allocations.select_related("node"))
-    return render(
-        request,
-        "dashboard/workload_detail.html",
-        {
-            "workload": workload,
-            "events": events,
-            "version": max((e.pk for e in events), default=0),
-            "parallel_plans": list(workload.parallel_plans.all()),
-            "nodes": sorted({a.node.name for a in allocations}),
-            "held": len(allocations),
-            "gpu_hours": gpu_hours(workload.usage, [workload]),
-            "ettr": report,
-            "phases": [
-                (phase.value, PHASE_NAMES[phase.value], seconds)
-                for phase, seconds in report["seconds"].items()
-            ],
-            "checkpoints": workload.checkpoints.all()[:20],
-            "recoveries": workload.recoveries.select_related("fault__node")[:20],
-            "advice": advice_report(workload.gpus),
-            "log_days": f"{settings.WANKA['LOG_RETENTION_DAYS']:g}",
-        },
-    )
+    return {
+        "workload": workload,
+        "events": events,
+        "version": max((e.pk for e in events), default=0),
+        "parallel_plans": list(workload.parallel_plans.all()),
+        "nodes": sorted({a.node.name for a in allocations}),
+        "held": len(allocations),
+        "gpu_hours": gpu_hours(workload.usage, [workload]),
+        "ettr": report,
+        "phases": [
+            (phase.value, PHASE_NAMES[phase.value], seconds)
+            for phase, seconds in report["seconds"].items()
+        ],
+        "checkpoints": workload.checkpoints.all()[:20],
+        "recoveries": workload.recoveries.select_related("fault__node")[:20],
+        "advice": advice_report(workload.gpus),
+        "log_days": f"{settings.WANKA['LOG_RETENTION_DAYS']:g}",
+    }
 
 
 @login_required
@@ -159,8 +194,10 @@ def _form_context(membership, data, serializer=None):
     return {
         "data": data,
         "errors": serializer.errors if serializer else {},
-        "queues": membership.tenant.queues.select_related("region").prefetch_related(
-            "quotas__gpu_model"
+        "queues": list(
+            membership.tenant.queues.select_related("region", "cohort")
+            .prefetch_related("quotas__gpu_model")
+            .order_by("name")
         ),
         "gpu_models": GpuModel.objects.all(),
         "regions": Region.objects.all(),
@@ -170,27 +207,32 @@ def _form_context(membership, data, serializer=None):
 @login_required
 def workload_new(request):
     membership = _membership(request, "write")
-    data = (
-        request.POST
-        if request.method == "POST"
-        else {
+    if request.method == "POST":
+        data = request.POST
+    elif "from" in request.GET:  # clone and resubmit: the form filled from one of the tenant's jobs
+        data = _as_form(get_object_or_404(membership.tenant.workloads, pk=request.GET["from"]))
+    else:
+        data = {
             "gpus": 16,
             "kind": Kind.TRAINING,
             "priority": PriorityClass.NORMAL,
             "topology": Topology.POD,
             "checkpoint_policy": CheckpointPolicy.ASYNC,
         }
-    )
-    serializer = None
+    serializer = preview = None
     if request.method == "POST":
         serializer = WorkloadSerializer(
             data=_blank_to_none(request.POST), context={"request": request}
         )
-        if serializer.is_valid():
+        if serializer.is_valid() and "preview" in request.POST:
+            draft = Workload(tenant=membership.tenant, **serializer.validated_data)
+            preview = cycle.preview(draft, Reader.for_request(request))
+        elif serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
+    context["preview"] = preview
     context.update(
         kinds=Kind.choices,
         priorities=PriorityClass.choices,
@@ -217,15 +259,41 @@ def quota(request):
     context["requests"] = membership.tenant.quota_requests.select_related(
         "queue", "gpu_model", "region"
     )[:50]
-    context.update(bars=quota_bars(membership.tenant), budgets=budget_bars(membership.tenant))
+    context.update(
+        bars=queue_rows(context["queues"], Tree(), hours=False),
+        budgets=budget_bars(membership.tenant),
+    )
     return render(request, "dashboard/quota.html", context)
 
 
 def _blank_to_none(post):
-    """HTML forms send '' for an empty number; the serializer wants it absent."""
+    """HTML forms send '' for an empty number; the serializer wants it absent. The environment
+    comes as NAME=value lines; a line without '=' is left for the serializer to refuse."""
     data = {key: value for key, value in post.items() if value != ""}
     data["topology_required"] = "topology_required" in post
+    lines = [line.strip() for line in data.pop("env", "").splitlines() if line.strip()]
+    if lines:
+        pairs = [line.partition("=") for line in lines]
+        whole = all(eq for _, eq, _ in pairs)
+        data["env"] = {name.strip(): value for name, _, value in pairs} if whole else lines
     return data
+
+
+def _as_form(workload):
+    """What the submit form shows to resubmit `workload`: its request, not its run."""
+    fields = WorkloadSerializer(workload).data
+    data = {name: fields[name] for name in CLONED if fields[name] is not None}
+    data["queue"], data["gpu_model"] = workload.queue.name, workload.gpu_model.name
+    data["env"] = "\n".join(f"{name}={value}" for name, value in workload.env.items())
+    return data
+
+
+# The request's fields a clone keeps (its queue and GPU model by name, its env as lines).
+CLONED = [
+    "name", "kind", "gpus", "min_gpus", "max_gpus", "priority", "topology", "topology_required",
+    "checkpoint_policy", "checkpoint_interval_s", "command", "time_limit_s",
+    "preemption_grace_s", "simulated_duration_s", "model", "global_batch",
+]  # fmt: skip
 
 
 @login_required

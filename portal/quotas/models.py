@@ -36,6 +36,16 @@ class Cohort(models.Model):
     def __str__(self):
         return self.name
 
+    def clean(self):
+        """A cohort never sits under itself, directly or through its parents (the engine would
+        cut the loop, and the tree would no longer say who lends to whom)."""
+        seen, parent = {self.pk}, self.parent
+        while parent is not None:
+            if parent.pk in seen:
+                raise ValidationError({"parent": _("A cohort cannot sit under itself.")})
+            seen.add(parent.pk)
+            parent = parent.parent
+
 
 THRESHOLD_NEEDS_BORROWING = (
     "A maximum priority threshold applies only when borrow_within_cohort is set."
@@ -76,7 +86,7 @@ class Queue(models.Model):
         Cohort, null=True, blank=True, on_delete=models.SET_NULL, related_name="queues"
     )
     priority = models.IntegerField(default=0)
-    weight = models.FloatField(default=1.0, help_text="Fair-share weight inside the cohort")
+    weight = models.FloatField(default=1.0, help_text=_("Fair-share weight inside the cohort"))
     strategy = models.CharField(
         max_length=20, choices=Strategy.choices, default=Strategy.BEST_EFFORT_FIFO
     )
@@ -86,41 +96,53 @@ class Queue(models.Model):
         max_length=16,
         choices=ReclaimWithinCohort.choices,
         default=ReclaimWithinCohort.ANY,
-        help_text="Under its nominal quota, take back what other queues of the cohort borrowed: "
-        "never, only from lower-priority work, or from any",
+        help_text=_(
+            "Under its nominal quota, take back what other queues of the cohort borrowed: "
+            "never, only from lower-priority work, or from any"
+        ),
     )
     within_cluster_queue = models.CharField(
         max_length=32,
         choices=WithinClusterQueue.choices,
         default=WithinClusterQueue.LOWER_PRIORITY,
-        help_text="Evict this queue's own work to start a job: never, lower-priority work, or also "
-        "newer work of the same priority",
+        help_text=_(
+            "Evict this queue's own work to start a job: never, lower-priority work, or also "
+            "newer work of the same priority"
+        ),
     )
     borrow_within_cohort = models.BooleanField(
         default=False,
-        help_text="While borrowing, evict lower-priority work other queues of the cohort borrowed",
+        help_text=_(
+            "While borrowing, evict lower-priority work other queues of the cohort borrowed"
+        ),
     )
     max_priority_threshold = models.IntegerField(
         null=True,
         blank=True,
-        help_text="With borrow_within_cohort, evict only work of at most this priority "
-        "(empty: any of lower priority)",
+        help_text=_(
+            "With borrow_within_cohort, evict only work of at most this priority "
+            "(empty: any of lower priority)"
+        ),
     )
     fair_sharing = models.CharField(
         max_length=64,
         choices=FairSharing.choices,
         default=FairSharing.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
-        help_text="How borrow_within_cohort weighs the two queues' shares: Off (only that this "
-        "queue's share is no larger than the other's before, which keeps the room with "
-        "the job), LessThanOrEqualToFinalShare (this queue's share after no larger than "
-        "the other's after), LessThanInitialShare (smaller than the other's before), or "
-        "the first and, where it finds no room, the second",
+        help_text=_(
+            "How borrow_within_cohort weighs the two queues' shares: Off (only that this "
+            "queue's share is no larger than the other's before, which keeps the room with "
+            "the job), LessThanOrEqualToFinalShare (this queue's share after no larger than "
+            "the other's after), LessThanInitialShare (smaller than the other's before), or "
+            "the first and, where it finds no room, the second"
+        ),
     )
     preempt_by_fair_share = models.BooleanField(
         default=False,
-        help_text="While borrowing, also evict other queues' borrowed work of this queue's "
-        "priority or above, as reclaim_within_cohort allows, when fair_sharing lets the shares "
-        "go (Kueue's preemption with fair sharing enabled)",
+        help_text=_(
+            "While borrowing, also evict other queues' borrowed work of this queue's "
+            "priority or above, as reclaim_within_cohort allows, when fair_sharing lets the shares "
+            "go (Kueue's preemption with fair sharing enabled)"
+        ),
     )
     # The preemption policy's fields, in the order the console and the API show them.
     PREEMPTION_FIELDS = (
@@ -132,25 +154,29 @@ class Queue(models.Model):
         "preempt_by_fair_share",
     )
     preemption_grace_s = models.PositiveIntegerField(
-        default=60, help_text="How long a preempted job of this queue may take to save first"
+        default=60, help_text=_("How long a preempted job of this queue may take to save first")
     )
     reclaim_deadline_s = models.PositiveIntegerField(
         null=True,
         blank=True,
-        help_text="When this queue's work takes GPUs back, the most its victims get to save "
-        "(an inference queue's scale-up should not wait out a training job's grace); empty: "
-        "each victim's own grace",
+        help_text=_(
+            "When this queue's work takes GPUs back, the most its victims get to save "
+            "(an inference queue's scale-up should not wait out a training job's grace); empty: "
+            "each victim's own grace"
+        ),
     )
     straggler_policy = models.CharField(
         max_length=8,
         choices=StragglerPolicy.choices,
         default=StragglerPolicy.ALERT,
-        help_text="What a straggler in one of this queue's jobs brings: an alert, or a spare",
+        help_text=_("What a straggler in one of this queue's jobs brings: an alert, or a spare"),
     )
     spans_datacenters = models.BooleanField(
         default=False,
-        help_text="Jobs that name no topology may use any data center of the region (a job with "
-        "a model spans them only where its planner says little is lost)",
+        help_text=_(
+            "Jobs that name no topology may use any data center of the region (a job with "
+            "a model spans them only where its planner says little is lost)"
+        ),
     )
 
     objects = TenantQuerySet.as_manager()
@@ -195,8 +221,10 @@ class Quota(models.Model):
     """Quota and limits for one GPU model. Empty limits mean unlimited."""
 
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
-    guarantee = models.PositiveIntegerField(default=0, help_text="Never lent, never reclaimed")
-    nominal = models.PositiveIntegerField(default=0, help_text="Lendable to the cohort when idle")
+    guarantee = models.PositiveIntegerField(default=0, help_text=_("Never lent, never reclaimed"))
+    nominal = models.PositiveIntegerField(
+        default=0, help_text=_("Lendable to the cohort when idle")
+    )
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
 
@@ -213,6 +241,7 @@ class Quota(models.Model):
             models.CheckConstraint(
                 condition=models.Q(guarantee__lte=models.F("nominal")),
                 name="%(app_label)s_%(class)s_guarantee_within_nominal",
+                violation_error_message=_("The guarantee cannot be more than the nominal quota."),
             ),
         ]
 
@@ -280,11 +309,17 @@ class CapacityCheck:
         return self.committed + self.requested <= self.capacity
 
     def __str__(self):
-        verdict = "fits" if self.fits else "exceeds capacity"
-        return (
-            f"{self.committed} committed + {self.requested} requested = "
-            f"{self.committed + self.requested} of {self.capacity} GPUs: {verdict}"
-        )
+        """As an operator reads it, in the operator's language."""
+        return _(
+            "%(committed)s committed + %(requested)s requested = %(total)s of %(capacity)s GPUs: "
+            "%(verdict)s"
+        ) % {
+            "committed": self.committed,
+            "requested": self.requested,
+            "total": self.committed + self.requested,
+            "capacity": self.capacity,
+            "verdict": _("fits") if self.fits else _("does not fit"),
+        }
 
 
 class QuotaRequest(models.Model):

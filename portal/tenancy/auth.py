@@ -46,6 +46,7 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     """Documents the bearer token in the OpenAPI schema."""
 
     target_class = ApiTokenAuthentication
+    match_subclasses = True
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import transaction
@@ -36,6 +37,7 @@ from portal.workloads.models import (
     Workload,
     transition,
 )
+from portal.workloads.reasons import Reader
 from scheduler import engine
 
 log = logging.getLogger(__name__)
@@ -109,52 +111,10 @@ def build_snapshot(now=None) -> engine.Snapshot:
         .values_list("workload_id", "at")
     )
     workloads = leaving + tuple(
-        engine.Workload(
-            id=w["id"],
-            queue_id=w["queue_id"],
-            gpu_model=w["gpu_model__name"],
-            gpus=w["gpus"],
-            # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
-            submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
-            priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
-            topology=_topology(w, budget),
-            topology_required=w["topology_required"],
-            placements=tuple(
-                engine.Placement(node_id, tuple(sorted(indices)))
-                for node_id, indices in placements[w["id"]].items()
-            ),
-            # A recovering (or resizing) workload is not resized again meanwhile.
-            min_gpus=None if w["state"] == State.RECOVERING else w["min_gpus"],
-            max_gpus=None if w["state"] == State.RECOVERING else w["max_gpus"],
-            started_at=_seconds(w["started_at"]),
-            time_limit_s=w["time_limit_s"],
-            last_checkpoint_at=_seconds(saved.get(w["id"])),
-            preempting=w["state"] == State.PREEMPTING,
-            throughput=_throughput(w, placements[w["id"]], budget),
-            resized_at=_seconds(resized.get(w["id"])),
-            spread=w["spread"] or None,
-        )
+        _engine_workload(w, placements[w["id"]], budget, saved.get(w["id"]), resized.get(w["id"]))
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
-        .values(
-            "id",
-            "queue_id",
-            "gpu_model__name",
-            "gpus",
-            "submitted_at",
-            "priority",
-            "topology",
-            "topology_required",
-            "min_gpus",
-            "max_gpus",
-            "started_at",
-            "time_limit_s",
-            "state",
-            "head_of_queue",
-            "model_spec",
-            "global_batch",
-            "spread",
-        )
+        .values(*COLUMNS)
     )
     return engine.Snapshot(
         nodes=nodes,
@@ -164,6 +124,68 @@ def build_snapshot(now=None) -> engine.Snapshot:
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
         budgets=budgets.engine_budgets(now or timezone.now()),
     )
+
+
+COLUMNS = (
+    "id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority", "topology",
+    "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
+    "head_of_queue", "model_spec", "global_batch", "spread",
+)  # fmt: skip
+
+
+def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Workload:
+    """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds."""
+    return engine.Workload(
+        id=w["id"],
+        queue_id=w["queue_id"],
+        gpu_model=w["gpu_model__name"],
+        gpus=w["gpus"],
+        # Requeued after a fault: before the rest of its queue. Recovering: not a victim.
+        submitted_at=0.0 if w["head_of_queue"] else w["submitted_at"].timestamp(),
+        priority=UNPREEMPTIBLE if w["state"] == State.RECOVERING else w["priority"],
+        topology=_topology(w, budget),
+        topology_required=w["topology_required"],
+        placements=tuple(
+            engine.Placement(node_id, tuple(sorted(indices))) for node_id, indices in placed.items()
+        ),
+        # A recovering (or resizing) workload is not resized again meanwhile.
+        min_gpus=None if w["state"] == State.RECOVERING else w["min_gpus"],
+        max_gpus=None if w["state"] == State.RECOVERING else w["max_gpus"],
+        started_at=_seconds(w["started_at"]),
+        time_limit_s=w["time_limit_s"],
+        last_checkpoint_at=_seconds(saved),
+        preempting=w["state"] == State.PREEMPTING,
+        throughput=_throughput(w, placed, budget),
+        resized_at=_seconds(resized),
+        spread=w["spread"] or None,
+    )
+
+
+def preview(workload: Workload, reader: Reader) -> dict:
+    """What the next cycle would do with `workload`, not yet saved: the engine's plan of the
+    current snapshot with it added as the newest of its queue, nothing written. `starts`, and
+    on how many nodes; or why it would wait (read by `reader`) and its place in its queue."""
+    now = timezone.now()
+    snapshot = build_snapshot(now)
+    fields = {
+        **{column: getattr(workload, column, None) for column in COLUMNS},
+        "id": -1,
+        "queue_id": workload.queue_id,
+        "gpu_model__name": workload.gpu_model.name,
+        "state": State.PENDING,
+        "submitted_at": now,
+        "head_of_queue": False,
+    }
+    added = _engine_workload(fields, {}, parallel.Budget(), None, None)
+    plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
+    for admission in plan.admissions:
+        if admission.workload_id == -1:
+            nodes = len({p.node_id for p in admission.placements})
+            return {"starts": True, "nodes": nodes, "reason": "", "position": None}
+    waiting = next((p for p in plan.pending if p.workload_id == -1), None)
+    reason = waiting.reason.replace("workload -1", "this job") if waiting else ""
+    position = waiting.position if waiting else None
+    return {"starts": False, "nodes": 0, "reason": reader.read(reason), "position": position}
 
 
 def _leaving(placements: dict) -> tuple[engine.Workload, ...]:

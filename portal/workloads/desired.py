@@ -14,6 +14,8 @@ from django.db.models import Count, F, Max
 
 from portal.cluster.delivery import tell
 from portal.cluster.models import Node
+from portal.cluster.summary import REPORTED
+from portal.core.redis import client
 from portal.workloads import allocations, parallel
 from portal.workloads.choices import CheckpointStatus, State
 from portal.workloads.models import (
@@ -26,6 +28,8 @@ from portal.workloads.models import (
 from scheduler.agent import contract, protocol
 
 MASTER_PORT_BASE = 29500
+# Redis hash: node id -> the generation its agent was behind at, on the last sweep.
+BEHIND = "wanka:behind_generation"
 
 
 def desired_state(node: Node) -> dict:
@@ -181,3 +185,33 @@ def sync_nodes(node_ids) -> None:
     already sent a newer generation looks the state up again instead."""
     states = desired_states(list(node_ids))
     tell({node_id: {"type": "agent.sync", "state": state} for node_id, state in states.items()})
+
+
+def resync_behind() -> list[int]:
+    """Connected nodes whose agents are still behind the same generation as on the last sweep
+    hear their whole desired state again. A worker that dies between a commit and its
+    `sync_nodes`, or a channel message lost with a restarting Redis, then costs one sweep, not
+    a job left admitted for good. A node behind for the first time is left alone: its state is
+    on its way. One query and three Redis round trips for any number of nodes."""
+    generations = dict(Node.objects.filter(connected=True).values_list("pk", "generation"))
+    redis = client()
+    reached = redis.hmget(REPORTED, list(generations)) if generations else []
+    behind = {
+        node_id: generation
+        for (node_id, generation), at in zip(generations.items(), reached, strict=True)
+        if int(at or 0) < generation
+    }
+    before = redis.hgetall(BEHIND)
+    again = [
+        node_id
+        for node_id, generation in behind.items()
+        if before.get(str(node_id)) == str(generation)
+    ]
+    with redis.pipeline() as pipe:
+        pipe.delete(BEHIND)
+        if behind:
+            pipe.hset(BEHIND, mapping=behind)
+        pipe.execute()
+    if again:
+        sync_nodes(again)
+    return again

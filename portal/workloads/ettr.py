@@ -5,11 +5,11 @@ Three queries for any number of workloads."""
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from portal.workloads.models import Checkpoint, Recovery, Workload, WorkloadEvent
-from scheduler.ettr import Phase, Span, ratio, split, totals
+from scheduler.ettr import STATE_PHASES, Phase, Span, pieces, ratio, split, totals
 
 
 def timelines(workloads: list[Workload], until: datetime | None = None) -> dict[int, list[Span]]:
@@ -58,10 +58,16 @@ def job_report(workload: Workload) -> dict:
 
 
 def _active(workloads, since: datetime, until: datetime) -> list[Workload]:
+    """The workloads that were in the system during [since, until) and ever left the queue
+    (before their first admission a job has no ETTR)."""
+    left_the_queue = WorkloadEvent.objects.filter(
+        workload=OuterRef("pk"), to_state__in=[s for s in STATE_PHASES if s != "pending"]
+    )
     return list(
         workloads.select_related(None)
         .filter(submitted_at__lt=until)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .filter(Exists(left_the_queue))
         .only("pk", "gpus", "submitted_at")
     )
 
@@ -100,21 +106,30 @@ def window_report(workloads, since: datetime, until: datetime) -> dict:
 
 
 def series(workloads, since: datetime, until: datetime, buckets: int = 24) -> list[dict]:
-    """ETTR per equal slice of [since, until): the cluster's or a tenant's over time."""
+    """ETTR and goodput per equal slice of [since, until): the cluster's or a tenant's over
+    time, each job's spans split over the slices in one pass."""
     jobs = _active(workloads, since, until)
     spans = timelines(jobs, until)
-    lo, hi = since.timestamp(), until.timestamp()
-    width = (hi - lo) / buckets
-    points = []
-    for i in range(buckets):
-        a = lo + i * width
-        report = _aggregate(jobs, spans, a, a + width)
-        points.append(
-            {
-                "start": a,
-                "ettr": report["ettr"],
-                "goodput": report["goodput"],
-                "jobs": report["jobs"],
-            }
-        )
-    return points
+    lo, width = since.timestamp(), (until - since).total_seconds() / buckets
+    seconds = [dict.fromkeys(Phase, 0.0) for _ in range(buckets)]
+    useful, held, counted = [0.0] * buckets, [0.0] * buckets, [0] * buckets
+    for job in jobs:
+        touched = set()
+        for i, phase, part in pieces(spans[job.pk], lo, width, buckets):
+            touched.add(i)
+            seconds[i][phase] += part
+            if phase == Phase.PRODUCTIVE:
+                useful[i] += job.gpus * part
+            if phase != Phase.QUEUED:
+                held[i] += job.gpus * part
+        for i in touched:
+            counted[i] += 1
+    return [
+        {
+            "start": lo + i * width,
+            "ettr": ratio(seconds[i]),
+            "goodput": useful[i] / held[i] if held[i] else None,
+            "jobs": counted[i],
+        }
+        for i in range(buckets)
+    ]

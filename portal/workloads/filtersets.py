@@ -4,6 +4,15 @@ from django.utils.translation import gettext_lazy as _
 from portal.workloads.choices import Kind, State
 from portal.workloads.models import Workload
 
+# How lists of workloads sort: the API's `ordering` values, and their names.
+SORTS = {
+    "-submitted_at": _("Newest first"),
+    "submitted_at": _("Oldest first"),
+    "-gpus": _("Most GPUs first"),
+    "-priority": _("Highest priority first"),
+    "estimated_start": _("Soonest estimated start first"),
+}
+
 
 class WorkloadFilterSet(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=State.choices, label=_("State"))
@@ -15,3 +24,24 @@ class WorkloadFilterSet(django_filters.FilterSet):
     class Meta:
         model = Workload
         fields = ["state", "kind", "queue", "gpu_model", "name"]
+
+
+class _StableOrdering(django_filters.OrderingFilter):
+    """The chosen order, then the id, as the API sorts (`portal.core.ordering.StableOrdering`)."""
+
+    def filter(self, qs, value):
+        return qs.order_by(*value, "-id") if value else qs
+
+
+class SortedWorkloadFilterSet(WorkloadFilterSet):
+    """The pages' lists: the API's filters and a sort, under the API's own `ordering` name and
+    values, so a list that follows live through the API gets its rows in the same order."""
+
+    ordering = _StableOrdering(
+        fields=["submitted_at", "estimated_start", "gpus", "priority"],
+        choices=list(SORTS.items()),
+        label=_("Sort"),
+    )
+
+    class Meta(WorkloadFilterSet.Meta):
+        fields = [*WorkloadFilterSet.Meta.fields, "ordering"]

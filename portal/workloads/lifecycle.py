@@ -179,7 +179,7 @@ def cancel(workload: Workload, actor=None, reason: str = "cancelled by user") ->
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         transition(workload, State.CANCELLED, reason=reason, actor=actor)
         release(workload)
-        audit("workload.cancelled", workload, actor=actor, tenant=workload.tenant)
+        audit("workload.cancelled", workload, actor=actor, tenant=workload.tenant, reason=reason)
     return workload
 
 

@@ -213,6 +213,9 @@ class WorkloadEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+        # A workload's newest event (its version, read for every row of a list) is one index
+        # probe; without it PostgreSQL walks the primary key back for a job with no events.
+        indexes = [models.Index(fields=["workload", "-id"], name="workload_event_newest")]
 
     def __str__(self):
         return f"{self.workload}: {self.from_state} -> {self.to_state}"

@@ -37,13 +37,16 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 30
 
 
-def begin(workload: Workload, reason: str, deadline_s: int | None = None) -> set[int]:
-    """The plan preempts `workload` (inside the plan's transaction): it saves first when its
-    policy saves and its processes run, else it is told to stop at once; within its grace, cut
-    to `deadline_s` (the claimant's queue's reclaim deadline). Returns the nodes whose desired
-    state changed, for the plan's one `nodes_changed`."""
+def begin(
+    workload: Workload, reason: str, deadline_s: int | None = None, save: bool = True
+) -> set[int]:
+    """The plan (or an operator) preempts `workload`, inside its transaction: it saves first
+    when its policy saves, its processes run and `save` allows, else it is told to stop at
+    once; within its grace, cut to `deadline_s` (the claimant's queue's reclaim deadline).
+    Returns the nodes whose desired state changed, for the caller's one `nodes_changed`."""
     workload = Workload.objects.select_for_update().get(pk=workload.pk)
-    saves = workload.state == State.RUNNING and workload.checkpoint_policy != CheckpointPolicy.NONE
+    policy_saves = workload.checkpoint_policy != CheckpointPolicy.NONE
+    saves = save and workload.state == State.RUNNING and policy_saves
     now = timezone.now()
     transition(workload, State.PREEMPTING, reason=reason, preempted_at=now)
     if not saves:

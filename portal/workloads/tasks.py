@@ -1,6 +1,15 @@
 from celery import shared_task
 
-from portal.workloads import budgets, checkpoints, eta, logs, preemption, recovery
+from portal.workloads import (
+    budgets,
+    charts,
+    checkpoints,
+    desired,
+    eta,
+    logs,
+    preemption,
+    recovery,
+)
 from portal.workloads.cycle import run_cycles
 
 
@@ -57,3 +66,15 @@ def refresh_estimates() -> int | None:
     """Beat, every 30 s: estimated starts of pending work (`eta.refresh`), one refresh at a
     time; None when another was still running."""
     return eta.refresh_once()
+
+
+@shared_task(soft_time_limit=20, expires=10)
+def resync_agents() -> list[int]:
+    """Beat, every 10 s: agents still behind their nodes' desired state hear it again."""
+    return desired.resync_behind()
+
+
+@shared_task(soft_time_limit=20, expires=20)
+def refresh_day_charts() -> None:
+    """Beat, every 30 s: the cluster's dashboard charts, kept for every web process."""
+    charts.refresh_cluster()

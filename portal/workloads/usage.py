@@ -107,30 +107,42 @@ def usage_rows(workloads, since, until, keys=BY_QUEUE, now=None) -> list[dict]:
     `workloads` (a queryset), one row per value of `keys`: booked stretches (summed by the
     database where they lie wholly inside the window, pro rata where they straddle an end)
     and the GPUs held `now` (default: now)."""
-    rows: dict[tuple, dict] = {}
+    return usage_windows(workloads, [since], until, keys, now)[since]
 
-    def add(values, hours, gpus=0):
-        row = rows.get(values)
-        if row is None:
-            row = rows[values] = {**dict(zip(keys, values, strict=True)), "in_use": 0}
-            row["gpu_hours"] = 0.0
-        row["in_use"] += gpus
-        row["gpu_hours"] += hours
 
+def usage_windows(workloads, sinces, until, keys=BY_QUEUE, now=None) -> dict:
+    """`usage_rows` of several windows ending at `until` (this week, this month), by their
+    start: the GPUs held now are read once for all of them."""
+    if not sinces:
+        return {}
     paths = _paths(keys)
-    booked = _records(workloads, since, until)
-    inside = Q(started_at__gte=since, ended_at__lte=until)
-    summed = booked.filter(inside).values(*paths).annotate(hours=Sum("gpu_hours")).order_by()
-    for *values, hours in summed.values_list(*paths, "hours"):
-        add(tuple(values), hours)
-    straddling = booked.exclude(inside).values_list(*paths, "started_at", "ended_at", "gpu_hours")
-    for *values, start, end, hours in straddling:
-        add(tuple(values), _inside(start, end, hours, since, until))
-    for values, start, end, hours, gpus in _held(
-        Allocation.objects.filter(workload__in=workloads), paths, now
-    ):
-        add(values, _inside(start, end, hours, since, until), gpus)
-    return [rows[key] for key in sorted(rows, key=_order)]
+    held = list(_held(Allocation.objects.filter(workload__in=workloads), paths, now))
+    windows = {}
+    for since in sinces:
+        rows: dict[tuple, dict] = {}
+
+        def add(values, hours, gpus=0, rows=rows):
+            row = rows.get(values)
+            if row is None:
+                row = rows[values] = {**dict(zip(keys, values, strict=True)), "in_use": 0}
+                row["gpu_hours"] = 0.0
+            row["in_use"] += gpus
+            row["gpu_hours"] += hours
+
+        booked = _records(workloads, since, until)
+        inside = Q(started_at__gte=since, ended_at__lte=until)
+        summed = booked.filter(inside).values(*paths).annotate(hours=Sum("gpu_hours")).order_by()
+        for *values, hours in summed.values_list(*paths, "hours"):
+            add(tuple(values), hours)
+        straddling = booked.exclude(inside).values_list(
+            *paths, "started_at", "ended_at", "gpu_hours"
+        )
+        for *values, start, end, hours in straddling:
+            add(tuple(values), _inside(start, end, hours, since, until))
+        for values, start, end, hours, gpus in held:
+            add(values, _inside(start, end, hours, since, until), gpus)
+        windows[since] = [rows[key] for key in sorted(rows, key=_order)]
+    return windows
 
 
 def _order(values: tuple) -> list[str]:
@@ -168,19 +180,34 @@ def report(workloads, since, until, group_by=BY_QUEUE, now=None) -> list[dict]:
 
 def series(workloads, since, until, key: str, step: timedelta) -> dict:
     """GPU-hours within [since, until] per slice of `step` (whole hours or days of UTC) and
-    value of `key`, for charts: `{"starts": [slice starts], "series": {value: [GPU-hours]}}`."""
+    value of `key`, for charts: `{"starts": [slice starts], "series": {value: [GPU-hours]}}`.
+    A stretch's first and last slices get their part of it; the whole slices between them,
+    the same share each, are added through a difference array, so a long stretch costs no
+    more than a short one."""
     origin = datetime.fromtimestamp(
         since.timestamp() // step.total_seconds() * step.total_seconds(), UTC
     )
     count = max(1, ceil((until - origin) / step))
     starts = [origin + i * step for i in range(count)]
     found: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
+    steps: dict[str, list[float]] = defaultdict(lambda: [0.0] * (count + 1))
     for (value,), start, end, hours, _ in _stretches(workloads, since, until, (key,)):
+        name = "" if value is None else str(value)
         first = max(0, int((start - origin) / step))
         last = min(count - 1, int((end - origin) / step))
-        for i in range(first, last + 1):
+        ends = range(first, last + 1) if last - first < 2 else (first, last)
+        for i in ends:
             part = _inside(start, end, hours, max(starts[i], since), min(starts[i] + step, until))
-            found["" if value is None else str(value)][i] += part
+            found[name][i] += part
+        if last - first >= 2:  # whole slices, all inside [since, until] and the stretch
+            share = hours * (step / (end - start))
+            steps[name][first + 1] += share
+            steps[name][last] -= share
+    for name, changes in steps.items():
+        level = 0.0
+        for i in range(count):
+            level += changes[i]
+            found[name][i] += level
     return {"starts": starts, "series": dict(sorted(found.items()))}
 
 

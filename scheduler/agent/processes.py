@@ -58,6 +58,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -122,6 +123,7 @@ class _Proc:
     waiters: dict[str, asyncio.Future[ManifestEntry]] = field(default_factory=dict)
     request_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watcher: asyncio.Task[None] | None = None
+    listening: bool = False  # an inference replica's server has accepted a connection
 
 
 class ProcessBackend:
@@ -288,11 +290,18 @@ class ProcessBackend:
 
     def serving(self, workload_id: int) -> Serving | None:
         """A replica's server listens on its port of this machine; its load is what it last
-        wrote to its load file, if it keeps one and wrote in the last LOAD_FRESH_S."""
+        wrote to its load file, if it keeps one and wrote in the last LOAD_FRESH_S. None until
+        the server first accepts a connection: a replica still loading is not ready."""
         proc = self._procs[workload_id]
         port = proc.assignment.serve_port
         if not port:
             return None
+        if not proc.listening:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            except OSError:
+                return None
+            proc.listening = True
         host = self._machine.inventory().hostname
         try:
             path = proc.workdir / LOAD_FILE

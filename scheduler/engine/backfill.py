@@ -71,7 +71,7 @@ def reserve(pool: Pool, occupancy: Occupancy, workload: Workload) -> Reservation
     needs = {}
     for level in levels_up_to(widest):
         for domain in pool.domains_at(DEPTH[level]):
-            if len(pool.domain_nodes(domain)) >= count:
+            if pool.domain_size(domain) >= count:
                 level_of[domain] = level
                 needs[domain] = count - pool.whole(domain)
     if not needs:
@@ -98,6 +98,8 @@ def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
                 seen[domain] += 1
                 if seen[domain] >= needs[domain]:
                     starts[domain] = when
+        if len(starts) == len(needs):
+            break  # every domain has its start
     return starts
 
 

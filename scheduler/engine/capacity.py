@@ -183,6 +183,7 @@ class Pool:
         self._free_gpus: Counter[Domain] = Counter()
         self._children: dict[Domain, set[Domain]] = defaultdict(set)
         self._domain_nodes: dict[Domain, list[Node]] = defaultdict(list)  # leaves; others lazily
+        self._sizes: dict[Domain, int] = {}  # nodes per domain above a leaf, counted lazily
         # Partly free nodes by free-GPU count, each a heap of (name, id); entries go stale when
         # a node's count changes and are dropped when seen.
         self._partial: dict[int, list[tuple[str, int]]] = defaultdict(list)
@@ -288,9 +289,20 @@ class Pool:
                 for child in sorted(self._children[domain])
                 for node in self.domain_nodes(child)
             ]
-            found.sort(key=lambda node: (node.name, node.id))
+            found.sort(key=attrgetter("name", "id"))
             self._domain_nodes[domain] = found
         return found
+
+    def domain_size(self, domain: Domain) -> int:
+        """How many schedulable nodes a domain has."""
+        nodes = self._domain_nodes.get(domain)
+        if nodes is not None:
+            return len(nodes)
+        size = self._sizes.get(domain)
+        if size is None:
+            size = sum(self.domain_size(child) for child in self._children.get(domain, ()))
+            self._sizes[domain] = size
+        return size
 
     def whole(self, domain: Domain) -> int:
         """Free whole nodes in a domain."""

@@ -356,24 +356,27 @@ class Cycle:
         charge the quota. Raises Inadmissible with the reason when there is no room."""
         try:
             placements = self._apart(pool, workload) or pool.find(workload)
-        except Inadmissible as no_room:
-            self._backfill(pool, queue, workload, no_room)
+        except Inadmissible as why:
+            # Only its reason goes on: re-raising the exception from a frame that holds it
+            # makes a reference cycle (exception, traceback, frame) that keeps its frames, and
+            # so the cycle's state, alive until a full garbage collection.
+            no_room = str(why)
+        else:
+            self._book(pool, queue, workload, placements)
             return
-        self._book(pool, queue, workload, placements)
+        self._backfill(pool, queue, workload, no_room)
 
     def _apart(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
         """Room away from the other members of its spread group, or none."""
         used = self.spread.get(workload.spread) if workload.spread else None
         return pool.find_apart(workload, used) if used else ()
 
-    def _backfill(
-        self, pool: Pool, queue: Queue, workload: Workload, no_room: Inadmissible
-    ) -> None:
+    def _backfill(self, pool: Pool, queue: Queue, workload: Workload, no_room: str) -> None:
         """Place the workload on GPUs held for reservations it may use, lent for the moment
         ("try, then restore"), or raise why not, naming the reservations that keep it off."""
         reserved = [o for o in self.reserving.backfillable.get(pool, ()) if pool.held_nodes(o)]
         if not reserved:
-            raise no_room
+            raise Inadmissible(no_room)
         owners = []
         if not self.reserving.kept_out.threaten(workload, queue, self.ledger):
             owners = [
@@ -385,11 +388,11 @@ class Cycle:
             return
         kept_off = tuple((o, pool.held_nodes(o)) for o in reserved if o not in owners)
         self._keep_out(pool, queue, workload, [o for o, _ in kept_off])
-        key = (str(no_room), kept_off)
+        key = (no_room, kept_off)
         reason = self.reserving.kept_off.get(key)
         if reason is None:
-            reason = self.reserving.kept_off[key] = kept_off_reason(key[0], dict(kept_off))
-        raise Inadmissible(reason) from None
+            reason = self.reserving.kept_off[key] = kept_off_reason(no_room, dict(kept_off))
+        raise Inadmissible(reason)
 
     def _fits_lent(
         self, pool: Pool, workload: Workload, owners: list[int], book: Queue | None = None

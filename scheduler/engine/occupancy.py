@@ -7,11 +7,32 @@ claims victims, so neither preemption nor reservations ever scan the whole snaps
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from scheduler.engine.capacity import Capacity, Pool
 from scheduler.engine.model import Node, Placement, Workload
+
+
+@dataclass
+class QueueMoves:
+    """Preemption's moves of one queue's candidates in one pool under one rule: the shrinks,
+    the evictions in `Occupancy.ordered`'s order with their priorities, and per priority
+    bound the part of them a claimant below it takes (see `preemption`), kept until the queue
+    loses a candidate. Searches read them, never modify them."""
+
+    shrinks: list
+    evictions: list
+    priorities: list[int]
+    taken: dict = field(default_factory=dict)  # bound -> (shrinks, evictions)
+
+    def drop(self, index: int, workload: Workload) -> None:
+        """Forget a candidate claimed, the one at `index` in value order."""
+        del self.evictions[index], self.priorities[index]
+        self.shrinks = [m for m in self.shrinks if m.workload is not workload]
+        self.taken.clear()
 
 
 class Occupancy:
@@ -29,24 +50,27 @@ class Occupancy:
         self._unindexed: list[Workload] = []  # running work noted but not indexed yet
         self._values: dict[int, tuple] = {}
         self._held_on: dict[int, dict[int, int]] = {}
+        self._by_name: dict[int, list[tuple[str, int]]] = {}
         self._ordered: dict[tuple[Pool, int], list[Workload]] = {}
-        # Preemption's moves per (workload, rule) and per (pool, queue, rule), made once.
+        # Preemption's moves per (workload, rule), made once, and per (pool, queue) and rule
+        # those of the queue's candidates, which `claim` keeps current.
         self.moves: dict[tuple[int, int], list] = {}
-        self.queue_moves: dict[tuple, tuple] = {}
+        self.queue_moves: dict[tuple[Pool, int], dict[int, QueueMoves]] = {}
+        # Victims all of whose nodes are held for reservations (or unschedulable): no small job
+        # can use what they free. Holds only grow within a cycle, so they stay out of reach.
+        self.out_of_reach: set[int] = set()
         self._soonest: dict[Pool, list[tuple[float, str, Node]]] = {}
         self._changed: set[int] = set()  # nodes given work this cycle
 
     def ordered(self, pool: Pool, queue_id: int) -> list[Workload]:
-        """The queue's candidate victims in the pool, least valuable first (`value`)."""
-        members = self.candidates[pool].get(queue_id)
-        if not members:
-            return []
+        """The queue's candidate victims in the pool, least valuable first (`value`): sorted
+        once a cycle, then kept current by `claim` (do not modify)."""
         cached = self._ordered.get((pool, queue_id))
         if cached is None:
+            members = self.candidates[pool].get(queue_id)
+            if not members:
+                return []
             cached = sorted(members.values(), key=self.value)
-            self._ordered[pool, queue_id] = cached
-        if len(cached) != len(members):  # some were claimed since
-            cached = [w for w in cached if w.id in members]
             self._ordered[pool, queue_id] = cached
         return cached
 
@@ -55,6 +79,20 @@ class Occupancy:
         found = self._held_on.get(workload.id)
         if found is None:
             found = self._held_on[workload.id] = held_per_node(workload)
+        return found
+
+    def nodes_by_name(self, workload: Workload) -> list[tuple[str, int]]:
+        """(name, id) of the schedulable nodes the workload holds GPUs on, by name; computed
+        once per cycle."""
+        found = self._by_name.get(workload.id)
+        if found is None:
+            found = []
+            for placement in workload.placements:
+                pool = self._capacity.pool_of(placement.node_id)
+                if pool is not None and placement.gpu_indices:
+                    found.append((pool.node(placement.node_id).name, placement.node_id))
+            found.sort()
+            self._by_name[workload.id] = found
         return found
 
     def value(self, workload: Workload) -> tuple:
@@ -107,8 +145,16 @@ class Occupancy:
         self._changed.update(p.node_id for p in placements)
 
     def claim(self, pool: Pool, workload: Workload) -> None:
-        """Take a victim (or a releasing workload) out of the candidates: it is spoken for."""
-        self.candidates[pool][workload.queue_id].pop(workload.id, None)
+        """Take a victim (or a releasing workload) out of the candidates, their order and the
+        moves made of them: it is spoken for."""
+        if self.candidates[pool][workload.queue_id].pop(workload.id, None) is not None:
+            key = (pool, workload.queue_id)
+            ordered = self._ordered.get(key)
+            if ordered is not None:
+                index = bisect_left(ordered, self.value(workload), key=self.value)
+                del ordered[index]
+                for moves in self.queue_moves.get(key, {}).values():
+                    moves.drop(index, workload)
         self.releasing[pool].pop(workload.id, None)
 
     def soonest_free(self, pool: Pool) -> Iterator[tuple[float, Node]]:

@@ -69,7 +69,7 @@ from scheduler.engine.model import (
     Workload,
 )
 from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
-from scheduler.engine.occupancy import Occupancy
+from scheduler.engine.occupancy import Occupancy, QueueMoves
 from scheduler.engine.quota import QuotaLedger
 
 # Victim searches that find no room a queue may run per cycle. This bounds a cycle's cost; the
@@ -123,23 +123,9 @@ class VictimSearch:
             evictions: list[Move] = []
             segments = []
             for rule, queue_id, below in self._victim_queues():
-                queue_shrinks, queue_evictions, priorities = self._queue_moves(rule, queue_id)
-                count = len(priorities) if below is None else bisect_left(priorities, below)
-                taken = queue_evictions[:count]
-                taken_shrinks = [
-                    m for m in queue_shrinks if below is None or m.workload.priority < below
-                ]
-                if rule == Rule.PRIORITY and self._newer_equal:
-                    # Kueue's LowerOrNewerEqualPriority: also work of the claimant's priority
-                    # submitted after it (still in value order: it comes next).
-                    for move in queue_evictions[count : bisect_right(priorities, below)]:
-                        if move.workload.submitted_at > self.claimant.workload.submitted_at:
-                            *shrink, evict = self._cached(Rule.NEWER, move.workload)
-                            taken_shrinks += shrink
-                            taken.append(evict)
+                queue_shrinks, taken = self._taken(self._queue_moves(rule, queue_id), rule, below)
                 if taken:
-                    # In each victim queue's turn, shrinks losing least throughput first.
-                    shrinks += _by_throughput_lost(taken_shrinks)
+                    shrinks += queue_shrinks
                     segments.append((len(evictions), len(evictions) + len(taken)))
                     evictions += taken
             offset = len(found) + len(shrinks)
@@ -189,31 +175,47 @@ class VictimSearch:
             self._depth = 0 if claimant.reclaims else next(fits, math.inf)
         return self._depth
 
-    def _queue_moves(self, rule: Rule, queue_id: int) -> tuple[list[Move], list[Move], list[int]]:
-        """A queue's shrink moves, evictions and their priorities, in value order; made once
-        a cycle and again after the queue loses a victim."""
-        members = self.occupancy.ordered(self.pool, queue_id)
-        key = (self.pool, queue_id, rule)
-        cached = self.occupancy.queue_moves.get(key)
-        if cached is not None and cached[0] is not members:
-            # Victims were claimed since: keep the moves of those still there.
-            there = self.occupancy.candidates[self.pool][queue_id]
-            cached = (
-                members,
-                [m for m in cached[1] if m.workload.id in there],
-                [m for m in cached[2] if m.workload.id in there],
-                [w.priority for w in members],
-            )
-            self.occupancy.queue_moves[key] = cached
-        if cached is None:
+    def _queue_moves(self, rule: Rule, queue_id: int) -> QueueMoves:
+        """A queue's moves under a rule; made once a cycle (`Occupancy.claim` keeps them
+        current)."""
+        by_rule = self.occupancy.queue_moves.setdefault((self.pool, queue_id), {})
+        found = by_rule.get(rule)
+        if found is None:
+            members = self.occupancy.ordered(self.pool, queue_id)
             shrinks, evictions = [], []
             for workload in members:
                 *shrink, evict = self._cached(rule, workload)
                 shrinks += shrink
                 evictions.append(evict)
-            cached = (members, shrinks, evictions, [w.priority for w in members])
-            self.occupancy.queue_moves[key] = cached
-        return cached[1], cached[2], cached[3]
+            found = by_rule[rule] = QueueMoves(shrinks, evictions, [w.priority for w in members])
+        return found
+
+    def _taken(
+        self, moves: QueueMoves, rule: Rule, below: float | None
+    ) -> tuple[list[Move], list[Move]]:
+        """A victim queue's shrinks (losing least throughput first) and evictions open to the
+        claimant: those of work below the priority bound `below`. Kept per bound (but for
+        LowerOrNewerEqualPriority, whose take depends on the claimant)."""
+        newer = rule == Rule.PRIORITY and self._newer_equal
+        found = None if newer else moves.taken.get(below)
+        if found is None:
+            priorities = moves.priorities
+            count = len(priorities) if below is None else bisect_left(priorities, below)
+            taken = moves.evictions[:count]
+            shrinks = [m for m in moves.shrinks if below is None or m.workload.priority < below]
+            if newer:
+                # Kueue's LowerOrNewerEqualPriority: also work of the claimant's priority
+                # submitted after it (still in value order: it comes next).
+                for move in moves.evictions[count : bisect_right(priorities, below)]:
+                    if move.workload.submitted_at > self.claimant.workload.submitted_at:
+                        *shrink, evict = self._cached(Rule.NEWER, move.workload)
+                        shrinks += shrink
+                        taken.append(evict)
+            # In each victim queue's turn, shrinks losing least throughput first.
+            found = (_by_throughput_lost(shrinks), taken)
+            if not newer:
+                moves.taken[below] = found
+        return found
 
     def _other_queues(self) -> list[tuple[float, int]]:
         """(-share, id) of the other borrowing queues of the claimant's cohort tree, highest
@@ -416,8 +418,7 @@ class VictimSearch:
         it may not go with them)."""
         lowest = below
         for start, end in self._segments:
-            for index in range(start, end):
-                move = moves[index]
+            for _, move in self._in_reach(moves, start, end):
                 workload = move.workload
                 if self._rank(workload) >= lowest:
                     break  # a segment is in value order, lowest priority first
@@ -427,6 +428,20 @@ class VictimSearch:
                     lowest = self._rank(workload)
                     break
         return lowest
+
+    def _in_reach(self, moves: list[Move], start: int, end: int) -> Iterator[tuple[int, Move]]:
+        """(index, move) of the evictions at `start:end` that free GPUs on a node a small job
+        could use: one not held for a reservation, and schedulable (see
+        `Occupancy.out_of_reach`)."""
+        out, held, node = self.occupancy.out_of_reach, self.pool.held_by, self.pool.node
+        for index in range(start, end):
+            move = moves[index]
+            if move.workload.id in out:
+                continue
+            if all(n in held or node(n) is None for n in move.frees):
+                out.add(move.workload.id)
+                continue
+            yield index, move
 
     def _rooms_on(
         self, moves: list[Move], indexes: list[int], free: _FreeGPUs, evicting: bool
@@ -474,8 +489,8 @@ class VictimSearch:
         queue, the first victim (in value order) that frees enough on its node."""
         best = None
         for start, end in self._segments:
-            for index in range(start, end):
-                move = moves[index]
+            # Keys only grow along a segment: skipping those out of reach misses no break.
+            for index, move in self._in_reach(moves, start, end):
                 workload = move.workload
                 key = (
                     *self._rank(workload),
@@ -496,13 +511,15 @@ class VictimSearch:
     def _single_on(self, move: Move, key: tuple, index: int, free: _FreeGPUs) -> tuple | None:
         """The best node where evicting only `move` makes room, if the rules allow it."""
         room = None
-        for node_id, gpus in move.frees.items():
+        frees = move.frees
+        for name, node_id in self.occupancy.nodes_by_name(move.workload):
             have = free[node_id]
-            if have is None or have + gpus < self.claimant.gpus:
+            if have is None or have + frees[node_id] < self.claimant.gpus:
                 continue
-            found = (key, have, self.pool.node(node_id).name, node_id, [index])
-            if room is None or found[:4] < room[:4]:
-                room = found
+            if room is None or have < room[1]:  # by name already: fewer free GPUs to win
+                room = (key, have, name, node_id, [index])
+                if not have:
+                    break  # none can beat it
         if room is None or not self.guard(move, sum(move.frees.values()), {}):
             return None
         return room

@@ -48,7 +48,7 @@
     Plotly.react(chart, [trace], {
       height: Math.max(300, 18 * data.rows.length + 80), margin: { t: 10, r: 10, b: 30, l: 150 },
       yaxis: { autorange: "reversed", automargin: true }, xaxis: { title: { text: gettext("node") } },
-    }, { displayModeBar: false, responsive: true });
+    }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
     document.querySelectorAll("#map-metrics button").forEach((b) => {
       b.setAttribute("aria-pressed", String(b.dataset.metric === metric));
     });

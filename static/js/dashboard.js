@@ -14,14 +14,16 @@
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300,
     yaxis: { title: { text: gettext("Share of GPUs (%)") }, range: [0, 100] },
     legend: { orientation: "h", y: -0.2 },
-  }, { displayModeBar: false, responsive: true });
+  }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
 
   document.addEventListener("wanka:utilization", ({ detail }) => {
     const { point, summary } = detail;
-    Plotly.extendTraces(chart, {
-      x: [[time(point)], [time(point)]],
-      y: [[pct(point, "allocated")], [pct(point, "busy")]],
-    }, [0, 1], 900);
+    if (chart.dataset.live) {  // the last 30 minutes go on live; longer ranges are rolled up
+      Plotly.extendTraces(chart, {
+        x: [[time(point)], [time(point)]],
+        y: [[pct(point, "allocated")], [pct(point, "busy")]],
+      }, [0, 1], 900);
+    }
     document.getElementById("tile-gpus").textContent = summary.total.gpus;
     document.getElementById("tile-allocated").textContent = summary.total.allocated;
     document.getElementById("tile-busy").textContent = Math.round(summary.total.busy);
@@ -52,7 +54,7 @@
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 300, yaxis: { range: [0, 1.02] },
     xaxis: { type: "date", range: span.map((t) => new Date(t * 1000)) },
     legend: { orientation: "h", y: -0.2 },
-  }, { displayModeBar: false, responsive: true });
+  }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
 
   const feed = document.getElementById("fault-feed");
   document.addEventListener("wanka:fault", ({ detail }) => {
@@ -89,5 +91,5 @@
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 280,
     yaxis: { title: { text: gettext("GPUs held") }, rangemode: "tozero" },
     legend: { orientation: "h", y: -0.2 },
-  }, { displayModeBar: false, responsive: true });
+  }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
 })();

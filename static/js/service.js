@@ -22,7 +22,7 @@
       yaxis: { title: { text: gettext("requests in flight") }, rangemode: "tozero" },
       yaxis2: { title: { text: gettext("replicas") }, overlaying: "y", side: "right", rangemode: "tozero" },
       legend: { orientation: "h", y: -0.2 },
-    }, { displayModeBar: false, responsive: true });
+    }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
   }
 
   draw();

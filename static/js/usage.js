@@ -10,5 +10,5 @@
     barmode: "stack", height: 320, margin: { t: 10, r: 10, b: 40, l: 60 },
     yaxis: { title: { text: data.hourly ? gettext("GPU-hours per hour") : gettext("GPU-hours per day") } },
     legend: { orientation: "h", y: -0.2, title: { text: `${data.key}: ` } },
-  }, { displayModeBar: false, responsive: true });
+  }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
 })();

@@ -28,5 +28,5 @@
   Plotly.newPlot(chart, traces, {
     barmode: "overlay", showlegend: false, height: 60 + 32 * phases.length,
     margin: { t: 10, r: 10, b: 30, l: 120 }, xaxis: { type: "date" },
-  }, { displayModeBar: false, responsive: true });
+  }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
 })();

@@ -7,7 +7,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from portal.cluster.models import Node
+from portal.cluster.models import Node, Pod
+from portal.quotas.choices import FairSharing, ReclaimWithinCohort, WithinClusterQueue
+from portal.quotas.models import Cohort
 from portal.services.models import Service
 from portal.whatif.choices import TraceSource
 from portal.whatif.models import WhatIfRun
@@ -25,8 +27,11 @@ KEPT = {
     "Wanka", "Plotly", "API", "REST", "ETTR", "MFU", "GPU", "GPUs", "GiB", "NVLink", "NVML",
     "ECC", "PCIe", "GSP", "RPC", "NIC", "XID", "xid", "FIFO", "SFT", "CSV", "JSON", "USD", "UTC",
     "HMAC", "SHA", "sha", "POST", "GET", "URL", "Webhook", "Knative", "Bearer", "Authorization",
-    "Young", "Daly", "English", "token", "Pod", "Goodput", "Microsoft", "Philly", "rank",
+    "Young", "Daly", "English", "token", "Pod", "Goodput", "Microsoft", "Philly", "rank", "Kueue",
     "stdout", "stderr", "Llama", *(w for name in MODELS for w in re.findall(r"[A-Za-z]+", name)),
+    # Kueue's names for a queue's preemption policy, its values in the API as in the console
+    *(name for kind in (ReclaimWithinCohort, WithinClusterQueue, FairSharing)
+      for value in kind.values for name in value.split(",")),
 }  # fmt: skip
 LATIN = re.compile(r"[A-Za-z][A-Za-z_-]{2,}")
 
@@ -83,7 +88,7 @@ def test_a_member_reads_every_page_in_chinese(pages, page):
     expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
     data = {"alice", "Acme", "acme", "llm", "zh-job", "zh-chat"} | _cluster_names()
     paths = ["/", "/workloads/", f"/workloads/{job.pk}/", "/workloads/new/", "/services/",
-             f"/services/{service.pk}/", "/quota/", "/usage/", "/tokens/", "/members/",
+             f"/services/{service.pk}/", "/quota/", "/queues/", "/usage/", "/tokens/", "/members/",
              "/notifications/", "/no-such-page/"]  # fmt: skip
     walk(page, base, paths, data)
     # The choice is remembered (a cookie), and the sign-in page follows it too.
@@ -101,8 +106,15 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     )
     data |= {*POLICIES, "Azure"}  # the policies' names, the trace's owner
     node = Node.objects.order_by("id").first()
-    paths = ["/", "/usage/", "/tokens/", "/ops/drill/", "/ops/cluster/", f"/ops/nodes/{node.pk}/",
-             "/ops/whatif/", f"/ops/whatif/{run.pk}/", f"/workloads/{job.pk}/"]  # fmt: skip
+    cohort = Cohort.objects.create(name="zh-cohort")
+    data.add("zh-cohort")
+    paths = ["/", "/usage/", "/queues/", "/tokens/", "/ops/drill/", "/ops/cluster/",
+             f"/ops/nodes/{node.pk}/", "/ops/whatif/", f"/ops/whatif/{run.pk}/",
+             "/ops/workloads/", f"/ops/workloads/{job.pk}/", f"/ops/workloads/{job.pk}/priority/",
+             "/ops/audit/", "/ops/faults/", "/ops/quota-requests/",
+             f"/ops/queues/{job.queue_id}/", f"/ops/queues/cohorts/{cohort.pk}/", "/ops/spares/",
+             f"/ops/spares/pods/{Pod.objects.first().pk}/", "/ops/spares/nodes/",
+             f"/workloads/{job.pk}/"]  # fmt: skip
     walk(page, base, paths, data)
     expect(page.locator("h1")).to_have_text("无权访问")  # an operator is in no tenant
     page.click("#language button[value=en]")

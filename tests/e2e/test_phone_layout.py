@@ -16,7 +16,7 @@ def test_every_page_fits_a_390_px_screen(portal_server, clean_redis, page, clust
     page.set_viewport_size({"width": 390, "height": 844})
     sign_in(page, base, "bob", "pw-bob")
     for path in ("/", "/workloads/", f"/workloads/{job.pk}/", "/workloads/new/", "/quota/",
-                 "/tokens/", "/notifications/"):  # fmt: skip
+                 "/queues/", "/tokens/", "/notifications/"):  # fmt: skip
         page.goto(base + path)
         page.wait_for_load_state("networkidle")
         width = page.evaluate("document.documentElement.scrollWidth")

@@ -33,7 +33,8 @@ def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
     [
         ("/", 16),  # with the tide: booked stretches and GPUs held, by kind
         ("/workloads/", 14),
-        ("/quota/", 14),
+        ("/quota/", 18),  # with the bars: every queue and cohort, GPUs held, pending work
+        ("/queues/", 24),  # and GPU-hours this week and month
         ("/workloads/new/", 14),
         ("/services/", 8),
     ],

@@ -13,7 +13,7 @@ from portal.quotas.models import Budget
 from portal.workloads.choices import Kind, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
-from portal.workloads.usage import tide
+from portal.workloads.usage import series, tide
 from tests.builders import make_queue, make_workload
 
 
@@ -107,3 +107,21 @@ def test_the_tide_is_the_gpus_inference_and_training_held_per_quarter_hour(clust
     assert len(found["starts"]) == 96
     assert found["inference"][-5:] == [0, 8, 8, 8, 8]  # the last hour
     assert found["training"][-9:] == [0, *[16] * 4, *[24] * 4]  # training and fine-tuning
+
+
+def test_a_long_stretch_spreads_over_its_slices_as_each_slice_would_count_it(cluster, acme):
+    queue = make_queue(acme, "long", h800=64)
+    workload = make_workload(queue, "week-long", gpus=8)
+    start = datetime(2026, 11, 24, 9, 20, tzinfo=UTC)
+    end = start + timedelta(days=6, hours=5, minutes=7)
+    UsageRecord.objects.create(
+        tenant=acme, workload=workload, gpu_model=workload.gpu_model, gpus=8,
+        started_at=start, ended_at=end, gpu_hours=8 * (end - start).total_seconds() / 3600,
+    )  # fmt: skip
+    since, until = start - timedelta(hours=3, minutes=30), end - timedelta(hours=2)
+    found = series(acme.workloads.all(), since, until, "queue", timedelta(hours=1))
+    hours = found["series"]["long"]
+    for slice_start, value in zip(found["starts"], hours, strict=True):
+        lo, hi = max(slice_start, since, start), min(slice_start + timedelta(hours=1), until, end)
+        assert value == pytest.approx(8 * max(0, (hi - lo).total_seconds()) / 3600)
+    assert sum(hours) == pytest.approx(8 * (until - start).total_seconds() / 3600)

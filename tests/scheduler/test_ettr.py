@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.ettr import Phase, Span, first_admission, ratio, split, totals
+from scheduler.ettr import Phase, Span, first_admission, pieces, ratio, split, totals
 
 # Submitted at 0, queued 100 s, starting 20 s, running until a fault at 1,000 s, recovering
 # 120 s, running again until it succeeds at 2,000 s.
@@ -82,3 +82,19 @@ def test_carving_never_changes_the_wall_time(stalls, losses):
     assert sum(s.seconds for s in carved) == pytest.approx(sum(s.seconds for s in plain))
     assert all(s.end > s.start for s in carved)
     assert all(a.end == pytest.approx(b.start) for a, b in zip(carved, carved[1:], strict=False))
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 10_000), st.floats(0, 500)), max_size=5),
+    st.floats(-2_000, 3_000),
+    st.floats(1, 1_000),
+    st.integers(1, 30),
+)
+def test_pieces_add_up_to_the_totals_of_each_slice(stalls, since, width, buckets):
+    spans = split([*LIFE[:-1], (2400, "pending"), (2600, "admitted")], 9000, stalls)
+    found = [dict.fromkeys(Phase, 0.0) for _ in range(buckets)]
+    for i, phase, seconds in pieces(spans, since, width, buckets):
+        found[i][phase] += seconds
+    for i, bucket in enumerate(found):
+        expected = totals(spans, since + i * width, since + (i + 1) * width)
+        assert bucket == pytest.approx(expected, abs=1e-6)

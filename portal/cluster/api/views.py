@@ -4,7 +4,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal.cluster.api.serializers import (
@@ -22,7 +21,7 @@ from portal.cluster.filtersets import FaultFilterSet, NodeFilterSet
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import cluster_summary
 from portal.core.api import OperatorPermission, TenantViewSet
-from portal.core.models import audit
+from portal.core.throttles import EnrolThrottle
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -65,13 +64,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         query = NodeSpareSerializer(data=request.data)
         query.is_valid(raise_exception=True)
         node = self.get_object()
-        with transaction.atomic():
-            Node.objects.filter(pk=node.pk).update(spare=query.validated_data["spare"])
-            audit(
-                "node.spare" if query.validated_data["spare"] else "node.unspare",
-                node,
-                actor=request.user,
-            )
+        with transaction.atomic():  # 409 when the node holds a job's GPUs
+            node.set_spare(query.validated_data["spare"], request.user)
         return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
 
@@ -88,8 +82,7 @@ class EnrolView(APIView):
 
     authentication_classes = []
     permission_classes = []
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "enrol"
+    throttle_classes = [EnrolThrottle]
 
     @extend_schema(request=EnrolSerializer, responses={201: EnrolledSerializer})
     def post(self, request):

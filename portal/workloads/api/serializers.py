@@ -9,8 +9,8 @@ from portal.cluster.models import GpuModel, Node
 from portal.core.api import NameField
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
-from portal.workloads import parallel
-from portal.workloads.choices import Kind, Topology
+from portal.workloads import actions, parallel
+from portal.workloads.choices import Kind, PriorityClass, Topology
 from portal.workloads.models import (
     Checkpoint,
     LogChunk,
@@ -465,3 +465,24 @@ class UsageSerializer(serializers.Serializer):
     rows = UsageRowSerializer(many=True)
     gpu_hours = serializers.FloatField(help_text="All the rows' GPU-hours")
     cost = serializers.DecimalField(**MONEY, help_text="All the rows' cost")
+
+
+class OperateSerializer(serializers.Serializer):
+    """An operator's action on a job: what, why (the tenant reads it in the job's history)
+    and, to change its priority, the new priority class."""
+
+    action = serializers.ChoiceField(choices=actions.ACTIONS)
+    reason = serializers.CharField(max_length=200)
+    priority = serializers.ChoiceField(choices=PriorityClass.choices, required=False)
+
+    def validate(self, data):
+        if data["action"] == "priority" and "priority" not in data:
+            raise serializers.ValidationError({"priority": "Give the new priority class."})
+        return data
+
+
+class PreviewSerializer(serializers.Serializer):
+    starts = serializers.BooleanField(help_text="Whether the next cycle would start it")
+    nodes = serializers.IntegerField(help_text="The nodes it would start on; 0 when it waits")
+    reason = serializers.CharField(help_text="Why it would wait; empty when it starts")
+    position = serializers.IntegerField(allow_null=True, help_text="Its place in its queue")

@@ -2,13 +2,20 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from portal.core.api import TenantOrOperatorPermission, TenantPermission, TenantViewSet
+from portal.core.api import (
+    OperatorPermission,
+    TenantOrOperatorPermission,
+    TenantPermission,
+    TenantViewSet,
+)
 from portal.core.idempotency import IdempotentCreateModelMixin
-from portal.workloads import lifecycle, logs
+from portal.tenancy.models import membership_of
+from portal.workloads import actions, cycle, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.renderers import UsageCsvRenderer
 from portal.workloads.api.serializers import (
@@ -18,8 +25,10 @@ from portal.workloads.api.serializers import (
     EttrReportSerializer,
     LogQuerySerializer,
     LogsSerializer,
+    OperateSerializer,
     PlanAnswerSerializer,
     PlanQuerySerializer,
+    PreviewSerializer,
     TimelineSerializer,
     UsageQuerySerializer,
     UsageSerializer,
@@ -29,6 +38,7 @@ from portal.workloads.api.serializers import (
 from portal.workloads.ettr import job_report, series, window_report
 from portal.workloads.filtersets import WorkloadFilterSet
 from portal.workloads.models import Workload, with_version
+from portal.workloads.reasons import Reader
 from portal.workloads.usage import report
 from scheduler import parallelism
 
@@ -61,6 +71,37 @@ class WorkloadViewSet(
     def cancel(self, request, pk=None):
         """Cancel the workload (its tenant's members, or operators); 409 once finished."""
         workload = lifecycle.cancel(self.get_object(), actor=request.user)
+        return Response(WorkloadSerializer(workload, context={"request": request}).data)
+
+    @extend_schema(request=WorkloadSerializer, responses=PreviewSerializer)
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        """What the next scheduling cycle would do with this workload, submitted as it is
+        (the same body as a submission; nothing is saved): whether it starts, on how many
+        nodes, or why it would wait and its place in its queue."""
+        membership = membership_of(request.user)
+        if membership is None:
+            raise PermissionDenied("Only a tenant's members preview their jobs.")
+        serializer = WorkloadSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        draft = Workload(tenant=membership.tenant, **serializer.validated_data)
+        return Response(cycle.preview(draft, Reader.for_request(request)))
+
+    @extend_schema(request=OperateSerializer, responses=WorkloadSerializer)
+    @action(
+        detail=True,
+        methods=["post"],
+        permission_classes=[permissions.IsAuthenticated, OperatorPermission],
+    )
+    def operate(self, request, pk=None):
+        """An operator's action on any tenant's job, with a reason, audited: `preempt` (it
+        saves first, then goes back to its queue), `requeue` (it stops at once, back to its
+        queue), `checkpoint` (a save now), `priority` (with `priority`), `cancel`; 409 when
+        the job's state does not allow it."""
+        serializer = OperateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        workload = self.get_object()
+        workload = actions.perform(workload, actor=request.user, **serializer.validated_data)
         return Response(WorkloadSerializer(workload, context={"request": request}).data)
 
     @extend_schema(parameters=[LogQuerySerializer], responses=LogsSerializer)

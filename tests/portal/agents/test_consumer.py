@@ -237,6 +237,116 @@ def test_a_node_declared_lost_while_its_agent_still_beats_is_connected_again(age
         agent.stop()
 
 
+@pytest.fixture
+def no_deliveries(monkeypatch):
+    """Nothing this process sends reaches a server process's mailbox: as when its reader
+    failed after a Redis restart, or an overloaded mailbox let the messages expire."""
+    from portal.cluster import delivery
+
+    async def lost(deliveries):
+        pass
+
+    monkeypatch.setattr(delivery, "_send", lost)
+
+
+def _reported_generation(node):
+    from portal.cluster.summary import REPORTED
+    from portal.core.redis import client
+
+    return int(client().hget(REPORTED, node.pk) or -1)
+
+
+def test_a_node_declared_lost_is_taken_back_by_its_heartbeats_without_any_message(
+    agent_url, cluster, no_deliveries
+):
+    """No word that the node was declared lost reaches its connection: its heartbeats take it
+    back anyway, and it hears what it should run now (what changed while it was off was sent
+    to nobody)."""
+    from django.db import transaction
+    from django.db.models import F
+
+    from portal.agents.intake import _declare_lost
+
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        with transaction.atomic():
+            assert _declare_lost(node.pk, window=-60)
+            Node.objects.filter(pk=node.pk).update(generation=F("generation") + 1)
+        wait_until(lambda: _refreshed(node).connected, 10, "the heartbeats to take it back")
+        assert node.agent_channel
+        wait_until(
+            lambda: _reported_generation(node) == _refreshed(node).generation,
+            10,
+            "the agent to reach the desired state of while it was off",
+        )
+    finally:
+        agent.stop()
+
+
+def test_an_admission_whose_word_never_reached_the_agent_is_sent_again_by_the_sweep(
+    agent_url, acme_llm, cluster, monkeypatch, no_deliveries
+):
+    """The worker that admitted the job committed and died before it told the agent (here its
+    message is lost): the job would stay admitted for good. The sweep sees the agent still
+    behind the same generation on its second look and sends the state again; the job runs."""
+    from portal.workloads.desired import resync_behind
+
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        workload = make_workload(acme_llm, "told-nobody", gpus=8, simulated_duration_s=60)
+        scheduling_cycle()
+        assert workload.allocations.filter(node=node).exists()
+        wait_until(lambda: _reported_generation(node) >= 0, 5, "a heartbeat")
+        assert resync_behind() == []  # behind for the first time: its state may be on its way
+        monkeypatch.undo()  # the channel layer delivers again
+        assert _refreshed(workload).state == State.ADMITTED
+        assert resync_behind() == [node.pk]
+        wait_until(lambda: _refreshed(workload).state == State.RUNNING, 10, "the job to run")
+        wait_until(
+            lambda: _reported_generation(node) == _refreshed(node).generation, 5, "caught up"
+        )
+        assert resync_behind() == []
+    finally:
+        agent.stop()
+
+
+def test_a_node_off_in_the_database_while_its_agent_beats_is_taken_back_by_the_lost_check(
+    agent_url, cluster, no_deliveries
+):
+    """Declared lost while its connection stayed open, and Redis forgot it (a restart): the
+    lost-node check sees a node off in the database whose agent beats, and its next heartbeat
+    takes it back."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.agents.intake import LOST, mark_lost_nodes
+    from portal.cluster.summary import SEEN_SINCE
+    from portal.core.redis import client
+
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        client().delete(LOST)
+        client().set(SEEN_SINCE, 0)  # Redis has kept heartbeats for long enough to judge
+        lost_at = timezone.now() - timedelta(minutes=1)
+        Node.objects.filter(pk=node.pk).update(
+            connected=False, agent_channel="", last_seen_at=lost_at
+        )
+        mark_lost_nodes()
+        wait_until(lambda: _refreshed(node).connected, 10, "the heartbeats to take it back")
+    finally:
+        agent.stop()
+
+
 def test_a_frame_over_the_bound_closes_the_connection_at_once_and_is_logged(
     agent_url, portal_server, cluster
 ):

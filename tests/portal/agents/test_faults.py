@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.agents.intake import mark_lost_nodes
+from portal.agents.intake import LOST, mark_lost_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
@@ -23,11 +23,14 @@ def stale(cluster, clean_redis):
     return cluster
 
 
-def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_llm, bob, charlie):
+def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(
+    stale, clean_redis, acme_llm, bob, charlie, django_capture_on_commit_callbacks
+):
     workload = make_workload(acme_llm, "on-first", gpus=8)
     scheduling_cycle()
     node = workload.allocations.first().node
-    lost = mark_lost_nodes()
+    with django_capture_on_commit_callbacks(execute=True):
+        lost = mark_lost_nodes()
     assert stale[1].id not in lost and node.id in lost
     lost_node = Node.objects.get(pk=node.pk)
     assert not lost_node.connected and lost_node.health == Health.DOWN
@@ -41,6 +44,8 @@ def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(stale, acme_ll
     assert [f["id"] for f in api_client(bob).get("/api/v1/faults/").json()["results"]] == [fault.pk]
     assert api_client(charlie).get("/api/v1/faults/").json()["count"] == 0
     assert mark_lost_nodes() == []  # already marked: no second fault
+    # Should its connection still be open, its next heartbeat takes it back (no message needed).
+    assert clean_redis.sismember(LOST, node.id)
 
 
 def test_a_lost_node_is_not_scheduled(stale, acme_llm):
@@ -101,3 +106,25 @@ def test_a_nodes_last_seen_follows_its_heartbeats_not_its_connect_time(stale):
     mark_lost_nodes()
     assert timezone.now() - Node.objects.get(pk=beating.pk).last_seen_at < timedelta(seconds=5)
     assert Node.objects.get(pk=silent.pk).last_seen_at == before
+
+
+@pytest.mark.parametrize(
+    "off_s_ago, beat_s_ago, taken_back",
+    [
+        pytest.param(60, 1, True, id="declared lost, its agent beats on: queued to be taken back"),
+        pytest.param(1, 2, False, id="its agent disconnected after its last beat: left alone"),
+    ],
+)
+def test_a_disconnected_node_that_still_beats_is_queued_to_be_taken_back(
+    stale, clean_redis, off_s_ago, beat_s_ago, taken_back
+):
+    """The database says the node is off, yet its agent beats since: it was declared lost while
+    its connection stayed open, and Redis forgot (a restart) or never got (a failed write) that
+    its next heartbeat should take it back. The lost-node check says it again."""
+    node = stale[2]
+    clean_redis.delete(LOST)
+    went = timezone.now() - timedelta(seconds=off_s_ago)
+    Node.objects.filter(pk=node.pk).update(connected=False, agent_channel="", last_seen_at=went)
+    clean_redis.zadd(LAST_SEEN, {node.pk: time.time() - beat_s_ago})
+    mark_lost_nodes()
+    assert clean_redis.sismember(LOST, node.pk) == taken_back

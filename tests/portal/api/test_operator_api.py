@@ -10,6 +10,7 @@ from portal.core.models import AuditEvent
 from portal.quotas.models import Cohort, QueueQuota
 from portal.tenancy.models import ApiToken
 from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
 from tests.builders import api_client, make_workload
 
 
@@ -43,6 +44,17 @@ def test_operators_move_nodes_and_keep_spares_tenants_cannot(ops, bob, cluster):
     )
     node.refresh_from_db()
     assert node.health == Health.CORDONED
+
+
+def test_a_node_running_a_job_is_not_kept_as_a_spare(ops, acme_llm):
+    job = make_workload(acme_llm, "busy", gpus=8)
+    scheduling_cycle()
+    node = job.allocations.first().node
+    refused = ops.post(f"/api/v1/nodes/{node.pk}/spare/", {"spare": True})
+    assert refused.status_code == 409 and "cannot be kept as a spare" in str(refused.json())
+    node.refresh_from_db()
+    assert not node.spare
+    assert not AuditEvent.objects.filter(action="node.spare").exists()
 
 
 def test_operators_decide_quota_requests_once(ops, alice, acme_llm):

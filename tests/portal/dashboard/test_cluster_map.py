@@ -1,7 +1,6 @@
 """The cluster map's data: every node in its leaf's row, its health and GPUs held, the figures
 of a fresh heartbeat (none from a stale one), the workloads on it; a fixed number of queries."""
 
-import json
 import time
 
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from portal.agents.intake import record_fault
 from portal.cluster.choices import Health
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import TELEMETRY
+from portal.cluster.summary import write_heartbeat
 from portal.dashboard.cluster_map import cluster_map
 from portal.workloads.cycle import scheduling_cycle
 from scheduler import faults
@@ -24,7 +23,9 @@ def beat(redis, node, ts, util=80, temperature=60):
          "power_w": 500.0}
         for i in range(2)
     ]  # fmt: skip
-    redis.hset(TELEMETRY, node.pk, json.dumps({"ts": ts, "gpus": gpus, "workloads": []}))
+    with redis.pipeline() as pipe:  # as the agents' server writes it
+        write_heartbeat(pipe, node.pk, ts, {"gpus": gpus, "workloads": []}, ("dc1", "H800"))
+        pipe.execute()
 
 
 def test_every_node_has_its_cell_and_its_figures(

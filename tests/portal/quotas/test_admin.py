@@ -5,30 +5,17 @@ import threading
 import pytest
 from django.db import connection
 
-from portal.cluster.models import GpuModel, Region
 from portal.core.models import AuditEvent
-from portal.quotas.models import QueueQuota, QuotaRequest
+from portal.quotas.models import QueueQuota
 from portal.workloads.choices import State
-from tests.builders import make_workload
-
-
-def _request(queue, count, user):
-    return QuotaRequest.objects.create(
-        tenant=queue.tenant,
-        queue=queue,
-        gpu_model=GpuModel.objects.get(name="H800"),
-        region=Region.objects.get(),
-        count=count,
-        reason="more",
-        requested_by=user,
-    )
+from tests.builders import make_quota_request, make_workload
 
 
 def test_the_request_list_costs_the_same_however_long(
     acme_llm, alice, operator, client, django_assert_max_num_queries
 ):
     for _ in range(30):
-        _request(acme_llm, 8, alice)
+        make_quota_request(acme_llm, 8, alice)
     client.force_login(operator)
     with django_assert_max_num_queries(10):  # sessions, user, counts, the rows, filters
         page = client.get("/admin/quotas/quotarequest/").content.decode()
@@ -36,7 +23,7 @@ def test_the_request_list_costs_the_same_however_long(
 
 
 def test_an_approval_over_capacity_is_refused(acme_llm, alice, operator, client):
-    quota_request = _request(acme_llm, 40, alice)  # 64 committed + 40 > 96
+    quota_request = make_quota_request(acme_llm, 40, alice)  # 64 committed + 40 > 96
     client.force_login(operator)
     page = client.post(
         "/admin/quotas/quotarequest/",
@@ -52,7 +39,8 @@ def test_an_approval_over_capacity_is_refused(acme_llm, alice, operator, client)
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_approvals_at_once_cannot_overcommit_a_region(acme_llm, alice, operator):
-    first, second = _request(acme_llm, 24, alice), _request(acme_llm, 24, alice)  # 64+24+24 > 96
+    # 64 + 24 + 24 > 96
+    first, second = make_quota_request(acme_llm, 24, alice), make_quota_request(acme_llm, 24, alice)
     results = []
 
     def decide(quota_request):

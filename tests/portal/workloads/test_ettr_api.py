@@ -111,3 +111,24 @@ def test_the_fault_drill_is_for_operators_and_sends_the_fault(cluster, operator,
     )
     client.post("/ops/drill/", {"node": cluster[0].pk, "code": "xid-999999"})
     assert NodeCommand.objects.count() == 1
+
+
+def test_the_dashboards_series_is_each_slices_window_report(recovered, acme_llm):
+    """The series splits each job's spans over the slices in one pass; each slice must be what
+    a window report of that slice says, and a job still waiting for its first admission is
+    in none of them."""
+    from portal.workloads.ettr import series, window_report
+    from portal.workloads.models import Workload
+    from tests.builders import make_workload
+
+    make_workload(acme_llm, "never-admitted", gpus=8)
+    until = timezone.now()
+    since = until - timedelta(hours=2)
+    points = series(Workload.objects.all(), since, until, buckets=8)
+    assert sum(point["jobs"] for point in points) == 5  # the recovered job's hour, 15-min slices
+    for i, point in enumerate(points):
+        a = since + (until - since) * i / 8
+        report = window_report(Workload.objects.all(), a, a + (until - since) / 8)
+        assert point["jobs"] == report["jobs"]
+        assert point["ettr"] == pytest.approx(report["ettr"])
+        assert point["goodput"] == pytest.approx(report["goodput"])

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -443,3 +444,27 @@ def test_reading_output_cuts_long_lines_and_skips_ahead_when_far_behind(tmp_path
     )
     assert caught_up.lines[1:] == ("x",) * 512
     assert caught_up.next_offset == flood.stat().st_size
+
+
+def test_a_replica_is_not_serving_until_its_server_accepts_connections(tmp_path: Path) -> None:
+    """A model server loads for a while before it listens: until then the agent reports no
+    endpoint, so nobody is sent to a port that refuses them."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = (
+        "import os, socket, time\n"
+        "time.sleep(0.5)  # loading the weights\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', int(os.environ['PORT']))); s.listen()\n"
+        "time.sleep(30)\n"
+    )
+
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(8, (0,), python(code), serve_port=port))
+        assert backend.serving(8) is None
+        await wait_for(lambda: backend.serving(8) is not None, "the server to listen")
+        assert backend.serving(8).port == port
+        await backend.stop(8)
+
+    run(scenario())

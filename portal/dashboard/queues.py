@@ -1,0 +1,228 @@
+"""The queues page: per queue and GPU model its guarantee and nominal quota against the GPUs it
+holds, borrows and lends, the work waiting for it and the GPU-hours it used this week and this
+month, as bars; for operators also the cohort tree with each queue's fair share as the engine
+counts it (Slurm's `sshare`, for cohorts). A tenant's members see their own queues, and what
+they lend as a figure, never to whom.
+
+A fixed number of queries whatever the fleet's size: the queues, the engine's view of every
+queue and cohort, GPUs held and pending work per queue and model, two usage windows.
+"""
+
+from collections import defaultdict
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Min, Sum
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from portal.quotas import engine
+from portal.quotas.models import Cohort, Queue
+from portal.tenancy.models import membership_of
+from portal.workloads.choices import State
+from portal.workloads.models import Allocation, Workload
+from portal.workloads.usage import usage_windows
+from scheduler.engine.quota import QuotaLedger
+
+
+class Tree:
+    """Every queue and cohort as the engine sees them, with the GPUs held now charged to the
+    engine's own quota ledger."""
+
+    def __init__(self):
+        self.queues = {queue.id: queue for queue in engine.queues()}
+        self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
+        self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values())
+        held = (
+            Allocation.objects.values_list("workload__queue_id", "workload__gpu_model__name")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for queue_id, gpu_model, n in held:
+            self.ledger.charge(queue_id, gpu_model, n)
+
+    def used(self, queue_id: int, gpu_model: str) -> int:
+        return self.ledger.usage[queue_id, gpu_model]
+
+    def root(self, cohort: str) -> str:
+        """The root of a cohort's tree (a cycle, which the engine cuts, ends where it closes)."""
+        seen = {cohort}
+        while (parent := self.cohorts[cohort].parent if cohort in self.cohorts else None) and (
+            parent not in seen
+        ):
+            seen.add(parent)
+            cohort = parent
+        return cohort
+
+    def lent(self) -> dict[tuple[int, str], float]:
+        """GPUs of each queue's idle quota that others in its cohort tree use now: what the
+        tree's queues borrow, less what its cohorts' own quota covers, split over the queues
+        with idle quota in proportion to what each may lend (above its guarantee, within its
+        lending limit)."""
+        borrowed, idle = defaultdict(int), defaultdict(dict)
+        for cohort in self.cohorts.values():
+            for quota in cohort.quotas:
+                borrowed[self.root(cohort.name), quota.gpu_model] -= quota.nominal
+        for queue in self.queues.values():
+            if queue.cohort is None:
+                continue
+            root = self.root(queue.cohort)
+            for quota in queue.quotas:
+                used = self.used(queue.id, quota.gpu_model)
+                borrowed[root, quota.gpu_model] += max(0, used - quota.nominal)
+                spare = quota.nominal - max(used, quota.guarantee)
+                if quota.lending_limit is not None:
+                    spare = min(spare, quota.lending_limit)
+                if spare > 0:
+                    idle[root, quota.gpu_model][queue.id] = spare
+        shares = {}
+        for key, lenders in idle.items():
+            total = sum(lenders.values())
+            for queue_id, spare in lenders.items():
+                shares[queue_id, key[1]] = min(spare, max(0, borrowed[key]) * spare / total)
+        return shares
+
+
+QUEUE_KEYS = ("queue_id", "gpu_model")
+
+
+def queue_rows(queues, tree: Tree, now=None, hours=True) -> list[dict]:
+    """One row per queue of `queues` (Queue objects with their quotas) and GPU model of its
+    quota: the figures (with `hours`, the GPU-hours of this week and this month, in the
+    active time zone), and the bar's segments and marks in % of its length."""
+    now = now or timezone.now()
+    local = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    month, week = local.replace(day=1), local - timedelta(days=local.weekday())
+    ids = [queue.pk for queue in queues]
+    workloads = Workload.objects.filter(queue_id__in=ids)
+    windows = usage_windows(workloads, (week, month) if hours else (), now, QUEUE_KEYS, now)
+    used_since = {
+        since: {(row["queue_id"], row["gpu_model"]): row["gpu_hours"] for row in rows}
+        for since, rows in windows.items()
+    }
+    waiting = {
+        (row["queue_id"], row["gpu_model__name"]): row
+        for row in workloads.filter(state=State.PENDING)
+        .values("queue_id", "gpu_model__name")
+        .annotate(gpus=Sum("gpus"), jobs=Count("id"), oldest=Min("submitted_at"))
+        .order_by()
+    }
+    lent = tree.lent()
+    rows = []
+    for queue in queues:
+        for quota in queue.quotas.all():
+            key = (queue.pk, quota.gpu_model.name)
+            used = tree.used(*key)
+            pending = waiting.get(key, {})
+            lends = round(lent.get(key, 0))
+            demand = pending.get("gpus") or 0
+            scale = max(used + lends + demand, quota.nominal, 1) * 1.1
+            guaranteed = min(used, quota.guarantee)
+            segments = (
+                ("g", guaranteed),
+                ("n", min(used, quota.nominal) - guaranteed),
+                ("b", max(0, used - quota.nominal)),
+                ("l", lends),
+                ("p", demand),
+            )
+            rows.append(
+                {
+                    "queue": queue,
+                    "gpu_model": quota.gpu_model.name,
+                    "quota": quota,
+                    "used": used,
+                    "borrowed": max(0, used - quota.nominal),
+                    "lent": lends,
+                    "pending_gpus": demand,
+                    "pending_jobs": pending.get("jobs", 0),
+                    "oldest": pending.get("oldest"),
+                    "week_hours": used_since.get(week, {}).get(key, 0.0),
+                    "month_hours": used_since.get(month, {}).get(key, 0.0),
+                    "segments": [(kind, 100 * n / scale) for kind, n in segments if n],
+                    "marks": [100 * quota.guarantee / scale, 100 * quota.nominal / scale],
+                }
+            )
+    return rows
+
+
+def cohort_tree(tree: Tree, rows: list[dict]) -> list[dict]:
+    """The cohort tree as rows in depth-first order, each cohort followed by its child
+    cohorts and queues: `sshare`'s columns for cohorts (weight, its share of the siblings'
+    weights, GPUs held, GPU-hours this month and their share among the siblings) and the
+    engine's fair share of each queue: its weighted dominant share of borrowed capacity, the
+    lower of which borrows first. Queues in no cohort come last, at the top."""
+    by_queue = defaultdict(lambda: {"used": 0, "borrowed": 0, "pending": 0, "hours": 0.0})
+    for row in rows:
+        figures = by_queue[row["queue"].pk]
+        figures["used"] += row["used"]
+        figures["borrowed"] += row["borrowed"]
+        figures["pending"] += row["pending_gpus"]
+        figures["hours"] += row["month_hours"]
+    children = defaultdict(list)
+    for cohort in sorted(tree.cohorts.values(), key=lambda c: c.name):
+        top = tree.root(cohort.name) == cohort.name
+        children[None if top else cohort.parent].append(cohort.name)
+    members = defaultdict(list)
+    for queue in sorted(tree.queues.values(), key=lambda q: q.name):
+        members[queue.cohort].append(queue)
+
+    def totals(cohort: str) -> dict:
+        sums = {"used": 0, "borrowed": 0, "pending": 0, "hours": 0.0}
+        for queue in members[cohort]:
+            for key in sums:
+                sums[key] += by_queue[queue.id][key]
+        for child in children[cohort]:
+            for key, value in totals(child).items():
+                sums[key] += value
+        return sums
+
+    out = []
+
+    def walk(cohort: str | None, depth: int) -> None:
+        entries = [("cohort", name, None, totals(name)) for name in children[cohort]]
+        entries += [("queue", q, q.weight, by_queue[q.id]) for q in members[cohort]]
+        weights = sum(weight or 0 for _, _, weight, _ in entries) or 1.0
+        hours = sum(figures["hours"] for *_, figures in entries) or 1.0
+        for kind, item, weight, figures in entries:
+            row = {"kind": kind, "depth": depth, "usage_share": figures["hours"] / hours, **figures}
+            if kind == "cohort":
+                out.append({**row, "name": item})
+                walk(item, depth + 1)
+            else:
+                share = tree.ledger.share(item)
+                out.append(
+                    {
+                        **row,
+                        "name": item.name,
+                        "pk": item.id,
+                        "weight": weight,
+                        "norm_share": weight / weights,
+                        "fair_share": share,
+                    }
+                )
+
+    walk(None, 0)
+    return out
+
+
+@login_required
+def queues_page(request):
+    membership = membership_of(request.user)
+    if membership is None and not request.user.is_staff:
+        raise PermissionDenied(_("Only tenants' members and operators see queues."))
+    visible = Queue.objects.select_related("tenant", "cohort", "region").prefetch_related(
+        "quotas__gpu_model"
+    )
+    if membership is not None:
+        visible = visible.filter(tenant=membership.tenant)
+    tree = Tree()
+    rows = queue_rows(list(visible.order_by("tenant__name", "name")), tree)
+    context = {"rows": rows, "now": timezone.now(), "operator": membership is None}
+    if membership is None:
+        context["tree"] = cohort_tree(tree, rows)
+        cohort_ids = dict(Cohort.objects.values_list("name", "pk"))  # for the links to edit them
+        for row in context["tree"]:
+            row.setdefault("pk", cohort_ids.get(row["name"]))
+    return render(request, "dashboard/queues.html", context)

@@ -1,0 +1,166 @@
+"""The operators' page of hot spares: per pod its target (`Pod.hot_spares`) against the spare
+nodes it has now, ready for a recovery (ready, connected, idle), holding GPUs, or unhealthy or
+offline, with a warning where fewer are ready than the target; and the spare nodes themselves.
+Operators change a pod's target, and keep a node as a spare or give it back to ordinary work
+(`Node.set_spare`), each with a reason, audited. Three queries whatever the number of pods."""
+
+from collections import defaultdict
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.db import transaction
+from django.db.models import Count, Exists, OuterRef, Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET
+
+from portal.cluster.choices import Health
+from portal.cluster.models import Node, Pod
+from portal.core.errors import Conflict
+from portal.core.models import audit
+from portal.dashboard.capacity import ReasonForm
+from portal.workloads.models import Allocation
+from portal.workloads.triggers import trigger_cycle
+
+# What a recovery can take (`recovery._spare_near`): ready, its agent connected, nothing on it.
+USABLE = Q(health=Health.READY, connected=True, busy=False)
+NO_NODES = {"ready": 0, "busy_spares": 0, "unhealthy": 0, "candidates": 0}
+
+
+def pool_counts() -> dict[int, dict]:
+    """Per pod id: its spare nodes ready for a recovery, holding GPUs, and unhealthy or
+    offline, and the ordinary nodes that could join (usable, not spare); one query."""
+    spare = Q(spare=True)
+    rows = (
+        Node.objects.annotate(busy=Exists(Allocation.objects.filter(node=OuterRef("pk"))))
+        .values("leaf__pod")
+        .annotate(
+            ready=Count("pk", filter=spare & USABLE),
+            busy_spares=Count("pk", filter=spare & Q(busy=True)),
+            unhealthy=Count("pk", filter=spare & Q(busy=False) & ~USABLE),
+            candidates=Count("pk", filter=~spare & USABLE),
+        )
+        .order_by()
+    )
+    counts = defaultdict(lambda: NO_NODES)
+    counts.update((row.pop("leaf__pod"), row) for row in rows)
+    return counts
+
+
+@staff_member_required
+@require_GET
+def spare_pools(request):
+    counts = pool_counts()
+    pods = list(Pod.objects.select_related("datacenter").order_by("datacenter__name", "name"))
+    for pod in pods:
+        pod.counts = counts[pod.pk]
+        pod.short = max(0, pod.hot_spares - pod.counts["ready"])
+    spares = (
+        Node.objects.filter(spare=True)
+        .select_related("leaf__pod__datacenter")
+        .annotate(gpus_held=Count("allocations"))
+        .order_by("leaf__pod__datacenter__name", "leaf__pod__name", "name")
+    )
+    return render(
+        request,
+        "dashboard/ops_spares.html",
+        {"pods": pods, "spares": spares, "node_form": NodeSpareForm()},
+    )
+
+
+class PodTargetForm(forms.ModelForm):
+    class Meta:
+        model = Pod
+        fields = ["hot_spares"]
+        labels = {"hot_spares": gettext_lazy("Target: hot spares kept")}
+
+
+@staff_member_required
+def pod_target(request, pk):
+    """GET: the pod's pool and its target; POST: a new target, with a reason, audited."""
+    pod = get_object_or_404(Pod.objects.select_related("datacenter"), pk=pk)
+    before = pod.hot_spares
+    data = request.POST if request.method == "POST" else None
+    form, reason = PodTargetForm(data, instance=pod), ReasonForm(data)
+    if data is not None and all([form.is_valid(), reason.is_valid()]):
+        if form.cleaned_data["hot_spares"] == before:
+            messages.info(request, _("%(pod)s: nothing changed.") % {"pod": pod})
+            return redirect("ops-spares")
+        with transaction.atomic():
+            form.save()
+            changed = {"hot_spares": [before, pod.hot_spares]}
+            why = reason.cleaned_data["reason"]
+            audit("pod.changed", pod, actor=request.user, changed=changed, reason=why)
+        messages.success(
+            request,
+            _("%(pod)s now keeps %(after)s hot spares (it kept %(before)s).")
+            % {"pod": pod, "after": pod.hot_spares, "before": before},
+        )
+        return redirect("ops-spares")
+    counts = pool_counts()[pod.pk]
+    return render(
+        request,
+        "dashboard/ops_spare_change.html",
+        {"pod": pod, "counts": counts, "forms": [form, reason]},
+    )
+
+
+class NodeSpareForm(ReasonForm):
+    node = forms.CharField(max_length=64, label=gettext_lazy("Node name"))
+    spare = forms.TypedChoiceField(
+        label=gettext_lazy("Change"),
+        choices=[
+            ("yes", gettext_lazy("Keep it as a hot spare (fault recovery only)")),
+            ("no", gettext_lazy("Give it back to ordinary work")),
+        ],
+        coerce=lambda value: value == "yes",
+    )
+    field_order = ["node", "spare", "reason"]
+
+    def clean_node(self):
+        name = self.cleaned_data["node"].strip()
+        self.found = Node.objects.select_related("leaf__pod").filter(name=name).first()
+        if self.found is None:
+            raise forms.ValidationError(_("No node is called %(name)s.") % {"name": name})
+        return name
+
+
+@staff_member_required
+def node_spare(request):
+    """GET: the form, filled from the query (a spare's row links here); POST: the change, or
+    the reason it cannot be made."""
+    if request.method != "POST":
+        form = NodeSpareForm(initial=request.GET.dict())
+        return render(request, "dashboard/ops_spare_change.html", {"forms": [form]})
+    form = NodeSpareForm(request.POST)
+    if form.is_valid():
+        node, spare = form.found, form.cleaned_data["spare"]
+        try:
+            with transaction.atomic():
+                changed = node.set_spare(spare, request.user, form.cleaned_data["reason"])
+                if changed and not spare:
+                    trigger_cycle()  # its GPUs are for ordinary work again
+        except Conflict:
+            form.add_error(
+                "node",
+                _(
+                    "%(node)s holds GPUs of a job, and a spare must be free for a recovery: "
+                    "drain it first, or choose an idle node."
+                )
+                % {"node": node},
+            )
+        else:
+            messages.success(request, _spare_words(node, spare, changed))
+            return redirect("ops-spares")
+    return render(request, "dashboard/ops_spare_change.html", {"forms": [form]})
+
+
+def _spare_words(node, spare: bool, changed: bool) -> str:
+    facts = {"node": node, "pod": node.leaf.pod}
+    if not changed:
+        return _("%(node)s: nothing changed.") % facts
+    if spare:
+        return _("%(node)s is now a hot spare of %(pod)s.") % facts
+    return _("%(node)s is back in ordinary work; it left the spares of %(pod)s.") % facts

@@ -1,0 +1,61 @@
+"""The API's rates, counted in real Redis: per token, and failed tokens per client address."""
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rest_framework.test import APIClient
+
+from portal.core import throttles
+from portal.tenancy.models import ApiToken
+
+
+def _bearer(key, address="127.0.0.1"):
+    api = APIClient(REMOTE_ADDR=address)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return api
+
+
+@pytest.fixture
+def api_rate(monkeypatch):
+    monkeypatch.setitem(throttles.ApiThrottle.THROTTLE_RATES, "api", "5/minute")
+
+
+def test_a_token_past_its_rate_waits_and_another_token_does_not(bob, api_rate):
+    _, key = ApiToken.issue(bob, "busy script")
+    _, other = ApiToken.issue(bob, "quiet script")
+    busy = _bearer(key)
+    assert [busy.get("/api/v1/workloads/").status_code for _ in range(5)] == [200] * 5
+    refused = busy.get("/api/v1/workloads/")
+    assert refused.status_code == 429
+    assert 50 <= int(refused["Retry-After"]) <= 60
+    assert refused.json()["errors"][0]["reason"].startswith("Request was throttled")
+    assert _bearer(other).get("/api/v1/workloads/").status_code == 200
+
+
+def test_a_browser_session_counts_per_person(bob, alice, api_rate):
+    for user, expected in ((bob, [200] * 5 + [429]), (alice, [200])):
+        api = APIClient()
+        api.force_login(user)
+        assert [api.get("/api/v1/workloads/").status_code for _ in expected] == expected
+
+
+def test_guessing_tokens_locks_out_the_address_not_others(bob):
+    _, key = ApiToken.issue(bob, "scripts")
+    limit = int(throttles.TokenGuesses.THROTTLE_RATES["token-guess"].split("/")[0])
+    guesses = [
+        _bearer(f"wk_guess{i}", "10.1.1.1").get("/api/v1/workloads/").status_code
+        for i in range(limit + 1)
+    ]
+    assert guesses == [401] * limit + [429]
+    assert _bearer(key, "10.1.1.1").get("/api/v1/workloads/").status_code == 429
+    assert _bearer(key, "10.2.2.2").get("/api/v1/workloads/").status_code == 200
+
+
+def test_without_redis_requests_pass_uncounted(bob, api_rate, monkeypatch):
+    _, key = ApiToken.issue(bob, "scripts")
+    # Nothing listens on port 1. Without retries: redis-py's default ones back off for seconds.
+    gone = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    monkeypatch.setattr(throttles.redis, "client", lambda: gone)
+    api = _bearer(key)
+    assert {api.get("/api/v1/workloads/").status_code for _ in range(7)} == {200}

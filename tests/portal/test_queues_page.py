@@ -1,0 +1,88 @@
+"""The queues page: each queue's quota against what it holds, borrows, lends and waits for, and
+for operators the cohort tree with the engine's fair shares; tenants never see another's."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import UsageRecord
+from tests.builders import make_queue, make_workload
+
+
+@pytest.fixture
+def research(cluster, acme, globex, bob):
+    """Cohort research: Acme's cv (8 H800, 4 guaranteed) borrows 16 for a 24-GPU job, lent by
+    Acme's lender and Globex's vision (32 idle each); a 200-GPU job of cv's waits."""
+    cv = make_queue(acme, "cv", cohort="research", h800=8)
+    cv.quotas.update(guarantee=4)
+    make_queue(acme, "lender", cohort="research", h800=32)
+    make_queue(globex, "vision", cohort="research", h800=32)
+    running = make_workload(cv, "borrower", gpus=24, submitted_by=bob)
+    make_workload(cv, "too-big", gpus=200, submitted_by=bob)
+    scheduling_cycle()
+    running.refresh_from_db()
+    assert running.state in (State.ADMITTED, State.RUNNING)
+    ended = timezone.now() - timedelta(minutes=5)
+    UsageRecord.objects.create(
+        tenant=acme, workload=running, gpu_model=running.gpu_model, gpus=8,
+        started_at=ended - timedelta(hours=2), ended_at=ended, gpu_hours=16,
+    )  # fmt: skip
+    return cv
+
+
+def _row(page: str, attribute: str, key: str) -> str:
+    return re.search(rf'<tr[^>]* {attribute}="{re.escape(key)}">.*?</tr>', page, re.S).group(0)
+
+
+def test_a_member_sees_borrowed_lent_waiting_and_gpu_hours_of_their_queues_only(
+    research, victor, client
+):
+    client.force_login(victor)
+    page = client.get("/queues/").content.decode()
+    cv = _row(page, "data-queue", f"{research.pk}/H800")
+    assert "24 in use · guarantee 4 · nominal 8 · borrowed 16 · lent 0" in cv
+    assert "1 job, 200 GPUs" in cv and "oldest since" in cv
+    assert cv.count('class="seg ') == 4  # guaranteed, nominal, borrowed, waiting
+    assert "16.0" in cv  # GPU-hours this week and month
+    lender = re.search(r'<tr data-queue="\d+/H800"><td>lender.*?</tr>', page, re.S).group(0)
+    assert "0 in use · guarantee 0 · nominal 32 · borrowed 0 · lent 8" in lender  # half of 16
+    assert "vision" not in page and "Globex" not in page and "globex" not in page
+    assert 'id="cohort-tree"' not in page  # the tree is the operators'
+
+
+def test_operators_see_every_queue_and_the_cohort_tree_with_fair_shares(research, operator, client):
+    client.force_login(operator)
+    page = client.get("/queues/").content.decode()
+    assert "globex/vision" in page
+    cohort = _row(page, "data-tree", "research")
+    assert "<strong>research</strong>" in cohort and ">24<" in cohort and ">16<" in cohort
+    cv = _row(page, "data-tree", "acme/cv")
+    assert "padding-left: 2em" in cv and "0.333" in cv  # one weight of three
+    # 16 borrowed of the 68 its tree can lend (every quota above its guarantee), weight 1.
+    assert cv.endswith("<td>0.235</td></tr>")
+    vision = _row(page, "data-tree", "globex/vision")
+    assert vision.endswith("<td>0.000</td></tr>")
+
+
+def test_the_page_costs_the_same_queries_for_more_queues_and_refuses_outsiders(
+    research, acme, operator, client
+):
+    client.force_login(operator)
+    with CaptureQueriesContext(connection) as few:
+        client.get("/queues/")
+    for i in range(10):
+        queue = make_queue(acme, f"more-{i}", cohort=f"c{i % 3}", h800=8, h20=8)
+        make_workload(queue, f"w{i}", gpus=8)
+    scheduling_cycle()
+    with CaptureQueriesContext(connection) as more:
+        assert client.get("/queues/").status_code == 200
+    assert len(more.captured_queries) == len(few.captured_queries) <= 20
+    client.force_login(User.objects.create_user("nobody", password="pw-nobody"))
+    assert client.get("/queues/").status_code == 403
