@@ -147,7 +147,20 @@ def main(argv=None) -> None:
         "reference_s": reference,
     }
     print(summary, file=sys.stderr)
+    if summary["errors_5xx"]:
+        server_errors()
     print(json.dumps(summary))
+
+
+def server_errors() -> None:
+    """The servers' logged errors with their tracebacks, so that a failed run says why."""
+    from django.conf import settings
+
+    for log in sorted((Path(settings.DATA_DIR) / "bench-api").glob("daphne-*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        errors = [i for i, line in enumerate(lines) if " ERROR " in line]
+        for i in errors[:3]:
+            print(f"{log.name}:", *lines[i : i + 40], sep="\n  ", file=sys.stderr)
 
 
 if __name__ == "__main__":

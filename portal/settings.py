@@ -405,5 +405,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"portal": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "loggers": {
+        "portal": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # A server error's traceback in the server's log, whatever DEBUG says (Django's own
+        # configuration mails it to ADMINS, of which there are none).
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

@@ -49,9 +49,10 @@ def send_now(group: str, message: dict) -> None:
 
 
 def publish(group: str, event: str, payload: dict) -> None:
-    """Send `event` to browsers in `group` once the current transaction commits."""
+    """Send `event` to browsers in `group` once the current transaction commits. A Redis that
+    cannot be reached is logged and fails nothing (pages fetch their state when they reconnect)."""
     message = {"type": "live.event", "event": event, "payload": payload}
-    transaction.on_commit(lambda: send_now(group, message))
+    transaction.on_commit(lambda: send_now(group, message), robust=True)
 
 
 def publish_tenant(tenant_id: int, event: str, payload: dict) -> None:

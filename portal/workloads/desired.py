@@ -176,7 +176,8 @@ def nodes_changed(node_ids) -> None:
     if not node_ids:
         return
     Node.objects.filter(id__in=node_ids).update(generation=F("generation") + 1)
-    transaction.on_commit(lambda: sync_nodes(node_ids))
+    # Robust: the resync sweep (`resync_behind`) tells agents a failed send left behind.
+    transaction.on_commit(lambda: sync_nodes(node_ids), robust=True)
 
 
 def sync_nodes(node_ids) -> None:

@@ -96,3 +96,36 @@ def test_two_concurrent_requests_with_one_key_create_one_workload(acme_llm, bob)
     assert {a.status_code for a in answers} == {201}
     assert len({a.json()["id"] for a in answers}) == 1
     assert Workload.objects.count() == 1
+
+
+def test_a_submission_answers_201_when_redis_and_the_broker_are_down(
+    acme_llm, bob, settings, monkeypatch, django_capture_on_commit_callbacks, caplog
+):
+    """What was committed is answered as created: the live event and the cycle's head start
+    fail after the commit, are logged, and the beat's cycle admits the job anyway. Redis is
+    really unreachable (a dead port); the broker's refusal is simulated, since the Celery app's
+    connection is made once per process."""
+    from celery import current_app
+    from kombu.exceptions import OperationalError
+
+    from portal.core import redis
+
+    def refused(*args, **kwargs):
+        raise OperationalError("[Errno 111] Connection refused")
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    redis.client.cache_clear()
+    monkeypatch.setattr(current_app, "send_task", refused)
+    try:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            answer = api_client(bob).post("/api/v1/workloads/", JOB, format="json")
+    finally:
+        redis.client.cache_clear()
+    assert answer.status_code == 201, answer.content
+    assert Workload.objects.get(pk=answer.json()["id"]).state == "pending"
+    assert len(callbacks) >= 2
+    failed = {r.getMessage().split(" in on_commit")[0] for r in caplog.records}
+    assert {
+        "Error calling publish.<locals>.<lambda>",
+        "Error calling trigger_cycle.<locals>.<lambda>",
+    } <= failed
