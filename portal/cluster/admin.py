@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
+from django.db.models.functions import Coalesce
 
 from portal.cluster.choices import Health
 from portal.cluster.models import (
@@ -32,8 +33,8 @@ class PodAdmin(admin.ModelAdmin):
     list_select_related = ["datacenter"]
 
     def get_queryset(self, request):
-        ready = Q(leaves__nodes__spare=True, leaves__nodes__health=Health.READY)
-        return super().get_queryset(request).annotate(ready=Count("leaves__nodes", filter=ready))
+        ready = Coalesce(Node.objects.ready_spares_per_pod(), 0)
+        return super().get_queryset(request).annotate(ready=ready)
 
     @admin.display(description="ready spares", ordering="ready")
     def ready_spares(self, pod):

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -69,8 +70,7 @@ class Pod(models.Model):
 
     def spares_missing(self) -> int:
         """How many ready spares the pool lacks to meet its target."""
-        ready = Node.objects.filter(leaf__pod=self, spare=True, health=Health.READY).count()
-        return max(0, self.hot_spares - ready)
+        return max(0, self.hot_spares - Node.objects.filter(leaf__pod=self).ready_spares().count())
 
 
 class Leaf(models.Model):
@@ -89,6 +89,29 @@ class Leaf(models.Model):
 
     def __str__(self):
         return f"{self.pod}/{self.name}"
+
+
+# What a recovery can move work to, and what a pool of hot spares counts as ready: a node that
+# is ready, its agent connected, holding no job's GPUs (`busy`, annotated by `with_busy`).
+USABLE = Q(health=Health.READY, connected=True, busy=False)
+
+
+class NodeQuerySet(models.QuerySet):
+    def with_busy(self):
+        """Each node annotated with `busy`: whether it holds any job's GPUs."""
+        allocations = Node.allocations.field.model.objects.filter(node=OuterRef("pk"))
+        return self.annotate(busy=Exists(allocations))
+
+    def usable(self):
+        return self.with_busy().filter(USABLE)
+
+    def ready_spares(self):
+        return self.usable().filter(spare=True)
+
+    def ready_spares_per_pod(self):
+        """A subquery for an annotation of pods: how many ready spares each has."""
+        per_pod = self.filter(leaf__pod=OuterRef("pk")).ready_spares().order_by()
+        return Subquery(per_pod.values("leaf__pod").annotate(n=Count("pk")).values("n"))
 
 
 class Node(models.Model):
@@ -122,6 +145,8 @@ class Node(models.Model):
     # When the jobs that failed on it since one last ended well failed (epoch seconds, the
     # latest few; `streaks`).
     recent_failures = models.JSONField(default=list, blank=True, editable=False)
+
+    objects = NodeQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -10,22 +10,18 @@ from django import forms
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
-from portal.cluster.choices import Health
-from portal.cluster.models import Node, Pod
+from portal.cluster.models import USABLE, Node, Pod
 from portal.core.errors import Conflict
 from portal.core.models import audit
 from portal.dashboard.capacity import ReasonForm
-from portal.workloads.models import Allocation
 from portal.workloads.triggers import trigger_cycle
 
-# What a recovery can take (`recovery._spare_near`): ready, its agent connected, nothing on it.
-USABLE = Q(health=Health.READY, connected=True, busy=False)
 NO_NODES = {"ready": 0, "busy_spares": 0, "unhealthy": 0, "candidates": 0}
 
 
@@ -34,7 +30,7 @@ def pool_counts() -> dict[int, dict]:
     offline, and the ordinary nodes that could join (usable, not spare); one query."""
     spare = Q(spare=True)
     rows = (
-        Node.objects.annotate(busy=Exists(Allocation.objects.filter(node=OuterRef("pk"))))
+        Node.objects.with_busy()
         .values("leaf__pod")
         .annotate(
             ready=Count("pk", filter=spare & USABLE),

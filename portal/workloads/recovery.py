@@ -17,10 +17,10 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 from django.utils import timezone
 
-from portal.cluster.choices import CommandState, Health
+from portal.cluster.choices import CommandState
 from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.core.live import OPS_GROUP, publish, publish_tenant
@@ -418,18 +418,11 @@ def can_move(workload: Workload, node: Node) -> bool:
 
 
 def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | None:
-    busy = Allocation.objects.filter(node=OuterRef("pk"))
     spares = (
         Node.objects.select_for_update()
-        .filter(
-            spare=True,
-            health=Health.READY,
-            connected=True,
-            gpu_model_id=workload.gpu_model_id,
-            gpu_count__gte=node.gpu_count,
-        )
+        .ready_spares()
+        .filter(gpu_model_id=workload.gpu_model_id, gpu_count__gte=node.gpu_count)
         .exclude(pk__in=exclude)
-        .exclude(Exists(busy))
         .order_by("name")
     )
     pod = node.leaf.pod

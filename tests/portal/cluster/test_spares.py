@@ -7,6 +7,7 @@ from portal.cluster.choices import Health
 from portal.cluster.models import Node, Pod
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Allocation
 from tests.builders import make_cluster, make_queue, make_workload
 
 
@@ -33,6 +34,24 @@ def test_a_repaired_node_refills_a_short_pool_and_only_a_short_one(db):
     other.set_health(Health.READY, "repaired")
     assert not Node.objects.get(pk=other.pk).spare  # the pool is full again
     assert Pod.objects.get().spares_missing() == 0
+
+
+def test_a_spare_holding_gpus_or_offline_is_not_ready_so_a_repaired_node_refills_the_pool(db, acme):
+    """One meaning of "ready" for a recovery, the pool's refill, the admin and the spares page:
+    ready, its agent connected, holding no GPUs."""
+    nodes = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=4)
+    Pod.objects.update(hot_spares=2)
+    busy, offline, repaired = nodes[0], nodes[1], nodes[2]
+    Node.objects.filter(pk__in=[busy.pk, offline.pk]).update(spare=True)
+    Node.objects.filter(pk=offline.pk).update(connected=False)
+    job = make_workload(make_queue(acme, "llm", h800=64), "job", gpus=8)
+    Allocation.objects.create(workload=job, node=busy, gpu_index=0)
+    assert Pod.objects.get().spares_missing() == 2
+    repaired.set_health(Health.DOWN, "xid-79")
+    repaired.set_health(Health.REPAIRING, "reseated the GPU")
+    repaired.set_health(Health.READY, "repaired")
+    assert Node.objects.get(pk=repaired.pk).spare
+    assert Pod.objects.get().spares_missing() == 1
 
 
 def test_the_console_shows_each_pool_its_target_and_what_is_missing(db, client, operator):
