@@ -120,8 +120,8 @@ class Postgres:
 
 def probe(queues, model, fault: str) -> int:
     """A 16-GPU job ahead of the stream (priority 100), to see scheduling work again."""
+    from portal.core.triggers import trigger_cycle
     from portal.workloads.models import Workload
-    from portal.workloads.triggers import trigger_cycle
 
     job = Workload.objects.create(
         tenant=queues[0].tenant,

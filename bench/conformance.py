@@ -230,9 +230,9 @@ def build(scenario: Scenario) -> list:
 
 
 def submit(scenario: Scenario, job: Job) -> int:
+    from portal.core.triggers import trigger_cycle
     from portal.quotas.models import Queue
     from portal.workloads.models import Workload
-    from portal.workloads.triggers import trigger_cycle
 
     queue = Queue.objects.select_related("tenant").get(name=f"{scenario.name}-{job.queue}")
     workload = Workload.objects.create(

@@ -178,8 +178,8 @@ def arrivals(rng: random.Random, rate: float) -> int:
 
 
 def submit(rng: random.Random, queues, model, number: int):
+    from portal.core.triggers import trigger_cycle
     from portal.workloads.models import Workload
-    from portal.workloads.triggers import trigger_cycle
 
     gpus = rng.choice(SIZES)
     elastic = gpus >= 16 and rng.random() < 1 / 3

@@ -17,10 +17,10 @@ from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
+from portal.core.triggers import kick_preemptions
 from portal.workloads import recovery
 from portal.workloads.choices import State
 from portal.workloads.models import Workload
-from portal.workloads.triggers import kick_preemptions
 from scheduler import faults
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from portal.core.models import audit
-from portal.quotas.api.serializers import QueueChangeSerializer
+from portal.core.triggers import trigger_cycle
+from portal.quotas.api.serializers import QUEUE_CHANGES
 from portal.quotas.models import Cohort, CohortQuota, Queue, QueueQuota
 from portal.workloads.models import Allocation
-from portal.workloads.triggers import trigger_cycle
 
 # A tuple: an inline formset adds its foreign key to a list of fields in place.
 QUOTA_FIELDS = ("gpu_model", "guarantee", "nominal", "borrowing_limit", "lending_limit")
@@ -38,7 +38,7 @@ class ReasonForm(forms.Form):
 class QueueForm(forms.ModelForm):
     class Meta:
         model = Queue
-        fields = QueueChangeSerializer.Meta.fields  # what operators may change, here as there
+        fields = QUEUE_CHANGES  # what operators may change, here as through the API
         labels = {
             "cohort": gettext_lazy("Cohort"),
             "priority": gettext_lazy("Priority"),

@@ -19,8 +19,8 @@ from django.views.decorators.http import require_GET
 from portal.cluster.models import USABLE, Node, Pod
 from portal.core.errors import Conflict
 from portal.core.models import audit
+from portal.core.triggers import trigger_cycle
 from portal.dashboard.capacity import ReasonForm
-from portal.workloads.triggers import trigger_cycle
 
 NO_NODES = {"ready": 0, "busy_spares": 0, "unhealthy": 0, "candidates": 0}
 

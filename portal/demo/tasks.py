@@ -2,8 +2,8 @@ import random
 
 from celery import shared_task
 
+from portal.core.triggers import trigger_cycle
 from portal.demo import installation
-from portal.workloads.triggers import trigger_cycle
 
 
 @shared_task(soft_time_limit=10)

@@ -21,12 +21,12 @@ from django.utils.translation import ngettext
 from portal.cluster.commands import send_commands
 from portal.core.errors import Conflict
 from portal.core.models import audit
+from portal.core.triggers import trigger_cycle
 from portal.workloads import lifecycle, preemption
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import TRANSITIONS, CheckpointPolicy, PriorityClass, State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Workload
-from portal.workloads.triggers import trigger_cycle
 
 ACTIONS = ("preempt", "requeue", "checkpoint", "priority", "cancel")
 

@@ -5,8 +5,8 @@ touched, for the caller's one `desired.nodes_changed` per transaction."""
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.core.triggers import trigger_cycle
 from portal.workloads.models import Allocation, UsageRecord, Workload
-from portal.workloads.triggers import trigger_cycle
 
 
 def release(workload: Workload) -> set[int]:

@@ -12,10 +12,10 @@ from django.utils import timezone
 from portal.cluster.choices import CommandState
 from portal.cluster.commands import RESEND_WITHIN, send_commands
 from portal.cluster.models import NodeCommand
+from portal.core.triggers import trigger_cycle
 from portal.workloads.advice import failure_rate
 from portal.workloads.choices import CheckpointKind, CheckpointPolicy, CheckpointStatus, State
 from portal.workloads.models import Allocation, Checkpoint, Workload
-from portal.workloads.triggers import trigger_cycle
 from scheduler import checkpointing
 
 log = logging.getLogger(__name__)

@@ -16,12 +16,12 @@ from portal.cluster.commands import send_commands
 from portal.cluster.models import NodeCommand
 from portal.core.live import publish_tenant
 from portal.core.models import audit
+from portal.core.triggers import trigger_cycle
 from portal.workloads import allocations, parallel, preemption, recovery
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, transition
-from portal.workloads.triggers import trigger_cycle
 
 
 def submit(serializer, user) -> Workload:

@@ -24,6 +24,7 @@ from portal.cluster.choices import CommandState
 from portal.cluster.commands import send_commands
 from portal.cluster.models import Node, NodeCommand
 from portal.core.live import OPS_GROUP, publish, publish_tenant
+from portal.core.triggers import kick_recovery
 from portal.workloads import allocations, parallel
 from portal.workloads.choices import (
     CheckpointPolicy,
@@ -35,7 +36,6 @@ from portal.workloads.choices import (
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Recovery, Workload, note, transition
 from portal.workloads.reasons import readable
-from portal.workloads.triggers import kick_recovery
 from scheduler import checkpointing, faults
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from portal.workloads.triggers import trigger_cycle
+from portal.core.triggers import trigger_cycle
 from tests.builders import make_cluster, make_queue, make_workload
 from tests.e2e.test_dashboard import sign_in
 from tests.portal.processes import start_agent, wait_until

@@ -124,22 +124,34 @@ class DecisionSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+# What operators may change, here and on the queue's console page.
+QUEUE_CHANGES = [
+    "cohort",
+    "priority",
+    "weight",
+    "strategy",
+    *Queue.PREEMPTION_FIELDS,
+    "preemption_grace_s",
+    "reclaim_deadline_s",
+]
+
+
 class QueueChangeSerializer(QueueSerializer):
     """What operators may change of a queue through the API (quotas grow by approved
-    requests), checked as a queue is."""
+    requests), checked as a queue is, and why (kept in the audit log)."""
 
     cohort = NameField(
         slug_field="name", queryset=Cohort.objects.all(), allow_null=True, required=False
     )
+    reason = serializers.CharField(
+        write_only=True, max_length=300, help_text="Why: kept in the audit log with the change."
+    )
+
+    def validate(self, attrs):
+        if self.partial and "reason" not in attrs:  # a partial update skips required fields
+            raise serializers.ValidationError({"reason": "Say why: it is kept in the audit log."})
+        return super().validate(attrs)
 
     class Meta:
         model = Queue
-        fields = [
-            "cohort",
-            "priority",
-            "weight",
-            "strategy",
-            *Queue.PREEMPTION_FIELDS,
-            "preemption_grace_s",
-            "reclaim_deadline_s",
-        ]
+        fields = [*QUEUE_CHANGES, "reason"]

@@ -8,6 +8,7 @@ from portal.core.api import OperatorPermission, TenantViewSet
 from portal.core.errors import Conflict
 from portal.core.idempotency import IdempotentCreateModelMixin
 from portal.core.models import audit
+from portal.core.triggers import trigger_cycle
 from portal.quotas.api.serializers import (
     DecisionSerializer,
     QueueChangeSerializer,
@@ -28,16 +29,26 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewS
     @action(detail=True, methods=["post"], permission_classes=[OperatorPermission])
     def change(self, request, pk=None):
         """Operators change a queue's cohort, priority, weight, strategy and preemption
-        settings; the change is audited with what it was before."""
+        settings, saying why; the change is audited with what it was before, and a scheduling
+        cycle runs on it at once."""
         queue = self.get_object()
         change = QueueChangeSerializer(queue, data=request.data, partial=True)
         change.is_valid(raise_exception=True)
+        reason = change.validated_data.pop("reason")
         before = QueueChangeSerializer(queue).data
         with transaction.atomic():
             change.save()
             after = QueueChangeSerializer(queue).data
             changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
-            audit("queue.changed", queue, actor=request.user, tenant=queue.tenant, changed=changed)
+            audit(
+                "queue.changed",
+                queue,
+                actor=request.user,
+                tenant=queue.tenant,
+                changed=changed,
+                reason=reason,
+            )
+            trigger_cycle()
         return Response(QueueSerializer(self.get_queryset().get(pk=queue.pk)).data)
 
 

@@ -75,26 +75,31 @@ def test_operators_decide_quota_requests_once(ops, alice, acme_llm):
     assert again.json()["errors"][0]["reason"].startswith("Not rejected: the request is approved")
 
 
-def test_operators_change_queues_with_an_audit_trail(ops, bob, acme_llm):
+def test_operators_change_queues_with_a_reason_an_audit_trail_and_a_cycle(
+    ops, bob, acme_llm, django_capture_on_commit_callbacks
+):
     Cohort.objects.create(name="research")
-    answer = ops.post(
-        f"/api/v1/queues/{acme_llm.pk}/change/", {"weight": 3, "cohort": "research"}, format="json"
-    )
+    change = f"/api/v1/queues/{acme_llm.pk}/change/"
+    unexplained = ops.post(change, {"weight": 3}, format="json")
+    assert unexplained.status_code == 400
+    assert unexplained.json()["errors"][0]["field"] == "reason"
+    body = {"weight": 3, "cohort": "research", "reason": "research joins the pool"}
+    with django_capture_on_commit_callbacks() as callbacks:
+        answer = ops.post(change, body, format="json")
     assert answer.status_code == 200, answer.json()
     assert (answer.json()["weight"], answer.json()["cohort"]) == (3, "research")
-    changed = AuditEvent.objects.get(action="queue.changed").data["changed"]
-    assert changed["cohort"] == [None, "research"] and changed["weight"][1] == 3
-    refused = ops.post(
-        f"/api/v1/queues/{acme_llm.pk}/change/", {"max_priority_threshold": 5}, format="json"
-    )
+    assert "reason" not in answer.json()
+    entry = AuditEvent.objects.get(action="queue.changed")
+    assert entry.data["changed"]["cohort"] == [None, "research"]
+    assert entry.data["changed"]["weight"][1] == 3
+    assert entry.data["reason"] == "research joins the pool"
+    assert any("trigger_cycle" in repr(callback) for callback in callbacks)
+    refused = ops.post(change, {"max_priority_threshold": 5, "reason": "x"}, format="json")
     assert (
         refused.status_code == 400
         and refused.json()["errors"][0]["field"] == "max_priority_threshold"
     )
-    assert (
-        api_client(bob).post(f"/api/v1/queues/{acme_llm.pk}/change/", {"weight": 9}).status_code
-        == 403
-    )
+    assert api_client(bob).post(change, {"weight": 9, "reason": "mine"}).status_code == 403
 
 
 def test_operators_cancel_any_tenants_job(ops, acme_llm, charlie):
