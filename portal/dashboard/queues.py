@@ -8,7 +8,7 @@ A fixed number of queries whatever the fleet's size: the queues, the engine's vi
 queue and cohort, GPUs held and pending work per queue and model, two usage windows.
 """
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
@@ -23,24 +23,29 @@ from portal.quotas.models import Cohort, Queue
 from portal.tenancy.models import membership_of
 from portal.workloads.choices import State
 from portal.workloads.models import Allocation, Workload
-from portal.workloads.usage import usage_windows
+from portal.workloads.usage import held, usage_windows
 from scheduler.engine.quota import QuotaLedger
 
 
-class Tree:
-    """Every queue and cohort as the engine sees them, with the GPUs held now charged to the
-    engine's own quota ledger."""
+def gpus_held() -> Counter:
+    """GPUs held now per (queue id, GPU model), each allocation counted."""
+    held = (
+        Allocation.objects.values_list("workload__queue_id", "workload__gpu_model__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return Counter({(queue_id, gpu_model): n for queue_id, gpu_model, n in held})
 
-    def __init__(self):
+
+class Tree:
+    """Every queue and cohort as the engine sees them, with the GPUs held now (`gpus`, per
+    queue id and GPU model) charged to the engine's own quota ledger."""
+
+    def __init__(self, gpus: Counter):
         self.queues = {queue.id: queue for queue in engine.queues()}
         self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
         self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values())
-        held = (
-            Allocation.objects.values_list("workload__queue_id", "workload__gpu_model__name")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        for queue_id, gpu_model, n in held:
+        for (queue_id, gpu_model), n in gpus.items():
             self.ledger.charge(queue_id, gpu_model, n)
 
     def used(self, queue_id: int, gpu_model: str) -> int:
@@ -88,16 +93,20 @@ class Tree:
 QUEUE_KEYS = ("queue_id", "gpu_model")
 
 
-def queue_rows(queues, tree: Tree, now=None, hours=True) -> list[dict]:
+def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
     """One row per queue of `queues` (Queue objects with their quotas) and GPU model of its
-    quota: the figures (with `hours`, the GPU-hours of this week and this month, in the
-    active time zone), and the bar's segments and marks in % of its length."""
+    quota: the figures (given `holding`, `usage.held`'s rows by QUEUE_KEYS, also the GPU-hours
+    of this week and this month, in the active time zone), and the bar's segments and marks
+    in % of its length."""
     now = now or timezone.now()
     local = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     month, week = local.replace(day=1), local - timedelta(days=local.weekday())
-    ids = [queue.pk for queue in queues]
+    ids = {queue.pk for queue in queues}
     workloads = Workload.objects.filter(queue_id__in=ids)
-    windows = usage_windows(workloads, (week, month) if hours else (), now, QUEUE_KEYS, now)
+    windows = {}
+    if holding is not None:
+        holding = [row for row in holding if row[0][0] in ids]
+        windows = usage_windows(workloads, (week, month), now, QUEUE_KEYS, now, holding)
     used_since = {
         since: {(row["queue_id"], row["gpu_model"]): row["gpu_hours"] for row in rows}
         for since, rows in windows.items()
@@ -217,9 +226,16 @@ def queues_page(request):
     )
     if membership is not None:
         visible = visible.filter(tenant=membership.tenant)
-    tree = Tree()
-    rows = queue_rows(list(visible.order_by("tenant__name", "name")), tree)
-    context = {"rows": rows, "now": timezone.now(), "operator": membership is None}
+    now = timezone.now()
+    # Every queue's GPUs held now, read once: the tree's ledger counts them, the rows' windows
+    # take the GPU-hours of the visible queues' from them.
+    holding = list(held(Allocation.objects.all(), QUEUE_KEYS, now))
+    gpus = Counter()
+    for key, _start, _end, _hours, n in holding:
+        gpus[key] += n
+    tree = Tree(gpus)
+    rows = queue_rows(list(visible.order_by("tenant__name", "name")), tree, holding, now)
+    context = {"rows": rows, "now": now, "operator": membership is None}
     if membership is None:
         context["tree"] = cohort_tree(tree, rows)
         cohort_ids = dict(Cohort.objects.values_list("name", "pk"))  # for the links to edit them

@@ -59,9 +59,8 @@ def usage(request):
     errors = {} if query.is_valid() else query.errors
     keys = query.validated_data["group_by"] if not errors else tuple(default.split(","))
     workloads = Workload.objects.visible_to(request.user)
-    rows = usage_report.report(workloads, since, until, keys)
     step = timedelta(hours=1) if until - since <= timedelta(days=2) else timedelta(days=1)
-    chart = usage_report.series(workloads, since, until, keys[0], step)
+    rows, chart = usage_report.report_and_series(workloads, since, until, keys, step)
     params = {"format": "csv", "since": since.isoformat(), "until": until.isoformat()}
     return render(
         request,

@@ -24,7 +24,7 @@ from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
 from portal.cluster.summary import RANGES, cluster_summary, history
 from portal.core.models import audit
-from portal.dashboard.queues import Tree, queue_rows
+from portal.dashboard.queues import Tree, gpus_held, queue_rows
 from portal.dashboard.usage import budget_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
@@ -260,7 +260,7 @@ def quota(request):
         "queue", "gpu_model", "region"
     )[:50]
     context.update(
-        bars=queue_rows(context["queues"], Tree(), hours=False),
+        bars=queue_rows(context["queues"], Tree(gpus_held())),
         budgets=budget_bars(membership.tenant),
     )
     return render(request, "dashboard/quota.html", context)

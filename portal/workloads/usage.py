@@ -41,16 +41,17 @@ def booked(usage) -> float:
 def held_now(workloads) -> tuple[int, float]:
     """GPUs the `workloads` hold now, each counted (not those they asked for), and the
     GPU-hours those have used so far."""
-    held = list(_held(Allocation.objects.filter(workload__in=workloads)))
-    return sum(gpus for *_, gpus in held), sum(hours for *_, hours, _ in held)
+    rows = list(held(Allocation.objects.filter(workload__in=workloads)))
+    return sum(gpus for *_, gpus in rows), sum(hours for *_, hours, _ in rows)
 
 
-def _held(allocations, paths=(), now=None):
-    """(key values, start, end, GPU-hours, GPUs) of the GPUs held now, each from the later of
-    its run's start and its own booking until now, as `allocations.book` will book it: in one
-    query, those booked before their run started summed per workload, the others (a grow's,
-    a spare's) per booking."""
+def held(allocations, keys=(), now=None):
+    """(values of `keys`, start, end, GPU-hours, GPUs) of the GPUs held now, each from the
+    later of its run's start and its own booking until now, as `allocations.book` will book
+    it: in one query, those booked before their run started summed per workload, the others
+    (a grow's, a spare's) per booking."""
     now = now or timezone.now()
+    paths = _paths(keys)
     times = ("workload__started_at", "workload__admitted_at")
     later = Case(
         When(created_at__lte=Coalesce(*times), then=None),
@@ -81,16 +82,19 @@ def _records(workloads, since, until):
     )
 
 
-def _stretches(workloads, since, until, keys, now=None):
+def _stretches(workloads, since, until, keys, holding=None):
     """(key values, start, end, GPU-hours, GPUs held now) of each booked stretch of the
-    `workloads` that overlaps [since, until], and of the GPUs they hold `now`."""
+    `workloads` that overlaps [since, until], and of the GPUs they hold now (or `holding`,
+    `held`'s rows for them)."""
     paths = _paths(keys)
     booked = _records(workloads, since, until)
     for *values, start, end, hours in booked.values_list(
         *paths, "started_at", "ended_at", "gpu_hours"
     ):
         yield tuple(values), start, end, hours, 0
-    yield from _held(Allocation.objects.filter(workload__in=workloads), paths, now)
+    if holding is None:
+        holding = held(Allocation.objects.filter(workload__in=workloads), keys)
+    yield from holding
 
 
 def _inside(start, end, hours, since, until) -> float:
@@ -110,13 +114,15 @@ def usage_rows(workloads, since, until, keys=BY_QUEUE, now=None) -> list[dict]:
     return usage_windows(workloads, [since], until, keys, now)[since]
 
 
-def usage_windows(workloads, sinces, until, keys=BY_QUEUE, now=None) -> dict:
+def usage_windows(workloads, sinces, until, keys=BY_QUEUE, now=None, holding=None) -> dict:
     """`usage_rows` of several windows ending at `until` (this week, this month), by their
-    start: the GPUs held now are read once for all of them."""
+    start: the GPUs held now are read once for all of them (or given, as `holding`: the rows
+    of `held` for these `workloads` and `keys`)."""
     if not sinces:
         return {}
     paths = _paths(keys)
-    held = list(_held(Allocation.objects.filter(workload__in=workloads), paths, now))
+    if holding is None:
+        holding = list(held(Allocation.objects.filter(workload__in=workloads), keys, now))
     windows = {}
     for since in sinces:
         rows: dict[tuple, dict] = {}
@@ -139,7 +145,7 @@ def usage_windows(workloads, sinces, until, keys=BY_QUEUE, now=None) -> dict:
         )
         for *values, start, end, hours in straddling:
             add(tuple(values), _inside(start, end, hours, since, until))
-        for values, start, end, hours, gpus in held:
+        for values, start, end, hours, gpus in holding:
             add(values, _inside(start, end, hours, since, until), gpus)
         windows[since] = [rows[key] for key in sorted(rows, key=_order)]
     return windows
@@ -158,14 +164,19 @@ def prices() -> tuple[dict[str, float], dict[int, float]]:
     )
 
 
-def report(workloads, since, until, group_by=BY_QUEUE, now=None) -> list[dict]:
+def _priced(group_by) -> tuple[str, ...]:
+    """The keys a report of `group_by` reads: also those its prices depend on."""
+    return (*group_by, *(key for key in ("gpu_model", "priority") if key not in group_by))
+
+
+def report(workloads, since, until, group_by=BY_QUEUE, now=None, holding=None) -> list[dict]:
     """`usage_rows` grouped by `group_by`, each row with its `cost`: GPU-hours x the GPU
     model's price x the priority class's factor, at today's prices. A job whose submitter is
-    gone counts under user ""."""
-    extra = tuple(key for key in ("gpu_model", "priority") if key not in group_by)
+    gone counts under user "". `holding`: `held`'s rows for the `workloads`, when read."""
     rates, factors = prices()
     rows: dict[tuple, dict] = {}
-    for fine in usage_rows(workloads, since, until, (*group_by, *extra), now):
+    windows = usage_windows(workloads, [since], until, _priced(group_by), now, holding)
+    for fine in windows[since]:
         key = tuple("" if fine[k] is None else fine[k] for k in group_by)
         row = rows.get(key)
         if row is None:
@@ -178,12 +189,24 @@ def report(workloads, since, until, group_by=BY_QUEUE, now=None) -> list[dict]:
     return list(rows.values())
 
 
-def series(workloads, since, until, key: str, step: timedelta) -> dict:
+def report_and_series(workloads, since, until, group_by, step: timedelta):
+    """`report` and the `series` of its first key, for the usage page: the GPUs held now are
+    read once for both."""
+    now = timezone.now()
+    holding = list(held(Allocation.objects.filter(workload__in=workloads), _priced(group_by), now))
+    first = [((values[0],), *rest) for values, *rest in holding]
+    return (
+        report(workloads, since, until, group_by, now, holding),
+        series(workloads, since, until, group_by[0], step, first),
+    )
+
+
+def series(workloads, since, until, key: str, step: timedelta, holding=None) -> dict:
     """GPU-hours within [since, until] per slice of `step` (whole hours or days of UTC) and
     value of `key`, for charts: `{"starts": [slice starts], "series": {value: [GPU-hours]}}`.
     A stretch's first and last slices get their part of it; the whole slices between them,
     the same share each, are added through a difference array, so a long stretch costs no
-    more than a short one."""
+    more than a short one. `holding`: `held`'s rows by `key`, when read."""
     origin = datetime.fromtimestamp(
         since.timestamp() // step.total_seconds() * step.total_seconds(), UTC
     )
@@ -191,7 +214,7 @@ def series(workloads, since, until, key: str, step: timedelta) -> dict:
     starts = [origin + i * step for i in range(count)]
     found: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     steps: dict[str, list[float]] = defaultdict(lambda: [0.0] * (count + 1))
-    for (value,), start, end, hours, _ in _stretches(workloads, since, until, (key,)):
+    for (value,), start, end, hours, _ in _stretches(workloads, since, until, (key,), holding):
         name = "" if value is None else str(value)
         first = max(0, int((start - origin) / step))
         last = min(count - 1, int((end - origin) / step))
