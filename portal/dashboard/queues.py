@@ -41,8 +41,9 @@ class Tree:
     """Every queue and cohort as the engine sees them, with the GPUs held now (`gpus`, per
     queue id and GPU model) charged to the engine's own quota ledger."""
 
-    def __init__(self, gpus: Counter):
-        self.queues = {queue.id: queue for queue in engine.queues()}
+    def __init__(self, gpus: Counter, queues=None):
+        """`queues`: every Queue, read `engine.with_quotas`, when the caller has them."""
+        self.queues = {queue.id: queue for queue in engine.queues(queues)}
         self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
         self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values())
         for (queue_id, gpu_model), n in gpus.items():
@@ -221,20 +222,18 @@ def queues_page(request):
     membership = membership_of(request.user)
     if membership is None and not request.user.is_staff:
         raise PermissionDenied(_("Only tenants' members and operators see queues."))
-    visible = Queue.objects.select_related("tenant", "cohort", "region").prefetch_related(
-        "quotas__gpu_model"
-    )
-    if membership is not None:
-        visible = visible.filter(tenant=membership.tenant)
     now = timezone.now()
-    # Every queue's GPUs held now, read once: the tree's ledger counts them, the rows' windows
-    # take the GPU-hours of the visible queues' from them.
+    # Every queue and every queue's GPUs held now, read once: the tree's ledger counts them,
+    # the rows show the visible queues and take their GPU-hours from them.
+    queues = list(engine.with_quotas(Queue.objects.order_by("tenant__name", "name")))
     holding = list(held(Allocation.objects.all(), QUEUE_KEYS, now))
     gpus = Counter()
     for key, _start, _end, _hours, n in holding:
         gpus[key] += n
-    tree = Tree(gpus)
-    rows = queue_rows(list(visible.order_by("tenant__name", "name")), tree, holding, now)
+    tree = Tree(gpus, queues)
+    if membership is not None:
+        queues = [queue for queue in queues if queue.tenant_id == membership.tenant_id]
+    rows = queue_rows(queues, tree, holding, now)
     context = {"rows": rows, "now": now, "operator": membership is None}
     if membership is None:
         context["tree"] = cohort_tree(tree, rows)

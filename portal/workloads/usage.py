@@ -52,23 +52,23 @@ def held(allocations, keys=(), now=None):
     (a grow's, a spare's) per booking."""
     now = now or timezone.now()
     paths = _paths(keys)
-    times = ("workload__started_at", "workload__admitted_at")
-    later = Case(
-        When(created_at__lte=Coalesce(*times), then=None),
+    run = Coalesce("workload__started_at", "workload__admitted_at")
+    begun = Case(
+        When(workload__started_at=None, workload__admitted_at=None, then=None),  # from now
+        When(created_at__lte=run, then=run),
         default=F("created_at"),
         output_field=DateTimeField(),
     )
     rows = (
-        allocations.annotate(later=later)
-        .values("workload_id", *paths, *times, "later")
+        allocations.annotate(begun=begun)
+        .values("workload_id", *paths, "begun")
         .annotate(gpus=Count("id"))
         .order_by()
-        .values_list("workload_id", *paths, *times, "later", "gpus")
+        .values_list("workload_id", *paths, "begun", "gpus")
     )
-    for _, *values, started, admitted, booked_at, gpus in rows:
-        begun = started or admitted or now
-        begun = max(begun, booked_at) if booked_at else begun
-        yield tuple(values), begun, now, gpus * (now - begun).total_seconds() / 3600, gpus
+    for _, *values, begun_at, gpus in rows:
+        begun_at = begun_at or now
+        yield tuple(values), begun_at, now, gpus * (now - begun_at).total_seconds() / 3600, gpus
 
 
 def _paths(keys) -> list[str]:
