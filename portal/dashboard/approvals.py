@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
-from portal.dashboard.operations import _paged
+from portal.dashboard.paging import paged
 from portal.quotas.choices import RequestStatus
 from portal.quotas.models import CapacityCheck, QuotaRequest
 from portal.tenancy.models import Tenant
@@ -56,7 +56,7 @@ def quota_requests(request):
         default=Value(1),
         output_field=IntegerField(),
     )
-    page, query = _paged(
+    page, query = paged(
         request,
         found.order_by(pending_first, F("decided_at").desc(nulls_last=True), "requested_at", "id"),
     )

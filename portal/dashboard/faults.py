@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from portal.cluster.models import DataCenter, FaultEvent
-from portal.dashboard.operations import _paged
+from portal.dashboard.paging import paged
 from portal.dashboard.templatetags.words import fault_title
 from portal.workloads.choices import RecoveryStep
 from portal.workloads.models import Recovery
@@ -94,7 +94,7 @@ def fault_list(request):
     )
     filterset = FaultFilterSet(request.GET, queryset=faults)
     found = filterset.qs if filterset.is_valid() else FaultEvent.objects.none()
-    page, query = _paged(request, found.order_by("-occurred_at", "-id"))
+    page, query = paged(request, found.order_by("-occurred_at", "-id"))
     for fault in page:
         for recovery in fault.recoveries.all():
             recovery.took_s = _took_s(recovery, fault)

@@ -6,7 +6,6 @@ audited); and the audit trail, filtered and read only."""
 import django_filters
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -14,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from portal.core.errors import Conflict
 from portal.core.models import AuditEvent
+from portal.dashboard.paging import paged
 from portal.dashboard.views import workload_context
 from portal.tenancy.models import Tenant
 from portal.workloads import actions
@@ -21,7 +21,6 @@ from portal.workloads.choices import PriorityClass
 from portal.workloads.filtersets import SORTS, WorkloadFilterSet
 from portal.workloads.models import Workload, with_version
 
-PAGE_ROWS = 50
 ACTION_NAMES = {
     "preempt": gettext_lazy("Preempt"),
     "requeue": gettext_lazy("Requeue"),
@@ -29,14 +28,6 @@ ACTION_NAMES = {
     "priority": gettext_lazy("Change priority"),
     "cancel": gettext_lazy("Cancel"),
 }
-
-
-def _paged(request, rows):
-    """The page of `rows` the request asks for, and its query without the page, for the
-    links to the others (`dashboard/_pages.html`)."""
-    query = request.GET.copy()
-    query.pop("page", None)
-    return Paginator(rows, PAGE_ROWS).get_page(request.GET.get("page")), query.urlencode()
 
 
 class OperatorWorkloadFilterSet(WorkloadFilterSet):
@@ -57,7 +48,7 @@ def workload_list(request):
     found = filterset.qs if filterset.is_valid() else Workload.objects.none()
     sort = request.GET.get("sort", "-submitted_at")
     sort = sort if sort in SORTS else "-submitted_at"
-    page, query = _paged(request, found.order_by(sort, "-id"))
+    page, query = paged(request, found.order_by(sort, "-id"))
     return render(
         request,
         "dashboard/ops_workloads.html",
@@ -141,7 +132,7 @@ def audit_log(request):
     entries = AuditEvent.objects.select_related("actor", "tenant")
     filterset = AuditFilterSet(request.GET, queryset=entries)
     found = filterset.qs if filterset.is_valid() else AuditEvent.objects.none()
-    page, query = _paged(request, found.order_by("-at", "-id"))
+    page, query = paged(request, found.order_by("-at", "-id"))
     return render(
         request,
         "dashboard/ops_audit.html",

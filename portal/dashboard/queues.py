@@ -2,7 +2,8 @@
 holds, borrows and lends, the work waiting for it and the GPU-hours it used this week and this
 month, as bars; for operators also the cohort tree with each queue's fair share as the engine
 counts it (Slurm's `sshare`, for cohorts). A tenant's members see their own queues, and what
-they lend as a figure, never to whom.
+they lend as a figure, never to whom. Operators filter the queues by tenant and read them 50 at a
+time; the tree shows them all.
 
 A fixed number of queries whatever the fleet's size: the queues, the engine's view of every
 queue and cohort, GPUs held and pending work per queue and model, two usage windows.
@@ -18,6 +19,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from portal.dashboard.paging import paged
 from portal.quotas import engine
 from portal.quotas.models import Cohort, Queue
 from portal.tenancy.models import membership_of
@@ -231,10 +233,22 @@ def queues_page(request):
     for key, _start, _end, _hours, n in holding:
         gpus[key] += n
     tree = Tree(gpus, queues)
-    if membership is not None:
-        queues = [queue for queue in queues if queue.tenant_id == membership.tenant_id]
-    rows = queue_rows(queues, tree, holding, now)
-    context = {"rows": rows, "now": now, "operator": membership is None}
+    tenants = sorted({queue.tenant.slug: queue.tenant for queue in queues}.items())
+    tenant = request.GET.get("tenant", "") if membership is None else ""
+    if membership is not None or tenant:
+        mine = membership.tenant.slug if membership else tenant
+        queues = [queue for queue in queues if queue.tenant.slug == mine]
+    page, query = paged(request, queues)
+    rows = queue_rows(list(page), tree, holding, now)
+    context = {
+        "rows": rows,
+        "page": page,
+        "query": query,
+        "tenants": tenants,
+        "tenant": tenant,
+        "now": now,
+        "operator": membership is None,
+    }
     if membership is None:
         context["tree"] = cohort_tree(tree, rows)
         cohort_ids = dict(Cohort.objects.values_list("name", "pk"))  # for the links to edit them

@@ -86,3 +86,21 @@ def test_the_page_costs_the_same_queries_for_more_queues_and_refuses_outsiders(
     assert len(more.captured_queries) == len(few.captured_queries) <= 20
     client.force_login(User.objects.create_user("nobody", password="pw-nobody"))
     assert client.get("/queues/").status_code == 403
+
+
+def test_operators_filter_queues_by_tenant_and_page_through_them_while_the_tree_keeps_all(
+    research, acme, operator, client
+):
+    for i in range(55):
+        make_queue(acme, f"q{i:02}", h800=8)
+    client.force_login(operator)
+    first = client.get("/queues/").content.decode()
+    table = first.split('id="cohort-tree"')[0]
+    assert table.count("<tr data-queue=") == 50  # 58 queues, 50 a page
+    assert "58 queues · page 1 of 2" in first and 'rel="next"' in first
+    assert first.count('<tr class="tree-queue"') == 58  # the tree shows every queue
+    second = client.get("/queues/?page=2").content.decode().split('id="cohort-tree"')[0]
+    assert second.count("<tr data-queue=") == 8
+    globex = client.get("/queues/?tenant=globex").content.decode().split('id="cohort-tree"')[0]
+    assert globex.count("<tr data-queue=") == 1 and "globex/vision" in globex
+    assert 'value="globex" selected' in globex
