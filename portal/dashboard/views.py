@@ -32,7 +32,7 @@ from portal.tenancy.models import ApiToken, membership_allowing, membership_of
 from portal.workloads import cycle, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
-from portal.workloads.charts import day_charts
+from portal.workloads.charts import SPAN_NAMES, SPANS, day_charts
 from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
 from portal.workloads.ettr import job_report
 from portal.workloads.filtersets import SortedWorkloadFilterSet
@@ -72,7 +72,10 @@ def dashboard(request):
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_scope"] = membership.tenant.name if membership else _("the cluster")
     scope = membership.tenant_id if membership else ("all" if request.user.is_staff else None)
-    context.update(day_charts(workloads, scope))
+    days = request.GET.get("days", "24h")
+    days = days if days in SPANS else "24h"
+    context.update(day_charts(workloads, scope, days), days=days, day_spans=SPAN_NAMES)
+    context["days_name"] = SPAN_NAMES[days]
     return render(request, "dashboard/index.html", context)
 
 

@@ -75,6 +75,7 @@ def resync_agents() -> list[int]:
 
 
 @shared_task(soft_time_limit=20, expires=20)
-def refresh_day_charts() -> None:
-    """Beat, every 30 s: the cluster's dashboard charts, kept for every web process."""
-    charts.refresh_cluster()
+def refresh_day_charts() -> list[str]:
+    """Beat, every 30 s: the cluster's dashboard charts, kept for every web process (the
+    day's each time, the week's and month's when they are about to expire)."""
+    return charts.refresh_cluster()

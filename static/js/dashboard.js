@@ -38,11 +38,12 @@
   });
 })();
 
-// ETTR over the last day, hour by hour, and the fault feed, newest first and live.
+// ETTR over the chosen range (a day, a week or a month), slice by slice, and the fault feed,
+// newest first and live.
 (function () {
   const points = JSON.parse(document.getElementById("ettr-series").textContent);
   const shown = points.filter((p) => p.ettr !== null);
-  // The axis spans the whole day whatever has a figure (one point made it a millisecond wide).
+  // The axis spans the whole range whatever has a figure (one point made it a millisecond wide).
   const width = points.length > 1 ? points[1].start - points[0].start : 3600;
   const span = [points[0].start, points[points.length - 1].start + width];
   Plotly.newPlot(document.getElementById("ettr-chart"), [
@@ -76,7 +77,7 @@
   });
 })();
 
-// The tide: GPUs held by inference and by training over the last day, stacked.
+// The tide: GPUs held by inference and by training over the chosen range, stacked.
 (function () {
   const tide = JSON.parse(document.getElementById("tide-series").textContent);
   const x = tide.starts.map((s) => new Date(s));
