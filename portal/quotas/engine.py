@@ -31,9 +31,7 @@ def preemption_policy(queue: Queue) -> engine.PreemptionPolicy:
 
 def with_quotas(queues):
     """Queues with what the engine reads of them, in three queries."""
-    return queues.select_related("cohort", "region", "tenant").prefetch_related(
-        "quotas__gpu_model"
-    )
+    return queues.select_related("cohort", "region", "tenant").prefetch_related("quotas__gpu_model")
 
 
 def queues(objects=None) -> tuple[engine.Queue, ...]:
