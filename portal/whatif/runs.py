@@ -34,10 +34,13 @@ PROGRESS_EVERY_S = 0.5
 
 
 def current_cluster() -> ClusterSpec:
-    """This cluster as the simulator sees it: its nodes, all free, and its queues and cohorts."""
+    """This cluster as the simulator sees it: its nodes, all free, its queues and cohorts, and
+    its budgets with what their windows have used so far."""
+    from portal.workloads.budgets import replayed
     from portal.workloads.cycle import build_snapshot
 
-    snapshot = build_snapshot()
+    now = timezone.now()
+    snapshot = build_snapshot(now)
     nodes = tuple(
         Node(
             id=n.id,
@@ -53,7 +56,11 @@ def current_cluster() -> ClusterSpec:
         for n in snapshot.nodes
     )
     return ClusterSpec(
-        name="this cluster", nodes=nodes, queues=_plain(snapshot.queues), cohorts=snapshot.cohorts
+        name="this cluster",
+        nodes=nodes,
+        queues=_plain(snapshot.queues),
+        cohorts=snapshot.cohorts,
+        budgets=replayed(now),
     )
 
 

@@ -9,13 +9,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.core.live import publish_tenant
+from portal.quotas.choices import BudgetWindow
 from portal.quotas.models import Budget, BudgetAlert, GpuRate, Queue
 from portal.workloads.models import Workload
 from portal.workloads.usage import usage_rows
 from scheduler import engine
+from scheduler.sim.budgets import BudgetSpec
 
 BURN_OVER = timedelta(hours=24)  # the burn rate is that of the last day
 KEYS = ("tenant_id", "queue_id", "gpu_model")
+MONTH_S = 30.44 * 86400  # a month of the simulated clock
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,28 @@ def _rows(tenant_ids: set[int], since: datetime, now: datetime) -> list[dict]:
 def engine_budgets(now: datetime) -> tuple[engine.Budget, ...]:
     """Every budget as the engine sees it, named as reasons name queues (`tenant/queue`);
     a query when there is none."""
+    return tuple(seen for _, seen in _as_engine(now))
+
+
+def replayed(now: datetime) -> tuple[BudgetSpec, ...]:
+    """Every budget as the simulator replays it from `now` (a what-if on this cluster): what
+    its window has used so far and, for a calendar month, how long until it ends; the months
+    after that are taken as 30.44 days each (the simulated clock has no calendar)."""
+    found = []
+    for budget, seen in _as_engine(now):
+        if budget.window == BudgetWindow.ROLLING:
+            found.append(BudgetSpec(seen, budget.window_days * 86400.0, rolling=True))
+        else:
+            ends_in = (budget.window_at(now)[1] - now).total_seconds()
+            found.append(BudgetSpec(seen, MONTH_S, first_ends_in_s=ends_in))
+    return tuple(found)
+
+
+def _as_engine(now: datetime) -> list[tuple[Budget, engine.Budget]]:
+    """Each budget with the engine's view of it."""
     budgets = list(Budget.objects.select_related("tenant", "queue"))
     if not budgets:
-        return ()
+        return []
     queues: dict[int, list[int]] = {}
     for tenant_id, queue_id in Queue.objects.filter(
         tenant_id__in={b.tenant_id for b in budgets}
@@ -114,18 +136,17 @@ def engine_budgets(now: datetime) -> tuple[engine.Budget, ...]:
             name, ids = f"queue {budget.tenant.slug}/{budget.queue.name}", (budget.queue_id,)
         else:
             name, ids = f"tenant {budget.tenant.slug}", tuple(queues.get(budget.tenant_id, ()))
-        found.append(
-            engine.Budget(
-                name,
-                ids,
-                float(budget.gpu_hours),
-                standing.used,
-                hard=budget.hard,
-                window=budget.window_words,
-                weights=weight,
-            )
+        seen = engine.Budget(
+            name,
+            ids,
+            float(budget.gpu_hours),
+            standing.used,
+            hard=budget.hard,
+            window=budget.window_words,
+            weights=weight,
         )
-    return tuple(found)
+        found.append((budget, seen))
+    return found
 
 
 def warn(now: datetime | None = None) -> list[BudgetAlert]:

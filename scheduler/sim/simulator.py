@@ -16,7 +16,9 @@ With `SimConfig.preemption_grace_s` set, a preempted job stops computing and kee
 while it saves (`Job.notice`), and the GPUs a shrink gives back stay busy for the job's save,
 so whoever claimed them waits for it; else both take effect at once (the save's time not
 modelled). Inference services (`services`) add an autoscaler tick every 2 s and replica jobs
-that come and go as the run goes; a run with services needs a horizon.
+that come and go as the run goes; a run with services needs a horizon. The cluster's budgets
+(`scheduler.sim.budgets`) are metered as GPUs are taken and given back and go to the engine in
+each snapshot; a window's renewal runs a cycle while work waits.
 
 Everything random (fault times, kinds, whether a triggered save is possible) comes from one
 generator seeded with `SimConfig.seed`, drawn in event order, so the same inputs and seed give
@@ -38,6 +40,7 @@ from enum import IntEnum
 from scheduler import faults
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import Placement, Plan
+from scheduler.sim.budgets import BudgetMeter
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
 from scheduler.sim.jobs import Checkpointing, Job, Phase
@@ -106,6 +109,8 @@ class Simulator:
         self.allocations = Allocations(spec)
         self.workloads = Workloads(spec, policy, config.time_limits, config.grow_every_s)
         self.start = min((job.submit_s for job in trace), default=0.0)
+        self.budgets = BudgetMeter(spec.budgets, self.start)
+        self._renewal_at: float | None = None  # the cycle booked for a budget's renewal
         self.now = self.end = self.start  # `end`: where the run stopped, once it has
         self.jobs = {job.id: self._job(job) for job in trace}
         if len(self.jobs) != len(trace):
@@ -379,12 +384,19 @@ class Simulator:
         if not self.pending and not self.growable:
             return
         self.recorder.cycle_started(self.now)
-        snapshot = self.workloads.snapshot(self.allocations)
+        snapshot = self.workloads.snapshot(self.allocations, self.budgets.budgets(self.now))
         plan = self.last_plan = self.policy.plan(snapshot, self.now)
         self._apply(plan)
         self.recorder.cycle_ended(self.now)
         if plan.admissions or plan.preemptions or plan.shrinks or plan.grows:
             self.request_cycle()
+        # A budget's window letting go of what it used may let waiting work in: a cycle then
+        # (none once no window holds anything, so a job no budget can ever allow ends the run).
+        if self.budgets and self.pending:
+            renewal = self.budgets.next_renewal(self.now)
+            if renewal is not None and renewal != self._renewal_at:
+                self._renewal_at = renewal
+                self._push(renewal, Kind.CYCLE, 0, 0)
 
     def _apply(self, plan: Plan) -> None:
         """Preempted jobs stop and wait again, shrunk ones give back GPUs, grown ones take
@@ -565,6 +577,9 @@ class _Tracking:
         sim, job = self.sim, self.job
         recorder = sim.recorder
         recorder.gpus_changed(sim.now, job, job.held - self.held)
+        if sim.budgets:
+            queue_id = sim.spec.queue_ids[job.spec.queue]
+            sim.budgets.changed(sim.now, queue_id, job.spec.gpu_model, job.held - self.held)
         recorder.busy_changed(sim.now, (job.held if job.phase == Phase.COMPUTE else 0) - self.busy)
         if job.held != self.held or job.last_checkpoint_at != self.checkpoint:
             sim.workloads.changed(job)

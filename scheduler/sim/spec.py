@@ -19,6 +19,10 @@
                         "borrow_within_cohort": false, "max_priority_threshold": null,
                         "fair_sharing": "LessThanOrEqualToFinalShare"}},
         {"name": "cv", "cohort": "research", "quotas": {"H800": 256}}
+      ],
+      "budgets": [
+        {"name": "tenant acme", "queues": ["nlp", "cv"], "gpu_hours": 100000, "hard": true,
+         "window_days": 30, "rolling": false, "used": 0, "weights": {"H800": 1.0}}
       ]
     }
 
@@ -26,7 +30,10 @@ A pod with `count` n stands for n pods named `<name>1` ... `<name>n`. Leaves are
 count (with `nodes_per_leaf`, `gpu_model` and `gpus_per_node`, default 8) or as a list of
 leaves, each with its own `nodes` and `gpu_model`. Nodes are named `dc1-p1-l1-n1` and numbered
 from 1 in spec order; queues are numbered from 1 in spec order. A quota given as a number is
-the nominal quota. Omitted queue fields take the engine's defaults. A bad spec raises
+the nominal quota. Omitted queue fields take the engine's defaults. Budgets are optional
+(`scheduler.sim.budgets`): weighted GPU-hours per window of `window_days` (default 30), calendar
+windows one after the other unless `rolling`, `used` what the window had used at the start, a
+GPU model's weight 1 unless given; a hard one defaults to false. A bad spec raises
 `SpecError` naming the place, e.g. `queues[2].quotas.H800.nominal: must be a whole number`.
 """
 
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.engine import (
+    Budget,
     Cohort,
     FairSharing,
     Node,
@@ -51,6 +59,7 @@ from scheduler.engine import (
     Strategy,
     WithinClusterQueue,
 )
+from scheduler.sim.budgets import BudgetSpec
 
 
 class SpecError(ValueError):
@@ -66,6 +75,7 @@ class ClusterSpec:
     queues: tuple[Queue, ...]
     cohorts: tuple[Cohort, ...] = ()
     spares: tuple[int, ...] = ()  # hot spares among `nodes`: no work, only scripted recoveries
+    budgets: tuple[BudgetSpec, ...] = ()
 
     @cached_property
     def capacity(self) -> dict[str, int]:
@@ -109,7 +119,11 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
     twice = sorted(name for name, count in names.items() if count > 1)
     if twice:
         raise SpecError(f"queues: names used twice: {', '.join(twice)}")
-    return ClusterSpec(str(data.get("name", "cluster")), tuple(nodes), queues, cohorts)
+    ids = {queue.name: queue.id for queue in queues}
+    budgets = tuple(_budget(b, ids, f"budgets[{i}]") for i, b in enumerate(data.get("budgets", [])))
+    return ClusterSpec(
+        str(data.get("name", "cluster")), tuple(nodes), queues, cohorts, budgets=budgets
+    )
 
 
 def layout(
@@ -260,6 +274,39 @@ def _quotas(data: Any, where: str) -> tuple[Quota, ...]:
             )
         )
     return tuple(quotas)
+
+
+def _budget(data: dict, queue_ids: dict[str, int], where: str) -> BudgetSpec:
+    if not isinstance(data, dict) or not data.get("name"):
+        raise SpecError(f"{where}: must be an object with a name")
+    names = _list(data, "queues", f"{where}.queues")
+    unknown = [str(name) for name in names if name not in queue_ids]
+    if not names or unknown:
+        raise SpecError(f"{where}.queues: name queues of the spec ({', '.join(unknown)} unknown)")
+    weights = data.get("weights", {})
+    if not isinstance(weights, dict) or not all(
+        isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in weights.values()
+    ):
+        raise SpecError(f"{where}.weights: must map GPU models to numbers of at least 0")
+    used = data.get("used", 0)
+    if isinstance(used, bool) or not isinstance(used, int | float) or used < 0:
+        raise SpecError(f"{where}.used: must be a number of at least 0")
+    days = _whole(data.get("window_days", 30), f"{where}.window_days", 1)
+    rolling = bool(data.get("rolling", False))
+    budget = Budget(
+        str(data["name"]),
+        tuple(queue_ids[name] for name in names),
+        float(_whole(data.get("gpu_hours"), f"{where}.gpu_hours")),
+        float(used),
+        hard=bool(data.get("hard", False)),
+        window=f"the last {_days(days)}" if rolling else f"this window of {_days(days)}",
+        weights=tuple(sorted((str(m), float(w)) for m, w in weights.items())),
+    )
+    return BudgetSpec(budget, days * 86400.0, rolling=rolling)
+
+
+def _days(days: int) -> str:
+    return "1 day" if days == 1 else f"{days} days"
 
 
 def _cohort(data: dict, where: str) -> Cohort:

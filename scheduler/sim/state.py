@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from scheduler.engine import Node, Placement, Snapshot, Workload
+from scheduler.engine import Budget, Node, Placement, Snapshot, Workload
 from scheduler.sim.jobs import Job, Phase
 from scheduler.sim.policies import SchedulingPolicy
 from scheduler.sim.spec import ClusterSpec
@@ -118,7 +118,8 @@ class Workloads:
     def drop(self, workload_id: int) -> None:
         del self._objects[workload_id]
 
-    def snapshot(self, allocations: Allocations) -> Snapshot:
+    def snapshot(self, allocations: Allocations, budgets: tuple[Budget, ...] = ()) -> Snapshot:
+        """The engine's snapshot; `budgets` apply to policies that keep the spec's queues."""
         for job_id, job in self._changed.items():
             if job.phase == Phase.DONE:
                 self._objects.pop(job_id, None)
@@ -131,6 +132,7 @@ class Workloads:
             tuple(self._objects.values()),
             self.policy.cohorts,
             self.grow_every_s,
+            () if self.policy.one_queue else budgets,
         )
 
     def workload(self, job: Job) -> Workload:

@@ -1,15 +1,22 @@
 """What-if simulations from the operator's page, the Celery task and `manage.py simulate`."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
+from portal.quotas.models import Budget
 from portal.whatif.choices import RunState
 from portal.whatif.models import WhatIfRun
 from portal.whatif.runs import ALIVE, current_cluster, execute, requeue_stale
-from tests.builders import make_queue
+from portal.workloads.models import UsageRecord
+from scheduler.sim.runner import simulate
+from scheduler.sim.simulator import SimConfig
+from scheduler.sim.trace import TraceJob
+from tests.builders import make_queue, make_workload
 from tests.portal.live_client import LiveClient
 
 TRACE = """submit_s,gpus,gpu_model,duration_s,queue
@@ -186,6 +193,32 @@ def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
     spec = current_cluster()
     assert spec.gpus == 16 * 8 and [q.name for q in spec.queues] == ["llm"]
     assert all(node.free == tuple(range(node.gpus)) for node in spec.nodes)
+    assert spec.budgets == ()
+
+
+def test_this_clusters_budgets_go_to_the_simulator_with_their_windows(cluster, acme, bob):
+    """A hard monthly budget replayed from now: what the month used, the time until it ends;
+    a replay through the engine keeps out a job it does not allow and admits it once the
+    month is over."""
+    llm = make_queue(acme, "llm", h800=64)
+    Budget.objects.create(tenant=acme, queue=llm, gpu_hours=10, hard=True)
+    Budget.objects.create(tenant=acme, gpu_hours=500, window="rolling", window_days=7)
+    now = timezone.now()
+    done = make_workload(llm, "done", gpus=8)
+    UsageRecord.objects.create(
+        tenant=acme, workload=done, gpu_model=done.gpu_model, gpus=8,
+        started_at=now - timedelta(minutes=2), ended_at=now - timedelta(minutes=1), gpu_hours=8,
+    )  # fmt: skip
+    month, rolling = current_cluster().budgets
+    assert month.budget.used == pytest.approx(8)
+    ends = (now.replace(day=1) + timedelta(days=32)).replace(day=1, hour=0, minute=0, second=0)
+    assert month.budget.hard and month.budget.queue_ids == (llm.pk,)
+    assert not month.rolling and abs(month.first_ends_in_s - (ends - now).total_seconds()) < 60
+    assert rolling.rolling and rolling.window_s == 7 * 86400 and rolling.budget.limit == 500
+    trace = [TraceJob(1, 0.0, 8, "H800", 3600.0, "llm")]  # 8 GPU-hours: 2 of 10 are left
+    config = SimConfig(failures_per_gpu_hour=0.0, time_limits=True)
+    start = simulate(trace, current_cluster(), "wanka", config).recorder.outcomes[0]
+    assert start.first_start_s == pytest.approx(month.first_ends_in_s, abs=1)
 
 
 def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
