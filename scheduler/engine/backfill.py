@@ -86,11 +86,17 @@ def reserve(pool: Pool, occupancy: Occupancy, workload: Workload) -> Reservation
 
 
 def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
-    """When each domain has the nodes it still needs: the time its last one frees up."""
+    """When each domain has the nodes it still needs: the time its last one frees up.
+
+    Only the soonest start matters (`reserve` picks a domain with the earliest one), so the walk
+    stops at the first node freeing up after it; domains not started by then get none."""
     depths = sorted({len(domain) for domain in needs})
     seen: Counter = Counter()
     starts = {}
+    soonest = math.inf
     for when, node in occupancy.soonest_free(pool):
+        if when > soonest:
+            break  # every domain left starts later than one that has started
         domains = pool.domains_of(node.id)
         for depth in depths:
             domain = domains[depth]
@@ -98,6 +104,7 @@ def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
                 seen[domain] += 1
                 if seen[domain] >= needs[domain]:
                     starts[domain] = when
+                    soonest = min(soonest, when)
         if len(starts) == len(needs):
             break  # every domain has its start
     return starts

@@ -229,13 +229,17 @@ class VictimSearch:
         model = claimant.workload.gpu_model
         candidates = self.occupancy.candidates[self.pool]
         found = []
-        for other_id in self.ledger.members(queue):
+        ledger = self.ledger
+        for other_id in ledger.members(queue):
             if other_id == queue.id or not candidates.get(other_id):
                 continue
-            other = self.ledger.queue(other_id)
-            _, branch = self.ledger.branches(queue, other)
-            if self.ledger.borrowing(other, model) > 0 and self.ledger.over_quota(branch, model):
-                share = self.ledger.share(other)
+            other = ledger.queue(other_id)
+            if ledger.borrowing(other, model) <= 0:
+                continue
+            _, branch = ledger.branches(queue, other)
+            # A branch that is the other queue itself is over its quota as it borrows.
+            if branch[0] == "q" or ledger.over_quota(branch, model):
+                share = ledger.share(other)
                 self._shares[other_id] = share
                 found.append((-share, other_id))
         return sorted(found)
