@@ -113,6 +113,10 @@ class Capacity:
             where = f"region {region}" if region else "the cluster"
             raise Inadmissible(f"{where} has no {gpu_model} nodes") from None
 
+    def pool_keys(self) -> Collection[tuple[str, str]]:
+        """(region, GPU model) of every pool."""
+        return self._pools.keys()
+
     def pool_of(self, node_id: int) -> Pool | None:
         """The pool of a schedulable node; None for unknown or unschedulable ones."""
         return self._pool_of_node.get(node_id)

@@ -222,11 +222,11 @@ class Cycle:
 
     def number_in_queues(self) -> list[Pending]:
         """Pending entries in decision order, each numbered 1, 2, ... within its queue."""
-        seen: Counter[int] = Counter()
+        seen: dict[int, int] = {}
         pending = []
         for workload, reason in self._waiting.values():
-            seen[workload.queue_id] += 1
-            pending.append(Pending(workload.id, reason, seen[workload.queue_id]))
+            position = seen[workload.queue_id] = seen.get(workload.queue_id, 0) + 1
+            pending.append(Pending(workload.id, reason, position))
         return pending
 
     def usage_after(self) -> dict[tuple[int, str], int]:
@@ -306,6 +306,8 @@ class Cycle:
         for workload, _ in self._waiting.values():
             queue = self.ledger.queue_or_none(workload.queue_id)
             waiting.add((queue.region if queue else None, workload.gpu_model))
+        if waiting.issuperset(self.capacity.pool_keys()):
+            return  # work waits in every pool: no workload grows (the common case)
         changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
         candidates = []
         for workload in workloads:
