@@ -136,6 +136,7 @@ def _as_engine(now: datetime) -> list[tuple[Budget, engine.Budget]]:
             name, ids = f"queue {budget.tenant.slug}/{budget.queue.name}", (budget.queue_id,)
         else:
             name, ids = f"tenant {budget.tenant.slug}", tuple(queues.get(budget.tenant_id, ()))
+        month = budget.window == BudgetWindow.MONTH
         seen = engine.Budget(
             name,
             ids,
@@ -144,6 +145,7 @@ def _as_engine(now: datetime) -> list[tuple[Budget, engine.Budget]]:
             hard=budget.hard,
             window=budget.window_words,
             weights=weight,
+            ends_at=standing.until.timestamp() if month else None,
         )
         found.append((budget, seen))
     return found

@@ -4,7 +4,8 @@ work, and the check that keeps out what a budget does not allow (`model.Budget`)
 A hard budget counts, besides what its window has used, what its running work may still use
 up to its time limits (Slurm's `AccountingStorageEnforce=safe`): a job starts only if it can
 run to its own time limit within what is left, so no budget ever has to stop a job. Running
-work without a time limit counts only what it has used.
+work without a time limit counts only what it has used. Near the end of a calendar window only
+the time left in it counts: the rest falls in the next window.
 """
 
 from __future__ import annotations
@@ -89,11 +90,14 @@ class BudgetLedger:
             left = self.left(index)
             if seconds is None:
                 raise Inadmissible(untimed_reason(budget, left))
-            need = gpus * seconds / 3600 * budget.weight(workload.gpu_model)
+            inside = budget.within(seconds, self.now)
+            need = gpus * inside / 3600 * budget.weight(workload.gpu_model)
             if need > left + SLACK:
                 held = self.held[index] > 0
                 raise Inadmissible(
-                    budget_reason(budget, left, need, workload.gpu_model, gpus, seconds, held)
+                    budget_reason(
+                        budget, left, need, workload.gpu_model, gpus, inside, held, inside < seconds
+                    )
                 )
 
     def charge(self, queue_id: int, gpu_model: str, gpus: int, seconds: float | None) -> None:
@@ -105,4 +109,6 @@ class BudgetLedger:
         self, into: list[float], queue_id: int, gpu_model: str, gpus: int, seconds: float
     ) -> None:
         for index in self._of_queue.get(queue_id, ()):
-            into[index] += gpus * seconds / 3600 * self._budgets[index].weight(gpu_model)
+            budget = self._budgets[index]
+            inside = budget.within(seconds, self.now)
+            into[index] += gpus * inside / 3600 * budget.weight(gpu_model)

@@ -166,18 +166,27 @@ def kept_off_reason(no_room: str, held: dict[int, int]) -> str:
 
 
 def budget_reason(
-    budget: Budget, left: float, need: float, gpu_model: str, gpus: int, seconds: float, held: bool
+    budget: Budget,
+    left: float,
+    need: float,
+    gpu_model: str,
+    gpus: int,
+    seconds: float,
+    held: bool,
+    to_the_end: bool = False,
 ) -> str:
     """Why a hard budget keeps a workload out: what the budget has left (`held`: after the
-    time limits of work already running), what the workload may use, and the difference."""
+    time limits of work already running), what the workload may use (`to_the_end`: in the
+    `seconds` left of the window, less than its time limit), and the difference."""
     left = max(0.0, left)
     weight = budget.weight(gpu_model)
     weighted = f", weighted {weight:g}" if weight != 1 else ""
     after = " after its running jobs' time limits" if held else ""
+    span = f"the {duration(seconds)} left {budget.window}" if to_the_end else duration(seconds)
     return (
         f"budget of {budget.name}: {gpu_hours(left)} GPU-hours left {budget.window}{after}, "
         f"this job needs up to {gpu_hours(need)} ({gpus} {gpu_model} GPUs for "
-        f"{duration(seconds)}{weighted}), {gpu_hours(need - left)} more than is left"
+        f"{span}{weighted}), {gpu_hours(need - left)} more than is left"
     )
 
 

@@ -292,6 +292,10 @@ class Budget:
     left once running work has reached its time limits; one without a time limit waits. Soft:
     once `used` reaches `limit`, its queues borrow no more and keep a quarter of their
     fair-share weight. No budget ever stops running work.
+
+    A calendar window's end (`ends_at`, the cycle's clock) bounds what a job counts against
+    it: time past the end belongs to the next window, which starts from nothing. A rolling
+    window has no end, and a job counts its whole time limit.
     """
 
     name: str  # whose, as reasons say it: "queue acme/llm", "tenant acme"
@@ -301,6 +305,11 @@ class Budget:
     hard: bool = False
     window: str = "this month"  # as reasons say it
     weights: tuple[tuple[str, float], ...] = ()  # (GPU model, weight); 1.0 where absent
+    ends_at: float | None = None  # when a calendar window ends; None: a rolling one
+
+    def within(self, seconds: float, now: float) -> float:
+        """The part of `seconds` from `now` that falls inside the window."""
+        return seconds if self.ends_at is None else min(seconds, max(0.0, self.ends_at - now))
 
     def weight(self, gpu_model: str) -> float:
         """What one GPU-hour of `gpu_model` counts against this budget."""

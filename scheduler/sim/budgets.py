@@ -66,10 +66,15 @@ class BudgetMeter:
             self._rate[index] += delta * self.specs[index].budget.weight(gpu_model)
 
     def budgets(self, now: float) -> tuple[Budget, ...]:
-        """The engine's budgets at `now`, each with the weighted GPU-hours its window used."""
+        """The engine's budgets at `now`, each with the weighted GPU-hours its window used and,
+        for a calendar window, when it ends."""
         self._advance(now)
         return tuple(
-            replace(spec.budget, used=self._window_s(index, now) / 3600)
+            replace(
+                spec.budget,
+                used=self._window_s(index, now) / 3600,
+                ends_at=None if spec.rolling else self._ends[index],
+            )
             for index, spec in enumerate(self.specs)
         )
 

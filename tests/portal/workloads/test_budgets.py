@@ -132,6 +132,18 @@ def test_the_engine_gets_each_budget_weighted_and_a_tenants_over_all_its_queues(
     assert tenant.window == "in the last 30 days" and tenant.weight("H20") == 0.4
 
 
+def test_a_month_budget_tells_the_engine_when_the_month_ends_a_rolling_one_does_not(acme_llm):
+    acme = acme_llm.tenant
+    Budget.objects.create(tenant=acme, queue=acme_llm, gpu_hours=10, hard=True)
+    Budget.objects.create(tenant=acme, gpu_hours=1000, hard=True, window="rolling")
+    now = datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
+    month, rolling = sorted(budgets.engine_budgets(now), key=lambda b: b.name)  # queue, tenant
+    assert month.ends_at == datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+    assert rolling.ends_at is None
+    # 8 GPUs for a 10 h limit count the hour left of December: 8 of the 10 GPU-hours.
+    assert month.within(10 * 3600, now.timestamp()) == 3600
+
+
 def test_members_are_warned_once_per_threshold_and_window_with_the_forecast(acme_llm):
     told = []
 

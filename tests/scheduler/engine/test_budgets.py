@@ -171,6 +171,23 @@ def test_budgets(queues, workloads, budgets, expected) -> None:
     assert decide(queues, workloads, budgets, nodes) == expected
 
 
+def test_near_a_months_end_a_job_counts_only_the_time_left_in_it() -> None:
+    """10 GPU-hours left: 8 GPUs for a 10 h limit start an hour before the month ends (the
+    other 9 h fall in the next month), not two hours before it."""
+    workloads = [job(1, llm, 8, hours=10)]
+    soon = budget(llm, 10, ends_at=NOW + H)
+    assert decide([llm], workloads, [soon]) == {1: "dc1-p1-l1-n1"}
+    later = budget(llm, 10, ends_at=NOW + 2 * H)
+    assert decide([llm], workloads, [later]) == {
+        1: "budget of queue llm: 10 GPU-hours left this month, this job needs up to 16 "
+        "(8 H800 GPUs for the 2 h left this month), 6 more than is left"
+    }
+    running = make_running(90, cv, on(NODES[1]), started_at=NOW, time_limit_s=10 * H)
+    shared = Budget("tenant acme", (llm.id, cv.id), 20, hard=True, ends_at=NOW + H)
+    # The running job counts 8 GPU-hours to the month's end, not 80: 12 are left for job 1.
+    assert decide([llm, cv], workloads + [running], [shared])[1] == "dc1-p1-l1-n1"
+
+
 def test_a_queue_far_over_its_hard_budget_keeps_its_running_work() -> None:
     """Running work, elastic included, is never stopped or shrunk by a budget; it only does
     not grow."""
