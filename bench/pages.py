@@ -15,7 +15,8 @@ timed on the wall clock, its queries counted. One line per page: median, 95th pe
 slowest time, queries, kilobytes. The last line is JSON: gpus, nodes, running, pending, pages
 ({name:
 {p50_ms, p95_ms, queries, kb}}), worst_p95_ms, over_budget (pages whose p95 is 500 ms or more),
-day_charts_ms (the cluster's dashboard charts, worked out by a beat task every 30 s),
+day_charts_ms (the cluster's dashboard charts of a day, a week and a month, worked out by a beat
+task: the day's every 30 s, the others before they expire),
 reference_s (the reference loop, `bench.reference`, timed first) and load_average. With
 `--check` it exits 1 when a page is over budget.
 """
@@ -206,7 +207,7 @@ def forget_kept() -> None:
     from portal.workloads.charts import KEY
 
     cache.clear()
-    if kept := [key for key in client().keys(f"{KEY}*") if key != f"{KEY}all"]:
+    if kept := [key for key in client().keys(f"{KEY}*") if not key.endswith(":all")]:
         client().delete(*kept)
 
 
