@@ -102,6 +102,7 @@ def portal_server(django_db_setup, django_db_blocker):
         server, port = start_server()
     yield port
     server.stop()
+    _end_stray_sessions(django_db_blocker)
 
 
 @pytest.fixture(scope="session")
@@ -112,6 +113,19 @@ def celery_worker(django_db_setup, django_db_blocker):
         worker = start_worker()
     yield worker
     worker.stop()
+    _end_stray_sessions(django_db_blocker)
+
+
+def _end_stray_sessions(django_db_blocker) -> None:
+    """End the sessions a stopped process left on the test database, so that it can be dropped
+    (a worker killed in the middle of a task leaves its session for a moment)."""
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture
