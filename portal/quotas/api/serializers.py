@@ -20,6 +20,18 @@ class QueueQuotaSerializer(serializers.ModelSerializer):
         fields = ["gpu_model", "guarantee", "nominal", "borrowing_limit", "lending_limit"]
 
 
+# What operators may change, here and on the queue's console page.
+QUEUE_CHANGES = [
+    "cohort",
+    "priority",
+    "weight",
+    "strategy",
+    *Queue.PREEMPTION_FIELDS,
+    "preemption_grace_s",
+    "reclaim_deadline_s",
+]
+
+
 class QueueSerializer(serializers.ModelSerializer):
     region = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cohort = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
@@ -31,13 +43,7 @@ class QueueSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "region",
-            "cohort",
-            "priority",
-            "weight",
-            "strategy",
-            *Queue.PREEMPTION_FIELDS,
-            "preemption_grace_s",
-            "reclaim_deadline_s",
+            *QUEUE_CHANGES,
             "spans_datacenters",
             "quotas",
         ]
@@ -122,18 +128,6 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
 class DecisionSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
-
-
-# What operators may change, here and on the queue's console page.
-QUEUE_CHANGES = [
-    "cohort",
-    "priority",
-    "weight",
-    "strategy",
-    *Queue.PREEMPTION_FIELDS,
-    "preemption_grace_s",
-    "reclaim_deadline_s",
-]
 
 
 class QueueChangeSerializer(QueueSerializer):
