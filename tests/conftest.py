@@ -149,6 +149,8 @@ def clean_redis():
     from portal.core.redis import client
     from portal.workloads.cycle import AGAIN, LOCK
     from portal.workloads.desired import BEHIND
+    from portal.workloads.eta import LOCK as ETA_LOCK
+    from portal.workloads.eta import UNTIL
 
     redis = client()
     redis.delete(
@@ -163,6 +165,8 @@ def clean_redis():
         LOCK,
         AGAIN,
         BEHIND,
+        ETA_LOCK,
+        UNTIL,
         *redis.scan_iter(f"{SAVES_SEEN}*"),
         *redis.scan_iter(f"{FAULTS}*"),
         *redis.scan_iter(f"{SEEN}*"),

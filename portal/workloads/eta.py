@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 
 from django.utils import timezone
+from redis import RedisError
 
 from portal.core.redis import client
 from portal.workloads.choices import HOLDING, State
@@ -14,6 +15,7 @@ from portal.workloads.models import Workload
 from scheduler.sim.eta import Bounds, History, estimate
 
 LOCK = "wanka:eta:lock"
+UNTIL = "wanka:eta:until"  # the last refresh's `Estimates.until`, as a Unix time
 HISTORY_JOBS = 5000  # the newest finished jobs the guesses are made from
 BOUNDS = Bounds()
 
@@ -44,6 +46,7 @@ def refresh(now=None) -> int:
         if guess is not None:
             guesses[workload_id] = guess
     result = estimate(snapshot, now.timestamp(), guesses, BOUNDS, clock=time.perf_counter)
+    client().set(UNTIL, result.until, ex=int(BOUNDS.horizon_s))
     changed = []
     for workload in Workload.objects.filter(state=State.PENDING).only(
         "estimated_start", "estimated_start_p90"
@@ -56,6 +59,16 @@ def refresh(now=None) -> int:
     Workload.objects.bulk_update(changed, ["estimated_start", "estimated_start_p90"])
     stale = Workload.objects.exclude(state=State.PENDING).exclude(estimated_start=None)
     return len(changed) + stale.update(estimated_start=None, estimated_start_p90=None)
+
+
+def until() -> datetime | None:
+    """How far the last refresh saw: a pending workload without an estimate starts later
+    (or is behind the first `BOUNDS.per_queue` of its queue); None when unknown."""
+    try:
+        seen = client().get(UNTIL)
+    except RedisError:
+        return None
+    return None if seen is None else _moment(float(seen))
 
 
 def runtimes() -> History:

@@ -16,10 +16,13 @@ have been poor.
 
 Bounded: the clock moves at least `precision` of the way it has come at each step, at most
 `steps` plans a pass, to at most `horizon_s` ahead; only the first `per_queue` pending
-workloads of each queue (in queue order) are simulated; with a `clock`, each pass also stops
-once it has used half of `budget_s` of that clock (a cycle at 100,000 GPUs takes about half a
-second, so there a pass sees hours, not a day). Any other workload, or one not admitted by
-the time the pass stops (`Estimates.until`), has no estimate: it starts later than that.
+workloads of each queue (in queue order) are simulated. With a `clock`, each pass has half of
+`budget_s` of that clock, and its steps grow so that the plans that budget still holds (at the
+last plan's cost) reach the horizon, each step the same multiple of the time come so far: a
+plan at 100,000 GPUs takes a few tenths of a second, so there a pass makes about a dozen plans
+and an estimate hours ahead is good to a fraction of its distance, not to the cycle. Any other
+workload, or one not admitted by the time the pass stops (`Estimates.until`), has no estimate:
+it starts later than that.
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ def forward(
     deadline: float | None = None,
 ) -> tuple[dict[int, float], float]:
     """One pass over the snapshot as given (see `capped`): when each pending workload is
-    first admitted, and how far the simulated clock got.
+    first admitted, and the simulated time up to which that is known (the last plan's).
 
     `run_time(w)` is a workload's run time from its start and how much longer than that an
     outlived one runs, as a multiple of the time it has run (1: as long again). `first`, when
@@ -178,7 +181,8 @@ def forward(
     """
     world = World(snapshot, now, run_time)
     starts: dict[int, float] = {}
-    t, last = now, now + bounds.horizon_s
+    t = planned = now
+    last = now + bounds.horizon_s
     took = 0.0
     for number in range(bounds.steps):
         if clock is not None:
@@ -187,23 +191,35 @@ def forward(
                 break
         result = first if number == 0 and first is not None else plan(world.snapshot(), t)
         for admission in result.admissions:
-            starts.setdefault(admission.workload_id, t)
+            if admission.workload_id not in starts:
+                starts[admission.workload_id] = world.free_since(admission.placements, planned)
         world.apply(result, t)
         if clock is not None:
             took = clock() - began
-        if not world.waiting - starts.keys():
+        planned = t
+        if t >= last or not world.waiting - starts.keys():
             return starts, last
         step = max(bounds.cycle_s, (t - now) * bounds.precision)
+        if clock is not None and deadline is not None:
+            left = min((deadline - clock()) // max(took, 1e-6), bounds.steps - number - 1)
+            step = max(step, reaching(t - now, bounds, left))
         ends = world.next_end()
         if not (result.admissions or result.preemptions or result.shrinks):
             if ends is None:
                 return starts, last  # nothing will change: the rest waits for good
             step = max(step, ends - t)
-        t += step
-        if t > last:
-            return starts, last
+        t = min(t + step, last)
         world.finish(t)
-    return starts, t
+    return starts, planned
+
+
+def reaching(elapsed: float, bounds: Bounds, plans: float) -> float:
+    """The step after `elapsed` seconds of a pass from which `plans` more plans, each the same
+    multiple of the time come so far on, reach the horizon (the last plan looks at it)."""
+    if plans <= 1:
+        return bounds.horizon_s - elapsed
+    base = max(elapsed, bounds.cycle_s)
+    return base * ((bounds.horizon_s / base) ** (1 / plans) - 1)
 
 
 def capped(snapshot: Snapshot, per_queue: int) -> Snapshot:
@@ -235,6 +251,7 @@ class World:
         self._index = {node.id: i for i, node in enumerate(snapshot.nodes)}
         self._nodes = list(snapshot.nodes)
         self._changed: set[int] = set()
+        self.freed: dict[tuple[int, int], float] = {}  # (node, GPU): when it last came free
         self.ends = {
             w.id: now if w.preempting else self._end(w, now)
             for w in snapshot.workloads
@@ -265,14 +282,14 @@ class World:
         starts (grows are left out: they only take GPUs nothing waiting can use)."""
         for preemption in result.preemptions:
             workload = self.workloads[preemption.workload_id]
-            self._give(workload.placements)
+            self._give(workload.placements, now)
             self.ends.pop(workload.id, None)
             self.workloads[workload.id] = replace(
                 workload, placements=(), started_at=None, preempting=False
             )
         for shrink in result.shrinks:
             workload = self.workloads[shrink.workload_id]
-            self._give(shrink.released)
+            self._give(shrink.released, now)
             gone = {(p.node_id, i) for p in shrink.released for i in p.gpu_indices}
             kept = tuple(
                 Placement(p.node_id, indices)
@@ -295,12 +312,19 @@ class World:
     def finish(self, now: float) -> None:
         """Running work expected to end by `now` ends, and gives its GPUs back."""
         for workload_id in [i for i, end in self.ends.items() if end <= now]:
-            del self.ends[workload_id]
-            self._give(self.workloads.pop(workload_id).placements)
+            self._give(self.workloads.pop(workload_id).placements, self.ends.pop(workload_id))
 
-    def _give(self, placements: Iterable[Placement]) -> None:
+    def free_since(self, placements: Iterable[Placement], since: float) -> float:
+        """When the last of these GPUs came free, or `since` if they all were by then: a
+        workload admitted at a plan could have started when its GPUs were, after the plan
+        before (which did not admit it)."""
+        came = (self.freed.get((p.node_id, i), since) for p in placements for i in p.gpu_indices)
+        return max(since, *came)
+
+    def _give(self, placements: Iterable[Placement], at: float) -> None:
         for placement in placements:
             self.free[placement.node_id].update(placement.gpu_indices)
+            self.freed.update(((placement.node_id, i), at) for i in placement.gpu_indices)
             self._changed.add(placement.node_id)
 
     def _take(self, placements: Iterable[Placement]) -> None:

@@ -101,11 +101,9 @@
     return `${w.queue_position ? `#${w.queue_position} · ` : ""}${w.pending_reason || ""}`;
   }
 
-  function etaOf(w) {
+  function etaOf(w, none) {
     if (w.state !== "pending") return "";
-    if (!w.estimated_start) {
-      return gettext("no estimate: later than 24 h ahead, or behind the first 100 of its queue");
-    }
+    if (!w.estimated_start) return none;
     const at = (moment) => new Date(moment).toLocaleString(document.documentElement.lang);
     const p90 = w.estimated_start_p90
       ? " " + interpolate(gettext("(90 %: by %(by)s)"), { by: at(w.estimated_start_p90) }, true)
@@ -127,11 +125,11 @@
     return tr;
   }
 
-  function update(tr, w) {
+  function update(tr, w, none) {
     tr.dataset.version = w.version;
     setState(tr.querySelector("[data-state]"), w.state);
     tr.querySelector("[data-reason]").textContent = reasonOf(w);
-    tr.querySelector("[data-eta]").textContent = etaOf(w);
+    tr.querySelector("[data-eta]").textContent = etaOf(w, none);
   }
 
   document.querySelectorAll("[data-live-list]").forEach((body) => {
@@ -147,7 +145,7 @@
       for (const w of page.results) {
         const tr = rows.get(String(w.id)) || row(w);
         rows.delete(String(w.id));
-        if (newer(tr, w.version) || !tr.dataset.version) update(tr, w);
+        if (newer(tr, w.version) || !tr.dataset.version) update(tr, w, body.dataset.noEstimate);
         if (tr !== before) body.insertBefore(tr, before);
         before = tr.nextElementSibling;
       }
@@ -167,7 +165,8 @@
     document.addEventListener("wanka:workload.state", ({ detail: event }) => {
       const tr = body.querySelector(`tr[data-workload="${event.id}"]`);
       if (tr && newer(tr, event.version)) {
-        update(tr, { ...event, pending_reason: event.reason, queue_position: null });
+        const w = { ...event, pending_reason: event.reason, queue_position: null };
+        update(tr, w, body.dataset.noEstimate);
       }
       soon(); // new rows, rows that leave the filter, and the order: as the API has them
     });

@@ -1,6 +1,7 @@
 """Estimated starts: the refresh task fills them on pending workloads; the API and the pages
 show them to the workload's own tenant only."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -58,7 +59,17 @@ def test_the_list_and_the_job_page_show_the_estimate(waiting, clean_redis):
     assert "90 %: by" in browser.get(f"/workloads/{waiting.pk}/").content.decode()
 
 
-def test_without_an_estimate_the_page_says_the_horizon(waiting, clean_redis):
+def test_without_an_estimate_the_pages_say_how_far_the_last_one_looked(waiting, clean_redis):
     browser = Client()
     browser.force_login(waiting.submitted_by)
-    assert "later than 24 h ahead" in browser.get(f"/workloads/{waiting.pk}/").content.decode()
+    assert "no estimate yet" in browser.get(f"/workloads/{waiting.pk}/").content.decode()
+    Workload.objects.filter(name="big").update(time_limit_s=3 * 86400)
+    eta.refresh()
+    waiting.refresh_from_db()
+    assert waiting.estimated_start is None
+    page = browser.get(f"/workloads/{waiting.pk}/").content.decode()
+    told = re.search(
+        r"no estimate: not within (1\sday|23\shours), or behind the first 100 of its queue", page
+    )
+    assert told, "the page says how far ahead the refresh looked: a day"
+    assert f'data-no-estimate="{told[0]}"' in browser.get("/workloads/").content.decode()

@@ -76,3 +76,36 @@ def test_history_is_the_mean_of_the_last_two_similar_jobs():
     assert history.guess(("alice", 8), "alice").mean_s == 300
     assert history.guess(("alice", 16), "alice").mean_s == (400 + 5000) / 2
     assert history.guess(("bob", 8), "bob") is None
+
+
+def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(monkeypatch):
+    """Forty jobs end ten minutes apart and the waiting one needs all their GPUs; each plan
+    costs a second of a budget of ten (five a pass), as plans do at 100,000 GPUs."""
+    import scheduler.sim.eta as forward_pass
+
+    wide = make_queue("wide", h800=320)
+    fleet = make_cluster("H800", nodes=40)
+    busy = [
+        make_running(i, wide, on(node), started_at=NOW, time_limit_s=600 * (i + 1))
+        for i, node in enumerate(fleet)
+    ]
+    waiting = make_workload(100, wide, gpus=320, submitted_at=NOW)
+    seconds = [0.0]
+    engine_plan = forward_pass.plan
+
+    def costly(snapshot, now):
+        seconds[0] += 1.0
+        return engine_plan(snapshot, now)
+
+    monkeypatch.setattr(forward_pass, "plan", costly)
+    result = estimate(
+        make_snapshot(fleet, [wide], [*busy, waiting]),
+        NOW,
+        {},
+        Bounds(budget_s=10.0),
+        clock=lambda: seconds[0],
+    )
+    assert seconds[0] <= 10.0
+    assert result.start[100] == pytest.approx(NOW + 40 * 600)  # when the last GPUs came free
+    assert result.p90[100] == pytest.approx(NOW + 40 * 600 + 10)
+    assert result.until == NOW + Bounds().horizon_s

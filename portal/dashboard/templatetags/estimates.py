@@ -1,0 +1,28 @@
+"""`{% no_estimate %}`: what a pending workload without an estimated start is told, with how
+far ahead the last refresh of the estimates looked (read once a request)."""
+
+from django import template
+from django.utils import timezone
+from django.utils.timesince import timeuntil
+from django.utils.translation import gettext as _
+
+from portal.workloads import eta
+
+register = template.Library()
+UNREAD = object()
+
+
+@register.simple_tag(takes_context=True)
+def no_estimate(context) -> str:
+    request = context.get("request")
+    until = getattr(request, "eta_until", UNREAD)
+    if until is UNREAD:
+        until = eta.until()
+        if request is not None:
+            request.eta_until = until
+    if until is None or until <= timezone.now():
+        return _("no estimate yet")
+    return _("no estimate: not within %(ahead)s, or behind the first %(cap)s of its queue") % {
+        "ahead": timeuntil(until, depth=1),
+        "cap": eta.BOUNDS.per_queue,
+    }
