@@ -8,9 +8,10 @@ cycle at most every 10 s. The replay runs twice: first to learn each job's real 
 and its end; then again, and at the submission of every `--every`-th job its estimated start
 is computed (`scheduler.sim.eta.estimate`) from the simulator's state at that moment:
 
-- Wanka's estimate: run times guessed from the history of jobs finished by then, the mean of
-  the last two of the same virtual cluster and GPU count (else of the virtual cluster), P90
-  from the pessimistic pass;
+- Wanka's estimate: run times guessed from the history of jobs finished by then
+  (`scheduler.sim.eta.History`: for a waiting job the mean of the last two of the same virtual
+  cluster and GPU count, else of the virtual cluster; for a running one the median of the
+  recent ones that ran longer than it has), P90 from the pessimistic pass;
 - a Slurm-style estimate in the same run: every job runs to a time limit, its real run time
   rounded up to a request a user would make (1 h, 4 h, 12 h, 1 day, 3 days, 7 days, then
   whole weeks), as Slurm's backfill plan assumes.
@@ -90,10 +91,12 @@ class Observer:
         self.fed = max(self.fed, known)
         snapshot = sim.workloads.snapshot(sim.allocations)
         specs = {w.id: sim.jobs[w.id].spec for w in snapshot.workloads}
+        ran = {w.id: now - w.started_at for w in snapshot.workloads if w.started_at is not None}
         guesses = {
             i: guess
             for i, s in specs.items()
-            if (guess := self.history.guess((s.queue, s.gpus), s.queue)) is not None
+            if (guess := self.history.guess((s.queue, s.gpus), s.queue, elapsed=ran.get(i, 0)))
+            is not None
         }
         ours = estimate(snapshot, now, guesses)
         slurm, _ = forward(snapshot, now, lambda w: (requested(specs[w.id].duration_s), 1.0))

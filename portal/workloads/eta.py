@@ -38,11 +38,12 @@ def refresh(now=None) -> int:
     snapshot = build_snapshot(now)
     history = runtimes()
     keys = Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).values_list(
-        "id", "submitted_by_id", "queue_id", "gpus"
+        "id", "submitted_by_id", "queue_id", "gpus", "started_at"
     )
     guesses = {}
-    for workload_id, user, queue, gpus in keys:
-        guess = history.guess((user, queue, gpus), (user, queue), user)
+    for workload_id, user, queue, gpus, started in keys:
+        ran = 0.0 if started is None else (now - started).total_seconds()
+        guess = history.guess((user, queue, gpus), (user, queue), user, elapsed=ran)
         if guess is not None:
             guesses[workload_id] = guess
     result = estimate(snapshot, now.timestamp(), guesses, BOUNDS, clock=time.perf_counter)

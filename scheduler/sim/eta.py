@@ -74,14 +74,19 @@ class History:
     """Run times of finished jobs, by submitter and kind of job, and how far guesses made from
     them were off.
 
-    A guess is the mean of the last two run times under the most specific key that has any
-    (Tsafrir, Etsion and Feitelson 2007: the user's last two similar jobs); its P90 is that
-    mean times the 90th percentile of actual over guessed run times of the last `keep` jobs.
+    A waiting job's guess is the mean of the last two run times under the most specific key
+    that has any (Tsafrir, Etsion and Feitelson 2007: the user's last two similar jobs), its
+    P90 that mean times the 90th percentile of actual over guessed run time of the last `keep`
+    such guesses. A running job has outlived some of them: its guess is the median of those of
+    the last `runs` under its most specific key that ran longer than it has so far (a job an
+    hour in is not one of the ten-minute ones), its P90 their 90th percentile, and at least
+    the median times the same stretch (few runs make a short tail).
     """
 
-    def __init__(self, keep: int = 2000, fallback: Guess = FALLBACK) -> None:
+    def __init__(self, keep: int = 2000, runs: int = 32, fallback: Guess = FALLBACK) -> None:
         self.fallback = fallback
-        self._last: dict[Hashable, tuple[float, ...]] = {}
+        self._runs: dict[Hashable, deque[float]] = {}
+        self._depth = runs
         self._ratios: deque[float] = deque(maxlen=keep)
         self._stretch: float | None = None
 
@@ -92,14 +97,17 @@ class History:
             self._ratios.append(run_s / mean)
             self._stretch = None
         for key in keys:
-            self._last[key] = (*self._last.get(key, ())[-1:], run_s)
+            self._runs.setdefault(key, deque(maxlen=self._depth)).append(run_s)
 
-    def guess(self, *keys: Hashable) -> Guess | None:
-        """The guess for a job of these keys (most specific first); None without history."""
+    def guess(self, *keys: Hashable, elapsed: float = 0.0) -> Guess | None:
+        """The guess for a job of these keys (most specific first) that has run `elapsed`
+        seconds so far; None without history."""
+        longer = self._longer(keys, elapsed) if elapsed > 0 else []
+        if longer:
+            median, tail = longer[len(longer) // 2], longer[int(0.9 * (len(longer) - 1))]
+            return Guess(median, max(tail, median * self.stretch()))
         mean = self._mean(keys)
-        if mean is None:
-            return None
-        return Guess(mean, mean * self.stretch())
+        return None if mean is None else Guess(mean, mean * self.stretch())
 
     def stretch(self) -> float:
         """The 90th percentile of actual over guessed run time, at least 1."""
@@ -113,10 +121,18 @@ class History:
 
     def _mean(self, keys: Iterable[Hashable]) -> float | None:
         for key in keys:
-            if key in self._last:
-                runs = self._last[key]
-                return sum(runs) / len(runs)
+            if key in self._runs:
+                last = list(self._runs[key])[-2:]
+                return sum(last) / len(last)
         return None
+
+    def _longer(self, keys: Iterable[Hashable], elapsed: float) -> list[float]:
+        """The recent run times longer than `elapsed` under the most specific key with any,
+        in order."""
+        for key in keys:
+            if longer := sorted(run for run in self._runs.get(key, ()) if run > elapsed):
+                return longer
+        return []
 
 
 def estimate(

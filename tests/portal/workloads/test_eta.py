@@ -36,6 +36,26 @@ def test_the_task_estimates_a_start_when_quota_frees(waiting, clean_redis):
     assert waiting.estimated_start_p90 >= waiting.estimated_start
 
 
+def test_a_running_job_is_guessed_from_the_runs_longer_than_it_has_run(waiting, clean_redis):
+    """The 64-GPU job's submitter ran three like it: 4 h, then 20 min twice. An hour in, it
+    is not one of the 20-minute ones: expected to run 4 h, so the waiting job starts in 3 h
+    (from the last two alone it would be expected to run as long again, 1 h more)."""
+    big = Workload.objects.get(name="big")
+    Workload.objects.filter(pk=big.pk).update(time_limit_s=5 * 3600)
+    now = timezone.now()
+    for number, minutes in enumerate((240, 20, 20)):
+        done = make_workload(big.queue, f"done-{number}", gpus=64, submitted_by=big.submitted_by)
+        finished = now - timedelta(days=1, hours=-number)
+        Workload.objects.filter(pk=done.pk).update(
+            state=State.SUCCEEDED,
+            started_at=finished - timedelta(minutes=minutes),
+            finished_at=finished,
+        )
+    eta.refresh(now)
+    waiting.refresh_from_db()
+    assert abs((waiting.estimated_start - (now + timedelta(hours=3))).total_seconds()) < 60
+
+
 def test_a_refresh_already_running_keeps_others_out(waiting, clean_redis):
     clean_redis.lock(eta.LOCK, timeout=60).acquire()
     assert refresh_estimates() is None

@@ -78,6 +78,20 @@ def test_history_is_the_mean_of_the_last_two_similar_jobs():
     assert history.guess(("bob", 8), "bob") is None
 
 
+def test_a_running_job_is_expected_to_be_one_of_those_that_ran_longer_than_it_has():
+    history = History()
+    for run_s in (60, 90, 120, 3000, 7200, 600):
+        history.add(run_s, ("alice", 8), "alice")
+    assert history.guess(("alice", 8), elapsed=0).mean_s == (7200 + 600) / 2
+    assert history.guess(("alice", 8), elapsed=100).mean_s == 3000  # of 120, 600, 3000, 7200
+    assert history.guess(("alice", 8), elapsed=5000).mean_s == 7200
+    assert history.guess(("alice", 8), elapsed=100).p90_s >= 7200  # the longest of the four
+    # none of the job's own kind ran that long: the wider key's, then the mean (outlived)
+    history.add(20000, ("alice", 64), "alice")
+    assert history.guess(("alice", 8), "alice", elapsed=8000).mean_s == 20000
+    assert history.guess(("alice", 8), elapsed=8000).mean_s == (7200 + 600) / 2
+
+
 def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(monkeypatch):
     """Forty jobs end ten minutes apart and the waiting one needs all their GPUs; each plan
     costs a second of a budget of ten (five a pass), as plans do at 100,000 GPUs."""
