@@ -1,9 +1,13 @@
 """What every API endpoint shares: tenancy, permissions and the shape of errors."""
 
+import operator
+
 from django.http import JsonResponse
 from django.views.defaults import page_not_found
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.fields import Field, SkipField
+from rest_framework.relations import PKOnlyObject
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -19,6 +23,39 @@ class NameField(serializers.SlugRelatedField):
         if isinstance(data, str) and "\x00" in data:
             self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
         return super().to_internal_value(data)
+
+
+class QuickRows:
+    """A serializer's rows read by a plan made at its first row: per readable field, how to
+    get its attribute and the field's conversion, without DRF's per-field dispatch on every
+    row (most of the CPU of a list of 50 workloads). The output is DRF's own."""
+
+    def to_representation(self, instance):
+        plan = self.__dict__.get("_quick_plan")
+        if plan is None:
+            plan = self._quick_plan = [
+                (field.field_name, _reader(field, instance), field.to_representation)
+                for field in self._readable_fields
+            ]
+        row = {}
+        for name, read, convert in plan:
+            try:
+                value = read(instance)
+            except SkipField:
+                continue
+            empty = value is None or (isinstance(value, PKOnlyObject) and value.pk is None)
+            row[name] = None if empty else convert(value)
+        return row
+
+
+def _reader(field, instance):
+    """A plain attribute lookup where that is all `Field.get_attribute` would do for rows
+    like `instance`, else the field's own."""
+    if type(field).get_attribute is Field.get_attribute and len(field.source_attrs) == 1:
+        name = field.source_attrs[0]
+        if hasattr(instance, name) and not callable(getattr(instance, name)):
+            return operator.attrgetter(name)
+    return field.get_attribute
 
 
 def not_found(request, exception):

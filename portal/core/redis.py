@@ -26,12 +26,17 @@ def _backoff() -> ExponentialBackoff:
 
 @cache
 def client() -> redis.Redis:
-    return redis.Redis.from_url(
+    """The process's client. It is handed its pool, so that it never closes that pool: two
+    threads asking for the first client at once each make one (`cache` takes no lock), and a
+    client that owns its pool closes it when dropped, with the connections the other
+    thread's callers were using (requests failed so in the first second of a server)."""
+    pool = redis.ConnectionPool.from_url(
         settings.REDIS_URL,
         decode_responses=True,
         retry=redis.retry.Retry(_backoff(), RETRIES, RETRY_ON),
         retry_on_error=list(RETRY_ON),
     )
+    return redis.Redis(connection_pool=pool)
 
 
 _async_clients: dict[int, redis.asyncio.Redis] = {}

@@ -100,7 +100,12 @@ class Workload(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
-        indexes = [models.Index(fields=["tenant", "state"])]
+        indexes = [
+            models.Index(fields=["tenant", "state"]),
+            # A tenant's newest first (every list's first page) is one index range, not a sort
+            # of all its workloads.
+            models.Index(fields=["tenant", "-submitted_at", "-id"], name="workload_tenant_newest"),
+        ]
 
     def __str__(self):
         return self.name
