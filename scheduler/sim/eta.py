@@ -18,9 +18,11 @@ Bounded: the clock moves at least `precision` of the way it has come at each ste
 `steps` plans a pass, to at most `horizon_s` ahead; only the first `per_queue` pending
 workloads of each queue (in queue order) are simulated. With a `clock`, each pass has half of
 `budget_s` of that clock, and its steps grow so that the plans that budget still holds (at the
-last plan's cost) reach the horizon, each step the same multiple of the time come so far: a
-plan at 100,000 GPUs takes a few tenths of a second, so there a pass makes about a dozen plans
-and an estimate hours ahead is good to a fraction of its distance, not to the cycle. Any other
+slowest plan's cost so far: plans that admit more cost more, and a pass counting on the last
+one's cost ran out of budget hours short of the horizon) reach the horizon, each step the
+same multiple of the time come so far: a plan at 100,000 GPUs takes a few tenths of a second,
+so there a pass makes about a dozen plans and an estimate hours ahead is good to a fraction
+of its distance, not to the cycle. Any other
 workload, or one not admitted by the time the pass stops (`Estimates.until`), has no estimate:
 it starts later than that.
 """
@@ -56,7 +58,7 @@ class Bounds:
     horizon_s: float = DAY
     steps: int = 400
     precision: float = 0.02
-    per_queue: int = 100
+    per_queue: int = 300
     cycle_s: float = 10.0  # the engine's cycle: a plan that changed something is followed soon
     budget_s: float = 4.0  # seconds of the caller's clock for both passes, when one is given
 
@@ -193,7 +195,7 @@ def forward(
     `run_time(w)` is a workload's run time from its start and how much longer than that an
     outlived one runs, as a multiple of the time it has run (1: as long again). `first`, when
     given, is the engine's plan for the snapshot at `now`. With a `clock`, the pass stops
-    before a plan that would likely end after `deadline` (the last plan's time from now).
+    before a plan that would likely end after `deadline` (the slowest plan's time from now).
     """
     world = World(snapshot, now, run_time)
     starts: dict[int, float] = {}
@@ -211,7 +213,7 @@ def forward(
                 starts[admission.workload_id] = world.free_since(admission.placements, planned)
         world.apply(result, t)
         if clock is not None:
-            took = clock() - began
+            took = max(took, clock() - began)  # the slowest plan so far
         planned = t
         if t >= last or not world.waiting - starts.keys():
             return starts, last

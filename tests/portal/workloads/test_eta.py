@@ -88,8 +88,9 @@ def test_without_an_estimate_the_pages_say_how_far_the_last_one_looked(waiting, 
     waiting.refresh_from_db()
     assert waiting.estimated_start is None
     page = browser.get(f"/workloads/{waiting.pk}/").content.decode()
+    cap = eta.BOUNDS.per_queue
     told = re.search(
-        r"no estimate: not within (1\sday|23\shours), or behind the first 100 of its queue", page
+        rf"no estimate: not within (1\sday|23\shours), or behind the first {cap} of its queue", page
     )
     assert told, "the page says how far ahead the refresh looked: a day"
     assert f'data-no-estimate="{told[0]}"' in browser.get("/workloads/").content.decode()
