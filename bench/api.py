@@ -98,7 +98,8 @@ def run(args) -> tuple[list[tuple[int, float]], float]:
     connection.close()
     logs = Path(settings.DATA_DIR) / "bench-api"
     logs.mkdir(parents=True, exist_ok=True)
-    with servers(args.servers, logs) as ports:
+    with servers(args.servers, logs) as started:
+        ports = [port for _, port in started]
         print(
             f"{args.clients} clients on {args.servers} server(s) for {args.seconds:g} s",
             file=sys.stderr,

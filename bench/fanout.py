@@ -102,7 +102,8 @@ def run(args) -> tuple[dict, dict]:
     connection.close()
     logs = Path(settings.DATA_DIR) / "bench-fanout"
     logs.mkdir(parents=True, exist_ok=True)
-    with servers(args.servers, logs) as ports:
+    with servers(args.servers, logs) as started:
+        ports = [port for _, port in started]
         return asyncio.run(measure(ports, cookie, args.browsers, args.events, args.every))
 
 
