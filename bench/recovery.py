@@ -1,26 +1,26 @@
 """Fault recovery of one large job: how long from the fault to the restart on every node.
 
-    python -m bench.recovery [--nodes 1000] [--heartbeat 5]
+    python -m bench.recovery [--nodes 1000] [--processes 1] [--heartbeat 5]
 
 A fresh throwaway database with one pod of `nodes` + 1 nodes (8 GPUs each, the last a hot
-spare), one daphne process, one Celery worker, and the simulated fleet in this process, each
-agent on its own WebSocket. One job with the fault-triggered checkpoint policy takes every node
-but the spare. Once it runs, XID 79 is injected on one node through the real path (operator
-command -> agent -> fault event -> cordon -> recovery task). Measured from the fault event (its
-database timestamp):
+spare), `--processes` daphne processes (the agents spread evenly over them), one Celery
+worker, and the simulated fleet in this process, each agent on its own WebSocket. One job
+with the fault-triggered checkpoint policy takes every node but the spare. Once it runs, XID
+79 is injected on one node through the real path (operator command -> agent -> fault event ->
+cordon -> recovery task). Measured from the fault event (its database timestamp):
 
 - save_s: until the healthy ranks' triggered save is acked by all of them;
 - fault_to_restart_push_s: until every agent holds the restart (the new attempt), seen by the
   agents themselves;
 - fault_to_all_acks_s: until every node reports the new attempt running and the job is RUNNING.
 
-The last line is JSON: nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s, ms_per_node
-(wall time over nodes), and the CPU the recovery cost the ASGI process, the worker and this
-process (the simulated fleet), from the fault to the end, read from /proc (Linux): the
-per-node CPU of the ASGI process is what projects the recovery at 12,500 nodes; and
-reference_s, the reference loop (`bench.reference`) timed first. Past `--timeout` seconds it
-says what it was waiting for and exits 1; its processes are stopped then, on failure and on
-SIGTERM.
+The last line is JSON: processes, nodes, save_s, fault_to_restart_push_s, fault_to_all_acks_s,
+ms_per_node (wall time over nodes), and the CPU the recovery cost the ASGI processes
+(together), the worker and this process (the simulated fleet), from the fault to the end, read
+from /proc (Linux): the per-node CPU of the ASGI processes is what projects the recovery at
+12,500 nodes; and reference_s, the reference loop (`bench.reference`) timed first. Past
+`--timeout` seconds it says what it was waiting for and exits 1; its processes are stopped
+then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -32,7 +32,7 @@ import sys
 import time
 
 from bench import database, processes
-from bench.agents import connected_nodes, database_url, start_server
+from bench.agents import connected_nodes, database_url, servers
 from bench.reference import reference_s
 
 
@@ -132,20 +132,41 @@ async def wait_for(predicate, what: str, timeout: float = 300, every: float = 0.
     return value
 
 
-def measure(nodes: int, heartbeat: float) -> dict:
+def measure(nodes: int, heartbeat: float, count: int = 1) -> dict:
     from django.conf import settings
 
+    job, specs = build(nodes)
+    logs = settings.DATA_DIR / "bench-recovery"
+    logs.mkdir(parents=True, exist_ok=True)
+    with servers(count, logs) as started:
+        worker = start_worker(logs / "worker.log", database_url())
+        try:
+            result = recover(job, specs, heartbeat, started, worker)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=15)
+    return {"processes": count, **result}
+
+
+def recover(job, specs, heartbeat: float, started, worker) -> dict:
+    """The fault and the recovery, with the agents spread over the `started` servers (each a
+    process and its port)."""
     from portal.cluster.commands import send_command
     from portal.cluster.models import FaultEvent
     from portal.workloads.cycle import scheduling_cycle
     from portal.workloads.models import Recovery, Workload
     from scheduler.agent.fleet import build_agent
 
-    job, specs = build(nodes)
-    url = database_url()
-    server, port = start_server(settings.DATA_DIR / "bench-recovery-daphne.log", url)
-    worker = start_worker(settings.DATA_DIR / "bench-recovery-worker.log", url)
-    agents = [build_agent(spec, f"ws://127.0.0.1:{port}/ws/agent/", heartbeat) for spec in specs]
+    nodes = len(specs) - 1
+    ports = [port for _, port in started]
+    agents = [
+        build_agent(spec, f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/agent/", heartbeat)
+        for i, spec in enumerate(specs)
+    ]
+    pids = [server.pid for server, _ in started]
+
+    def asgi_cpu_s() -> float:
+        return sum(_cpu_s(pid) for pid in pids)
 
     def state():
         return Workload.objects.get(pk=job.pk).state
@@ -171,14 +192,14 @@ def measure(nodes: int, heartbeat: float) -> dict:
         await wait_for(lambda: _is(db(state), "running"), "the job to run", every=0.2)
         victim = await db(lambda: job.allocations.get(node_rank=nodes // 2, gpu_index=0).node)
         victim_name = victim.name
-        cpu.update(asgi=_cpu_s(server.pid), worker=_cpu_s(worker.pid), fleet=time.process_time())
+        cpu.update(asgi=asgi_cpu_s(), worker=_cpu_s(worker.pid), fleet=time.process_time())
         await db(send_command, victim.pk, "inject_fault", code="xid-79", gpu_index=0)
         pushed_at = await wait_for(
             restarted_everywhere, "every node to hold the restart", every=0.2
         )
         await wait_for(lambda: _is(db(state), "running"), "the job to run again", every=0.05)
         cpu.update(
-            asgi=_cpu_s(server.pid) - cpu["asgi"],
+            asgi=asgi_cpu_s() - cpu["asgi"],
             worker=_cpu_s(worker.pid) - cpu["worker"],
             fleet=time.process_time() - cpu["fleet"],
         )
@@ -191,13 +212,8 @@ def measure(nodes: int, heartbeat: float) -> dict:
         return fault, recovery, pushed_at
 
     victim_name, curve, cpu = "", [], {}
-    try:
-        with processes.waiting_for(f"the recovery of {nodes} nodes"):
-            fault, recovery, pushed_at = asyncio.run(run())
-    finally:
-        for child in (server, worker):
-            child.terminate()
-            child.wait(timeout=15)
+    with processes.waiting_for(f"the recovery of {nodes} nodes"):
+        fault, recovery, pushed_at = asyncio.run(run())
     t0 = fault.occurred_at.timestamp()
     print(
         "nodes holding the restart, by seconds after the fault:",
@@ -238,6 +254,7 @@ async def _is(awaitable, value) -> bool:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=1, help="daphne processes")
     parser.add_argument("--heartbeat", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=900, help="seconds in all")
     args = parser.parse_args(argv)
@@ -245,7 +262,7 @@ def main(argv=None) -> None:
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     with database.throwaway():
-        result = measure(args.nodes, args.heartbeat)
+        result = measure(args.nodes, args.heartbeat, args.processes)
     print(json.dumps({**result, "reference_s": reference}))
 
 
