@@ -11,6 +11,7 @@ import pytest
 from portal.cluster.gpu_history import HOURS
 from tests.e2e.test_dashboard import sign_in
 from tests.portal.cluster.test_gpu_history import seed
+from tests.portal.processes import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -73,9 +74,9 @@ def test_a_chart_per_figure_a_line_per_gpu_and_ranges_fetched(
     with page.expect_response(lambda r: "gpus.json?range=7d" in r.url) as response:
         page.click("#node-telemetry-ranges >> text=7 days")
     assert response.value.ok
-    page.wait_for_function(
-        "document.getElementById('gpu-temperature-chart').data[0].x.length === 3"
-    )
+    # Polled from here, as the page's Content-Security-Policy forbids wait_for_function's eval.
+    points = "document.getElementById('gpu-temperature-chart').data[0].x.length"
+    wait_until(lambda: page.evaluate(points) == 3, 10, "the week's points")
     for chart in charts(page):  # the week: the three hour points
         assert chart["names"] == [f"GPU {i}" for i in range(8)] and set(chart["points"]) == {3}
     assert page.locator("#node-telemetry-ranges [aria-current=true]").inner_text() == "7 days"
@@ -95,8 +96,6 @@ def test_a_node_without_history_draws_empty_charts_that_say_so(
         assert chart["names"] == [] and chart["note"] == "No telemetry yet"
     with page.expect_response(lambda r: "gpus.json?range=30d" in r.url):
         page.click("#node-telemetry-ranges >> text=30 days")
-    page.wait_for_function(
-        "document.querySelector('#node-telemetry-ranges [aria-current=true]').dataset.range"
-        " === '30d'"
-    )
+    current = "document.querySelector('#node-telemetry-ranges [aria-current=true]').dataset.range"
+    wait_until(lambda: page.evaluate(current) == "30d", 10, "the 30-day range current")
     assert all(chart["note"] == "No telemetry yet" for chart in charts(page))
