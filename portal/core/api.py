@@ -1,5 +1,6 @@
 """What every API endpoint shares: tenancy, permissions and the shape of errors."""
 
+import copy
 import operator
 
 from django.http import JsonResponse
@@ -46,6 +47,26 @@ class QuickRows:
             empty = value is None or (isinstance(value, PKOnlyObject) and value.pk is None)
             row[name] = None if empty else convert(value)
         return row
+
+
+class FieldsOnce:
+    """A model serializer whose fields are worked out from its model once per class, not for
+    every instance (0.35 ms of each request of the workload list, whose serializer has 31).
+    Each instance still gets fields of its own, bound to it alone: the declared ones deep-copied,
+    as DRF copies them, the model's made again from the arguments DRF chose for them. Only for
+    serializers whose fields depend on their class alone, not on their instance or context."""
+
+    def get_fields(self):
+        cls = type(self)
+        if "_class_fields" not in cls.__dict__:
+            cls._class_fields = super().get_fields()
+        declared = self._declared_fields
+        return {
+            name: copy.deepcopy(field)
+            if name in declared
+            else type(field)(*field._args, **field._kwargs)
+            for name, field in cls._class_fields.items()
+        }
 
 
 def _reader(field, instance):

@@ -6,7 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
-from portal.core.api import NameField, QuickRows
+from portal.core.api import FieldsOnce, NameField, QuickRows
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import actions, parallel
@@ -88,7 +88,7 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
         raise serializers.ValidationError({field: why})
 
 
-class WorkloadSerializer(QuickRows, serializers.ModelSerializer):
+class WorkloadSerializer(FieldsOnce, QuickRows, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
