@@ -38,10 +38,31 @@ def in_db(func):
     return DatabaseSyncToAsync(func, thread_sensitive=False)
 
 
+async def write_to_redis(writers):
+    """Each writer queues its commands on one pipeline; per writer, its replies, or the error
+    of a command of its."""
+    spans = []
+    async with aclient().pipeline(transaction=False) as pipe:
+        for write in writers:
+            start = len(pipe)
+            write(pipe)
+            spans.append((start, len(pipe)))
+        replies = await pipe.execute(raise_on_error=False)
+    results = []
+    for start, end in spans:
+        mine = replies[start:end]
+        results.append(next((r for r in mine if isinstance(r, Exception)), mine))
+    return results
+
+
 # The reports that come from every node of a large job at once, written down in batches.
 STARTED = GroupCommit(lifecycle.mark_started_many)
 ACKED = GroupCommit(intake.record_acks)
 LOGGED = GroupCommit(logs.record_many)
+# Heartbeats: on its own each one's few writes cost a pipeline, a pooled connection and a
+# socket write to Redis, more of the process's CPU than the rest of the heartbeat; under load
+# those that arrive together share one.
+BEATS = GroupCommit(write_to_redis, retry_alone=False)
 SAVES_SEEN = "wanka:checkpoint:"  # Redis keys "<prefix><workload>:<step>": a save already recorded
 
 # This process's agent connections by channel name, for what its mailbox brings them.
@@ -170,15 +191,16 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_heartbeat(self, message):
         now = time.time()
-        redis = aclient()
-        async with redis.pipeline(transaction=False) as pipe:
+
+        def write(pipe):
             write_heartbeat(pipe, self.node.id, now, message, self.group)
             pipe.zadd(LAST_SEEN, {self.node.id: now})
             # The generation the agent has converged to: live here, in the database at hello.
             pipe.hset(REPORTED, self.node.id, message["generation"])
             self.history.add(pipe, now, message["gpus"])  # a point when the minute turns
             pipe.srem(intake.LOST, self.node.id)  # last: its answer is read below
-            *_, declared_lost = await pipe.execute()
+
+        *_, declared_lost = await BEATS(write)
         if declared_lost:
             await self.reclaim()
         await self.on_workloads(message["workloads"])

@@ -1,6 +1,7 @@
 """What the project's WebSocket consumers share."""
 
 import asyncio
+import inspect
 import weakref
 
 from channels.consumer import get_handler_name
@@ -29,13 +30,19 @@ class GroupCommit:
     while one batch is in the database the next one gathers, so the 1,000 acks of a 1,000-node
     save cost a few round trips instead of 1,000.
 
-    `apply` takes a list of items and returns one result per item; it runs on a pool thread
-    with its own connection. Each caller awaits its own item's result. If a batch fails, its
-    items are applied one at a time, so one bad item fails only its own caller.
+    `apply` takes a list of items and returns one result per item (an exception: that
+    item's caller gets it raised); a plain function runs on a pool thread with its own
+    database connection, a coroutine function (writes to Redis) on the event loop. Each caller
+    awaits its own item's result. If a batch fails, its items are applied one at a time, so one
+    bad item fails only its own caller; with `retry_alone` False every caller gets the error
+    (for an `apply` whose failures are never one item's).
     """
 
-    def __init__(self, apply):
-        self._apply = DatabaseSyncToAsync(apply, thread_sensitive=False)
+    def __init__(self, apply, retry_alone: bool = True):
+        if not inspect.iscoroutinefunction(apply):
+            apply = DatabaseSyncToAsync(apply, thread_sensitive=False)
+        self._apply = apply
+        self._retry_alone = retry_alone
         self._gathering = weakref.WeakKeyDictionary()  # event loop -> [(item, future)]
 
     async def __call__(self, item):
@@ -54,13 +61,15 @@ class GroupCommit:
                 self._gathering[loop] = []
                 try:
                     results = await self._apply([item for item, _ in batch])
-                except Exception:
+                except Exception as error:
                     for item, future in batch:
-                        await self._one(item, future)
+                        if self._retry_alone:
+                            await self._one(item, future)
+                        else:
+                            _settle(future, error)
                 else:
                     for (_, future), result in zip(batch, results, strict=True):
-                        if not future.done():  # its caller may have gone (a disconnect)
-                            future.set_result(result)
+                        _settle(future, result)
         finally:
             del self._gathering[loop]
 
@@ -68,8 +77,15 @@ class GroupCommit:
         try:
             [result] = await self._apply([item])
         except Exception as error:
-            if not future.done():
-                future.set_exception(error)
-        else:
-            if not future.done():
-                future.set_result(result)
+            result = error
+        _settle(future, result)
+
+
+def _settle(future, result) -> None:
+    """Give a caller its result, raised if an exception, unless it has gone (a disconnect)."""
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
