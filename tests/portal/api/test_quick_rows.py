@@ -3,6 +3,7 @@ field serialization makes of them."""
 
 import json
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 from django.test import RequestFactory
 from django.utils import timezone
@@ -40,3 +41,22 @@ def test_rows_are_those_drf_would_write(acme_llm, bob):
     assert len(rows) == 2
     assert rows == json.loads(JSONRenderer().render(expected))
     assert "umbrella" not in str(rows)  # the reason as bob may read it
+
+
+def test_dates_are_in_each_serializers_time_zone(acme_llm, bob):
+    """The time zone is read once a serializer, so each request still gets its own."""
+    make_workload(acme_llm, "dated", gpus=8, started_at=timezone.now())
+    workloads = with_version(Workload.objects.filter(tenant=acme_llm.tenant))
+
+    def dates():
+        rows = WorkloadSerializer(workloads, many=True).data
+        drf = WorkloadSerializer()
+        expected = [serializers.ModelSerializer.to_representation(drf, w) for w in workloads]
+        assert rows == expected
+        return rows[0]["started_at"], rows[0]["submitted_at"]
+
+    utc = dates()
+    with timezone.override(ZoneInfo("Asia/Kolkata")):
+        kolkata = dates()
+    assert utc[0].endswith("Z") and kolkata[0].endswith("+05:30")
+    assert dates() == utc
