@@ -88,7 +88,7 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
         raise serializers.ValidationError({field: why})
 
 
-class WorkloadSerializer(FieldsOnce, QuickRows, serializers.ModelSerializer):
+class WorkloadSerializer(QuickRows, FieldsOnce, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
