@@ -89,6 +89,9 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
 
 
 class WorkloadSerializer(QuickRows, FieldsOnce, serializers.ModelSerializer):
+    """A job or service of the tenant: what it asks for, where it stands, and, while it
+    waits, why and when it is expected to start."""
+
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
@@ -252,6 +255,8 @@ class PlanAnswerSerializer(serializers.Serializer):
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
+    """A workload with its history: every event, and each parallelism plan it ran with."""
+
     events = WorkloadEventSerializer(many=True, read_only=True)
     parallel_plans = ParallelPlanSerializer(
         many=True, read_only=True, help_text="Oldest first; the last is the current plan"
