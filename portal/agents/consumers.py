@@ -40,17 +40,26 @@ def in_db(func):
 
 async def write_to_redis(writers):
     """Each writer queues its commands on one pipeline; per writer, its replies, or the error
-    of a command of its."""
+    of a command of its (or its own, its commands then left out): one bad heartbeat never
+    costs the others theirs."""
     spans = []
     async with aclient().pipeline(transaction=False) as pipe:
         for write in writers:
             start = len(pipe)
-            write(pipe)
-            spans.append((start, len(pipe)))
-        replies = await pipe.execute(raise_on_error=False)
+            try:
+                write(pipe)
+            except Exception as error:
+                del pipe.command_stack[start:]
+                spans.append(error)
+            else:
+                spans.append((start, len(pipe)))
+        replies = await pipe.execute(raise_on_error=False) if len(pipe) else []
     results = []
-    for start, end in spans:
-        mine = replies[start:end]
+    for span in spans:
+        if isinstance(span, Exception):
+            results.append(span)
+            continue
+        mine = replies[span[0] : span[1]]
         results.append(next((r for r in mine if isinstance(r, Exception)), mine))
     return results
 

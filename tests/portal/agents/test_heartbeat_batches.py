@@ -45,17 +45,23 @@ def test_heartbeats_that_arrive_together_share_one_pipeline(clean_redis, execute
     def wrong(pipe):
         pipe.hset(f"{KEY}:text", "x", 1)  # a command Redis refuses
 
+    def broken(pipe):
+        pipe.hset(KEY, "broken", 1)
+        raise KeyError("util")  # a heartbeat whose writes fail before they are sent
+
     async def arrive():
         return await asyncio.gather(
             *(consumers.BEATS(beat(i)) for i in range(10)),
             consumers.BEATS(wrong),
+            consumers.BEATS(broken),
             return_exceptions=True,
         )
 
-    *replies, refused = asyncio.run(arrive())
+    *replies, refused, failed = asyncio.run(arrive())
     assert executes == [21]  # ten heartbeats of two commands and the refused one: one trip
     assert replies == [[1, 1 if i in (3, 7) else 0] for i in range(10)]
     assert isinstance(refused, ResponseError)
+    assert isinstance(failed, KeyError) and not clean_redis.hexists(KEY, "broken")
     assert clean_redis.hget(KEY, 9) == "beat 9"
     # When it is quiet, a heartbeat goes at once, alone.
     assert asyncio.run(consumers.BEATS(beat(3))) == [0, 0]
