@@ -109,7 +109,7 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None) -> Plan:
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
     # 5. Grow: free GPUs no waiting work can use go to elastic work below its most.
     with timer("5. grow"):
-        cycle.grow(snapshot.workloads)
+        cycle.grow()
     # 6. Requeue the rest: each waiting workload's reason and position in its queue.
     with timer("6. explain"):
         pending = cycle.number_in_queues()
@@ -179,6 +179,7 @@ class Cycle:
         self.capacity = Capacity(snapshot.nodes)
         self.occupancy = Occupancy(self.capacity, now)
         running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
+        self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
         self.occupancy.add_running(running)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
@@ -295,7 +296,7 @@ class Cycle:
 
     # -- growing ----------------------------------------------------------------------------
 
-    def grow(self, workloads: Iterable[Workload]) -> None:
+    def grow(self) -> None:
         """Give free GPUs to running elastic workloads below their most, in pools where no
         work waits: never by preempting, a workload at most every `Snapshot.grow_every_s` (each
         resize restarts it) and only when it saved within that time (it resumes from that
@@ -310,7 +311,9 @@ class Cycle:
             return  # work waits in every pool: no workload grows (the common case)
         changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
         candidates = []
-        for workload in workloads:
+        for workload in self.running:
+            if not workload.is_elastic:
+                continue
             queue = self.ledger.queue_or_none(workload.queue_id)
             if queue is None or (queue.region, workload.gpu_model) in waiting:
                 continue
@@ -326,10 +329,9 @@ class Cycle:
             self._grow(self.capacity.pool(queue.region, workload.gpu_model), queue, workload)
 
     def _may_grow(self, workload: Workload) -> bool:
+        """Whether a running elastic workload may grow now."""
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus
-        if not workload.is_running or not workload.is_elastic or workload.preempting:
-            return False
-        if workload.held >= most:
+        if workload.preempting or workload.held >= most:
             return False
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
         if not times or self.now - max(times) < self.grow_every_s:

@@ -255,7 +255,7 @@ class Workload:
         """The fewest GPUs it can run on."""
         return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
 
-    @property
+    @cached_property
     def is_elastic(self) -> bool:
         most = self.gpus if self.max_gpus is None else self.max_gpus
         return self.fewest_gpus < most
