@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from functools import cache
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Cohort, Queue, Quota
@@ -49,8 +48,10 @@ class QuotaLedger:
         # quota before the work is gone), but no longer borrowed work to reclaim.
         self.stopping: Counter[tuple[int, str]] = Counter()
         self._cohort_usage: Counter[tuple[TreeNode, str]] = Counter()
-        self._static = cache(self._compute_static)
-        self._height = cache(self._compute_height)
+        # Memos of `_static` and `_height`: plain dicts, as a `functools.cache` of a bound
+        # method would make each ledger a reference cycle, left to the cyclic collector.
+        self._statics: dict[tuple[TreeNode, str], tuple[int, int, int | None]] = {}
+        self._heights: dict[TreeNode, int] = {}
         self._members: dict[TreeNode, list[int]] = {}
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
@@ -125,8 +126,14 @@ class QuotaLedger:
             return self._queues[key].quota(gpu_model)  # type: ignore[index]
         return self._cohorts[key].quota(gpu_model)  # type: ignore[index]
 
-    def _compute_static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
+    def _static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
         """(subtree quota, kept, borrowing limit) of a tree node for one GPU model."""
+        found = self._statics.get((node, gpu_model))
+        if found is None:
+            found = self._statics[node, gpu_model] = self._compute_static(node, gpu_model)
+        return found
+
+    def _compute_static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
         own = self._quota_of(node, gpu_model)
         quota = own.nominal
         for child in self._children.get(node, ()):
@@ -263,9 +270,15 @@ class QuotaLedger:
                 return self._height(node)
         return max(1, self._height(path[-1]))
 
-    def _compute_height(self, node: TreeNode) -> int:
+    def _height(self, node: TreeNode) -> int:
         """A tree node's distance to its furthest leaf: 0 for a queue, 1 for a cohort of
         queues only."""
+        found = self._heights.get(node)
+        if found is None:
+            found = self._heights[node] = self._compute_height(node)
+        return found
+
+    def _compute_height(self, node: TreeNode) -> int:
         children = self._children.get(node, ())
         heights = [self._height(child) + 1 for child in children if child[0] == "c"]
         return max([1 if children else 0, *heights])
