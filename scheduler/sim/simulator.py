@@ -100,6 +100,19 @@ class Simulator:
         incidents: Sequence[Incident] = (),
         services: Sequence[Service] = (),
     ) -> None:
+        with _paused_collector():  # tens of thousands of objects, all to be kept
+            self._setup(trace, spec, policy, config, on_event, incidents, services)
+
+    def _setup(
+        self,
+        trace: Sequence[TraceJob],
+        spec: ClusterSpec,
+        policy: SchedulingPolicy,
+        config: SimConfig,
+        on_event: Hook | None,
+        incidents: Sequence[Incident],
+        services: Sequence[Service],
+    ) -> None:
         self.spec = spec
         self.policy = policy
         self.config = config
@@ -535,6 +548,18 @@ class Simulator:
             return
         self.growable.add(job.id)
         self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)
+
+
+@contextmanager
+def _paused_collector() -> Iterator[None]:
+    """No automatic collections in the block: each would walk everything made so far."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextmanager
