@@ -79,6 +79,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.core.cycles.ReleaseCyclesMiddleware",
     "portal.core.busy.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -327,7 +328,7 @@ REST_FRAMEWORK = {
     ],
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "portal.core.cycles.FilterBackend",
         "portal.core.ordering.StableOrdering",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
