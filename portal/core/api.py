@@ -78,6 +78,20 @@ class FieldsOnce:
         }
 
 
+class FormOnce:
+    """A filter set whose form class is made once per filter set class: django-filter makes a
+    new class for every request (0.2 ms of the workload list's, and a class is garbage only the
+    cyclic collector frees). Each request's form still gets its own copies of the fields, as
+    any Django form does. Only for filter sets whose filters do not depend on the request (no
+    callable querysets)."""
+
+    def get_form_class(self):
+        cls = type(self)
+        if "_form_class" not in cls.__dict__:
+            cls._form_class = super().get_form_class()
+        return cls._form_class
+
+
 def _reader(field, instance):
     """A plain attribute lookup where that is all `Field.get_attribute` would do for rows
     like `instance`, else the field's own."""

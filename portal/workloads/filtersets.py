@@ -1,6 +1,7 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
+from portal.core.api import FormOnce
 from portal.workloads.choices import Kind, State
 from portal.workloads.models import Workload
 
@@ -14,7 +15,7 @@ SORTS = {
 }
 
 
-class WorkloadFilterSet(django_filters.FilterSet):
+class WorkloadFilterSet(FormOnce, django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=State.choices, label=_("State"))
     kind = django_filters.ChoiceFilter(choices=Kind.choices, label=_("Kind"))
     queue = django_filters.CharFilter(field_name="queue__name", label=_("Queue"))
