@@ -77,12 +77,19 @@ def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
     cycle makes many short-lived objects, all freed by reference counting, and each collection
     they would trigger walks the snapshot's tens of thousands of objects in vain.
     """
-    collecting = gc.isenabled()
+    with paused_collector():
+        return _plan(snapshot, now, clock)
+
+
+@contextmanager
+def paused_collector() -> Iterator[None]:
+    """No automatic cyclic collections in the block (the collector is restored as it was)."""
+    enabled = gc.isenabled()
     gc.disable()
     try:
-        return _plan(snapshot, now, clock)
+        yield
     finally:
-        if collecting:
+        if enabled:
             gc.enable()
 
 

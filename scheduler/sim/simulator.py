@@ -40,6 +40,7 @@ from enum import IntEnum
 from scheduler import faults
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import Placement, Plan
+from scheduler.engine.cycle import paused_collector
 from scheduler.sim.budgets import BudgetMeter
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
@@ -100,7 +101,8 @@ class Simulator:
         incidents: Sequence[Incident] = (),
         services: Sequence[Service] = (),
     ) -> None:
-        with _paused_collector():  # tens of thousands of objects, all to be kept
+        with paused_collector():  # tens of thousands of objects, all to be kept, each
+            # automatic collection would walk all made so far
             self._setup(trace, spec, policy, config, on_event, incidents, services)
 
     def _setup(
@@ -548,18 +550,6 @@ class Simulator:
             return
         self.growable.add(job.id)
         self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)
-
-
-@contextmanager
-def _paused_collector() -> Iterator[None]:
-    """No automatic collections in the block: each would walk everything made so far."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @contextmanager
