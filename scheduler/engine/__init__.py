@@ -1,5 +1,6 @@
 """The scheduling engine: `plan(snapshot, now) -> Plan`, pure Python, no I/O, no clock."""
 
+from scheduler.engine.capacity import NodeIndex
 from scheduler.engine.cycle import Clock, plan
 from scheduler.engine.model import (
     Admission,
@@ -32,6 +33,7 @@ __all__ = [
     "Cohort",
     "FairSharing",
     "Node",
+    "NodeIndex",
     "Pending",
     "Placement",
     "Plan",

@@ -20,12 +20,13 @@ lends them back for a moment (`lent`) to a workload that may backfill them.
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
-from itertools import pairwise
-from operator import attrgetter
+from itertools import compress, pairwise
+from operator import attrgetter, is_not
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Node, Placement, TopologyLevel, Workload
@@ -86,21 +87,72 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
+POOL_KEY = attrgetter("region", "gpu_model")
+# All a node is but its free GPUs: what a node index may not see change (`NodeIndex`).
+PLACE = attrgetter(
+    "id", "name", "gpu_model", "datacenter", "pod", "leaf", "gpus", "schedulable", "region"
+)
+
+
+def pools_of(nodes: Iterable[Node]) -> dict[tuple[str, str], Pool]:
+    """A pool per (region, GPU model), indexed from the nodes."""
+    nodes = list(nodes)
+    keys = set(map(POOL_KEY, nodes))
+    by_model: dict[tuple[str, str], list[Node]] = defaultdict(list)
+    if len(keys) == 1:  # the common case, without a loop in Python
+        by_model[keys.pop()] = nodes
+    else:
+        for node in nodes:
+            by_model[POOL_KEY(node)].append(node)
+    return {key: Pool(key[1], members) for key, members in sorted(by_model.items())}
+
+
+class NodeIndex:
+    """The pools of the last snapshot's nodes, kept by a caller that plans one snapshot of the
+    same fleet after another (the simulator, the start estimates' forward run).
+
+    The next snapshot's pools are brought up to date from the nodes that changed, not indexed
+    from every node again. Nodes are frozen, so a node that changed is a new object: which
+    ones are is found by identity, in C. Only their free GPUs may change that way; a node
+    added, removed, moved, resized or cordoned indexes the fleet afresh. Each cycle works on
+    copies (`Pool.copy`), so the index stays as the snapshot left it.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: tuple[Node, ...] = ()
+        self._pools: dict[tuple[str, str], Pool] = {}
+
+    def pools(self, nodes: tuple[Node, ...]) -> dict[tuple[str, str], Pool]:
+        """The pools of these nodes, for one cycle to change as it pleases."""
+        last, self._nodes = self._nodes, nodes
+        changed = list(map(is_not, nodes, last)) if len(nodes) == len(last) else None
+        if (
+            changed is None
+            or sum(changed) > len(nodes) // 4
+            or not self._refresh(list(compress(nodes, changed)), list(compress(last, changed)))
+        ):
+            self._pools = pools_of(nodes)
+        return {key: pool.copy() for key, pool in self._pools.items()}
+
+    def _refresh(self, nodes: list[Node], before: list[Node]) -> bool:
+        """Take in the nodes' new free GPUs; False (nothing changed) when more changed."""
+        if list(map(PLACE, nodes)) != list(map(PLACE, before)):
+            return False
+        pools = {POOL_KEY(node) for node in nodes if node.schedulable}
+        for node in nodes:
+            if node.schedulable:
+                self._pools[POOL_KEY(node)].refresh(node)
+        for key in pools:
+            self._pools[key].drop_stale()
+        return True
+
+
 class Capacity:
     """Free GPUs of every GPU model in a snapshot, one pool per region and model: a queue's
     work runs only in its own region."""
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
-        nodes = list(nodes)
-        pool_key = attrgetter("region", "gpu_model")
-        keys = set(map(pool_key, nodes))
-        by_model: dict[tuple[str, str], list[Node]] = defaultdict(list)
-        if len(keys) == 1:  # the common case, without a loop in Python
-            by_model[keys.pop()] = nodes
-        else:
-            for node in nodes:
-                by_model[pool_key(node)].append(node)
-        self._pools = {key: Pool(key[1], members) for key, members in sorted(by_model.items())}
+    def __init__(self, nodes: Iterable[Node], index: NodeIndex | None = None) -> None:
+        self._pools = pools_of(nodes) if index is None else index.pools(tuple(nodes))
         self._pool_of_node: dict[int, Pool] = {}
         for pool in self._pools.values():
             self._pool_of_node.update(dict.fromkeys(pool.node_ids(), pool))
@@ -144,6 +196,16 @@ class WholeCounts:
             if count:
                 self._buckets[len(domain)][count].add(domain)
         self._best = [max(buckets, default=0) for buckets in self._buckets]
+
+    def copy(self) -> WholeCounts:
+        counts = copy.copy(self)
+        counts.count = self.count.copy()
+        counts._buckets = [
+            defaultdict(set, {whole: set(domains) for whole, domains in buckets.items()})
+            for buckets in self._buckets
+        ]
+        counts._best = list(self._best)
+        return counts
 
     def change(self, domain: Domain, by: int) -> None:
         old = self.count[domain]
@@ -257,6 +319,43 @@ class Pool:
                 if whole:
                     counts[domain] += whole
         return counts
+
+    def copy(self) -> Pool:
+        """A copy for one cycle to take GPUs from; what no cycle changes (the nodes and
+        domains, and what is worked out from them) is shared."""
+        pool = copy.copy(self)
+        pool._free = dict(self._free)  # its frozen sets are replaced, not edited (`_editable`)
+        pool._free_gpus = self._free_gpus.copy()
+        pool._wholes = self._wholes.copy()
+        pool._whole = pool._wholes.count
+        pool._partial = defaultdict(list, {n: list(h) for n, h in self._partial.items() if h})
+        pool._held, pool.held_by, pool._small_failed = {}, {}, {}
+        return pool
+
+    def refresh(self, node: Node) -> None:
+        """Take in new free GPUs of a node of this pool (`NodeIndex`): its own, not those of
+        the `Node` first indexed, which stands only for where it is from then on."""
+        free = frozenset(node.free) & frozenset(range(node.gpus))
+        before = self._free[node.id]
+        if free != before:
+            was_whole = self.is_whole(node)
+            self._free[node.id] = free
+            self._recount(node, len(before), was_whole)
+
+    def drop_stale(self) -> None:
+        """Drop stale entries from the heaps of partly free nodes: all of them once they are
+        as many as the nodes, else those on top (which each cycle would drop again)."""
+        if sum(map(len, self._partial.values())) > len(self._free):
+            self._partial = defaultdict(list)
+            for node_id, free in self._free.items():
+                node = self._nodes[node_id]
+                if free and not self.is_whole(node):
+                    self._partial[len(free)].append((node.name, node_id))
+            for heap in self._partial.values():
+                heapq.heapify(heap)
+        for count, heap in self._partial.items():
+            while heap and len(self._free[heap[0][1]]) != count:
+                heapq.heappop(heap)
 
     # -- reading -----------------------------------------------------------------------------
 

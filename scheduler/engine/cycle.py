@@ -20,7 +20,7 @@ from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.budget import BudgetLedger, seconds_left
-from scheduler.engine.capacity import DEPTH, Capacity, Pool, widest_level
+from scheduler.engine.capacity import DEPTH, Capacity, NodeIndex, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     claim_reason,
@@ -65,20 +65,24 @@ class Outcome(IntEnum):
     FIT = 2  # admitted now
 
 
-def plan(snapshot: Snapshot, now: float, clock: Clock | None = None) -> Plan:
+def plan(
+    snapshot: Snapshot, now: float, clock: Clock | None = None, index: NodeIndex | None = None
+) -> Plan:
     """Decide which pending workloads start now, on which GPUs, what makes room for them, and
     why the others wait.
 
     Pure and deterministic: the same snapshot gives the same plan whatever the order of its
     tuples. `now` is the cycle's time in seconds (lost work, time limits, reservations).
-    `clock`, when given, only times the steps into `Plan.timings`.
+    `clock`, when given, only times the steps into `Plan.timings`. `index`, when given, is
+    kept by a caller that plans one snapshot of a fleet after another, so that each cycle
+    indexes only the nodes that changed (`NodeIndex`); the plan is the same without it.
 
     Python's cyclic garbage collector is paused for the cycle (and restored as it was): the
     cycle makes many short-lived objects, all freed by reference counting, and each collection
     they would trigger walks the snapshot's tens of thousands of objects in vain.
     """
     with paused_collector():
-        return _plan(snapshot, now, clock)
+        return _plan(snapshot, now, clock, index)
 
 
 @contextmanager
@@ -93,12 +97,12 @@ def paused_collector() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(snapshot: Snapshot, now: float, clock: Clock | None) -> Plan:
+def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex | None) -> Plan:
     """The steps of `plan`."""
     timer = StepTimer(clock)
     # 1. Take stock: charge running work to quota, take its GPUs, index who holds each node.
     with timer("1. take stock"):
-        cycle = Cycle(snapshot, now)
+        cycle = Cycle(snapshot, now, index)
     # 2. Queue the pending work: one FIFO per queue, in queue order.
     with timer("2. queue"):
         heads = Heads(cycle.ledger, (w for w in snapshot.workloads if not w.is_running))
@@ -178,12 +182,12 @@ class ReserveMemo:
 class Cycle:
     """The state of one cycle: quota, free GPUs, occupancy and the plan so far."""
 
-    def __init__(self, snapshot: Snapshot, now: float) -> None:
+    def __init__(self, snapshot: Snapshot, now: float, index: NodeIndex | None = None) -> None:
         self.now = now
         self.grow_every_s = snapshot.grow_every_s
         self.budgets = BudgetLedger(snapshot.budgets, snapshot.workloads, now)
         self.ledger = QuotaLedger(self.budgets.soften(snapshot.queues), snapshot.cohorts)
-        self.capacity = Capacity(snapshot.nodes)
+        self.capacity = Capacity(snapshot.nodes, index)
         self.occupancy = Occupancy(self.capacity, now)
         running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
         self.running = running

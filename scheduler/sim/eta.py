@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from scheduler.engine import Clock, Placement, Plan, Snapshot, Workload, plan
+from scheduler.engine import Clock, NodeIndex, Placement, Plan, Snapshot, Workload, plan
 from scheduler.engine.ordering import queue_order
 
 HOUR = 3600.0
@@ -198,6 +198,7 @@ def forward(
     before a plan that would likely end after `deadline` (the slowest plan's time from now).
     """
     world = World(snapshot, now, run_time)
+    index = NodeIndex()  # the world's nodes, indexed anew only where they changed
     starts: dict[int, float] = {}
     t = planned = now
     last = now + bounds.horizon_s
@@ -207,7 +208,9 @@ def forward(
             began = clock()
             if number and deadline is not None and began + took > deadline:
                 break
-        result = first if number == 0 and first is not None else plan(world.snapshot(), t)
+        result = (
+            first if number == 0 and first is not None else plan(world.snapshot(), t, index=index)
+        )
         for admission in result.admissions:
             if admission.workload_id not in starts:
                 starts[admission.workload_id] = world.free_since(admission.placements, planned)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from scheduler.engine import (
     Cohort,
+    NodeIndex,
     Plan,
     PreemptionPolicy,
     Queue,
@@ -58,9 +59,9 @@ class SchedulingPolicy:
     def priority(self, job: TraceJob) -> int:
         return 0 if self.one_queue else job.priority
 
-    def plan(self, snapshot: Snapshot, now: float) -> Plan:
+    def plan(self, snapshot: Snapshot, now: float, index: NodeIndex | None = None) -> Plan:
         """The production engine's plan for the transformed snapshot."""
-        return plan(snapshot, now)
+        return plan(snapshot, now, index=index)
 
 
 def wanka(spec: ClusterSpec) -> SchedulingPolicy:

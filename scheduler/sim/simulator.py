@@ -39,7 +39,7 @@ from enum import IntEnum
 
 from scheduler import faults
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
-from scheduler.engine import Placement, Plan
+from scheduler.engine import NodeIndex, Placement, Plan
 from scheduler.engine.cycle import paused_collector
 from scheduler.sim.budgets import BudgetMeter
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
@@ -122,6 +122,7 @@ class Simulator:
         self.rng = random.Random(config.seed)
         self.faults = FaultModel(config.failures_per_gpu_hour, config.fault_mix)
         self.allocations = Allocations(spec)
+        self.index = NodeIndex()  # the engine's index of the nodes, kept from cycle to cycle
         self.workloads = Workloads(spec, policy, config.time_limits, config.grow_every_s)
         self.start = min((job.submit_s for job in trace), default=0.0)
         self.budgets = BudgetMeter(spec.budgets, self.start)
@@ -400,7 +401,7 @@ class Simulator:
             return
         self.recorder.cycle_started(self.now)
         snapshot = self.workloads.snapshot(self.allocations, self.budgets.budgets(self.now))
-        plan = self.last_plan = self.policy.plan(snapshot, self.now)
+        plan = self.last_plan = self.policy.plan(snapshot, self.now, self.index)
         self._apply(plan)
         self.recorder.cycle_ended(self.now)
         if plan.admissions or plan.preemptions or plan.shrinks or plan.grows:

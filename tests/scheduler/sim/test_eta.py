@@ -109,10 +109,10 @@ def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(
     seconds = [0.0]
     engine_plan = forward_pass.plan
 
-    def costly(snapshot, now):
+    def costly(snapshot, now, index=None):
         seconds[0] += costs[len(seconds) % len(costs)]
         seconds.append(0.0)  # one more plan made
-        return engine_plan(snapshot, now)
+        return engine_plan(snapshot, now, index=index)
 
     monkeypatch.setattr(forward_pass, "plan", costly)
     result = estimate(
