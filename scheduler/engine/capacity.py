@@ -344,8 +344,8 @@ class Pool:
 
     def drop_stale(self) -> None:
         """Drop stale entries from the heaps of partly free nodes: all of them once they are
-        as many as the nodes, else those on top (which each cycle would drop again)."""
-        if sum(map(len, self._partial.values())) > len(self._free):
+        twice as many as the nodes, else those on top (which each cycle would drop again)."""
+        if sum(map(len, self._partial.values())) > 2 * len(self._free):
             self._partial = defaultdict(list)
             for node_id, free in self._free.items():
                 node = self._nodes[node_id]

@@ -162,10 +162,13 @@ class Queue:
 
     def quota(self, gpu_model: str) -> Quota:
         """This queue's quota for `gpu_model`; zero when it has none."""
-        for quota in self.quotas:
-            if quota.gpu_model == gpu_model:
-                return quota
-        return Quota(gpu_model, nominal=0)
+        found = self._by_model.get(gpu_model)
+        return Quota(gpu_model, nominal=0) if found is None else found
+
+    @cached_property
+    def _by_model(self) -> dict[str, Quota]:
+        """Its quotas by GPU model (the first of a model, should one be listed twice)."""
+        return {quota.gpu_model: quota for quota in reversed(self.quotas)}
 
 
 @dataclass(frozen=True)

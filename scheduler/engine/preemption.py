@@ -437,12 +437,12 @@ class VictimSearch:
         """(index, move) of the evictions at `start:end` that free GPUs on a node a small job
         could use: one not held for a reservation, and schedulable (see
         `Occupancy.out_of_reach`)."""
-        out, held, node = self.occupancy.out_of_reach, self.pool.held_by, self.pool.node
+        out, held, nodes = self.occupancy.out_of_reach, self.pool.held_by, self.pool.node_ids()
         for index in range(start, end):
             move = moves[index]
             if move.workload.id in out:
                 continue
-            if all(n in held or node(n) is None for n in move.frees):
+            if all(n in held or n not in nodes for n in move.frees):
                 out.add(move.workload.id)
                 continue
             yield index, move
