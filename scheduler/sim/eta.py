@@ -168,10 +168,12 @@ def estimate(
     begun = None if clock is None else clock()
     snapshot = capped(snapshot, bounds.per_queue)
     first = plan(snapshot, now)  # the same for both passes
+    # What the first plan took tells each pass how many more fit in its budget.
+    took = 0.0 if begun is None or clock is None else clock() - begun
     half = None if begun is None else begun + bounds.budget_s / 2
-    start, until = forward(snapshot, now, expected, bounds, clock, first, half)
+    start, until = forward(snapshot, now, expected, bounds, clock, first, half, took)
     end = None if begun is None else begun + bounds.budget_s
-    late, late_until = forward(snapshot, now, pessimistic, bounds, clock, first, end)
+    late, late_until = forward(snapshot, now, pessimistic, bounds, clock, first, end, took)
     # An admission waits for the next cycle, which may come up to a cycle after the plan.
     p90 = {i: max(late[i], start[i]) + bounds.cycle_s for i in start if i in late}
     return Estimates(start, p90, min(until, late_until))
@@ -188,21 +190,22 @@ def forward(
     clock: Clock | None = None,
     first: Plan | None = None,
     deadline: float | None = None,
+    took: float = 0.0,
 ) -> tuple[dict[int, float], float]:
     """One pass over the snapshot as given (see `capped`): when each pending workload is
     first admitted, and the simulated time up to which that is known (the last plan's).
 
     `run_time(w)` is a workload's run time from its start and how much longer than that an
     outlived one runs, as a multiple of the time it has run (1: as long again). `first`, when
-    given, is the engine's plan for the snapshot at `now`. With a `clock`, the pass stops
-    before a plan that would likely end after `deadline` (the slowest plan's time from now).
+    given, is the engine's plan for the snapshot at `now`, and `took` the seconds it took.
+    With a `clock`, the pass stops before a plan that would likely end after `deadline` (the
+    slowest plan's time from now), and steps so that the plans left reach the horizon.
     """
     world = World(snapshot, now, run_time)
     index = NodeIndex()  # the world's nodes, indexed anew only where they changed
     starts: dict[int, float] = {}
     t = planned = now
     last = now + bounds.horizon_s
-    took = 0.0
     for number in range(bounds.steps):
         if clock is not None:
             began = clock()

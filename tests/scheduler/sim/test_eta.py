@@ -92,11 +92,19 @@ def test_a_running_job_is_expected_to_be_one_of_those_that_ran_longer_than_it_ha
     assert history.guess(("alice", 8), elapsed=8000).mean_s == (7200 + 600) / 2
 
 
-@pytest.mark.parametrize("costs", [[1.0], [2.0, 1.0]], ids=["even", "uneven"])
-def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(monkeypatch, costs):
+@pytest.mark.parametrize(
+    ("costs", "budget"),
+    [([1.0], 10.0), ([2.0, 1.0], 10.0), ([1.0], 5.0)],
+    ids=["even", "uneven", "two and a half plans a pass"],
+)
+def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(
+    monkeypatch, costs, budget
+):
     """Forty jobs end ten minutes apart and the waiting one needs all their GPUs; plans cost
     one or two seconds of a budget of ten (five a pass), as plans do at 100,000 GPUs.
-    Counting on the cost of the cheaper plan before, a pass ran out of budget 4.6 h ahead."""
+    Counting on the cost of the cheaper plan before, a pass ran out of budget 4.6 h ahead.
+    Counting the first plan (both passes share it) as free, a pass with room for two and a
+    half plans spent one on a step of seconds and saw a minute ahead."""
     import scheduler.sim.eta as forward_pass
 
     wide = make_queue("wide", h800=320)
@@ -119,10 +127,10 @@ def test_a_budget_of_a_few_plans_still_reaches_the_horizon_and_the_start_it_saw(
         make_snapshot(fleet, [wide], [*busy, waiting]),
         NOW,
         {},
-        Bounds(budget_s=10.0),
+        Bounds(budget_s=budget),
         clock=lambda: seconds[0],
     )
-    assert seconds[0] <= 10.0
+    assert seconds[0] <= budget
     assert result.start[100] == pytest.approx(NOW + 40 * 600)  # when the last GPUs came free
     assert result.p90[100] == pytest.approx(NOW + 40 * 600 + 10)
     assert result.until == NOW + Bounds().horizon_s
