@@ -105,7 +105,7 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
         cycle = Cycle(snapshot, now, index)
     # 2. Queue the pending work: one FIFO per queue, in queue order.
     with timer("2. queue"):
-        heads = Heads(cycle.ledger, (w for w in snapshot.workloads if not w.is_running))
+        heads = Heads(cycle.ledger, cycle.pending)
         for workload in heads.unknown():
             cycle.wait(workload, f"queue {workload.queue_id} is not in the snapshot")
     # 3. Nominate the best head across queues (fair-share order), then
@@ -189,16 +189,19 @@ class Cycle:
         self.ledger = QuotaLedger(self.budgets.soften(snapshot.queues), snapshot.cohorts)
         self.capacity = Capacity(snapshot.nodes, index)
         self.occupancy = Occupancy(self.capacity, now)
-        running = sorted((w for w in snapshot.workloads if w.placements), key=attrgetter("id"))
+        running: list[Workload] = []
+        self.pending: list[Workload] = []
+        for workload in snapshot.workloads:
+            (running if workload.placements else self.pending).append(workload)
+        running.sort(key=attrgetter("id"))
         self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
         self.occupancy.add_running(running)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
+        charges: dict[tuple[int, str], int] = {}
         for workload in running:
             if workload.spread:
                 self.spread[workload.spread].update(p.node_id for p in workload.placements)
-        charges: dict[tuple[int, str], int] = {}
-        for workload in running:
             if not workload.preempting:  # a stopping workload's quota is free already
                 key = (workload.queue_id, workload.gpu_model)
                 charges[key] = charges.get(key, 0) + workload.held
