@@ -25,6 +25,7 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from itertools import compress, pairwise
 from operator import attrgetter, is_not
 
@@ -89,9 +90,7 @@ def plural(count: int, word: str) -> str:
 
 POOL_KEY = attrgetter("region", "gpu_model")
 # All a node is but its free GPUs: what a node index may not see change (`NodeIndex`).
-PLACE = attrgetter(
-    "id", "name", "gpu_model", "datacenter", "pod", "leaf", "gpus", "schedulable", "region"
-)
+PLACE = attrgetter(*(f.name for f in fields(Node) if f.name != "free"))
 
 
 def pools_of(nodes: Iterable[Node]) -> dict[tuple[str, str], Pool]:
@@ -119,12 +118,12 @@ class NodeIndex:
     """
 
     def __init__(self) -> None:
-        self._nodes: tuple[Node, ...] = ()
+        self._last: tuple[Node, ...] = ()  # the nodes the pools are of
         self._pools: dict[tuple[str, str], Pool] = {}
 
     def pools(self, nodes: tuple[Node, ...]) -> dict[tuple[str, str], Pool]:
         """The pools of these nodes, for one cycle to change as it pleases."""
-        last, self._nodes = self._nodes, nodes
+        last, self._last = self._last, ()  # until they are indexed: no half-taken state
         changed = list(map(is_not, nodes, last)) if len(nodes) == len(last) else None
         if (
             changed is None
@@ -132,6 +131,7 @@ class NodeIndex:
             or not self._refresh(list(compress(nodes, changed)), list(compress(last, changed)))
         ):
             self._pools = pools_of(nodes)
+        self._last = nodes
         return {key: pool.copy() for key, pool in self._pools.items()}
 
     def _refresh(self, nodes: list[Node], before: list[Node]) -> bool:
@@ -198,6 +198,7 @@ class WholeCounts:
         self._best = [max(buckets, default=0) for buckets in self._buckets]
 
     def copy(self) -> WholeCounts:
+        """A copy whose counts and buckets are its own."""
         counts = copy.copy(self)
         counts.count = self.count.copy()
         counts._buckets = [

@@ -169,7 +169,7 @@ def estimate(
     snapshot = capped(snapshot, bounds.per_queue)
     first = plan(snapshot, now)  # the same for both passes
     # What the first plan took tells each pass how many more fit in its budget.
-    took = 0.0 if begun is None or clock is None else clock() - begun
+    took = 0.0 if clock is None or begun is None else clock() - begun
     half = None if begun is None else begun + bounds.budget_s / 2
     start, until = forward(snapshot, now, expected, bounds, clock, first, half, took)
     end = None if begun is None else begun + bounds.budget_s
