@@ -135,15 +135,18 @@ class NodeIndex:
         return {key: pool.copy() for key, pool in self._pools.items()}
 
     def _refresh(self, nodes: list[Node], before: list[Node]) -> bool:
-        """Take in the nodes' new free GPUs; False (nothing changed) when more changed."""
+        """Take in the nodes' new free GPUs; False, changing nothing, when anything else of
+        theirs changed."""
         if list(map(PLACE, nodes)) != list(map(PLACE, before)):
             return False
-        pools = {POOL_KEY(node) for node in nodes if node.schedulable}
+        touched = set()
         for node in nodes:
             if node.schedulable:
-                self._pools[POOL_KEY(node)].refresh(node)
-        for key in pools:
-            self._pools[key].drop_stale()
+                pool = self._pools[POOL_KEY(node)]
+                pool.refresh(node)
+                touched.add(pool)
+        for pool in touched:
+            pool.drop_stale()
         return True
 
 
