@@ -102,8 +102,9 @@ wait_for redis "Ready to accept connections"
 say "daphne on port $WEB_PORT, one Celery worker"
 start daphne $PY -m daphne -b 127.0.0.1 -p "$WEB_PORT" portal.asgi:application
 wait_for daphne "Listening on TCP address"
-start worker $PY -m celery -A portal worker -Q scheduling,celery --pool threads \
-    --concurrency 2 --loglevel INFO
+# Every queue the portal routes work to (settings.CELERY_TASK_ROUTES) but the what-if runs.
+start worker $PY -m celery -A portal worker -Q scheduling,recovery,telemetry,notifications,celery \
+    --pool threads --concurrency 2 --loglevel INFO
 wait_for worker "ready."
 
 say "agent ($BACKEND backend)"
