@@ -563,12 +563,10 @@ class Cycle:
         if queue.cohort is not None and (
             reclaims or policy.borrows_over_others or (nested and policy.reclaim)
         ):
-            for other_id in self.ledger.members(queue):
-                other = self.ledger.queue(other_id)
-                if other_id != queue.id and self.ledger.borrowing(other, model) > 0:
+            for other, used in self.ledger.borrowers(queue, model):
+                if other.id != queue.id:
                     # Whole workloads go while their queue borrows: all above its guarantee.
-                    guarantee = other.quota(model).guarantee
-                    bound += self.ledger.staying(other_id, model) - guarantee
+                    bound += used - other.quota(model).guarantee
         return bound
 
     def _search(
@@ -612,7 +610,7 @@ class Cycle:
             self.occupancy.claim(pool, move.workload)
             if move.kind == MoveKind.EVICT:
                 victim = move.workload
-                self.ledger.stopping[victim.queue_id, victim.gpu_model] += victim.held
+                self.ledger.stop(victim.queue_id, victim.gpu_model, victim.held)
                 self.touched_queues.add(victim.queue_id)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
@@ -639,7 +637,7 @@ class Cycle:
         keep = victim.held - gpus
         reason = shrink_reason(self.ledger, moves[0], keep, queue, workload)
         self.shrinks.append(Shrink(victim.id, keep, tuple(released), reason, workload.id))
-        self.ledger.stopping[victim.queue_id, victim.gpu_model] += gpus
+        self.ledger.stop(victim.queue_id, victim.gpu_model, gpus)
         self.touched_queues.add(victim.queue_id)
 
     # -- reservations ------------------------------------------------------------------------

@@ -16,7 +16,9 @@ Wanka decides differently from Kueue, docs/adr/0003-differences-from-kueue.md sa
   reclaim allows with `preempt_by_fair_share`, as long as Q's `fair_sharing` strategy allows it
   (LessThanOrEqualToFinalShare: Q's share with the claimant stays at or below the victim
   queue's share after this victim; LessThanInitialShare: below it before this victim; both:
-  the first, then the second), so that fair sharing does not hand the room back.
+  the first, then the second), so that fair sharing does not hand the room back; and in nested
+  cohorts only a victim that, requeued, must borrow from as high in the tree as the claimant
+  (else it would be admitted first next cycle, and preempted again the cycle after).
 Taking from other queues is open to a claimant only where the next cycle gives the room back to
 it, not to its victims. Reclaim: to a claimant that fits in Q's nominal quota (counting the
 room made for Q earlier in the cycle, so a queue far under its quota gets it back at once)
@@ -230,11 +232,9 @@ class VictimSearch:
         candidates = self.occupancy.candidates[self.pool]
         found = []
         ledger = self.ledger
-        for other_id in ledger.members(queue):
+        for other, _ in ledger.borrowers(queue, model):
+            other_id = other.id
             if other_id == queue.id or not candidates.get(other_id):
-                continue
-            other = ledger.queue(other_id)
-            if ledger.borrowing(other, model) <= 0:
                 continue
             _, branch = ledger.branches(queue, other)
             # A branch that is the other queue itself is over its quota as it borrows.
@@ -303,8 +303,31 @@ class VictimSearch:
             if not self.ledger.over_quota(branch, model, inside):
                 return False
         if move.rule == Rule.BORROW:
-            return self._fair(victim_queue, model, gone, gpus)
+            return self._fair(victim_queue, model, gone, gpus) and self._back_after(
+                victim_queue, workload, gpus, released
+            )
         return True
+
+    def _back_after(
+        self, victim_queue: Queue, victim: Workload, gpus: int, released: Mapping[int, int] | None
+    ) -> bool:
+        """Whether a borrowed victim, requeued, comes after the claimant at the next cycle's
+        first criterion (`ordering.head_key`): it must borrow from as high in the cohort tree as
+        the claimant (Kueue's borrowing level), both weighed with the moves so far and this one
+        gone. Else the victim would take its quota back first and the claimant would preempt it
+        again, cycle after cycle."""
+        ledger, claimant = self.ledger, self.claimant
+        model = victim.gpu_model
+        gone = dict(released or {})
+        gone[victim_queue.id] = gone.get(victim_queue.id, 0) + gpus
+        for queue_id, freed in gone.items():
+            ledger.release(queue_id, model, freed)
+        try:
+            mine = ledger.level(claimant.queue, model, claimant.gpus)
+            return mine <= ledger.level(victim_queue, model, victim.gpus)
+        finally:
+            for queue_id, freed in gone.items():
+                ledger.charge(queue_id, model, freed)
 
     def _fair(self, victim_queue: Queue, model: str, gone: int, gpus: int) -> bool:
         """Whether the claimant's queue may take `gpus` more borrowed GPUs from `victim_queue`

@@ -55,6 +55,9 @@ class QuotaLedger:
         self._members: dict[TreeNode, list[int]] = {}
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
+        # Per cohort tree, how often its usage changed, and the borrowers seen at a count.
+        self._changes: dict[TreeNode, int] = {}
+        self._borrowers: dict[tuple[TreeNode, str], tuple[int, list[tuple[Queue, int]]]] = {}
 
     def _link_tree(self) -> None:
         for queue in sorted(self._queues.values(), key=lambda q: q.id):
@@ -146,8 +149,8 @@ class QuotaLedger:
 
     def _used(self, node: TreeNode, gpu_model: str) -> int:
         if node[0] == "q":
-            return self.usage[node[1], gpu_model]  # type: ignore[index]
-        return self._cohort_usage[node, gpu_model]
+            return self.usage.get((node[1], gpu_model), 0)  # type: ignore[arg-type]
+        return self._cohort_usage.get((node, gpu_model), 0)
 
     # -- usage -------------------------------------------------------------------------------
 
@@ -167,6 +170,17 @@ class QuotaLedger:
             _, kept, _ = self._static(node, gpu_model)
             delta = max(0, old + delta - kept) - max(0, old - kept)
             node = self._parent[node]
+        self._changed(queue_id)
+
+    def stop(self, queue_id: int, gpu_model: str, gpus: int) -> None:
+        """Mark `gpus` of the queue's GPUs as work told to stop (still charged)."""
+        self.stopping[queue_id, gpu_model] += gpus
+        if queue_id in self._queues:
+            self._changed(queue_id)
+
+    def _changed(self, queue_id: int) -> None:
+        root = self.root(self._queues[queue_id])
+        self._changes[root] = self._changes.get(root, 0) + 1
 
     def release(self, queue_id: int, gpu_model: str, gpus: int) -> None:
         """Stop counting `gpus` GPUs of `gpu_model` as used by the queue."""
@@ -287,20 +301,40 @@ class QuotaLedger:
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether `gpus` more GPUs keep the queue within its nominal quota."""
-        return self.usage[queue.id, gpu_model] + gpus <= queue.quota(gpu_model).nominal
+        return self.usage.get((queue.id, gpu_model), 0) + gpus <= queue.quota(gpu_model).nominal
 
     def staying(self, queue_id: int, gpu_model: str) -> int:
         """GPUs the queue uses, less those of its work told to stop this cycle."""
-        return self.usage[queue_id, gpu_model] - self.stopping[queue_id, gpu_model]
+        key = (queue_id, gpu_model)
+        return self.usage.get(key, 0) - self.stopping.get(key, 0)
+
+    def borrowers(self, queue: Queue, gpu_model: str) -> list[tuple[Queue, int]]:
+        """(queue, GPUs it uses less those told to stop) of the queues of the queue's cohort
+        tree (itself included) that borrow `gpu_model` GPUs, in id order; listed again only
+        after the tree's usage changed."""
+        root = self.root(queue)
+        changes = self._changes.get(root, 0)
+        found = self._borrowers.get((root, gpu_model))
+        if found is None or found[0] != changes:
+            listed = []
+            for queue_id in self.members(queue):
+                member = self._queues[queue_id]
+                used = self.staying(queue_id, gpu_model)
+                if used > member.quota(gpu_model).nominal:
+                    listed.append((member, used))
+            found = self._borrowers[root, gpu_model] = (changes, listed)
+        return found[1]
 
     def borrowing(self, queue: Queue, gpu_model: str) -> int:
         """GPUs the queue uses beyond its nominal quota, not counting work told to stop."""
-        return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
+        key = (queue.id, gpu_model)
+        staying = self.usage.get(key, 0) - self.stopping.get(key, 0)
+        return max(0, staying - queue.quota(gpu_model).nominal)
 
     def check(self, queue: Queue, gpu_model: str, gpus: int) -> None:
         """Raise Inadmissible unless the queue may use `gpus` more GPUs of `gpu_model`."""
         quota = queue.quota(gpu_model)
-        used = self.usage[queue.id, gpu_model]
+        used = self.usage.get((queue.id, gpu_model), 0)
         borrowed_after = used + gpus - quota.nominal
         if borrowed_after <= 0:
             return
@@ -343,7 +377,7 @@ class QuotaLedger:
 
     def _borrowed_share(self, queue: Queue, quota: Quota, extra: int) -> float:
         """GPUs of one model the queue borrows, over what its root cohort can lend."""
-        borrowed = self.usage[queue.id, quota.gpu_model] + extra - quota.nominal
+        borrowed = self.usage.get((queue.id, quota.gpu_model), 0) + extra - quota.nominal
         if borrowed <= 0:
             return 0.0
         root = self.root(queue)

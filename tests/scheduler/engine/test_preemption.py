@@ -20,6 +20,7 @@ from scheduler.engine import (
 from scheduler.engine.testing import (
     apply_plan,
     make_cluster,
+    make_cohort,
     make_queue,
     make_running,
     make_snapshot,
@@ -478,3 +479,29 @@ def test_a_lower_priority_victim_never_preempts_its_claimant_back() -> None:
     plans = cycles(snapshot, 4)
     assert [sorted(p.workload_id for p in x.preemptions) for x in plans] == [[90], [], [], []]
     assert [[a.workload_id for a in x.admissions] for x in plans] == [[], [1], [], []]
+
+
+def test_a_borrowed_victim_that_would_come_back_first_is_not_preempted() -> None:
+    # Cohort team (8 GPUs of its own) sits under lab; lab holds q1's idle 8 GPUs. q3 (no quota
+    # of its own) borrows all of team's 8 and the 1-GPU job of a 2nd borrows one more. q2's
+    # 16-GPU job (priority 1) may borrow over work below priority 2, but once the 1-GPU job is
+    # gone, it finds quota only at lab, while the 1-GPU job, requeued, finds it in team and so
+    # is admitted first next cycle (Kueue's borrowing level): preempting it would repeat every
+    # two cycles. It keeps running, and q2's job waits.
+    cohorts = [make_cohort("lab"), make_cohort("team", "lab", h800=8)]
+    q1 = make_queue("q1", cohort="lab", h800=16)
+    borrowing = PreemptionPolicy(borrow_within_cohort=True, max_priority_threshold=2)
+    q2 = make_queue("q2", cohort="team", preemption=borrowing, h800=8)
+    q3 = make_queue("q3", cohort="team", h800=0)
+    six = make_cluster(nodes=6)
+    running = [
+        make_running(100, q1, on(six[0], 0, 1, 2, 3), started_at=0.0),
+        make_running(101, q1, on(six[0], 4, 5, 6, 7), started_at=0.0),
+        make_running(102, q3, on(six[4]), started_at=0.0),
+    ]
+    pending = [make_workload(1, q3, 1), make_workload(2, q2, 16, priority=1)]
+    snapshot = make_snapshot(six, [q1, q2, q3], [*running, *pending], cohorts)
+    plans = cycles(snapshot, 4)
+    assert [[a.workload_id for a in x.admissions] for x in plans] == [[1], [], [], []]
+    assert [x.preemptions for x in plans] == [[], [], [], []]
+    assert "would exceed its H800 quota" in outcome(plans[-1], snapshot)[2]
