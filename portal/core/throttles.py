@@ -38,10 +38,12 @@ def hit(key: str, limit: int, window_s: int) -> tuple[bool, float]:
     is within `limit`, and the seconds until the window closes."""
     try:
         with redis.client().pipeline() as pipe:
+            # SET NX EX then INCR (which keeps the expiry), not EXPIRE NX: Redis before 7.0,
+            # such as standalone's, refuses EXPIRE NX, and every request would pass uncounted.
+            pipe.set(f"wanka:throttle:{key}", 0, nx=True, ex=window_s)
             pipe.incr(f"wanka:throttle:{key}")
-            pipe.expire(f"wanka:throttle:{key}", window_s, nx=True)
             pipe.ttl(f"wanka:throttle:{key}")
-            count, _, ttl = pipe.execute()
+            _, count, ttl = pipe.execute()
     except RedisError:
         log.warning("throttle %s not counted: Redis did not answer", key)
         return True, 0.0

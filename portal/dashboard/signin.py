@@ -39,9 +39,9 @@ class SignInForm(AuthenticationForm):
         try:
             cleaned = super().clean()
         except ValidationError:
-            with client.pipeline() as pipe:
+            with client.pipeline() as pipe:  # not EXPIRE NX, which Redis before 7.0 refuses
+                pipe.set(key, 0, nx=True, ex=WINDOW_S)
                 pipe.incr(key)
-                pipe.expire(key, WINDOW_S, nx=True)
                 pipe.execute()
             raise
         client.delete(key)

