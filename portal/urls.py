@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from portal.cluster.api.views import EnrolView, FaultViewSet, NodeViewSet
+from portal.dashboard.signin import AdminSignInForm
 from portal.metrics import views as metrics
 from portal.quotas.api.views import QueueViewSet, QuotaRequestViewSet
 from portal.services.api.views import ServiceViewSet
@@ -32,6 +33,7 @@ router.register("faults", FaultViewSet)
 
 admin.site.site_header = _("Wanka operator console")
 admin.site.site_title = "Wanka"
+admin.site.login_form = AdminSignInForm
 
 urlpatterns = [
     path("api/v1/enrol/", EnrolView.as_view(), name="enrol"),

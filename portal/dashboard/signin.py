@@ -1,7 +1,9 @@
 """Sign-in that resists password guessing: after `FAILURES` wrong passwords for one username
 within `WINDOW_S` seconds, that username cannot sign in until the window has passed, whatever
-password it gives. Counted in Redis, so every web process sees the same count."""
+password it gives. Counted in Redis, so every web process sees the same count, and counted
+alike on the members' sign-in page and the operator console's."""
 
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy, ngettext
@@ -16,11 +18,8 @@ def _key(username: str) -> str:
     return f"wanka:signin-failures:{username.strip().lower()}"
 
 
-class SignInForm(AuthenticationForm):
-    error_messages = {
-        **AuthenticationForm.error_messages,
-        "invalid_login": gettext_lazy("Wrong username or password."),
-    }
+class Throttled:
+    """The count of a sign-in form's failures (put before the form's class)."""
 
     def clean(self):
         key = _key(self.cleaned_data.get("username") or "")
@@ -46,3 +45,14 @@ class SignInForm(AuthenticationForm):
             raise
         client.delete(key)
         return cleaned
+
+
+class SignInForm(Throttled, AuthenticationForm):
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": gettext_lazy("Wrong username or password."),
+    }
+
+
+class AdminSignInForm(Throttled, AdminAuthenticationForm):
+    """The operator console's sign-in (staff only), throttled as the members' is."""

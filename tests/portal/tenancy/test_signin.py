@@ -9,9 +9,9 @@ from portal.dashboard import signin
 
 @pytest.fixture(autouse=True)
 def clean_counts():
-    redis.client().delete(signin._key("alice"))
+    redis.client().delete(signin._key("alice"), signin._key("operator"))
     yield
-    redis.client().delete(signin._key("alice"))
+    redis.client().delete(signin._key("alice"), signin._key("operator"))
 
 
 def sign_in(client, password):
@@ -56,3 +56,19 @@ def test_wrong_passwords_are_counted_on_the_redis_standalone_runs(
     monkeypatch.setattr(signin.redis, "client", lambda: old)  # its server stops with the object
     assert [sign_in(client, "guess").status_code for _ in range(signin.FAILURES)] == [200] * 10
     assert "Too many failed sign-ins" in sign_in(client, "pw-alice").content.decode()
+
+
+def test_the_operator_console_counts_wrong_passwords_too(client, operator):
+    def sign_in_as_operator(password):
+        return client.post(
+            "/admin/login/?next=/admin/", {"username": "operator", "password": password}
+        )
+
+    for _ in range(signin.FAILURES):
+        assert sign_in_as_operator("guess").status_code == 200
+    page = sign_in_as_operator("pw-operator")
+    assert page.status_code == 200  # the form again, not a redirect into the console
+    assert "Too many failed sign-ins for this username" in page.content.decode()
+    assert "_auth_user_id" not in client.session
+    redis.client().delete(signin._key("operator"))  # the window has passed
+    assert sign_in_as_operator("pw-operator").status_code == 302
