@@ -236,7 +236,10 @@ _NODE = record(
     {
         "hostname": string(non_empty=True),
         "gpu_model": string(),
-        "gpus": list_of(record({"index": _GPU_INDEX, "uuid": string(), "memory_mb": _COUNT})),
+        # A GPU's UUID as the node's record keeps it (NVML's are 40 characters).
+        "gpus": list_of(
+            record({"index": _GPU_INDEX, "uuid": string(max_length=64), "memory_mb": _COUNT})
+        ),
     },
     optional={"facts": _FACTS},
 )

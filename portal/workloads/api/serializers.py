@@ -95,6 +95,13 @@ class WorkloadSerializer(QuickRows, FieldsOnce, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    # Elastic bounds; one below `gpus` or above them says so on min_gpus (`validate`).
+    min_gpus = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, allow_null=True
+    )
+    max_gpus = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, allow_null=True
+    )
     command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)
     time_limit_s = serializers.IntegerField(
         min_value=1, max_value=YEAR_S, required=False, allow_null=True

@@ -84,6 +84,11 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         ({"min_gpus": 32}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 32 <= 16 <= 16."),
         ({"max_gpus": 0}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 16 <= 16 <= 0."),
         ({"min_gpus": 0}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 0 <= 16 <= 16."),
+        (
+            {"max_gpus": 2**63 - 1},  # was stored on SQLite
+            "max_gpus",
+            "Ensure this value is less than or equal to 100000.",
+        ),
         ({"kind": "mining"}, "kind", '"mining" is not a valid choice.'),
         ({"env": ["A=1"]}, "env", "Must be an object of variable names to values."),
         ({"name": ""}, "name", "This field may not be blank."),
@@ -123,6 +128,7 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         "an elastic minimum above the size",
         "an elastic maximum of zero",
         "an elastic minimum of zero",
+        "an elastic maximum beyond any cluster",
         "an unknown kind",
         "an env that is not an object",
         "no name",

@@ -606,6 +606,14 @@ def test_an_agent_version_longer_than_the_node_record_keeps_is_refused() -> None
     assert parse(json.dumps(changed("hello", ("agent_version",), "x" * 32)), AGENT)
 
 
+def test_a_gpu_uuid_longer_than_the_node_record_keeps_is_refused() -> None:
+    """A longer one passed, then made the hello fail in the database (PostgreSQL)."""
+    frame = json.dumps(changed("hello", ("node", "gpus", 0, "uuid"), "GPU-" + "f" * 61))
+    with pytest.raises(ProtocolError, match=r"^hello\.node\.gpus\[0\]\.uuid: expected at most 64"):
+        parse(frame, AGENT)
+    assert parse(json.dumps(changed("hello", ("node", "gpus", 0, "uuid"), "G" * 64)), AGENT)
+
+
 def test_a_log_line_longer_than_the_protocol_carries_is_refused() -> None:
     frame = json.dumps(changed("logs", ("lines", 0), "x" * (LOG_LINE_CHARS + 1)))
     with pytest.raises(ProtocolError, match=r"^logs\.lines\[0\]: expected at most 4096"):
