@@ -64,9 +64,9 @@ class Reader:
                 own.append(f"{name}: {count}")
             else:
                 others = True
-        parts = (["queue " + ", ".join(own)] if own else []) + (
-            ["another tenant's queue"] * bool(others)
-        )
+        parts = ["queue " + ", ".join(own)] if own else []
+        if others:
+            parts.append("another tenant's queue")
         return f"({', '.join(parts)})"
 
     def _learn(self, ids: list[int]) -> None:
@@ -93,6 +93,7 @@ class Reader:
 def readable(text: str, workload) -> str:
     """`text` as the members of the workload's tenant may read it (its tenant is fetched only
     when the text names a queue or a workload)."""
-    if not text or not (QUEUE.search(text) or WORKLOADS.search(text)):  # PREEMPTED: a QUEUE
+    # (A list of PREEMPTED queues holds a QUEUE match too.)
+    if not text or not (QUEUE.search(text) or WORKLOADS.search(text)):
         return text
     return Reader(workload.tenant).read(text)
