@@ -327,9 +327,7 @@ class QuotaLedger:
 
     def borrowing(self, queue: Queue, gpu_model: str) -> int:
         """GPUs the queue uses beyond its nominal quota, not counting work told to stop."""
-        key = (queue.id, gpu_model)
-        staying = self.usage.get(key, 0) - self.stopping.get(key, 0)
-        return max(0, staying - queue.quota(gpu_model).nominal)
+        return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
 
     def check(self, queue: Queue, gpu_model: str, gpus: int) -> None:
         """Raise Inadmissible unless the queue may use `gpus` more GPUs of `gpu_model`."""
