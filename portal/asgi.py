@@ -1,11 +1,16 @@
-"""ASGI entry point: Django for HTTP, Channels for the agents' and browsers' WebSockets."""
+"""ASGI entry point: Django for HTTP (one thread hop a request, `core.handler`), Channels for
+the agents' and browsers' WebSockets."""
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from portal.core.handler import ThreadedASGIHandler  # noqa: E402
+
+django_asgi_app = ThreadedASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -116,6 +116,10 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'wanka.
 # Persistent connections: Channels runs every database call of a consumer on one long-lived
 # thread, which would otherwise open a new connection for each call.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+DB_POOL_SIZE = int(os.environ.get("WANKA_DB_POOL_SIZE", "8"))
+# The threads of a server process that answer HTTP requests (`core.handler`), one per pooled
+# connection.
+HTTP_THREADS = DB_POOL_SIZE
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A bounded pool per process (its server threads share it), not a connection kept open per
     # thread: those grew until PostgreSQL refused more. A request that waits longer than
@@ -123,7 +127,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
             "min_size": 1,
-            "max_size": int(os.environ.get("WANKA_DB_POOL_SIZE", "8")),
+            "max_size": DB_POOL_SIZE,
             "timeout": float(os.environ.get("WANKA_DB_POOL_TIMEOUT_S", "10")),
         }
     }
