@@ -2,6 +2,7 @@
 
 import copy
 import operator
+from collections.abc import Mapping
 
 from django.http import JsonResponse
 from django.views.defaults import page_not_found
@@ -24,6 +25,28 @@ class NameField(serializers.SlugRelatedField):
         if isinstance(data, str) and "\x00" in data:
             self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
         return super().to_internal_value(data)
+
+
+class KnownFields:
+    """A serializer that refuses a body's field it does not have, rather than drop it without
+    a word (a misspelt `priorty` would leave the job at its default priority). Fields it only
+    reads out are accepted and ignored, so that what a GET gave may be sent back."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = [key for key in data if key not in self.fields]
+            if unknown:
+                writable = ", ".join(n for n, f in self.fields.items() if not f.read_only)
+                reason = f"No such field. The fields are: {writable}."
+                raise serializers.ValidationError({key: [reason] for key in unknown})
+        return super().to_internal_value(data)
+
+
+def form_fields(serializer_class, posted) -> dict:
+    """What a page's form posted for a serializer's fields: the form's own keys (its CSRF
+    token, its buttons, choices that only steer the page) are the page's business."""
+    fields = serializer_class().fields
+    return {key: posted[key] for key in posted if key in fields}
 
 
 class QuickRows:

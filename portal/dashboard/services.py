@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.cluster.models import GpuModel
+from portal.core.api import form_fields
 from portal.core.models import audit
 from portal.services import autoscaling
 from portal.services.api.serializers import ServiceSerializer
@@ -35,7 +36,9 @@ def service_list(request):
         membership = membership_allowing(request.user, "write")
         data = {k: v for k, v in request.POST.items() if v != ""}
         data["scale_to_zero"] = "scale_to_zero" in request.POST
-        serializer = ServiceSerializer(data=data, context={"request": request})
+        serializer = ServiceSerializer(
+            data=form_fields(ServiceSerializer, data), context={"request": request}
+        )
         if serializer.is_valid():
             with transaction.atomic():
                 service = serializer.save(tenant=membership.tenant, created_by=request.user)

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
 from portal.cluster.summary import RANGES, cluster_summary, history
+from portal.core.api import form_fields
 from portal.core.models import audit
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
 from portal.dashboard.usage import budget_bars
@@ -224,9 +225,8 @@ def workload_new(request):
         }
     serializer = preview = None
     if request.method == "POST":
-        serializer = WorkloadSerializer(
-            data=_blank_to_none(request.POST), context={"request": request}
-        )
+        posted = form_fields(WorkloadSerializer, _blank_to_none(request.POST))
+        serializer = WorkloadSerializer(data=posted, context={"request": request})
         if serializer.is_valid() and "preview" in request.POST:
             draft = Workload(tenant=membership.tenant, **serializer.validated_data)
             preview = cycle.preview(draft, Reader.for_request(request))
@@ -253,7 +253,8 @@ def quota(request):
     data = request.POST if request.method == "POST" else {}
     if request.method == "POST":
         _membership(request, "admin")
-        serializer = QuotaRequestSerializer(data=request.POST, context={"request": request})
+        posted = form_fields(QuotaRequestSerializer, request.POST)
+        serializer = QuotaRequestSerializer(data=posted, context={"request": request})
         if serializer.is_valid():
             QuotaRequest.file(serializer, request.user)
             messages.success(request, _("Quota request sent to the operators."))

@@ -119,6 +119,9 @@ def test_refusals_print_the_field_and_reason_with_exit_codes_for_scripts(portal,
     _, key = ApiToken.issue(bob, "laptop")
     code, _, err = wanka(tmp_path, "submit", "-", "--token", key, stdin=spec.replace("8}", "0}"))
     assert code == 1 and err.startswith("wanka: gpus: ")
+    typo = spec.replace('"gpus"', '"gpu"')  # a misspelt key in a job file is named, not dropped
+    code, _, err = wanka(tmp_path, "submit", "-", "--token", key, stdin=typo)
+    assert code == 1 and err.startswith("wanka: gpu: No such field. The fields are: name, queue,")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")
     assert wanka(tmp_path, "submit", bad)[0] == 2

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import node_live
+from portal.core.api import KnownFields
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -101,10 +102,10 @@ class EnrolledSerializer(serializers.Serializer):
     token = serializers.CharField(help_text="The node's agent token; shown this once")
 
 
-class NodeHealthSerializer(serializers.Serializer):
+class NodeHealthSerializer(KnownFields, serializers.Serializer):
     health = serializers.ChoiceField(choices=Health.choices)
     reason = serializers.CharField(max_length=200, help_text="Why: kept with the node and audited")
 
 
-class NodeSpareSerializer(serializers.Serializer):
+class NodeSpareSerializer(KnownFields, serializers.Serializer):
     spare = serializers.BooleanField(help_text="Keep the node for fault recovery only")

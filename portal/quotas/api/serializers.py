@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Region
-from portal.core.api import NameField
+from portal.core.api import KnownFields, NameField
 from portal.quotas.models import (
     THRESHOLD_NEEDS_BORROWING,
     Cohort,
@@ -32,7 +32,7 @@ QUEUE_CHANGES = [
 ]
 
 
-class QueueSerializer(serializers.ModelSerializer):
+class QueueSerializer(KnownFields, serializers.ModelSerializer):
     region = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cohort = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     quotas = QueueQuotaSerializer(many=True, read_only=True)
@@ -78,7 +78,7 @@ class TenantQueueField(NameField):
         return Queue.objects.visible_to(self.context["request"].user)
 
 
-class QuotaRequestSerializer(serializers.ModelSerializer):
+class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(
         slug_field="name",
@@ -126,7 +126,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class DecisionSerializer(serializers.Serializer):
+class DecisionSerializer(KnownFields, serializers.Serializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 

@@ -1,14 +1,14 @@
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel
-from portal.core.api import NameField
+from portal.core.api import KnownFields, NameField
 from portal.quotas.api.serializers import TenantQueueField
 from portal.services.models import Service, ServiceSample
 from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND, check_gang
 from portal.workloads.choices import TERMINAL
 
 
-class ServiceSerializer(serializers.ModelSerializer):
+class ServiceSerializer(KnownFields, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
     gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)

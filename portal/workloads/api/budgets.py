@@ -4,7 +4,7 @@ tenants read their own, with where each stands: used, left, burn and when it run
 from django.db import transaction
 from rest_framework import permissions, serializers, viewsets
 
-from portal.core.api import NameField, TenantPermission, TenantViewSet, is_operator
+from portal.core.api import KnownFields, NameField, TenantPermission, TenantViewSet, is_operator
 from portal.core.models import audit
 from portal.quotas.models import Budget, Queue
 from portal.tenancy.models import Tenant
@@ -22,7 +22,7 @@ class OperatorsWrite(TenantPermission):
         return is_operator(request.user)
 
 
-class BudgetSerializer(serializers.ModelSerializer):
+class BudgetSerializer(KnownFields, serializers.ModelSerializer):
     tenant = NameField(
         slug_field="slug",
         queryset=Tenant.objects.all(),

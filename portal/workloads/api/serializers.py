@@ -6,7 +6,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
-from portal.core.api import FieldsOnce, NameField, QuickRows
+from portal.core.api import FieldsOnce, KnownFields, NameField, QuickRows
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import actions, parallel
@@ -88,7 +88,7 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
         raise serializers.ValidationError({field: why})
 
 
-class WorkloadSerializer(QuickRows, FieldsOnce, serializers.ModelSerializer):
+class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSerializer):
     """A job or service of the tenant: what it asks for, where it stands, and, while it
     waits, why and when it is expected to start."""
 
@@ -238,7 +238,7 @@ class ParallelPlanSerializer(serializers.ModelSerializer):
         fields = ["attempt", "gpus", "reason", "created_at", "plan"]
 
 
-class PlanQuerySerializer(serializers.Serializer):
+class PlanQuerySerializer(KnownFields, serializers.Serializer):
     """What would this model do on N GPUs of this type."""
 
     model = ModelSpecField()
@@ -479,7 +479,7 @@ class UsageSerializer(serializers.Serializer):
     cost = serializers.DecimalField(**MONEY, help_text="All the rows' cost")
 
 
-class OperateSerializer(serializers.Serializer):
+class OperateSerializer(KnownFields, serializers.Serializer):
     """An operator's action on a job: what, why (the tenant reads it in the job's history)
     and, to change its priority, the new priority class."""
 

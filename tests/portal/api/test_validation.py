@@ -166,6 +166,36 @@ def test_a_cohort_raises_what_a_queue_could_ever_get(acme_llm, bob, globex):
     assert "come to 80" in refused.json()["errors"][0]["reason"]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "takes"),
+    [
+        ("/api/v1/workloads/", {**WORKLOAD_OK, "priorty": 200}, "priority"),
+        ("/api/v1/quota-requests/", {**QUOTA_OK, "priorty": 200}, "count"),
+        ("/api/v1/services/", {"name": "chat", "queue": "llm", "priorty": 200}, "priority"),
+    ],
+    ids=["a job", "a quota request", "a service"],
+)
+def test_a_field_the_endpoint_does_not_have_is_named_not_dropped(
+    acme_llm, alice, path, body, takes
+):
+    response = api_client(alice).post(path, body, format="json")
+    assert response.status_code == 400
+    [error] = [e for e in response.json()["errors"] if e["field"] == "priorty"]
+    assert error["reason"].startswith("No such field. The fields are: ")
+    assert takes in error["reason"] and "state" not in error["reason"]  # what it takes
+    assert not Workload.objects.exists() and not QuotaRequest.objects.exists()
+
+
+def test_what_a_get_gave_may_be_sent_back(acme_llm, bob):
+    """Fields the API only reads out (id, state, ...) are ignored in a body, so that a job
+    read back and sent again is a new submission."""
+    client = api_client(bob)
+    first = client.post("/api/v1/workloads/", WORKLOAD_OK, format="json").json()
+    again = client.post("/api/v1/workloads/", {**first, "name": "again"}, format="json")
+    assert again.status_code == 201, again.json()
+    assert again.json()["id"] != first["id"] and again.json()["state"] == "pending"
+
+
 def test_malformed_json_is_a_clear_error(acme_llm, bob):
     response = api_client(bob).post(
         "/api/v1/workloads/", "{not json", content_type="application/json"
