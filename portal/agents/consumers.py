@@ -298,7 +298,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             return
         gpu = detail.get("gpu_index")
         gpu = gpu if isinstance(gpu, int) and 0 <= gpu < 256 else None
-        if not await limits.admit_fault(self.node, kind.code, gpu):
+        if not await limits.admit_fault(self.node, kind, gpu):
             return
         try:
             await in_db(intake.record_fault)(

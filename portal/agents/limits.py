@@ -5,6 +5,7 @@ process its agent is connected to (the counts are in Redis)."""
 import logging
 
 from portal.core.redis import aclient
+from scheduler.faults import Action, FaultKind
 
 log = logging.getLogger(__name__)
 
@@ -13,10 +14,13 @@ log = logging.getLogger(__name__)
 MESSAGES_PER_S = 50
 BURST = 200
 # Per node: the same fault (kind and GPU) again within this window is the one already recorded;
-# beyond this many a minute further faults are dropped.
+# beyond this many a minute further faults are dropped, counted apart for faults that call for
+# an action (a job stopped, a GPU reset, the node drained) and those that only inform, so that a
+# flood of the one never hides the other.
 FAULT_REPEAT_S = 60
 FAULTS_PER_MINUTE = 20
-FAULTS = "wanka:faults:"  # Redis keys "<prefix>seen:<node>:<kind>:<gpu>" and "<prefix>rate:<node>"
+# Redis keys "<prefix>seen:<node>:<kind>:<gpu>" and "<prefix>rate:<node>:<act|inform>"
+FAULTS = "wanka:faults:"
 
 
 class Throttle:
@@ -50,23 +54,26 @@ def _seen(node_id: int, kind: str, gpu: int | None) -> str:
     return f"{FAULTS}seen:{node_id}:{kind}:{'-' if gpu is None else gpu}"
 
 
-async def admit_fault(node, kind: str, gpu: int | None) -> bool:
+async def admit_fault(node, kind: FaultKind, gpu: int | None) -> bool:
     """Whether a fault the node's agent reports is to be recorded. Not when the same kind on the
-    same GPU was recorded within FAULT_REPEAT_S (the repeat is counted and logged), nor beyond
-    FAULTS_PER_MINUTE of the node's (dropped with a warning)."""
+    same GPU was recorded within FAULT_REPEAT_S (the repeats are counted, and logged at the 1st,
+    10th, 100th...), nor beyond FAULTS_PER_MINUTE of the node's of its class (dropped with a
+    warning)."""
     redis = aclient()
-    seen, rate = _seen(node.pk, kind, gpu), f"{FAULTS}rate:{node.pk}"
+    seen = _seen(node.pk, kind.code, gpu)
     if not await redis.set(seen, 0, nx=True, ex=FAULT_REPEAT_S):
         repeats = await redis.incr(seen)
-        log.info(
-            "node %s: fault %s on GPU %s repeated (%d times within %d s): recorded once",
-            node.name,
-            kind,
-            gpu,
-            repeats,
-            FAULT_REPEAT_S,
-        )
+        if str(repeats).rstrip("0") == "1":  # 1, 10, 100...: a repeating GPU logs a few lines
+            log.info(
+                "node %s: fault %s on GPU %s repeated (%d times within %d s): recorded once",
+                node.name,
+                kind.code,
+                gpu,
+                repeats,
+                FAULT_REPEAT_S,
+            )
         return False
+    rate = f"{FAULTS}rate:{node.pk}:{'inform' if kind.action == Action.NONE else 'act'}"
     async with redis.pipeline(transaction=True) as pipe:
         pipe.set(rate, 0, nx=True, ex=60)
         pipe.incr(rate)
@@ -74,11 +81,12 @@ async def admit_fault(node, kind: str, gpu: int | None) -> bool:
     if count > FAULTS_PER_MINUTE:
         await redis.delete(seen)
         log.warning(
-            "node %s: fault %s on GPU %s dropped: over %d faults in a minute (%d)",
+            "node %s: fault %s on GPU %s dropped: over %d faults %s in a minute (%d)",
             node.name,
-            kind,
+            kind.code,
             gpu,
             FAULTS_PER_MINUTE,
+            "that only inform" if kind.action == Action.NONE else "that call for action",
             count,
         )
         return False

@@ -107,6 +107,7 @@ def test_the_same_fault_reported_again_is_recorded_and_announced_once(
     agent_url, cluster, operators_browser
 ):
     node = cluster[0]
+    logged = len(_server_log())
     with _agent(agent_url, node) as ws:
         for _ in range(150):
             ws.send(_fault("xid-79", 3))
@@ -120,10 +121,12 @@ def test_the_same_fault_reported_again_is_recorded_and_announced_once(
     time.sleep(0.5)
     assert len(operators_browser.of("fault")) == 2
     wait_until(
-        lambda: f"node {node.name}: fault xid-79 on GPU 3 repeated (149 times" in _server_log(),
+        lambda: f"node {node.name}: fault xid-79 on GPU 3 repeated (100 times" in _server_log(),
         10,
         "the repeats in the log",
     )
+    repeats = [line for line in _server_log()[logged:].splitlines() if "repeated (" in line]
+    assert [line.split("repeated (")[1].split()[0] for line in repeats] == ["1", "10", "100"]
 
 
 def test_beyond_the_rate_a_nodes_faults_are_dropped_with_a_warning(agent_url, cluster):
@@ -140,9 +143,25 @@ def test_beyond_the_rate_a_nodes_faults_are_dropped_with_a_warning(agent_url, cl
     assert FaultEvent.objects.filter(node=other).count() == 1
     wait_until(
         lambda: (
-            f"over {FAULTS_PER_MINUTE} faults in a minute ({FAULTS_PER_MINUTE + 12})"
-            in _server_log()
+            f"over {FAULTS_PER_MINUTE} faults that call for action in a minute "
+            f"({FAULTS_PER_MINUTE + 12})" in _server_log()
         ),
         10,
         "the drops in the log",
     )
+
+
+def test_a_flood_of_faults_that_only_inform_never_hides_one_that_calls_for_action(
+    agent_url, cluster
+):
+    node = cluster[0]
+    with _agent(agent_url, node) as ws:
+        for code in ("xid-45", "xid-92"):  # informational: no action
+            for gpu in range(12):
+                ws.send(_fault(code, gpu))
+        ws.send(_fault("xid-48", 0))  # a double-bit ECC error: the GPU's jobs are lost
+        _round_trip(ws)
+    kinds = list(FaultEvent.objects.filter(node=node).values_list("kind", flat=True))
+    assert len(kinds) == FAULTS_PER_MINUTE + 1
+    assert "xid-48" in kinds
+    assert f"over {FAULTS_PER_MINUTE} faults that only inform in a minute" in _server_log()
