@@ -116,10 +116,9 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'wanka.
 # Persistent connections: Channels runs every database call of a consumer on one long-lived
 # thread, which would otherwise open a new connection for each call.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
-DB_POOL_SIZE = int(os.environ.get("WANKA_DB_POOL_SIZE", "8"))
-# The threads of a server process that answer HTTP requests (`core.handler`), one per pooled
-# connection.
-HTTP_THREADS = DB_POOL_SIZE
+# The threads of a server process that answer HTTP requests (`core.handler`): more than its
+# pooled connections, as requests that wait (log followers) give theirs back meanwhile.
+HTTP_THREADS = int(os.environ.get("WANKA_HTTP_THREADS", "64"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A bounded pool per process (its server threads share it), not a connection kept open per
     # thread: those grew until PostgreSQL refused more. A request that waits longer than
@@ -127,7 +126,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
             "min_size": 1,
-            "max_size": DB_POOL_SIZE,
+            "max_size": int(os.environ.get("WANKA_DB_POOL_SIZE", "8")),
             "timeout": float(os.environ.get("WANKA_DB_POOL_TIMEOUT_S", "10")),
         }
     }

@@ -27,6 +27,9 @@ class NameField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+FORM_KEYS = {"csrfmiddlewaretoken"}  # what a browser's form adds (the browsable API's too)
+
+
 class KnownFields:
     """A serializer that refuses a body's field it does not have, rather than drop it without
     a word (a misspelt `priorty` would leave the job at its default priority). Fields it only
@@ -34,7 +37,7 @@ class KnownFields:
 
     def to_internal_value(self, data):
         if isinstance(data, Mapping):
-            unknown = [key for key in data if key not in self.fields]
+            unknown = [key for key in data if key not in self.fields and key not in FORM_KEYS]
             if unknown:
                 writable = ", ".join(n for n, f in self.fields.items() if not f.read_only)
                 reason = f"No such field. The fields are: {writable}."

@@ -7,22 +7,28 @@ close the response: about a third of a short API request's CPU. Every view and m
 the portal is sync, so this handler reads the body on the event loop, then runs the whole
 request in one call on a fixed pool of threads, as a WSGI server would: signals, middleware,
 view and rendering; the event loop sends the answer. A streaming response (a job's output, a
-file) is read on the event loop as Django's handler reads it.
+file) is sent as Django's handler sends it, and stops when the client goes.
 
-The pool has as many threads as the database pool has connections (`WANKA_DB_POOL_SIZE`), so
-a request in a thread always finds one.
+The pool has `WANKA_HTTP_THREADS` threads, more than the database pool has connections: a
+request that waits (a log follower between its looks) gives its connection back, and one
+that finds none free within `WANKA_DB_POOL_TIMEOUT_S` is answered 503 (`core.busy`). Its
+threads run `async_to_sync` calls (messages to agents) on the server's event loop, as
+asgiref's own threads do, not on a new loop each.
 """
 
 import asyncio
+import contextlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.db import close_old_connections
+from django.http import FileResponse
 from django.urls import set_script_prefix
 
 
@@ -30,7 +36,7 @@ class ThreadedASGIHandler(ASGIHandler):
     def __init__(self):
         base.BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        self.threads = ThreadPoolExecutor(settings.HTTP_THREADS, thread_name_prefix="http")
+        self.threads = None  # made with the first request, on the server's event loop
 
     async def handle(self, scope, receive, send):
         try:
@@ -38,13 +44,21 @@ class ThreadedASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         loop = asyncio.get_running_loop()
+        if self.threads is None:
+            self.threads = ThreadPoolExecutor(
+                settings.HTTP_THREADS, "http", initializer=_on_loop, initargs=(loop,)
+            )
+        response = None
         try:
             response = await loop.run_in_executor(self.threads, self.respond, scope, body_file)
-            await self.send_response(response, send)
             if response.streaming:
-                await sync_to_async(response.close)()
+                await self.stream(response, receive, send)
+            else:
+                await self.send_response(response, send)
         finally:
             body_file.close()
+            if response is not None and response.streaming:
+                await sync_to_async(response.close)()  # where the stream read: its connection
 
     def respond(self, scope, body_file):
         """The response to one request, made in one of the pool's threads; closed (its
@@ -55,8 +69,27 @@ class ThreadedASGIHandler(ASGIHandler):
         request, response = self.create_request(scope, body_file)
         if request is not None:
             response = self.get_response(request)
+        response._handler_class = self.__class__
         if response.streaming:
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
             close_old_connections()  # the stream reads in threads of its own
         else:
             response.close()
         return response
+
+    async def stream(self, response, receive, send):
+        """Send a streaming response until it ends or the client goes, whichever is first."""
+        sending = asyncio.create_task(self.send_response(response, send))
+        leaving = asyncio.create_task(self.listen_for_disconnect(receive))
+        await asyncio.wait([sending, leaving], return_when=asyncio.FIRST_COMPLETED)
+        for task in (leaving, sending):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                await task
+
+
+def _on_loop(loop):
+    """A pool thread's `async_to_sync` runs on the server's event loop."""
+    SyncToAsync.threadlocal.main_event_loop = loop
+    SyncToAsync.threadlocal.main_event_loop_pid = os.getpid()

@@ -12,6 +12,10 @@ class NodeSerializer(serializers.ModelSerializer):
     pod = serializers.CharField(source="leaf.pod.name")
     leaf = serializers.CharField(source="leaf.name")
     gpus_allocated = serializers.IntegerField(read_only=True)
+    health_reason = serializers.SerializerMethodField(
+        help_text="Why the node is in its health state, and since when: for operators (it may "
+        "name a job or a person); null for tenants"
+    )
 
     class Meta:
         model = Node
@@ -25,11 +29,16 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_count",
             "gpus_allocated",
             "health",
+            "health_reason",
+            "health_changed_at",
             "spare",
             "connected",
             "last_seen_at",
             "agent_version",
         ]
+
+    def get_health_reason(self, node) -> str | None:
+        return node.health_reason if self.context.get("operator") else None
 
 
 class NodeDetailSerializer(NodeSerializer):

@@ -20,7 +20,7 @@ from portal.cluster.enrolment import enrol
 from portal.cluster.filtersets import FaultFilterSet, NodeFilterSet
 from portal.cluster.models import FaultEvent, Node
 from portal.cluster.summary import cluster_summary
-from portal.core.api import OperatorPermission, TenantViewSet
+from portal.core.api import OperatorPermission, TenantViewSet, is_operator
 from portal.core.throttles import EnrolThrottle
 
 
@@ -35,6 +35,9 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_class(self):
         return NodeDetailSerializer if self.action == "retrieve" else NodeSerializer
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "operator": is_operator(self.request.user)}
 
     ordering_fields = ["name", "health"]
 
@@ -55,7 +58,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             node.set_health(
                 query.validated_data["health"], query.validated_data["reason"], request.user
             )
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
 
     @extend_schema(request=NodeSpareSerializer, responses=NodeSerializer)
     @action(detail=True, methods=["post"], permission_classes=[OperatorPermission])
@@ -66,7 +69,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         node = self.get_object()
         with transaction.atomic():  # 409 when the node holds a job's GPUs
             node.set_spare(query.validated_data["spare"], request.user)
-        return Response(NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+        return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
 
 
 class FaultViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):

@@ -1,6 +1,7 @@
 """Bad input gets a 400 naming the field and the reason, and writes nothing."""
 
 import pytest
+from django.test import Client
 
 from portal.quotas.models import QueueQuota, QuotaRequest
 from portal.workloads.models import Workload
@@ -184,6 +185,17 @@ def test_a_field_the_endpoint_does_not_have_is_named_not_dropped(
     assert error["reason"].startswith("No such field. The fields are: ")
     assert takes in error["reason"] and "state" not in error["reason"]  # what it takes
     assert not Workload.objects.exists() and not QuotaRequest.objects.exists()
+
+
+def test_a_form_posted_to_the_api_keeps_its_csrf_token(acme_llm, alice):
+    """The browsable API's forms post their CSRF token with the fields: not a field, not
+    refused."""
+    browser = Client(enforce_csrf_checks=False)
+    browser.force_login(alice)
+    form = {**QUOTA_OK, "csrfmiddlewaretoken": "token"}
+    answer = browser.post("/api/v1/quota-requests/", form)
+    assert answer.status_code == 201, answer.content
+    assert QuotaRequest.objects.get().count == 16
 
 
 def test_what_a_get_gave_may_be_sent_back(acme_llm, bob):

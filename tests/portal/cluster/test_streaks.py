@@ -12,7 +12,7 @@ from portal.cluster.streaks import FAILURES, WINDOW_S
 from portal.core.models import AuditEvent
 from portal.workloads import lifecycle
 from portal.workloads.cycle import scheduling_cycle
-from tests.builders import make_queue, make_workload
+from tests.builders import api_client, make_queue, make_workload
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def run_job(acme_llm, globex_train, only_node, django_capture_on_commit_callback
 
 
 def test_a_node_that_fails_three_jobs_in_a_row_is_cordoned_audited_and_not_scheduled(
-    run_job, acme_llm, only_node
+    run_job, acme_llm, only_node, operator, bob
 ):
     for _ in range(FAILURES - 1):
         assert run_job(1).health == Health.READY
@@ -61,6 +61,12 @@ def test_a_node_that_fails_three_jobs_in_a_row_is_cordoned_audited_and_not_sched
     )
     audit = AuditEvent.objects.get(action="node.cordoned", object_id=str(node.pk))
     assert audit.data == {"previous": "ready", "reason": node.health_reason}
+    # Operators read why through the API; a tenant reads only that it is cordoned.
+    for user, reason in ((operator, node.health_reason), (bob, None)):
+        for path in (f"/api/v1/nodes/{node.pk}/", f"/api/v1/nodes/?name={node.name}"):
+            answer = api_client(user).get(path).json()
+            row = answer["results"][0] if "results" in answer else answer
+            assert (row["health"], row["health_reason"]) == ("cordoned", reason)
     waiting = make_workload(acme_llm, gpus=8)
     assert scheduling_cycle().admissions == []
     waiting.refresh_from_db()
