@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
 from django.core.signals import request_started
@@ -17,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from portal.asgi import application
+from portal.core.handler import ThreadedASGIHandler
 from portal.tenancy.models import ApiToken
 from portal.workloads import logs
 from portal.workloads.models import LogChunk
@@ -178,3 +180,30 @@ def test_a_streamed_download_is_served_whole(cluster, acme, bob):
     assert len(lines) == 3000
     assert lines[0] == f"[0 {node.name}] line 0.0"
     assert lines[-1] == f"[0 {node.name}] line 29.99"
+
+
+def test_the_servers_threads_run_async_code_on_its_event_loop():
+    """Messages to agents sent from a request (`cluster.delivery.tell`) go out on the server's
+    loop and its Redis connections, as from asgiref's own threads; a plain thread would make a
+    loop of its own for each."""
+
+    async def serve():
+        loop = asyncio.get_running_loop()
+
+        async def on_the_servers_loop():
+            return asyncio.get_running_loop() is loop
+
+        async with asyncio.timeout(10):
+            handler = ThreadedASGIHandler()
+            await handler.handle(_scope("/nowhere/", []), _body_sent, _ignored)
+            return await loop.run_in_executor(handler.threads, async_to_sync(on_the_servers_loop))
+
+    assert asyncio.run(serve()) is True
+
+
+async def _body_sent():
+    return {"type": "http.request", "body": b""}
+
+
+async def _ignored(message):
+    pass
