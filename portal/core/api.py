@@ -9,7 +9,7 @@ from django.views.defaults import page_not_found
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.fields import DateTimeField, Field, SkipField
-from rest_framework.relations import PKOnlyObject
+from rest_framework.relations import PKOnlyObject, SlugRelatedField
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -61,7 +61,7 @@ class QuickRows:
         plan = self.__dict__.get("_quick_plan")
         if plan is None:
             plan = self._quick_plan = [
-                (field.field_name, _reader(field, instance), _converter(field))
+                (field.field_name, _reader(field, instance), _converter(field, instance))
                 for field in self._readable_fields
             ]
         row = {}
@@ -75,10 +75,18 @@ class QuickRows:
         return row
 
 
-def _converter(field):
+def _named(field) -> str:
+    """Where a row carries the name of a related object a slug field writes, when its query
+    put it there as a column (`queue_name` for `queue`): no object is made to read it."""
+    return f"{field.source}_{field.slug_field}"
+
+
+def _converter(field, instance):
     """The field's conversion; a date-time field's with the time zone it converts to looked up
     once, for the whole list, rather than for every value (Django's current time zone is per
     context, slow to read: 0.2 ms for each date column of a page of 50 workloads)."""
+    if isinstance(field, SlugRelatedField) and hasattr(instance, _named(field)):
+        return str  # the name itself
     if isinstance(field, DateTimeField) and not hasattr(field, "timezone"):
         field.timezone = field.default_timezone()
     return field.to_representation
@@ -121,6 +129,8 @@ class FormOnce:
 def _reader(field, instance):
     """A plain attribute lookup where that is all `Field.get_attribute` would do for rows
     like `instance`, else the field's own."""
+    if isinstance(field, SlugRelatedField) and hasattr(instance, _named(field)):
+        return operator.attrgetter(_named(field))
     if type(field).get_attribute is Field.get_attribute and len(field.source_attrs) == 1:
         name = field.source_attrs[0]
         if hasattr(instance, name) and not callable(getattr(instance, name)):

@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.db.models import F
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions
 from rest_framework.decorators import action
@@ -43,12 +44,9 @@ from portal.workloads.usage import report
 from scheduler import parallelism
 
 # What a row of the list reads: every column of the workload, and of its queue and GPU model
-# only the names (made whole, their 18 other columns cost a page of 50 about 0.4 ms).
-LIST_COLUMNS = [
-    *(field.name for field in Workload._meta.concrete_fields),
-    "queue__name",
-    "gpu_model__name",
-]
+# only the names, as columns of the row (`core.api._named`; made into objects, they cost a
+# list of 50 about 0.7 ms).
+LIST_COLUMNS = [field.name for field in Workload._meta.concrete_fields]
 
 
 class WorkloadViewSet(
@@ -67,7 +65,8 @@ class WorkloadViewSet(
         if self.action == "retrieve":
             return queryset.prefetch_related("events", "parallel_plans")
         if self.action == "list":
-            return queryset.only(*LIST_COLUMNS)
+            names = {"queue_name": F("queue__name"), "gpu_model_name": F("gpu_model__name")}
+            return queryset.select_related(None).only(*LIST_COLUMNS).annotate(**names)
         return queryset
 
     def perform_create(self, serializer):

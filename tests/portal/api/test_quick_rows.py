@@ -1,5 +1,5 @@
-"""The workload list's rows, read by `QuickRows`' plan, are exactly what DRF's own field by
-field serialization makes of them."""
+"""The workload list's rows, read by `QuickRows`' plan (the queue's and GPU model's names read
+as columns of the row), are exactly what DRF's own field by field serialization makes of them."""
 
 import json
 from datetime import timedelta
@@ -12,7 +12,7 @@ from rest_framework.renderers import JSONRenderer
 
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.models import Workload, with_version
-from tests.builders import api_client, make_workload
+from tests.builders import api_client, make_queue, make_workload
 
 
 def test_rows_are_those_drf_would_write(acme_llm, bob):
@@ -31,6 +31,7 @@ def test_rows_are_those_drf_would_write(acme_llm, bob):
         estimated_start=now + timedelta(minutes=5),
         simulated_duration_s=12.5,
     )
+    make_workload(make_queue(acme_llm.tenant, "sft", h20=8), "tune", gpus=4, model="H20")
     rows = api_client(bob).get("/api/v1/workloads/").json()["results"]
 
     request = RequestFactory().get("/api/v1/workloads/")
@@ -38,8 +39,9 @@ def test_rows_are_those_drf_would_write(acme_llm, bob):
     drf = WorkloadSerializer(context={"request": request})
     workloads = with_version(Workload.objects.filter(tenant=acme_llm.tenant))
     expected = [serializers.ModelSerializer.to_representation(drf, w) for w in workloads]
-    assert len(rows) == 2
+    assert len(rows) == 3
     assert rows == json.loads(JSONRenderer().render(expected))
+    assert {(r["queue"], r["gpu_model"]) for r in rows} == {("llm", "H800"), ("sft", "H20")}
     assert "umbrella" not in str(rows)  # the reason as bob may read it
 
 
