@@ -13,8 +13,8 @@ class NodeSerializer(serializers.ModelSerializer):
     leaf = serializers.CharField(source="leaf.name")
     gpus_allocated = serializers.IntegerField(read_only=True)
     health_reason = serializers.SerializerMethodField(
-        help_text="Why the node is in its health state, and since when: for operators (it may "
-        "name a job or a person); null for tenants"
+        help_text="Why the node is in its health state (since `health_changed_at`): for "
+        "operators, as it may name a job or a person; null for tenants"
     )
 
     class Meta:
