@@ -1,6 +1,10 @@
-"""The OpenAPI schema's error answers, documented once for every operation (a drf-spectacular
-postprocessing hook): each error is the API's one shape, `{"errors": [{"field", "reason"}]}`
-(`api.exception_handler`), under the status codes the operation can answer with."""
+"""What the OpenAPI schema says beyond what drf-spectacular reads from the serializers: the
+error answers, documented once for every operation (a postprocessing hook): each error is the
+API's one shape, `{"errors": [{"field", "reason"}]}` (`api.exception_handler`), under the status
+codes the operation can answer with; and that a body takes no field its serializer does not
+have (`api.KnownFields`)."""
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
 
 ERRORS = {
     "type": "object",
@@ -65,3 +69,16 @@ def _errors(path: str, method: str, operation: dict) -> list[int]:
     if method in WRITES:
         statuses += [409, 422]
     return sorted(statuses)
+
+
+class KnownFieldsOnly(OpenApiSerializerExtension):
+    """A `KnownFields` serializer's object has no other properties: a client generated from the
+    schema learns what the API answers a misspelt field with (a 400 naming it). Its read-only
+    properties stay listed, as the API takes them back and ignores them."""
+
+    target_class = "portal.core.api.KnownFields"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        return {**schema, "additionalProperties": False}

@@ -187,6 +187,25 @@ def test_a_field_the_endpoint_does_not_have_is_named_not_dropped(
     assert not Workload.objects.exists() and not QuotaRequest.objects.exists()
 
 
+def test_the_schema_says_a_body_takes_no_other_field(acme_llm, alice):
+    """A client generated from the schema knows an unknown field is refused: each body's
+    object is closed, read-only fields still listed (sent back, they are ignored)."""
+    schema = api_client(alice).get("/api/schema/?format=json").json()
+    components = schema["components"]["schemas"]
+    for path, method in [
+        ("/api/v1/workloads/", "post"),
+        ("/api/v1/quota-requests/", "post"),
+        ("/api/v1/services/{id}/", "patch"),
+        ("/api/v1/budgets/{id}/", "put"),
+        ("/api/v1/nodes/{id}/health/", "post"),
+        ("/api/v1/quota-requests/{id}/approve/", "post"),
+    ]:
+        body = schema["paths"][path][method]["requestBody"]["content"]["application/json"]
+        component = components[body["schema"]["$ref"].rsplit("/", 1)[-1]]
+        assert component["additionalProperties"] is False, (method, path)
+    assert components["Workload"]["properties"]["state"]["readOnly"]
+
+
 def test_a_form_posted_to_the_api_keeps_its_csrf_token(acme_llm, alice):
     """The browsable API's forms post their CSRF token with the fields: not a field, not
     refused."""
