@@ -1,7 +1,11 @@
 """Lists and pages cost a fixed number of queries, however many rows they show."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from portal.cluster.models import Node
+from portal.workloads.models import Allocation
 from tests.builders import api_client, make_workload
 
 
@@ -26,6 +30,36 @@ def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
     client = api_client(bob)
     with django_assert_max_num_queries(8):
         assert client.get(url).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/workloads/",
+        "/api/v1/nodes/",
+        "/api/v1/queues/",
+        "/api/v1/quota-requests/",
+    ],
+)
+def test_a_lists_count_reads_its_own_table(many_workloads, bob, url):
+    """What a row shows of other tables comes as a subquery, which the page's count leaves out:
+    a join or a grouping would be counted through for every row (at 12,500 nodes the nodes'
+    count grouped every allocation of the fleet: 16 ms of a list's 25)."""
+    with CaptureQueriesContext(connection) as queries:
+        assert api_client(bob).get(url).status_code == 200
+    [count] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(")]
+    assert " JOIN " not in count and "GROUP BY" not in count
+
+
+def test_the_nodes_list_counts_each_nodes_allocated_gpus(many_workloads, bob):
+    node = Node.objects.order_by("name").first()
+    Allocation.objects.bulk_create(
+        Allocation(workload=many_workloads[0], node=node, gpu_index=i) for i in range(3)
+    )
+    rows = api_client(bob).get("/api/v1/nodes/?limit=500").json()["results"]
+    allocated = {row["name"]: row["gpus_allocated"] for row in rows}
+    assert allocated[node.name] == 3
+    assert set(allocated.values()) == {0, 3}
 
 
 @pytest.mark.parametrize(

