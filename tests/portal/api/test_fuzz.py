@@ -1,21 +1,25 @@
-"""The REST API fuzzed from its own OpenAPI schema (schemathesis, in process): a bounded number
-of generated requests for every operation, as each role, with objects for the ids to hit.
-Checks: no server error, every answer's status and content type documented, its body as the
-schema says, a request without credentials refused."""
+"""The REST API fuzzed from its own OpenAPI schema (schemathesis, in process, through the
+server's own ASGI application and HTTP handler): a bounded number of generated requests for
+every operation, as each role, with objects for the ids to hit. Checks: no server error, every
+answer's status and content type documented, its body as the schema says, a request without
+credentials refused."""
+
+import threading
 
 import pytest
 import schemathesis
-from django.core.wsgi import get_wsgi_application
+from django.core.signals import request_started
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
+from portal.asgi import application
 from portal.tenancy.models import ApiToken
 from tests.builders import make_queue, make_workload
 
-# The WSGI app closes its connections after each request, as in production.
+# The server's threads take their own connections, as in production.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application())
+schema = schemathesis.openapi.from_asgi("/api/schema/?format=json", application)
 EXAMPLES = 6  # per operation and role: about 1,000 requests in all
 # Django reads an empty query parameter as none given, and a well-formed request may still be
 # refused for what it asks (quota, state): neither is a fault.
@@ -38,6 +42,10 @@ def tokens(cluster, acme, globex, alice, victor, charlie, operator):
 def test_the_api_keeps_its_schema_and_never_fails(role, tokens):
     headers = {"Authorization": f"Bearer {tokens[role]}"}
     failed = []
+    threads = set()
+    request_started.connect(
+        lambda **_: threads.add(threading.current_thread().name), dispatch_uid="fuzz", weak=False
+    )
     for result in schema.get_all_operations():
         operation = result.ok()
 
@@ -55,4 +63,6 @@ def test_the_api_keeps_its_schema_and_never_fails(role, tokens):
             check()
         except Exception as error:  # noqa: BLE001 - collected, to report every operation
             failed.append(f"{operation.label}: {error}")
+    request_started.disconnect(dispatch_uid="fuzz")
     assert not failed, "\n\n".join(failed)
+    assert threads and all(name.startswith("http") for name in threads)  # the server's handler
