@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.cluster.models import GpuModel
@@ -65,9 +66,14 @@ class Service(models.Model):
 
 
 def with_live_replicas(services):
-    """`services` with `live_replicas`: how many of each one's replicas have not ended."""
-    live = ~models.Q(replicas__workload__state__in=TERMINAL)
-    return services.annotate(live_replicas=models.Count("replicas", filter=live))
+    """`services` with `live_replicas`: how many of each one's replicas have not ended. A
+    subquery, not a join and a grouping over every replica a service ever had: a page's count
+    of services leaves it out."""
+    live = Replica.objects.filter(service=models.OuterRef("pk")).exclude(
+        workload__state__in=TERMINAL
+    )
+    per_service = live.order_by().values("service").annotate(n=models.Count("pk")).values("n")
+    return services.annotate(live_replicas=Coalesce(models.Subquery(per_service), 0))
 
 
 class Replica(models.Model):

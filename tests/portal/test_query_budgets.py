@@ -39,6 +39,7 @@ def test_api_lists(many_workloads, bob, url, django_assert_max_num_queries):
         "/api/v1/nodes/",
         "/api/v1/queues/",
         "/api/v1/quota-requests/",
+        "/api/v1/services/",
     ],
 )
 def test_a_lists_count_reads_its_own_table(many_workloads, bob, url):

@@ -89,6 +89,8 @@ def test_the_tick_follows_the_bounds_and_a_stop_cancels_every_replica(infer, bob
     autoscaling.tick()  # not serving yet: the surplus replica is cancelled at once
     assert replicas.filter(state=State.CANCELLED).count() == 1
     assert "before it served" in replicas.get(state=State.CANCELLED).events.last().reason
+    [listed] = api.get("/api/v1/services/").json()["results"]
+    assert listed["replicas"] == 1  # the list counts live replicas only, as the detail does
 
     assert api.delete(f"/api/v1/services/{pk}/").status_code == 204
     assert set(replicas.values_list("state", flat=True)) == {State.CANCELLED}
