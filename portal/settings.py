@@ -353,6 +353,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Tenant API of the Wanka GPU cluster portal.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies apart from answers (`WorkloadRequest`, `Workload`): read-only fields only
+    # in answers, and bodies closed to unknown fields where answers stay open.
+    "COMPONENT_SPLIT_REQUEST": True,
     # Swagger UI served from our own static files, not fetched from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -5,6 +5,9 @@ codes the operation can answer with; and that a body takes no field its serializ
 have (`api.KnownFields`)."""
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import get_doc
+
+from portal.core.api import KnownFields
 
 ERRORS = {
     "type": "object",
@@ -72,13 +75,16 @@ def _errors(path: str, method: str, operation: dict) -> list[int]:
 
 
 class KnownFieldsOnly(OpenApiSerializerExtension):
-    """A `KnownFields` serializer's object has no other properties: a client generated from the
-    schema learns what the API answers a misspelt field with (a 400 naming it). Its read-only
-    properties stay listed, as the API takes them back and ignores them."""
+    """A `KnownFields` serializer's request body has no other properties: a client generated
+    from the schema learns what the API answers a misspelt field with (a 400 naming it). Its
+    answers stay open, so that a field added later breaks no client. A serializer without a
+    docstring of its own describes nothing, not this mixin."""
 
     target_class = "portal.core.api.KnownFields"
     match_subclasses = True
 
     def map_serializer(self, auto_schema, direction):
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        return {**schema, "additionalProperties": False}
+        if schema.get("description") == get_doc(KnownFields):
+            del schema["description"]
+        return {**schema, "additionalProperties": False} if direction == "request" else schema
