@@ -207,6 +207,8 @@ def test_the_schema_says_a_body_takes_no_other_field(acme_llm, alice):
     answered = components[answer["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]]
     assert "additionalProperties" not in answered and "state" in answered["properties"]
     assert "state" not in components["WorkloadRequest"]["properties"]  # answers only
+    described = [c.get("description", "") for c in components.values()]
+    assert not any("refuses a body" in text for text in described)  # the mixin's own words
 
 
 def test_a_form_posted_to_the_api_keeps_its_csrf_token(acme_llm, alice):
