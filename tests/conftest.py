@@ -4,8 +4,11 @@ Tenant Acme: admin Alice, member Bob, viewer Victor. Tenant Globex: admin Charli
 see Acme's things. One region with two data centers of H800 nodes and one pod of H20 nodes.
 """
 
+import threading
+
 import pytest
 from django.contrib.auth.models import User
+from django.core.signals import request_started
 from django.db import connection
 
 from portal.tenancy.choices import Role
@@ -211,3 +214,16 @@ def live(portal_server, clean_redis):
     yield open_as
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def threads_seen():
+    """The names of the threads Django requests start on while the test runs."""
+    seen = set()
+
+    def note(**kwargs):
+        seen.add(threading.current_thread().name)
+
+    request_started.connect(note, dispatch_uid="threads_seen")
+    yield seen
+    request_started.disconnect(dispatch_uid="threads_seen")

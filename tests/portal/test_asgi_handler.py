@@ -4,7 +4,6 @@ connection back in the pool when they end; log followers waiting hold up nobody;
 download served whole, and stopped when the client goes."""
 
 import asyncio
-import threading
 import time
 from datetime import timedelta
 
@@ -12,7 +11,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
-from django.core.signals import request_started
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -68,18 +66,6 @@ def _taken() -> int:
         return 0
     stats = connection.pool.get_stats()
     return stats["pool_size"] - stats["pool_available"]
-
-
-@pytest.fixture
-def threads_seen():
-    seen = set()
-
-    def note(**kwargs):
-        seen.add(threading.current_thread().name)
-
-    request_started.connect(note, dispatch_uid="threads_seen")
-    yield seen
-    request_started.disconnect(dispatch_uid="threads_seen")
 
 
 def test_requests_at_once_are_answered_on_the_servers_threads(acme_llm, bob, threads_seen):

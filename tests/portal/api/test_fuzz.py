@@ -4,11 +4,8 @@ every operation, as each role, with objects for the ids to hit. Checks: no serve
 answer's status and content type documented, its body as the schema says, a request without
 credentials refused."""
 
-import threading
-
 import pytest
 import schemathesis
-from django.core.signals import request_started
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
@@ -36,19 +33,6 @@ def tokens(cluster, acme, globex, alice, victor, charlie, operator):
         for role, user in (("admin", alice), ("viewer", victor), ("other", charlie),
                            ("operator", operator))
     }  # fmt: skip
-
-
-@pytest.fixture
-def threads_seen():
-    """The names of the threads requests ran on."""
-    seen = set()
-
-    def note(**kwargs):
-        seen.add(threading.current_thread().name)
-
-    request_started.connect(note, dispatch_uid="fuzz")
-    yield seen
-    request_started.disconnect(dispatch_uid="fuzz")
 
 
 @pytest.mark.parametrize("role", ["admin", "viewer", "other", "operator"])
