@@ -1,10 +1,10 @@
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.cluster.models import GpuModel
+from portal.core.models import counted
 from portal.quotas.models import Queue
 from portal.tenancy.models import Tenant, TenantQuerySet
 from portal.workloads.choices import TERMINAL, PriorityClass
@@ -66,14 +66,9 @@ class Service(models.Model):
 
 
 def with_live_replicas(services):
-    """`services` with `live_replicas`: how many of each one's replicas have not ended. A
-    subquery, not a join and a grouping over every replica a service ever had: a page's count
-    of services leaves it out."""
-    live = Replica.objects.filter(service=models.OuterRef("pk")).exclude(
-        workload__state__in=TERMINAL
-    )
-    per_service = live.order_by().values("service").annotate(n=models.Count("pk")).values("n")
-    return services.annotate(live_replicas=Coalesce(models.Subquery(per_service), 0))
+    """`services` with `live_replicas`: how many of each one's replicas have not ended."""
+    live = Replica.objects.exclude(workload__state__in=TERMINAL)
+    return services.annotate(live_replicas=counted(live, "service"))
 
 
 class Replica(models.Model):
