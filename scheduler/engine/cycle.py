@@ -508,7 +508,7 @@ class Cycle:
         )
         if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
             return None
-        if pool.free_gpus() + self._could_free(pool, queue, workload, reclaims) < workload.gpus:
+        if not self._could_free(pool, queue, workload, reclaims, workload.gpus - pool.free_gpus()):
             return None
         claimant = Claimant(workload, queue, workload.gpus, within, others, reclaims)
         claim = self._claim(pool, claimant, over_quota)
@@ -551,14 +551,18 @@ class Cycle:
                 return claim
         return None
 
-    def _could_free(self, pool: Pool, queue: Queue, workload: Workload, reclaims: bool) -> int:
-        """At most how many GPUs preemption could free for the workload: a quick bound that
+    def _could_free(
+        self, pool: Pool, queue: Queue, workload: Workload, reclaims: bool, needed: int
+    ) -> bool:
+        """Whether preemption could free `needed` GPUs for the workload, by a quick bound that
         spares a search which cannot succeed."""
         model = workload.gpu_model
-        bound = sum(w.held for w in self.occupancy.releasing[pool].values())
+        bound = self.occupancy.releasing_gpus(pool)
         policy = queue.preemption
         if policy.within_queue:
             bound += self.ledger.staying(queue.id, model)
+        if bound >= needed:
+            return True
         nested = len(self.ledger.path(queue)) > 2  # it may reclaim at a cohort's quota
         if queue.cohort is not None and (
             reclaims or policy.borrows_over_others or (nested and policy.reclaim)
@@ -567,7 +571,7 @@ class Cycle:
                 if other.id != queue.id:
                     # Whole workloads go while their queue borrows: all above its guarantee.
                     bound += used - other.quota(model).guarantee
-        return bound
+        return bound >= needed
 
     def _search(
         self, search: VictimSearch, pool: Pool, workload: Workload, over_quota: bool
@@ -607,15 +611,19 @@ class Cycle:
         for moves in shrunk.values():
             self._shrink(moves, queue, workload)
         for move in claim.moves:
-            self.occupancy.claim(pool, move.workload)
+            victim = move.workload
             if move.kind == MoveKind.EVICT:
-                victim = move.workload
                 self.ledger.stop(victim.queue_id, victim.gpu_model, victim.held)
                 self.touched_queues.add(victim.queue_id)
+            elif move.kind == MoveKind.SHRINK:
+                self.occupancy.claim(pool, victim)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.claims[queue.id, workload.gpu_model] += workload.gpus
-        pool.hold(workload.id, claim.nodes)
+        self.occupancy.hold(pool, workload.id, claim.nodes)
+        for move in claim.moves:
+            if move.kind == MoveKind.EVICT:
+                self.occupancy.evicted(pool, move.workload)
         reservation = Reservation(
             workload.id, claim.level, claim.domain, claim.nodes, self.now, reason
         )
@@ -656,7 +664,7 @@ class Cycle:
         if reservation is None:
             return reason
         owners.append(workload.id)
-        pool.hold(workload.id, reservation.nodes)
+        self.occupancy.hold(pool, workload.id, reservation.nodes)
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         self.holds[workload.id] = Hold(reservation, workload, queue, within)
         return f"{reason}; {reservation.reason}"

@@ -6,10 +6,11 @@ claims victims, so neither preemption nor reservations ever scan the whole snaps
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from scheduler.engine.capacity import Capacity, Pool
@@ -47,6 +48,15 @@ class Occupancy:
             lambda: defaultdict(dict)
         )
         self._releasing: dict[Pool, dict[int, Workload]] = defaultdict(dict)
+        # What releasing work frees: GPUs per node, its workloads per node, and per pool the
+        # nodes it frees GPUs on, in heaps by the GPUs free there now or soon (`soon_room`).
+        self.soon: dict[int, int] = defaultdict(int)
+        self.releasing_on: dict[int, list[Workload]] = defaultdict(list)
+        self._soon_nodes: dict[Pool, dict[int, list[tuple[str, int]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        self._releasing_gpus: dict[Pool, int] = defaultdict(int)
+        self._unheld: dict[int, int] = {}  # releasing workload -> its nodes held for nobody
         self._unindexed: list[Workload] = []  # running work noted but not indexed yet
         self._values: dict[int, tuple] = {}
         self._held_on: dict[int, dict[int, int]] = {}
@@ -114,6 +124,11 @@ class Occupancy:
         self._index()
         return self._releasing
 
+    def releasing_gpus(self, pool: Pool) -> int:
+        """GPUs held by the pool's releasing work."""
+        self._index()
+        return self._releasing_gpus[pool]
+
     def add_running(self, workloads: Iterable[Workload]) -> None:
         """Note workloads that hold GPUs in the snapshot. They are indexed when the index is
         first read, in the order noted: most cycles only admit on free GPUs and never read
@@ -133,7 +148,7 @@ class Occupancy:
             if pool is None:
                 continue
             if workload.preempting:
-                self._releasing[pool][workload.id] = workload
+                self._add_releasing(pool, workload)
             else:
                 self._candidates[pool][workload.queue_id][workload.id] = workload
 
@@ -145,8 +160,8 @@ class Occupancy:
         self._changed.update(p.node_id for p in placements)
 
     def claim(self, pool: Pool, workload: Workload) -> None:
-        """Take a victim (or a releasing workload) out of the candidates, their order and the
-        moves made of them: it is spoken for."""
+        """Take a victim out of the candidates, their order and the moves made of them: it is
+        spoken for."""
         if self.candidates[pool][workload.queue_id].pop(workload.id, None) is not None:
             key = (pool, workload.queue_id)
             ordered = self._ordered.get(key)
@@ -155,7 +170,63 @@ class Occupancy:
                 del ordered[index]
                 for moves in self.queue_moves.get(key, {}).values():
                     moves.drop(index, workload)
-        self.releasing[pool].pop(workload.id, None)
+
+    def evicted(self, pool: Pool, workload: Workload) -> None:
+        """A victim claimed this cycle is releasing from now on: the GPUs it frees beyond the
+        nodes its claimant holds are room for later claimants of the cycle (else each of them
+        would evict more work beside GPUs about to be free)."""
+        self.claim(pool, workload)
+        self._add_releasing(pool, workload)
+
+    def hold(self, pool: Pool, owner: int, node_ids: Iterable[int]) -> None:
+        """Hold the nodes for workload `owner` (`Pool.hold`); releasing work whose every node
+        is held then frees nothing anyone else could use, and searches pass it by."""
+        fresh = [n for n in node_ids if n not in pool.held_by]
+        pool.hold(owner, fresh)
+        releasing = self._releasing[pool]
+        for node_id in fresh:
+            for workload in self.releasing_on.get(node_id, ()):
+                self._unheld[workload.id] -= 1
+                if not self._unheld[workload.id]:
+                    del releasing[workload.id]
+                    self._releasing_gpus[pool] -= workload.held
+
+    def _add_releasing(self, pool: Pool, workload: Workload) -> None:
+        nodes = self._soon_nodes[pool]
+        unheld = 0
+        for node_id, gpus in self.held_on(workload).items():
+            node = pool.node(node_id)
+            if node is None or not gpus or node_id in pool.held_by:
+                continue
+            unheld += 1
+            self.soon[node_id] += gpus
+            self.releasing_on[node_id].append(workload)
+            usable = len(pool.free(node_id)) + self.soon[node_id]
+            heapq.heappush(nodes[usable], (node.name, node_id))
+        if unheld:
+            self._unheld[workload.id] = unheld
+            self._releasing[pool][workload.id] = workload
+            self._releasing_gpus[pool] += workload.held
+
+    def soon_room(self, pool: Pool, gpus: int, usable: Callable[[int], int | None]) -> int | None:
+        """The node where releasing work frees enough GPUs that `gpus` are free now or soon,
+        the fewest such first, then by name; `usable(node)`: GPUs free now or soon there, None
+        where the claimant may not go (held for a reservation: holds only grow in a cycle)."""
+        self._index()
+        nodes = self._soon_nodes.get(pool)
+        if not nodes:
+            return None
+        # GPUs are taken and stopping work added as the cycle goes: an entry filed under a
+        # count the node no longer has is filed again where it belongs (or dropped if the node
+        # is out of reach), so that afterwards the top of every heap is current.
+        for count in [c for c in nodes if c >= gpus]:
+            heap = nodes[count]
+            while heap and (now := usable(heap[0][1])) != count:
+                entry = heapq.heappop(heap)
+                if now is not None:
+                    heapq.heappush(nodes[now], entry)
+        tops = [(count, heap[0]) for count, heap in nodes.items() if count >= gpus and heap]
+        return min(tops)[1][1] if tops else None
 
     def soonest_free(self, pool: Pool) -> Iterator[tuple[float, Node]]:
         """(when, node) of the pool's busy full-size nodes whose work all has a known end,

@@ -30,9 +30,12 @@ the first workload of Q left waiting in the cycle, which the next cycle orders Q
 too, lets only queue heads preempt). Any claimant may preempt lower-priority work of its own
 queue, which always comes after it.
 Work inside a queue's guarantee is never preempted: no victim may take its queue below its
-guarantee (counting the claimant, when the victim is of the claimant's own queue). A workload
-already preempting is free room for whoever counts on it first. Victims come only from the
-claimant's own pool (region and GPU model), where its GPUs would come from.
+guarantee (counting the claimant, when the victim is of the claimant's own queue). Work
+already stopping (preempted in an earlier cycle, or earlier in this one) is free room, node by
+node, for whoever holds the node first: a victim of 64 nodes evicted for a claimant of one
+leaves 63 to later claimants, which would otherwise evict more work beside GPUs about to be
+free. Victims come only from the claimant's own pool (region and GPU model), where its GPUs
+would come from.
 
 Moves are tried in this order: workloads already stopping; shrinking elastic workloads down to
 their minimum; then evictions: other queues before the claimant's own, the queue with the
@@ -44,8 +47,10 @@ beats one that does (Kueue, too, takes other queues' candidates first).
 Search, in two phases. Room: for a gang, every domain the gang may use, tightest level first;
 in each, the moves that touch its nodes are taken in order until enough whole nodes are free,
 then every move not needed is dropped again (the most valuable first). For a smaller job the
-same on each node. The cheapest room wins (`_cost`; ties: the domain's name, or for a node
-the fewest free GPUs, then its name), so victims sit together rather than scattered. Quota: if
+same on each node, counting GPUs that stopping work frees there as free; a node where those
+alone make room costs nothing and is found at once (`Occupancy.soon_room`). The cheapest room
+wins (`_cost`; ties: the domain's name, or for a node the fewest GPUs free now or soon, then
+its name), so victims sit together rather than scattered. Quota: if
 the claimant's queue still may not take the GPUs, further moves are taken in order until it may,
 and the set is minimised again. Only the quota phase touches the ledger, and undoes its changes.
 A claimant that may reclaim but could also evict its own work alone is searched both ways, and
@@ -411,26 +416,37 @@ class VictimSearch:
         but only on nodes that could still beat the best so far (all victims of lower
         priority than its).
         """
-        moves = self.moves()
-        if not moves:
-            return None
-        free = _FreeGPUs(self.pool, self.claimant.gpus)
-        rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
-        best = min(rooms, key=lambda room: room[:4], default=None)
-        bar = best[0][:2] if best is not None else (True, math.inf)
-        if self._lowest_victim(moves, bar, free) < bar:
-            below = [
-                i
-                for i, move in enumerate(moves)
-                if move.kind != MoveKind.EVICT or self._rank(move.workload) < bar
-            ]
-            rooms += self._rooms_on(moves, below, free, evicting=True)
-        if not rooms:
-            return None
-        *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
-        trial = Trial(self, {node_id: self.claimant.gpus - free[node_id]})
+        gpus, occupancy = self.claimant.gpus, self.occupancy
+        free = _FreeGPUs(self.pool, gpus, occupancy.soon)
+        node_id = occupancy.soon_room(self.pool, gpus, free.__getitem__)
+        chosen: list[int] = []
+        if node_id is None:  # no room of stopping work alone, which costs nothing
+            moves = self.moves()
+            if not moves:
+                return None
+            rooms = self._gentle_rooms(moves, free) + self._single_rooms(moves, free)
+            best = min(rooms, key=lambda room: room[:4], default=None)
+            bar = best[0][:2] if best is not None else (True, math.inf)
+            if self._lowest_victim(moves, bar, free) < bar:
+                below = [
+                    i
+                    for i, move in enumerate(moves)
+                    if move.kind == MoveKind.SHRINK
+                    or (move.kind == MoveKind.EVICT and self._rank(move.workload) < bar)
+                ]
+                rooms += self._rooms_on(moves, below, free, evicting=True)
+            if not rooms:
+                return None
+            *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
+        trial = Trial(self, {node_id: gpus - len(self.pool.free(node_id))})
+        for stopping in occupancy.releasing_on[node_id]:
+            if trial.done:
+                break
+            trial.take(self._cached(Rule.RELEASING, stopping)[-1])
+        if trial.done:  # stopping work alone makes room: wait for no more of it than needed
+            _minimise(trial, lambda: trial.done >= 1)
         for index in chosen:
-            trial.take(moves[index])
+            trial.take(self.moves()[index])
         if not self._settle_quota(trial, lambda: trial.done >= 1):
             return None
         domain = domains_of(self.pool.node(node_id))[-1]
@@ -505,8 +521,8 @@ class VictimSearch:
         for index, move in enumerate(moves):
             if move.kind == MoveKind.EVICT:
                 break  # evictions come last
-            if move.kind == MoveKind.SHRINK and move.workload.id in seen:
-                continue
+            if move.kind == MoveKind.RELEASING or move.workload.id in seen:
+                continue  # stopping work counts as free GPUs (`_FreeGPUs`)
             seen.add(move.workload.id)
             gentle.append(index)
         return self._rooms_on(moves, gentle, free, evicting=False) if gentle else []
@@ -575,10 +591,9 @@ class VictimSearch:
             if here <= 0:
                 continue
             gpus = sum(move.frees.values()) if not taken[workload.id] else here
-            if move.rule != Rule.RELEASING:
-                if not self.guard(move, gpus, released):
-                    continue
-                released[workload.queue_id] += gpus
+            if not self.guard(move, gpus, released):
+                continue
+            released[workload.queue_id] += gpus
             chosen.append(index)
             contributed[index] = here
             taken[workload.id] += here
@@ -759,11 +774,15 @@ class Trial:
 
     def _account(self, move: Move, frees: dict[int, int], sign: int) -> None:
         self.rules[move.rule] += sign
-        for node, gpus in frees.items():
-            before = self.missing.get(node)
-            if before is not None:
+        missing = self.missing
+        # Only the target nodes count: look them up in the move when they are fewer.
+        nodes = missing if len(missing) < len(frees) else frees
+        for node in nodes:
+            gpus = frees.get(node)
+            before = missing.get(node)
+            if gpus is not None and before is not None:
                 after = before - sign * gpus
-                self.missing[node] = after
+                missing[node] = after
                 self.done += (after <= 0) - (before <= 0)
         if move.rule != Rule.RELEASING:
             gpus = sign * sum(frees.values())
@@ -800,20 +819,22 @@ def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int,
 
 
 class _FreeGPUs(dict):
-    """Free GPUs per node a small job could use (None for nodes it cannot: missing, too
-    small, held), looked up on first use."""
+    """GPUs free now or soon (once the stopping work there is gone, `soon`) per node a small
+    job could use (None for nodes it cannot: missing, too small, held), looked up on first
+    use."""
 
-    def __init__(self, pool: Pool, gpus: int) -> None:
+    def __init__(self, pool: Pool, gpus: int, soon: Mapping[int, int]) -> None:
         super().__init__()
         self.pool = pool
         self.gpus = gpus
+        self.soon = soon
 
     def __missing__(self, node_id: int) -> int | None:
         node = self.pool.node(node_id)
         if node is None or node.gpus < self.gpus or node_id in self.pool.held_by:
             value = None
         else:
-            value = len(self.pool.free(node_id))
+            value = len(self.pool.free(node_id)) + self.soon.get(node_id, 0)
         self[node_id] = value
         return value
 

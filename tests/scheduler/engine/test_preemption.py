@@ -441,6 +441,23 @@ def test_room_held_for_a_claimant_is_not_given_to_later_work() -> None:
     )
 
 
+@pytest.mark.parametrize("second", [4, 8], ids=["a smaller job", "a one-node gang"])
+def test_later_claimants_wait_for_the_rest_of_a_victim_rather_than_evict_another(
+    second: int,
+) -> None:
+    # 91 spans two nodes and is the cheapest victim; the first claimant's room is one of them.
+    running = [busy(91, cv, N1, N2), busy(92, cv, N3, lost=100.0), busy(93, cv, N4, lost=200.0)]
+    snapshot = make_snapshot(
+        LEAF, [nlp, cv], [*running, make_workload(1, nlp, 4), make_workload(2, nlp, second)]
+    )
+    first, then = cycles(snapshot, 2)
+    assert decided(first) == stops(91)
+    assert sorted((r.workload_id, r.nodes) for r in first.reservations) == [(1, (1,)), (2, (2,))]
+    assert outcome(first, snapshot)[2].startswith("waiting for 1 preempted workload to stop")
+    assert sorted(a.workload_id for a in then.admissions) == [1, 2]
+    assert decided(then) == stops()
+
+
 def cycles(snapshot: Snapshot, count: int) -> list[Plan]:
     """Plan and apply `count` cycles, a second apart."""
     plans = []
