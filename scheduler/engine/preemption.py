@@ -438,13 +438,10 @@ class VictimSearch:
             if not rooms:
                 return None
             *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
-        trial = Trial(self, {node_id: gpus - len(self.pool.free(node_id))})
-        for stopping in occupancy.releasing_on[node_id]:
-            if trial.done:
-                break
+        missing = gpus - len(self.pool.free(node_id))
+        trial = Trial(self, {node_id: missing})
+        for stopping in self._stopping_on(node_id, missing):
             trial.take(self._cached(Rule.RELEASING, stopping)[-1])
-        if trial.done:  # stopping work alone makes room: wait for no more of it than needed
-            _minimise(trial, lambda: trial.done >= 1)
         for index in chosen:
             trial.take(self.moves()[index])
         if not self._settle_quota(trial, lambda: trial.done >= 1):
@@ -453,6 +450,24 @@ class VictimSearch:
         return Claim(
             trial.moves(), TopologyLevel.LEAF, domain, (node_id,), self._cost(trial.moves())
         )
+
+    def _stopping_on(self, node_id: int, missing: int) -> list[Workload]:
+        """The stopping work on a node to wait for, to free `missing` GPUs there: one that
+        frees them alone if there is one, else all of it in turn until enough."""
+        if missing <= 0:
+            return []
+        stopping = self.occupancy.releasing_on[node_id]
+        held = self.occupancy.held_on
+        alone = next((w for w in stopping if held(w)[node_id] >= missing), None)
+        if alone is not None:
+            return [alone]
+        chosen, freed = [], 0
+        for workload in stopping:
+            if freed >= missing:
+                break
+            chosen.append(workload)
+            freed += held(workload)[node_id]
+        return chosen
 
     def _lowest_victim(self, moves: list[Move], below: tuple, free: _FreeGPUs) -> tuple:
         """The lowest `_rank`, if below `below`, of a victim that could be in a room of several
