@@ -11,7 +11,7 @@ from portal.agents.intake import record_acks, record_fault
 from portal.cluster.models import Node, NodeCommand
 from portal.workloads import lifecycle, preemption, recovery
 from portal.workloads.checkpoints import record_saved
-from portal.workloads.choices import CheckpointPolicy, RecoveryOutcome, State
+from portal.workloads.choices import CheckpointPolicy, PriorityClass, RecoveryOutcome, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.desired import desired_state
 from portal.workloads.ettr import job_report
@@ -270,3 +270,39 @@ def test_a_node_lost_while_a_shrinking_job_saves_is_not_restarted_on(db, acme, g
     active.refresh_from_db()
     assert active.outcome == RecoveryOutcome.REQUEUED and kept in active.lost_nodes
     assert _refreshed(elastic).state == State.PENDING and not elastic.allocations.exists()
+
+
+def test_later_claimants_wait_for_the_rest_of_a_stopping_victim_not_evict_more(
+    cluster, acme, globex
+):
+    """Globex borrows the whole H800 fleet: a wide job of the lowest priority and four narrow
+    ones. Acme's two small jobs reclaim; the first evicts the wide job, and the second waits
+    for one of the wide job's other nodes rather than evicting a narrow one beside it."""
+    acme_q = make_queue(acme, "llm", cohort="research", h800=80)
+    globex_q = make_queue(globex, "train", cohort="research", h800=16)
+    wide = make_workload(
+        globex_q,
+        "wide",
+        gpus=64,
+        priority=PriorityClass.LOW,
+        checkpoint_policy=CheckpointPolicy.NONE,
+    )
+    scheduling_cycle()  # the one pod of 8 nodes
+    narrow = [make_workload(globex_q, f"narrow-{i}", gpus=8) for i in range(4)]
+    scheduling_cycle()
+    for job in [wide, *narrow]:
+        _running(job)
+    first = make_workload(acme_q, "first", gpus=4)
+    second = make_workload(acme_q, "second", gpus=8)
+    plan = scheduling_cycle()
+    assert [p.workload_id for p in plan.preemptions] == [wide.pk]
+    assert "waiting for 1 preempted workload to stop" in _refreshed(second).pending_reason
+    held = {r.workload_id: set(r.nodes) for r in plan.reservations}
+    assert held[first.pk] | held[second.pk] <= _nodes(wide)
+    # The wide job (which does not save) stops: both start on its nodes, and the narrow jobs
+    # ran on throughout.
+    _exit_everywhere(wide)
+    scheduling_cycle()
+    assert _refreshed(first).state == _refreshed(second).state == State.ADMITTED
+    assert _nodes(first) | _nodes(second) <= held[first.pk] | held[second.pk]
+    assert {_refreshed(job).state for job in narrow} == {State.RUNNING}
