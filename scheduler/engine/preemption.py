@@ -119,13 +119,13 @@ class VictimSearch:
     # -- candidates --------------------------------------------------------------------------
 
     def moves(self) -> list[Move]:
-        """Every move open to the claimant, in the order they are tried: stopping work, then
-        shrinks, then evictions, the latter in one segment per victim queue."""
+        """Every move open to the claimant, in the order they are tried: stopping work (for a
+        gang), then shrinks, then evictions, the latter in one segment per victim queue."""
         if self._moves is None:
-            found = [
-                self._cached(Rule.RELEASING, w)[-1]
-                for w in self.occupancy.releasing[self.pool].values()
-            ]
+            # A smaller job's rooms count stopping work as free GPUs (`_FreeGPUs`) instead.
+            gang = self.claimant.gpus >= self.pool.node_size
+            releasing = self.occupancy.releasing[self.pool].values() if gang else ()
+            found = [self._cached(Rule.RELEASING, w)[-1] for w in releasing]
             shrinks: list[Move] = []
             evictions: list[Move] = []
             segments = []
@@ -431,8 +431,7 @@ class VictimSearch:
                 below = [
                     i
                     for i, move in enumerate(moves)
-                    if move.kind == MoveKind.SHRINK
-                    or (move.kind == MoveKind.EVICT and self._rank(move.workload) < bar)
+                    if move.kind != MoveKind.EVICT or self._rank(move.workload) < bar
                 ]
                 rooms += self._rooms_on(moves, below, free, evicting=True)
             if not rooms:
@@ -530,14 +529,15 @@ class VictimSearch:
         )
 
     def _gentle_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
-        """Rooms made by stopping and elastic work alone. A multi-node elastic workload's
-        shrink moves each give back one whole node, so only its first is looked at."""
+        """Rooms made by shrinking elastic work alone (beside GPUs free now or soon). A
+        multi-node elastic workload's shrink moves each give back one whole node, so only its
+        first is looked at."""
         gentle, seen = [], set()
         for index, move in enumerate(moves):
             if move.kind == MoveKind.EVICT:
                 break  # evictions come last
-            if move.kind == MoveKind.RELEASING or move.workload.id in seen:
-                continue  # stopping work counts as free GPUs (`_FreeGPUs`)
+            if move.workload.id in seen:
+                continue
             seen.add(move.workload.id)
             gentle.append(index)
         return self._rooms_on(moves, gentle, free, evicting=False) if gentle else []
