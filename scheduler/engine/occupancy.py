@@ -120,7 +120,8 @@ class Occupancy:
 
     @property
     def releasing(self) -> dict[Pool, dict[int, Workload]]:
-        """Running workloads already told to stop, per pool."""
+        """Running workloads told to stop (before this cycle or in it), per pool: those with
+        GPUs on some node held for nobody."""
         self._index()
         return self._releasing
 
