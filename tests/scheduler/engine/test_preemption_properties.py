@@ -203,26 +203,27 @@ def test_room_held_for_a_claimant_is_still_enough_once_its_victims_stop(
     result = plan(snapshot, now=0.0)
     workloads = {w.id: w for w in snapshot.workloads}
     nodes = {node.id: node for node in snapshot.nodes}
-    freed: Counter = Counter()  # (claimant, node) -> GPUs its victims and shrinks give back
-    for p in result.preemptions:
-        for placement in workloads[p.workload_id].placements:
-            freed[p.for_workload_id, placement.node_id] += len(placement.gpu_indices)
+    freed: Counter = Counter()  # (claimant, node) -> GPUs its shrinks give back
     for shrink in result.shrinks:
         for placement in shrink.released:
             freed[shrink.for_workload_id, placement.node_id] += len(placement.gpu_indices)
     taken = Counter(
         p.node_id for a in result.admissions for p in a.placements for _ in p.gpu_indices
     )
+    # Work stopping already and every victim of the plan, whichever claimant it was evicted
+    # for: what it frees on a node is the room of whoever holds the node.
+    victims = [workloads[p.workload_id] for p in result.preemptions]
     stopping = Counter(
         p.node_id
-        for w in snapshot.workloads
-        if w.preempting
+        for w in [*(w for w in snapshot.workloads if w.preempting), *victims]
         for p in w.placements
         for _ in p.gpu_indices
     )
+    # Claimants: those that evict or shrink, and those that wait only for stopping work.
     claimants = {p.for_workload_id for p in result.preemptions} | {
         s.for_workload_id for s in result.shrinks
     }
+    claimants |= {r.workload_id for r in result.reservations if "to make room" in r.reason}
     reserved = [node for r in result.reservations for node in r.nodes]
     assert len(reserved) == len(set(reserved))
     for reservation in result.reservations:
