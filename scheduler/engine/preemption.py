@@ -77,6 +77,7 @@ from scheduler.engine.model import (
 )
 from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
 from scheduler.engine.occupancy import Occupancy, QueueMoves
+from scheduler.engine.ordering import queue_order
 from scheduler.engine.quota import QuotaLedger
 
 # Victim searches that find no room a queue may run per cycle. This bounds a cycle's cost; the
@@ -308,7 +309,7 @@ class VictimSearch:
             if not self.ledger.over_quota(branch, model, inside):
                 return False
         if move.rule == Rule.BORROW:
-            return self._fair(victim_queue, model, gone, gpus) and self._back_after(
+            return self._fair(victim_queue, workload, gone, gpus) and self._back_after(
                 victim_queue, workload, gpus, released
             )
         return True
@@ -334,17 +335,23 @@ class VictimSearch:
             for queue_id, freed in gone.items():
                 ledger.charge(queue_id, model, freed)
 
-    def _fair(self, victim_queue: Queue, model: str, gone: int, gpus: int) -> bool:
+    def _fair(self, victim_queue: Queue, victim: Workload, gone: int, gpus: int) -> bool:
         """Whether the claimant's queue may take `gpus` more borrowed GPUs from `victim_queue`
         (`gone` taken already) under its fair-sharing strategy (`FairSharing`): its share with
         the claimant against the victim queue's share after this victim, or before it."""
         strategy = self.strategy
+        model = victim.gpu_model
         before = gone + self.ledger.stopping[victim_queue.id, model]
         share_before = self.ledger.share(victim_queue, model, -before)
         if strategy == FairSharing.OFF:
-            # No fairness asked for, only what keeps the room with the claimant: its queue
-            # comes before the victim's next cycle (borrowers go by share, then priority).
-            return self._claimant_share <= share_before
+            # No fairness asked for, only what keeps the room with the claimant: it comes
+            # before the victim next cycle (borrowers go by share, then `queue_order`; else
+            # the victim would start first and be preempted again, cycle after cycle).
+            if self._claimant_share != share_before:
+                return self._claimant_share < share_before
+            claimant = self.claimant
+            mine = queue_order(claimant.workload, claimant.queue.priority)
+            return mine < queue_order(victim, victim_queue.priority)
         if strategy == FairSharing.LESS_THAN_INITIAL_SHARE:
             return self._claimant_share < share_before
         return self._claimant_share <= self.ledger.share(victim_queue, model, -(before + gpus))

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.engine import (
+    FairSharing,
     Plan,
     PreemptionPolicy,
     Queue,
@@ -465,6 +466,21 @@ def cycles(snapshot: Snapshot, count: int) -> list[Plan]:
         plans.append(plan(snapshot, now=NOW + second))
         snapshot = apply_plan(snapshot, plans[-1], now=NOW + second)
     return plans
+
+
+def test_a_borrower_spares_work_whose_queue_would_start_it_again_first() -> None:
+    # Both queues would borrow 8 GPUs with their job, so their shares tie, and the next cycle
+    # then goes by queue priority: q3's. Evicting 102 would start it again, cycle after cycle.
+    q2 = make_queue(
+        "q2",
+        h800=16,
+        cohort="lab",
+        preemption=PreemptionPolicy(borrow_within_cohort=True, fair_sharing=FairSharing.OFF),
+    )
+    q3 = make_queue("q3", h800=8, cohort="lab", priority=1)
+    running = [busy(103, q2, N1, priority=1), busy(102, q3, N2, N3)]
+    snapshot = make_snapshot(LEAF, [q2, q3], [*running, make_workload(1, q2, 16, priority=1)])
+    assert [decided(p) for p in cycles(snapshot, 3)] == [stops()] * 3
 
 
 def test_a_reclaimed_workload_does_not_reclaim_back_and_the_claimant_starts_next_cycle() -> None:
