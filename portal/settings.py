@@ -132,6 +132,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].update(
+        # Django's backend with PostgreSQL's integer ranges: the same bounds on every database.
+        ENGINE="portal.core.sqlite3",
         # A file, not memory, so that the servers and workers tests start see the test database.
         TEST={"NAME": str(DATA_DIR / "test.sqlite3")},
         # Several processes write in standalone mode: wait for locks, take them up front.

@@ -4,6 +4,8 @@ import copy
 import operator
 from collections.abc import Mapping
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.defaults import page_not_found
 from rest_framework import permissions, serializers, status, viewsets
@@ -153,6 +155,13 @@ def exception_handler(exc, context):
     if isinstance(exc, Conflict):
         return Response(
             {"errors": [{"field": "state", "reason": str(exc)}]}, status=status.HTTP_409_CONFLICT
+        )
+    if isinstance(exc, RequestDataTooBig):  # Django's own answer would be an HTML page
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        reason = f"The body is over the {limit} bytes a request may send."
+        return Response(
+            {"errors": [{"field": None, "reason": reason}]},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     response = drf_exception_handler(exc, context)
     if response is None:

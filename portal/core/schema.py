@@ -32,6 +32,7 @@ WHY = {
     403: "Not allowed for the caller's role or the token's scope",
     404: "No such object, or not one the caller may see",
     409: "The object's state forbids it now (e.g. the workload has finished)",
+    413: "The body is larger than a request may send (DATA_UPLOAD_MAX_MEMORY_SIZE)",
     422: "The Idempotency-Key was used for a different request",
     429: "Too many requests; Retry-After says when to try again",
     503: "Every database connection is in use; Retry-After says when to try again",
@@ -66,6 +67,8 @@ def _errors(path: str, method: str, operation: dict) -> list[int]:
     statuses = [401, 403, 429, 503]
     if operation.get("parameters") or "requestBody" in operation or method in WRITES:
         statuses.append(400)
+    if "requestBody" in operation:
+        statuses.append(413)
     formats = any(p.get("name") == "format" for p in operation.get("parameters", ()))
     if "{" in path or formats:  # DRF answers a format it does not have with 404
         statuses.append(404)

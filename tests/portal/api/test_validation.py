@@ -313,3 +313,44 @@ def test_what_the_fuzzer_found_is_a_clear_answer_not_a_server_error(acme_llm, bo
     assert api.options("/api/v1/usage/?format=csv").status_code == 200
     missing = api.get("/api/v1/nodes/0.5/")  # no route matches: still the API's shape
     assert missing.status_code == 404 and missing.json()["errors"][0]["field"] is None
+
+
+def test_a_body_over_the_bound_is_a_413_in_the_apis_shape(acme_llm, alice, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = '{"reason": "' + "x" * 2000 + '"}'
+    client = api_client(alice)
+    for url in ["/api/v1/quota-requests/", "/api/v1/enrol/"]:
+        response = client.generic("POST", url, body, content_type="application/json")
+        assert response.status_code == 413, url
+        assert response.json()["errors"] == [
+            {"field": None, "reason": "The body is over the 1000 bytes a request may send."}
+        ]
+    assert not QuotaRequest.objects.exists()
+    paths = client.get("/api/schema/?format=json").json()["paths"]
+    assert "413" in paths["/api/v1/quota-requests/"]["post"]["responses"]
+    assert "413" not in paths["/api/v1/quota-requests/"]["get"]["responses"]
+
+
+def test_integer_bounds_are_postgresqls_on_every_database(acme_llm, operator):
+    from django.db import connection
+    from django.db.backends.base.operations import BaseDatabaseOperations
+    from django.db.utils import load_backend
+
+    sqlite = load_backend(settings_engine := "portal.core.sqlite3").DatabaseWrapper(
+        {"NAME": ":memory:", "ENGINE": settings_engine}
+    )
+    for column in BaseDatabaseOperations.integer_field_ranges:
+        assert sqlite.ops.integer_field_range(column) == connection.ops.integer_field_range(
+            column
+        ), column
+    change = f"/api/v1/queues/{acme_llm.pk}/change/"  # a grace of 2^63 s overflowed a cycle
+    answer = api_client(operator).post(
+        change, {"preemption_grace_s": 2**63 - 1, "reason": "x"}, format="json"
+    )
+    assert answer.status_code == 400
+    assert answer.json()["errors"] == [
+        {
+            "field": "preemption_grace_s",
+            "reason": "Ensure this value is less than or equal to 2147483647.",
+        }
+    ]
