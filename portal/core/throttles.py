@@ -62,6 +62,14 @@ def over(key: str, limit: int) -> float:
     return max(ttl, 1) if int(count or 0) >= limit else 0.0
 
 
+def forget(key: str) -> None:
+    """Close `key`'s window (a success that clears a count of failures)."""
+    try:
+        redis.client().delete(f"wanka:throttle:{key}")
+    except RedisError:
+        log.warning("throttle %s not cleared: Redis did not answer", key)
+
+
 class EnrolThrottle(WindowThrottle):
     scope = "enrol"
 

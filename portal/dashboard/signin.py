@@ -1,21 +1,22 @@
 """Sign-in that resists password guessing: after `FAILURES` wrong passwords for one username
 within `WINDOW_S` seconds, that username cannot sign in until the window has passed, whatever
-password it gives. Counted in Redis, so every web process sees the same count, and counted
-alike on the members' sign-in page and the operator console's."""
+password it gives. Counted in Redis (`core.throttles`), so every web process sees the same
+count, and counted alike on the members' sign-in page and the operator console's; when Redis
+cannot answer, sign-in works uncounted rather than fail."""
 
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy, ngettext
 
-from portal.core import redis
+from portal.core import throttles
 
 FAILURES = 10
 WINDOW_S = 15 * 60
 
 
 def _key(username: str) -> str:
-    return f"wanka:signin-failures:{username.strip().lower()}"
+    return f"signin:{username.strip().lower()}"
 
 
 class Throttled:
@@ -23,9 +24,8 @@ class Throttled:
 
     def clean(self):
         key = _key(self.cleaned_data.get("username") or "")
-        client = redis.client()
-        if int(client.get(key) or 0) >= FAILURES:
-            minutes = max(1, -(-client.ttl(key) // 60))
+        if wait := throttles.over(key, FAILURES):
+            minutes = max(1, -(-int(wait) // 60))
             raise ValidationError(
                 ngettext(
                     "Too many failed sign-ins for this username; try again in %(minutes)d minute.",
@@ -38,12 +38,9 @@ class Throttled:
         try:
             cleaned = super().clean()
         except ValidationError:
-            with client.pipeline() as pipe:  # not EXPIRE NX, which Redis before 7.0 refuses
-                pipe.set(key, 0, nx=True, ex=WINDOW_S)
-                pipe.incr(key)
-                pipe.execute()
+            throttles.hit(key, FAILURES, WINDOW_S)
             raise
-        client.delete(key)
+        throttles.forget(key)
         return cleaned
 
 
