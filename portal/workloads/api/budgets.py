@@ -5,6 +5,7 @@ from django.db import transaction
 from rest_framework import permissions, serializers, viewsets
 
 from portal.core.api import KnownFields, NameField, TenantPermission, TenantViewSet, is_operator
+from portal.core.idempotency import IdempotentCreateModelMixin
 from portal.core.models import audit
 from portal.quotas.models import Budget, Queue
 from portal.tenancy.models import Tenant
@@ -130,7 +131,7 @@ class BudgetSerializer(KnownFields, serializers.ModelSerializer):
         return out.isoformat() if out else None
 
 
-class BudgetViewSet(viewsets.ModelViewSet, TenantViewSet):
+class BudgetViewSet(IdempotentCreateModelMixin, viewsets.ModelViewSet, TenantViewSet):
     queryset = Budget.objects.select_related("tenant", "queue")
     serializer_class = BudgetSerializer
     permission_classes = [permissions.IsAuthenticated, OperatorsWrite]

@@ -7,32 +7,57 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from rest_framework.test import APIClient
+
 from portal.core.models import IdempotencyKey
-from portal.quotas.models import QuotaRequest
+from portal.quotas.models import Budget, QuotaRequest
+from portal.services.models import Service
 from portal.workloads.models import Workload
 from tests.builders import api_client
 
 JOB = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 16}
 QUOTA = {"queue": "llm", "gpu_model": "H800", "region": "cn-east", "count": 16, "reason": "more"}
-CREATES = [("/api/v1/workloads/", JOB, Workload), ("/api/v1/quota-requests/", QUOTA, QuotaRequest)]
+SERVICE = {
+    "name": "chat",
+    "queue": "llm",
+    "gpu_model": "H800",
+    "gpus_per_replica": 8,
+    "min_replicas": 1,
+}
+BUDGET = {"tenant": "acme", "queue": "llm", "gpu_hours": 5000}
+CREATES = [
+    ("/api/v1/workloads/", JOB, Workload),
+    ("/api/v1/quota-requests/", QUOTA, QuotaRequest),
+    ("/api/v1/services/", SERVICE, Service),
+    ("/api/v1/budgets/", BUDGET, Budget),
+]
 
 
 def post(client, path, body, key):
     return client.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
 
 
-@pytest.mark.parametrize(("path", "body", "model"), CREATES, ids=["a workload", "a quota request"])
+@pytest.mark.parametrize(
+    ("path", "body", "model"),
+    CREATES,
+    ids=["a workload", "a quota request", "a service", "a budget"],
+)
 def test_a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing(
-    acme_llm, alice, path, body, model
+    acme_llm, alice, operator, path, body, model
 ):
-    client = api_client(alice)
+    if model is Budget:  # operators set budgets
+        client = APIClient()
+        client.force_login(operator)
+    else:
+        client = api_client(alice)
     first, retry = post(client, path, body, "k-1"), post(client, path, body, "k-1")
-    assert first.status_code == retry.status_code == 201
+    assert first.status_code == retry.status_code == 201, first.json()
     assert retry.json() == first.json()
     assert retry["Idempotent-Replayed"] == "true"
     assert model.objects.count() == 1
-    assert post(client, path, body, "k-2").status_code == 201  # a new key creates again
-    assert model.objects.count() == 2
+    if model in (Workload, QuotaRequest):  # the others are one per name or queue
+        assert post(client, path, body, "k-2").status_code == 201  # a new key creates again
+        assert model.objects.count() == 2
 
 
 def test_the_same_key_on_a_different_request_is_refused_with_the_reason(acme_llm, bob):
