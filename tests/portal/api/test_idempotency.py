@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.utils import timezone
-
 from rest_framework.test import APIClient
 
 from portal.core.models import IdempotencyKey
