@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # few kilobytes. A larger one closes the connection at once, before any of it is decoded.
 MAX_FRAME_BYTES = 256 * 1024
 CLOSE_TOO_BIG = 4009  # "too big" (daphne lets an application close only with 1000 or 3000-4999)
+CLOSE_NOT_THIS_NODE = 4003  # "forbidden": a hello whose inventory is not the enrolled node's
 
 
 def in_db(func):
@@ -192,7 +193,13 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             log.exception("node %s: failed to apply %s", self.node.name, message["type"])
 
     async def on_hello(self, message):
-        state, unanswered = await _hello(self.node.id, self.channel_name, message)
+        try:
+            state, unanswered = await _hello(self.node.id, self.channel_name, message)
+        except protocol.ProtocolError as error:
+            log.warning("node %s: hello refused, connection closed: %s", self.node.name, error)
+            await self.send(protocol.encode("error", reason=error.reason, field=error.field))
+            await self.close(code=CLOSE_NOT_THIS_NODE)
+            return
         await self.send_state(state)
         for command in unanswered:
             await self.send(protocol.encode("command", **command))
@@ -383,28 +390,30 @@ def _hello(node_id: int, channel_name: str, message: dict) -> tuple[dict, list[d
 @transaction.atomic
 def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     """This connection now speaks for the node; record the inventory it reports (GPU uuids and
-    memory), writing only what changed so a fleet reconnecting at once costs little."""
-    node = Node.objects.select_for_update().get(pk=node_id)
+    memory, and its facts over the enrolled ones), writing only what changed so a fleet
+    reconnecting at once costs little. Raises ProtocolError, and records nothing, when the
+    inventory cannot be this node's (`_not_this_node`)."""
+    node = (
+        Node.objects.select_for_update(of=("self",))
+        .select_related("gpu_model", "leaf__pod__datacenter")
+        .get(pk=node_id)
+    )
+    reported = message["node"]
+    if refusal := _not_this_node(node, reported):
+        raise refusal
     node.connected, node.agent_channel = True, channel_name
     node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
     node.reported_generation = message["generation"]
     fields = ["connected", "agent_channel", "last_seen_at", "agent_version", "reported_generation"]
-    facts = message["node"].get("facts", {})  # agents before facts send none
+    # What the hello does not know (None) keeps what enrolment recorded.
+    facts = {**node.facts, **{k: v for k, v in reported.get("facts", {}).items() if v is not None}}
     if node.facts != facts:
         node.facts = facts
         fields.append("facts")
     node.save(update_fields=fields)
     known = {gpu.index: gpu for gpu in node.gpus.all()}
     new, changed = [], []
-    for item in message["node"]["gpus"]:
-        if item["index"] >= node.gpu_count:
-            log.warning(
-                "node %s: ignoring GPU %d of a %d-GPU node",
-                node.name,
-                item["index"],
-                node.gpu_count,
-            )
-            continue
+    for item in reported["gpus"]:
         gpu = known.get(item["index"])
         if gpu is None:
             new.append(
@@ -415,3 +424,38 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
             changed.append(gpu)
     Gpu.objects.bulk_create(new)
     Gpu.objects.bulk_update(changed, ["uuid", "memory_mb"])
+
+
+def _not_this_node(node: Node, reported: dict) -> protocol.ProtocolError | None:
+    """Why a hello's inventory cannot be the enrolled node's: another hostname (its token
+    copied to another machine), another GPU model, a GPU beyond the enrolled count or reported
+    twice, or a place in the fabric other than the node's (an operator moves a node, not its
+    agent). Fewer GPUs than enrolled is a fault the heartbeats report, not a refusal."""
+    if reported["hostname"] != node.name:
+        return protocol.ProtocolError(
+            "node.hostname", f"This token is node {node.name}'s, not {reported['hostname']}'s."
+        )
+    if reported["gpu_model"] != node.gpu_model.name:
+        return protocol.ProtocolError(
+            "node.gpu_model",
+            f"Node {node.name} is enrolled with {node.gpu_model.name} GPUs, "
+            f"not {reported['gpu_model']}.",
+        )
+    indices = [gpu["index"] for gpu in reported["gpus"]]
+    for index in indices:
+        if index >= node.gpu_count or indices.count(index) > 1:
+            why = "reported twice" if index < node.gpu_count else "not one of them"
+            return protocol.ProtocolError(
+                "node.gpus",
+                f"Node {node.name} is enrolled with {node.gpu_count} GPUs; GPU {index} is {why}.",
+            )
+    leaf = node.leaf
+    place = {"datacenter": leaf.pod.datacenter.name, "pod": leaf.pod.name, "leaf": leaf.name}
+    facts = reported.get("facts", {})
+    for key, enrolled in place.items():
+        if facts.get(key) not in (None, enrolled):
+            return protocol.ProtocolError(
+                f"node.facts.{key}",
+                f"Node {node.name} is enrolled in {key} {enrolled}, not {facts[key]}.",
+            )
+    return None

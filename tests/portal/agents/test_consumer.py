@@ -178,6 +178,77 @@ def _hello(ws, node):
     return protocol.parse(ws.recv(timeout=10), "server")
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"hostname": "another-machine"}, "node.hostname"),
+        ({"gpu_model": "A100-FAKE"}, "node.gpu_model"),
+        ({"gpus": [8]}, "node.gpus"),
+        ({"gpus": [0, 0]}, "node.gpus"),
+        ({"facts": {"datacenter": "ELSEWHERE", "driver_version": "560"}}, "node.facts.datacenter"),
+    ],
+    ids=["another hostname", "another model", "a GPU beyond the count", "a GPU twice", "elsewhere"],
+)  # fmt: skip
+def test_a_hello_that_is_not_the_enrolled_node_is_refused_and_changes_nothing(
+    agent_url, cluster, change, field
+):
+    from websockets.exceptions import ConnectionClosed
+
+    node = cluster[0]
+    enrolled = {"datacenter": node.leaf.pod.datacenter.name, "driver_version": "550.90"}
+    Node.objects.filter(pk=node.pk).update(connected=False, facts=enrolled)
+    hello = {"hostname": node.name, "gpu_model": "H800", **change}
+    hello["gpus"] = [
+        {"index": i, "uuid": f"GPU-{i}", "memory_mb": 1} for i in hello.get("gpus", [])
+    ]
+    hello["facts"] = _facts(node, **hello.get("facts", {}))
+    auth = {"Authorization": f"Bearer {node.issue_token()}"}
+    with connect(agent_url, additional_headers=auth) as ws:
+        ws.send(protocol.encode("hello", agent_version="t", generation=0, workloads=[], node=hello))
+        refusal = protocol.parse(ws.recv(timeout=10), "server")
+        assert refusal["type"] == "error" and refusal["field"] == field
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 4003
+    node = _refreshed(node)
+    assert not node.connected and node.facts == enrolled and not node.gpus.exists()
+    assert f"node {node.name}: hello refused, connection closed: {field}:" in _server_log()
+
+
+def test_a_hello_keeps_the_enrolled_facts_it_does_not_know_and_may_lack_a_gpu(agent_url, cluster):
+    node = cluster[0]
+    enrolled = {"datacenter": node.leaf.pod.datacenter.name, "gpu_count": 8, "driver_version": "1"}
+    Node.objects.filter(pk=node.pk).update(facts=enrolled)
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "memory_mb": 81559} for i in range(7)]  # one is lost
+    facts = _facts(node, datacenter=None, pod=node.leaf.pod.name, driver_version="2")
+    with connect(
+        agent_url, additional_headers={"Authorization": f"Bearer {node.issue_token()}"}
+    ) as ws:
+        ws.send(
+            protocol.encode(
+                "hello",
+                agent_version="t",
+                generation=0,
+                workloads=[],
+                node={"hostname": node.name, "gpu_model": "H800", "gpus": gpus, "facts": facts},
+            )
+        )
+        assert protocol.parse(ws.recv(timeout=10), "server")["type"] == "desired_state"
+    node = _refreshed(node)
+    assert node.facts == {**enrolled, **{k: v for k, v in facts.items() if v is not None}}
+    assert (
+        node.facts["datacenter"] == enrolled["datacenter"] and node.facts["driver_version"] == "2"
+    )
+    assert node.gpus.count() == 7
+
+
+def _facts(node, **change):
+    """A simulated node's facts, as its agent's hello carries them (no place in the fabric)."""
+    from scheduler.agent.simulated import SimulatedGpus
+
+    return {**SimulatedGpus(node.name, "H800").inventory().facts.to_message(), **change}
+
+
 def test_a_late_disconnect_of_an_old_connection_leaves_the_node_connected(agent_url, cluster):
     node = cluster[0]
     auth = {"Authorization": f"Bearer {node.issue_token()}"}

@@ -12,6 +12,7 @@ from portal.cluster.summary import write_heartbeat
 from portal.dashboard.cluster_map import cluster_map
 from portal.workloads.cycle import scheduling_cycle
 from scheduler import faults
+from scheduler.agent.simulated import SimulatedGpus
 from tests.builders import make_workload
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +79,8 @@ def test_a_nodes_page_has_its_gpus_workloads_faults_and_lifecycle(
     job = make_workload(acme_llm, "pretrain", gpus=8)
     scheduling_cycle()
     node = Node.objects.filter(allocations__workload=job).distinct().get()
+    node.facts = SimulatedGpus(node.name, "H800").inventory().facts.to_message()  # its hello's
+    node.save(update_fields=["facts"])
     beat(clean_redis, node, time.time(), util=70, temperature=55)
     record_fault(node.pk, faults.lookup("xid-79"), "fell off the bus")
     client.force_login(operator)
@@ -86,4 +89,7 @@ def test_a_nodes_page_has_its_gpus_workloads_faults_and_lifecycle(
     assert "pretrain" in page and "70" in page and "56" in page  # its job, GPU 0 and GPU 1
     assert "GPU has fallen off the bus" in page or "xid-79" in page  # the fault's title
     assert "node.down" in page  # the fault took it down: its lifecycle says so
+    assert "550.90.07 · CUDA 12.4 · NVLink 144 of 144 up" in page  # what its agent reported
+    assert "224 × Simulated Xeon Platinum 8480+ · 2048 GiB of memory" in page
+    assert "eth0 100 Gb/s, ib0 400 Gb/s" in page
     assert client.get("/ops/nodes/999999/").status_code == 404
