@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from portal.cluster.models import Node
 from portal.workloads.models import Allocation
-from tests.builders import api_client, make_workload
+from tests.builders import api_client, make_queue, make_workload
 
 
 @pytest.fixture
@@ -40,6 +40,25 @@ def test_a_lists_count_reads_its_own_table(many_workloads, bob, url):
         assert api_client(bob).get(url).status_code == 200
     [count] = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(")]
     assert " JOIN " not in count and "GROUP BY" not in count
+
+
+def test_the_budgets_list_reads_where_each_stands_in_one_pass(many_workloads, bob):
+    """Each budget's standing (used, burn, runs out at) comes from one usage pass for the
+    page, not a pass per budget."""
+    from portal.quotas.models import Budget
+
+    def queries():
+        with CaptureQueriesContext(connection) as captured:
+            assert api_client(bob).get("/api/v1/budgets/").status_code == 200
+        return len(captured)
+
+    tenant = many_workloads[0].tenant
+    Budget.objects.create(tenant=tenant, queue=many_workloads[0].queue, gpu_hours=100)
+    Budget.objects.create(tenant=tenant, gpu_hours=1000)
+    few = queries()
+    for i in range(10):
+        Budget.objects.create(tenant=tenant, queue=make_queue(tenant, f"q{i}"), gpu_hours=10)
+    assert queries() <= few
 
 
 def test_the_nodes_list_counts_each_nodes_allocated_gpus(many_workloads, bob):
