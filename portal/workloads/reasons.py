@@ -4,7 +4,9 @@ The engine names every queue `tenant/queue` and every workload by its id, so an 
 exactly who took what from whom. A tenant reads its own queues by their names and its own
 workloads by their ids; another tenant's queue is only "another tenant's queue", without the
 figures that follow it (its quota use), and another tenant's workload only "a workload of
-another tenant": tenants never see each other's names or numbers.
+another tenant"; how many workloads a claim preempts, shrinks or waits for is left out (they
+may be other tenants'), its own queues' counts kept: tenants never see each other's names or
+numbers.
 """
 
 import re
@@ -18,6 +20,10 @@ WORKLOADS = re.compile(r"\b(workloads?) (\d+(?:, \d+)*)")
 # The queues a claim preempts from, with how many of each: "(queue acme/llm: 1, globex/a: 2)".
 PREEMPTED = re.compile(
     r"\(queue ([a-z0-9][a-z0-9_-]*/[\w.-]+: \d+(?:, [a-z0-9][a-z0-9_-]*/[\w.-]+: \d+)*)\)"
+)
+# How many workloads a claim moves: "preempting 3 workloads", "waiting for 1 preempted workload".
+COUNTED = re.compile(
+    r"\b(preempting|waiting for|shrinking) \d+ ((?:preempted |elastic )?workload)s?\b"
 )
 
 
@@ -42,6 +48,7 @@ class Reader:
     def read(self, text: str) -> str:
         if self.tenant is None or not text:
             return text
+        text = COUNTED.sub(r"\1 \2s", text)
         text = PREEMPTED.sub(self._preempted, text)
         text = QUEUE.sub(self._queue, text)
         ids = [int(i) for m in WORKLOADS.finditer(text) for i in m.group(2).split(", ")]
@@ -94,6 +101,6 @@ def readable(text: str, workload) -> str:
     """`text` as the members of the workload's tenant may read it (its tenant is fetched only
     when the text names a queue or a workload)."""
     # (A list of PREEMPTED queues holds a QUEUE match too.)
-    if not text or not (QUEUE.search(text) or WORKLOADS.search(text)):
+    if not text or not (QUEUE.search(text) or WORKLOADS.search(text) or COUNTED.search(text)):
         return text
     return Reader(workload.tenant).read(text)

@@ -59,17 +59,22 @@ def test_the_claimants_tenant_reads_its_own_queue_by_name(reclaimed, alice):
          "reclaimed for a workload of another tenant: another tenant's queue, and queue llm "
          "borrows 8 H800 GPUs beyond its nominal 0"),
         ("preempting 2 workloads (queue globex/cv: 2) to make room",
-         "preempting 2 workloads (another tenant's queue) to make room"),
+         "preempting workloads (another tenant's queue) to make room"),
         ("preempting 3 workloads (queue acme/llm: 1, globex/cv: 2) to make room (queue "
          "acme/llm is under its H800 nominal quota (0/8 in use))",
-         "preempting 3 workloads (queue llm: 1, another tenant's queue) to make room (queue llm "
+         "preempting workloads (queue llm: 1, another tenant's queue) to make room (queue llm "
          "is under its H800 nominal quota (0/8 in use))"),
         ("preempting 2 workloads (queue globex/cv: 1, globex/nlp: 1) to make room",
-         "preempting 2 workloads (another tenant's queue) to make room"),
+         "preempting workloads (another tenant's queue) to make room"),
+        ("shrinking 1 elastic workload and waiting for 4 preempted workloads to stop to make "
+         "room; it starts once they have stopped",
+         "shrinking elastic workloads and waiting for preempted workloads to stop to make "
+         "room; it starts once they have stopped"),
         ("held for gangs (workloads 97, 98)", "held for gangs (other tenants' workloads)"),
     ],
     ids=["its own queue", "another's claimant", "another's victims",
-         "its own and another's victims", "two other queues' victims", "another's gangs"],
+         "its own and another's victims", "two other queues' victims", "how many it waits for",
+         "another's gangs"],
 )  # fmt: skip
 def test_what_a_tenant_reads(db, acme, text, read):
     assert Reader(acme).read(text) == read
