@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 # few kilobytes. A larger one closes the connection at once, before any of it is decoded.
 MAX_FRAME_BYTES = 256 * 1024
 CLOSE_TOO_BIG = 4009  # "too big" (daphne lets an application close only with 1000 or 3000-4999)
-CLOSE_NOT_THIS_NODE = 4003  # "forbidden": a hello whose inventory is not the enrolled node's
 
 
 def in_db(func):
@@ -135,6 +134,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             log.warning("agent rejected: missing or unknown token from %s", self.scope["client"])
             await self.close(code=4401)
             return
+        self.greeted = False  # until its hello is taken, nothing else it says is
         # (workload, attempt) pairs this connection already reported, so heartbeats cost no SQL.
         self.started, self.exited = set(), set()
         self.attempts = {}  # workload -> the newest attempt sent to this agent
@@ -185,6 +185,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             log.warning("node %s: rejected message: %s", self.node.name, error)
             await self.send(protocol.encode("error", reason=error.reason, field=error.field))
             return
+        if not self.greeted and message["type"] != "hello":
+            # A refused hello's connection is closing: what it still says is not this node's.
+            log.warning("node %s: rejected %s before a hello", self.node.name, message["type"])
+            await self.send(protocol.encode("error", reason="Say hello first.", field="type"))
+            return
         try:
             await getattr(self, f"on_{message['type']}")(message)
         except Exception:
@@ -198,8 +203,9 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         except protocol.ProtocolError as error:
             log.warning("node %s: hello refused, connection closed: %s", self.node.name, error)
             await self.send(protocol.encode("error", reason=error.reason, field=error.field))
-            await self.close(code=CLOSE_NOT_THIS_NODE)
+            await self.close(code=protocol.CLOSE_REFUSED)
             return
+        self.greeted = True
         await self.send_state(state)
         for command in unanswered:
             await self.send(protocol.encode("command", **command))
@@ -406,7 +412,8 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     node.reported_generation = message["generation"]
     fields = ["connected", "agent_channel", "last_seen_at", "agent_version", "reported_generation"]
     # What the hello does not know (None) keeps what enrolment recorded.
-    facts = {**node.facts, **{k: v for k, v in reported.get("facts", {}).items() if v is not None}}
+    reported_facts = {k: v for k, v in reported.get("facts", {}).items() if v is not None}
+    facts = _placed(node, {**node.facts, **reported_facts})
     if node.facts != facts:
         node.facts = facts
         fields.append("facts")
@@ -428,9 +435,8 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
 
 def _not_this_node(node: Node, reported: dict) -> protocol.ProtocolError | None:
     """Why a hello's inventory cannot be the enrolled node's: another hostname (its token
-    copied to another machine), another GPU model, a GPU beyond the enrolled count or reported
-    twice, or a place in the fabric other than the node's (an operator moves a node, not its
-    agent). Fewer GPUs than enrolled is a fault the heartbeats report, not a refusal."""
+    copied to another machine), another GPU model, or a GPU beyond the enrolled count or
+    reported twice. Fewer GPUs than enrolled is a fault the heartbeats report, not a refusal."""
     if reported["hostname"] != node.name:
         return protocol.ProtocolError(
             "node.hostname", f"This token is node {node.name}'s, not {reported['hostname']}'s."
@@ -449,13 +455,22 @@ def _not_this_node(node: Node, reported: dict) -> protocol.ProtocolError | None:
                 "node.gpus",
                 f"Node {node.name} is enrolled with {node.gpu_count} GPUs; GPU {index} is {why}.",
             )
+    return None
+
+
+def _placed(node: Node, facts: dict) -> dict:
+    """The hello's facts with the node's place in the fabric as the portal records it: the
+    record is what scheduling reads, and an operator may have moved the node since its agent's
+    labels were written. A label that differs is logged, for the agent's configuration."""
     leaf = node.leaf
     place = {"datacenter": leaf.pod.datacenter.name, "pod": leaf.pod.name, "leaf": leaf.name}
-    facts = reported.get("facts", {})
-    for key, enrolled in place.items():
-        if facts.get(key) not in (None, enrolled):
-            return protocol.ProtocolError(
-                f"node.facts.{key}",
-                f"Node {node.name} is enrolled in {key} {enrolled}, not {facts[key]}.",
+    for key, recorded in place.items():
+        if facts.get(key) not in (None, recorded):
+            log.warning(
+                "node %s: its agent says %s %s, the node is in %s: kept",
+                node.name,
+                key,
+                facts[key],
+                recorded,
             )
-    return None
+    return {**facts, **place}

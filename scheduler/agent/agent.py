@@ -55,7 +55,7 @@ from scheduler.agent.backends import (
     FaultRefused,
     WorkloadExit,
 )
-from scheduler.agent.protocol import SERVER, ProtocolError, encode, parse
+from scheduler.agent.protocol import CLOSE_REFUSED, SERVER, ProtocolError, encode, parse
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,7 @@ class Agent:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         reconnect_spread_s: float = 5.0,
+        refused_retry_s: float = 300.0,
         open_timeout_s: float = 30.0,
         rng: random.Random | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -144,6 +145,9 @@ class Agent:
         self._backend = backend
         self._backoff = (backoff_base_s, backoff_cap_s)
         self._reconnect_spread_s = min(reconnect_spread_s, backoff_cap_s)
+        # A refused hello waits for an operator: tried again rarely, not at the backoff's pace.
+        self._refused_retry_s = refused_retry_s
+        self._refused = False
         self._open_timeout_s = open_timeout_s
         self._ssl = ssl_context
         self._rng = rng or random.Random()
@@ -220,7 +224,10 @@ class Agent:
         while True:
             healthy = await self._connect_once(quiet=attempt > 0)
             attempt = 0 if healthy else attempt + 1
-            if healthy:
+            if self._refused:
+                self._refused = False
+                delay = self._refused_retry_s
+            elif healthy:
                 # The server went away under a working fleet (a restart, say): come back spread
                 # over a few seconds, not all 12,500 agents within half a second.
                 delay = self._rng.uniform(0.0, self._reconnect_spread_s)
@@ -277,7 +284,16 @@ class Agent:
                 healthy = await self._handle(frame) or healthy
             logger.info("%s: the server closed the connection", self._hostname)
         except ConnectionClosed as exc:
-            logger.warning("%s: connection lost: %s", self._hostname, exc)
+            if exc.rcvd is not None and exc.rcvd.code == CLOSE_REFUSED:
+                self._refused = True
+                logger.error(
+                    "%s: the server refused this node (its reason is above); trying again in "
+                    "%.0f s",
+                    self._hostname,
+                    self._refused_retry_s,
+                )
+            else:
+                logger.warning("%s: connection lost: %s", self._hostname, exc)
         finally:
             self._ws = None
             heartbeats.cancel()

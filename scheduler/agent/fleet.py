@@ -3,7 +3,9 @@
     python -m scheduler.agent.fleet --url ws://127.0.0.1:8000/ws/agent/ --nodes nodes.json
 
 `nodes.json` is a list of objects with the fields of `NodeSpec`; `hostname` and `token` are
-required. The fleet runs until SIGINT or SIGTERM, then closes every connection.
+required, and `gpu_model` and `gpus` must be the node's as the portal records them (the server
+refuses a hello whose inventory is not its node's). The fleet runs until SIGINT or SIGTERM,
+then closes every connection.
 """
 
 from __future__ import annotations

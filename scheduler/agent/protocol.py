@@ -29,6 +29,9 @@ PROTOCOL_VERSION = 1
 
 AGENT = "agent"
 SERVER = "server"
+# The close code of a connection whose hello the server refused: its inventory is not the
+# node's its token was issued to (another hostname, GPU model or GPUs). An operator must act.
+CLOSE_REFUSED = 4003
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")

@@ -5,6 +5,7 @@ recorded once per repeat and at most so many a minute, and browsers hear each on
 import json
 import time
 import urllib.request
+from contextlib import contextmanager
 
 import pytest
 from django.test import Client
@@ -14,6 +15,7 @@ from portal.agents.limits import FAULTS_PER_MINUTE, MESSAGES_PER_S, Throttle
 from portal.cluster.models import FaultEvent
 from portal.tenancy.models import ApiToken
 from scheduler.agent import protocol
+from tests.portal.agents.test_consumer import say_hello
 from tests.portal.live_client import LiveClient
 from tests.portal.processes import wait_until
 
@@ -25,8 +27,12 @@ def agent_url(portal_server, clean_redis):
     return f"ws://127.0.0.1:{portal_server}/ws/agent/"
 
 
+@contextmanager
 def _agent(url, node):
-    return connect(url, additional_headers={"Authorization": f"Bearer {node.issue_token()}"})
+    """A connection that said hello as the node's agent."""
+    with connect(url, additional_headers={"Authorization": f"Bearer {node.issue_token()}"}) as ws:
+        say_hello(ws, node)
+        yield ws
 
 
 def _round_trip(ws, timeout=30) -> None:

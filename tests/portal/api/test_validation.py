@@ -332,17 +332,16 @@ def test_a_body_over_the_bound_is_a_413_in_the_apis_shape(acme_llm, alice, setti
 
 
 def test_integer_bounds_are_postgresqls_on_every_database(acme_llm, operator):
-    from django.db import connection
     from django.db.backends.base.operations import BaseDatabaseOperations
     from django.db.utils import load_backend
 
-    sqlite = load_backend(settings_engine := "portal.core.sqlite3").DatabaseWrapper(
-        {"NAME": ":memory:", "ENGINE": settings_engine}
-    )
-    for column in BaseDatabaseOperations.integer_field_ranges:
-        assert sqlite.ops.integer_field_range(column) == connection.ops.integer_field_range(
-            column
-        ), column
+    def ranges(engine):
+        wrapper = load_backend(engine).DatabaseWrapper({"NAME": ":memory:", "ENGINE": engine})
+        return {t: wrapper.ops.integer_field_range(t) for t in postgresql}
+
+    postgresql = BaseDatabaseOperations.integer_field_ranges  # PostgreSQL keeps the base's
+    assert ranges("portal.core.sqlite3") == postgresql
+    assert ranges("django.db.backends.sqlite3")["PositiveIntegerField"] == (0, 2**63 - 1)
     change = f"/api/v1/queues/{acme_llm.pk}/change/"  # a grace of 2^63 s overflowed a cycle
     answer = api_client(operator).post(
         change, {"preemption_grace_s": 2**63 - 1, "reason": "x"}, format="json"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler.agent.agent import AGENT_VERSION, Agent
+from scheduler.agent.protocol import CLOSE_REFUSED
 from scheduler.agent.simulated import SimulatedBackend
 
 # 100 simulated seconds per second: a 30 s workload ends after 0.3 s.
@@ -359,3 +360,35 @@ def test_a_runs_output_goes_out_in_logs_messages_before_its_exit(agent_server: A
             assert {(m["workload_id"], m["attempt"]) for m in logs} == {(7, 0)}
 
     run(scenario())
+
+
+def test_a_refused_hello_is_logged_as_an_error_and_tried_again_rarely(
+    agent_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with agent_server() as server:
+            agent = make_agent(server.url)
+            agent._refused_retry_s = 1.0  # 5 minutes in earnest; its backoff is 0.02-0.1 s
+            task = asyncio.create_task(agent.run())
+            try:
+                peer = await server.next_connection()
+                await peer.expect("hello")
+                await peer.send(
+                    "error", reason="This token is node b's, not node-a's.", field="node.hostname"
+                )
+                await peer.ws.close(code=CLOSE_REFUSED)
+                refused_at = asyncio.get_running_loop().time()
+                again = await server.next_connection()
+                waited = asyncio.get_running_loop().time() - refused_at
+                await again.expect("hello")
+            finally:
+                await agent.stop()
+                await task
+        assert 0.9 <= waited < 3
+
+    run(scenario())
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "node-a: the server refused this node (its reason is above); trying again in 1 s"
+    ]
+    assert "This token is node b's, not node-a's." in caplog.text
