@@ -47,7 +47,7 @@ from scheduler.engine.model import (
 from scheduler.engine.moves import Claim, Claimant, MoveKind
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
-from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch
+from scheduler.engine.preemption import SEARCHES_PER_QUEUE, FreeGPUs, VictimSearch
 from scheduler.engine.quota import QuotaLedger
 
 
@@ -557,6 +557,10 @@ class Cycle:
         """Whether preemption could free `needed` GPUs for the workload, by a quick bound that
         spares a search which cannot succeed."""
         model = workload.gpu_model
+        if workload.gpus < pool.node_size:  # a node's stopping work may seat it (shared)
+            free = FreeGPUs(pool, workload.gpus, self.occupancy.soon)
+            if self.occupancy.soon_room(pool, workload.gpus, free.__getitem__) is not None:
+                return True
         bound = self.occupancy.releasing_gpus(pool)
         policy = queue.preemption
         if policy.within_queue:
@@ -620,10 +624,15 @@ class Cycle:
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.claims[queue.id, workload.gpu_model] += workload.gpus
-        self.occupancy.hold(pool, workload.id, claim.nodes)
+        small = workload.gpus < pool.node_size
+        if not small:
+            self.occupancy.hold(pool, workload.id, claim.nodes)
         for move in claim.moves:
             if move.kind == MoveKind.EVICT:
                 self.occupancy.evicted(pool, move.workload)
+        if small:  # its victims' GPUs are room for it first, the rest for later claimants
+            (node_id,) = claim.nodes
+            self.occupancy.promise(pool, workload.id, node_id, workload.gpus)
         reservation = Reservation(
             workload.id, claim.level, claim.domain, claim.nodes, self.now, reason
         )

@@ -56,7 +56,7 @@ class Occupancy:
             lambda: defaultdict(list)
         )
         self._releasing_gpus: dict[Pool, int] = defaultdict(int)
-        self._unheld: dict[int, int] = {}  # releasing workload -> its nodes held for nobody
+        self._unheld: dict[int, int] = {}  # releasing workload -> its nodes a gang could have
         self._unindexed: list[Workload] = []  # running work noted but not indexed yet
         self._values: dict[int, tuple] = {}
         self._held_on: dict[int, dict[int, int]] = {}
@@ -71,6 +71,8 @@ class Occupancy:
         self.out_of_reach: set[int] = set()
         self._soonest: dict[Pool, list[tuple[float, str, Node]]] = {}
         self._changed: set[int] = set()  # nodes given work this cycle
+        self.promised: set[int] = set()  # nodes where smaller jobs wait for part (`promise`)
+        self._passed: set[int] = set()  # nodes no gang may have this cycle (`_pass_by`)
 
     def ordered(self, pool: Pool, queue_id: int) -> list[Workload]:
         """The queue's candidate victims in the pool, least valuable first (`value`): sorted
@@ -121,7 +123,7 @@ class Occupancy:
     @property
     def releasing(self) -> dict[Pool, dict[int, Workload]]:
         """Running workloads told to stop (before this cycle or in it), per pool: those with
-        GPUs on some node held for nobody."""
+        GPUs on some node a gang could still have (`_pass_by`)."""
         self._index()
         return self._releasing
 
@@ -180,17 +182,43 @@ class Occupancy:
         self._add_releasing(pool, workload)
 
     def hold(self, pool: Pool, owner: int, node_ids: Iterable[int]) -> None:
-        """Hold the nodes for workload `owner` (`Pool.hold`); releasing work whose every node
-        is held then frees nothing anyone else could use, and searches pass it by."""
+        """Hold the nodes for workload `owner` (`Pool.hold`); gangs pass them by (`_pass_by`)."""
         fresh = [n for n in node_ids if n not in pool.held_by]
         pool.hold(owner, fresh)
-        releasing = self._releasing[pool]
         for node_id in fresh:
-            for workload in self.releasing_on.get(node_id, ()):
-                self._unheld[workload.id] -= 1
-                if not self._unheld[workload.id]:
-                    del releasing[workload.id]
-                    self._releasing_gpus[pool] -= workload.held
+            self._pass_by(pool, node_id)
+
+    def promise(self, pool: Pool, owner: int, node_id: int, gpus: int) -> None:
+        """Room for workload `owner`, smaller than a node: `gpus` of the node's GPUs free now
+        or soon, the rest left to later claimants of the cycle (a hold would take the whole
+        node, and each later small claimant would evict more work beside GPUs about to be
+        free). It counts on the GPUs stopping work frees before free ones, which others may
+        take at once; the free ones it needs are taken. Gangs and reservations pass the node
+        by; once it has nothing left to give, it is held (`hold`)."""
+        soon = min(gpus, self.soon[node_id])
+        self.soon[node_id] -= soon
+        if gpus > soon:
+            free = sorted(pool.free(node_id))[: gpus - soon]
+            pool.take(Placement(node_id, tuple(free)))
+        self.promised.add(node_id)
+        self._changed.add(node_id)
+        self._pass_by(pool, node_id)
+        if not self.soon[node_id] and not pool.free(node_id):
+            self.hold(pool, owner, [node_id])
+
+    def _pass_by(self, pool: Pool, node_id: int) -> None:
+        """No gang may have the node this cycle (held, or promised to smaller jobs): releasing
+        work none of whose nodes a gang could have then frees nothing for gangs, and their
+        searches pass it by (smaller jobs find what it frees through `soon_room`)."""
+        if node_id in self._passed:
+            return
+        self._passed.add(node_id)
+        releasing = self._releasing[pool]
+        for workload in self.releasing_on.get(node_id, ()):
+            self._unheld[workload.id] -= 1
+            if not self._unheld[workload.id]:
+                del releasing[workload.id]
+                self._releasing_gpus[pool] -= workload.held
 
     def _add_releasing(self, pool: Pool, workload: Workload) -> None:
         nodes = self._soon_nodes[pool]
@@ -199,7 +227,7 @@ class Occupancy:
             node = pool.node(node_id)
             if node is None or not gpus or node_id in pool.held_by:
                 continue
-            unheld += 1
+            unheld += node_id not in self._passed
             self.soon[node_id] += gpus
             self.releasing_on[node_id].append(workload)
             usable = len(pool.free(node_id)) + self.soon[node_id]

@@ -123,7 +123,7 @@ class VictimSearch:
         """Every move open to the claimant, in the order they are tried: stopping work (for a
         gang), then shrinks, then evictions, the latter in one segment per victim queue."""
         if self._moves is None:
-            # A smaller job's rooms count stopping work as free GPUs (`_FreeGPUs`) instead.
+            # A smaller job's rooms count stopping work as free GPUs (`FreeGPUs`) instead.
             gang = self.claimant.gpus >= self.pool.node_size
             releasing = self.occupancy.releasing[self.pool].values() if gang else ()
             found = [self._cached(Rule.RELEASING, w)[-1] for w in releasing]
@@ -424,7 +424,7 @@ class VictimSearch:
         priority than its).
         """
         gpus, occupancy = self.claimant.gpus, self.occupancy
-        free = _FreeGPUs(self.pool, gpus, occupancy.soon)
+        free = FreeGPUs(self.pool, gpus, occupancy.soon)
         node_id = occupancy.soon_room(self.pool, gpus, free.__getitem__)
         chosen: list[int] = []
         if node_id is None:  # no room of stopping work alone, which costs nothing
@@ -475,7 +475,7 @@ class VictimSearch:
             freed += held(workload)[node_id]
         return chosen
 
-    def _lowest_victim(self, moves: list[Move], below: tuple, free: _FreeGPUs) -> tuple:
+    def _lowest_victim(self, moves: list[Move], below: tuple, free: FreeGPUs) -> tuple:
         """The lowest `_rank`, if below `below`, of a victim that could be in a room of several
         evictions: one on a node the claimant may use that is elastic or that the rules let go
         on its own (with others it only releases more of its queue, so if it may not go alone
@@ -508,7 +508,7 @@ class VictimSearch:
             yield index, move
 
     def _rooms_on(
-        self, moves: list[Move], indexes: list[int], free: _FreeGPUs, evicting: bool
+        self, moves: list[Move], indexes: list[int], free: FreeGPUs, evicting: bool
     ) -> list[tuple]:
         """Rooms made by the moves at `indexes`, on each node where one of them frees GPUs
         (where one of the evictions does, if `evicting`)."""
@@ -535,7 +535,7 @@ class VictimSearch:
             chosen,
         )
 
-    def _gentle_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
+    def _gentle_rooms(self, moves: list[Move], free: FreeGPUs) -> list[tuple]:
         """Rooms made by shrinking elastic work alone (beside GPUs free now or soon). A
         multi-node elastic workload's shrink moves each give back one whole node, so only its
         first is looked at."""
@@ -549,7 +549,7 @@ class VictimSearch:
             gentle.append(index)
         return self._rooms_on(moves, gentle, free, evicting=False) if gentle else []
 
-    def _single_rooms(self, moves: list[Move], free: _FreeGPUs) -> list[tuple]:
+    def _single_rooms(self, moves: list[Move], free: FreeGPUs) -> list[tuple]:
         """The cheapest room of one eviction, if one suffices on some node: in each victim
         queue, the first victim (in value order) that frees enough on its node."""
         best = None
@@ -573,7 +573,7 @@ class VictimSearch:
                     break
         return [best] if best is not None else []
 
-    def _single_on(self, move: Move, key: tuple, index: int, free: _FreeGPUs) -> tuple | None:
+    def _single_on(self, move: Move, key: tuple, index: int, free: FreeGPUs) -> tuple | None:
         """The best node where evicting only `move` makes room, if the rules allow it."""
         room = None
         frees = move.frees
@@ -709,11 +709,17 @@ class VictimSearch:
         """Full-size nodes, held for nobody, that the moves could make whole: node -> GPUs
         missing."""
         result = {}
+        pool, promised = self.pool, self.occupancy.promised
         for node_id, indexes in by_node.items():
-            node = self.pool.node(node_id)
-            if node is None or node.gpus != self.pool.node_size or node_id in self.pool.held_by:
+            node = pool.node(node_id)
+            if (
+                node is None
+                or node.gpus != pool.node_size
+                or node_id in pool.held_by
+                or node_id in promised
+            ):
                 continue
-            missing = node.gpus - len(self.pool.free(node_id))
+            missing = node.gpus - len(pool.free(node_id))
             if 0 < missing <= sum(moves[i].frees[node_id] for i in indexes):
                 result[node_id] = missing
         return result
@@ -840,7 +846,7 @@ def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int,
     return by_node
 
 
-class _FreeGPUs(dict):
+class FreeGPUs(dict):
     """GPUs free now or soon (once the stopping work there is gone, `soon`) per node a small
     job could use (None for nodes it cannot: missing, too small, held), looked up on first
     use."""

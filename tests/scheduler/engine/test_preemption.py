@@ -442,20 +442,42 @@ def test_room_held_for_a_claimant_is_not_given_to_later_work() -> None:
     )
 
 
-@pytest.mark.parametrize("second", [4, 8], ids=["a smaller job", "a one-node gang"])
+@pytest.mark.parametrize(
+    ("second", "its_node"),
+    [(4, 1), (8, 2)],
+    ids=["a smaller job beside the first", "a one-node gang on the other node"],
+)
 def test_later_claimants_wait_for_the_rest_of_a_victim_rather_than_evict_another(
-    second: int,
+    second: int, its_node: int
 ) -> None:
-    # 91 spans two nodes and is the cheapest victim; the first claimant's room is one of them.
+    # 91 spans two nodes and is the cheapest victim; the first claimant's room is half of one.
     running = [busy(91, cv, N1, N2), busy(92, cv, N3, lost=100.0), busy(93, cv, N4, lost=200.0)]
     snapshot = make_snapshot(
         LEAF, [nlp, cv], [*running, make_workload(1, nlp, 4), make_workload(2, nlp, second)]
     )
     first, then = cycles(snapshot, 2)
     assert decided(first) == stops(91)
-    assert sorted((r.workload_id, r.nodes) for r in first.reservations) == [(1, (1,)), (2, (2,))]
+    assert sorted((r.workload_id, r.nodes) for r in first.reservations) == [
+        (1, (1,)),
+        (2, (its_node,)),
+    ]
     assert outcome(first, snapshot)[2].startswith("waiting for 1 preempted workload to stop")
     assert sorted(a.workload_id for a in then.admissions) == [1, 2]
+    assert decided(then) == stops()
+
+
+def test_smaller_jobs_share_the_node_one_victim_frees_rather_than_evict_one_each() -> None:
+    # 91 is the cheapest victim and frees one node: room for both 4-GPU jobs. A claimant used
+    # to hold the whole node, and the second evicted 92 beside GPUs about to be free.
+    running = [busy(91, cv, N1), busy(92, cv, N2, lost=100.0), busy(93, cv, N3, N4, lost=200.0)]
+    snapshot = make_snapshot(
+        LEAF, [nlp, cv], [*running, make_workload(1, nlp, 4), make_workload(2, nlp, 4)]
+    )
+    first, then = cycles(snapshot, 2)
+    assert decided(first) == stops(91)
+    assert sorted((r.workload_id, r.nodes) for r in first.reservations) == [(1, (1,)), (2, (1,))]
+    assert sorted(a.workload_id for a in then.admissions) == [1, 2]
+    assert {p.node_id for a in then.admissions for p in a.placements} == {1}
     assert decided(then) == stops()
 
 
