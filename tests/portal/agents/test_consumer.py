@@ -167,15 +167,16 @@ def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
     assert workload.allocations.count() == 8
 
 
-def say_hello(ws, node):
-    """Say hello as the node's agent; its answer (the desired state)."""
+def say_hello(ws, node, **inventory):
+    """Say hello as the node's agent (no GPUs, unless `inventory` says otherwise); its answer
+    (the desired state)."""
     ws.send(
         protocol.encode(
             "hello",
             agent_version="t",
             generation=0,
             workloads=[],
-            node={"hostname": node.name, "gpu_model": "H800", "gpus": []},
+            node={"hostname": node.name, "gpu_model": "H800", "gpus": [], **inventory},
         )
     )
     return protocol.parse(ws.recv(timeout=10), "server")
@@ -230,16 +231,7 @@ def test_a_hello_updates_the_facts_but_not_the_nodes_place_and_may_lack_a_gpu(ag
     with connect(
         agent_url, additional_headers={"Authorization": f"Bearer {node.issue_token()}"}
     ) as ws:
-        ws.send(
-            protocol.encode(
-                "hello",
-                agent_version="t",
-                generation=0,
-                workloads=[],
-                node={"hostname": node.name, "gpu_model": "H800", "gpus": gpus, "facts": facts},
-            )
-        )
-        assert protocol.parse(ws.recv(timeout=10), "server")["type"] == "desired_state"
+        assert say_hello(ws, node, gpus=gpus, facts=facts)["type"] == "desired_state"
         node = _refreshed(node)
         assert node.connected and node.gpus.count() == 7  # while connected
     assert node.facts["gpu_count"] == 8 and node.facts["driver_version"] == "2"
