@@ -481,6 +481,18 @@ def test_smaller_jobs_share_the_node_one_victim_frees_rather_than_evict_one_each
     assert decided(then) == stops()
 
 
+def test_a_gangs_reservation_leaves_out_a_node_promised_in_part_to_a_smaller_job() -> None:
+    # The 1-GPU job evicts 91 and waits for one GPU of node 1; the gang (its priority, so it
+    # evicts nobody) reserves two nodes for later, and node 1 cannot be one of them.
+    big = make_queue("big", h800=64)  # quota to spare: room decides
+    running = [busy(91, big, N1, N2), busy(92, big, N3, N4)]
+    waiting = [make_workload(1, big, 1, priority=1), make_workload(2, big, 16)]
+    result = plan(make_snapshot(LEAF, [big], [*running, *waiting]), now=NOW)
+    assert decided(result) == stops(91)
+    reserved = {r.workload_id: r.nodes for r in result.reservations}
+    assert reserved[1] == (1,) and 1 not in reserved[2]
+
+
 def cycles(snapshot: Snapshot, count: int) -> list[Plan]:
     """Plan and apply `count` cycles, a second apart."""
     plans = []
