@@ -112,13 +112,10 @@ def _starts(pool: Pool, occupancy: Occupancy, needs: dict) -> dict:
 
 def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, ...]:
     """The nodes to reserve, by name: whole free ones, then those with a known end, soonest
-    first, then any other busy ones held for nobody (nor promised in part to smaller jobs)."""
-    taken = occupancy.promised
-    picked = [
-        n
-        for n in pool.domain_nodes(domain)
-        if pool.is_whole(n) and n.id not in pool.held_by and n.id not in taken
-    ][:count]
+    first, then any other busy ones a gang may have (`Occupancy.no_gangs`)."""
+    closed = occupancy.no_gangs
+    whole = [n for n in pool.domain_nodes(domain) if pool.is_whole(n) and n.id not in closed]
+    picked = whole[:count]
     chosen = {n.id for n in picked}
     for _, node in occupancy.soonest_free(pool):
         if len(picked) >= count:
@@ -129,12 +126,7 @@ def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, .
     for node in pool.domain_nodes(domain):
         if len(picked) >= count:
             break
-        if (
-            node.id not in chosen
-            and node.id not in pool.held_by
-            and node.id not in taken
-            and node.gpus == pool.node_size
-        ):
+        if node.id not in chosen and node.id not in closed and node.gpus == pool.node_size:
             picked.append(node)
             chosen.add(node.id)
     return tuple(n.id for n in sorted(picked, key=lambda n: (n.name, n.id)))

@@ -71,8 +71,8 @@ class Occupancy:
         self.out_of_reach: set[int] = set()
         self._soonest: dict[Pool, list[tuple[float, str, Node]]] = {}
         self._changed: set[int] = set()  # nodes given work this cycle
-        self.promised: set[int] = set()  # nodes where smaller jobs wait for part (`promise`)
-        self._passed: set[int] = set()  # nodes no gang may have this cycle (`_pass_by`)
+        # Nodes no gang may have this cycle: held, or promised in part to smaller jobs.
+        self.no_gangs: set[int] = set()
 
     def ordered(self, pool: Pool, queue_id: int) -> list[Workload]:
         """The queue's candidate victims in the pool, least valuable first (`value`): sorted
@@ -200,7 +200,6 @@ class Occupancy:
         if gpus > soon:
             free = sorted(pool.free(node_id))[: gpus - soon]
             pool.take(Placement(node_id, tuple(free)))
-        self.promised.add(node_id)
         self._changed.add(node_id)
         self._pass_by(pool, node_id)
         if not self.soon[node_id] and not pool.free(node_id):
@@ -210,9 +209,9 @@ class Occupancy:
         """No gang may have the node this cycle (held, or promised to smaller jobs): releasing
         work none of whose nodes a gang could have then frees nothing for gangs, and their
         searches pass it by (smaller jobs find what it frees through `soon_room`)."""
-        if node_id in self._passed:
+        if node_id in self.no_gangs:
             return
-        self._passed.add(node_id)
+        self.no_gangs.add(node_id)
         releasing = self._releasing[pool]
         for workload in self.releasing_on.get(node_id, ()):
             self._unheld[workload.id] -= 1
@@ -227,7 +226,7 @@ class Occupancy:
             node = pool.node(node_id)
             if node is None or not gpus or node_id in pool.held_by:
                 continue
-            unheld += node_id not in self._passed
+            unheld += node_id not in self.no_gangs
             self.soon[node_id] += gpus
             self.releasing_on[node_id].append(workload)
             usable = len(pool.free(node_id)) + self.soon[node_id]

@@ -706,18 +706,13 @@ class VictimSearch:
         return True
 
     def _completable(self, by_node: dict[int, list[int]], moves: list[Move]) -> dict[int, int]:
-        """Full-size nodes, held for nobody, that the moves could make whole: node -> GPUs
-        missing."""
+        """Full-size nodes a gang may have (`Occupancy.no_gangs`) that the moves could make
+        whole: node -> GPUs missing."""
         result = {}
-        pool, promised = self.pool, self.occupancy.promised
+        pool, closed = self.pool, self.occupancy.no_gangs
         for node_id, indexes in by_node.items():
             node = pool.node(node_id)
-            if (
-                node is None
-                or node.gpus != pool.node_size
-                or node_id in pool.held_by
-                or node_id in promised
-            ):
+            if node is None or node.gpus != pool.node_size or node_id in closed:
                 continue
             missing = node.gpus - len(pool.free(node_id))
             if 0 < missing <= sum(moves[i].frees[node_id] for i in indexes):
