@@ -16,6 +16,7 @@ from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import LAST_SEEN, REPORTED, write_heartbeat
+from portal.core.collector import Freezer
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient
 from portal.tenancy.models import hash_token
@@ -76,6 +77,7 @@ SAVES_SEEN = "wanka:checkpoint:"  # Redis keys "<prefix><workload>:<step>": a sa
 
 # This process's agent connections by channel name, for what its mailbox brings them.
 CONNECTED: dict[str, "AgentConsumer"] = {}
+FROZEN = Freezer()  # their sockets, out of the collector's sight
 _readers: dict[tuple[int, str], asyncio.Task] = {}  # (event loop, mailbox) -> its reader
 
 
@@ -142,12 +144,14 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.throttle = limits.Throttle(time.monotonic())
         self.history = gpu_history.Recorder(self.node.id)
         CONNECTED[self.channel_name] = self
+        FROZEN.opened(len(CONNECTED))
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
         await self.accept()
 
     async def disconnect(self, code):
         if self.node is not None:
             CONNECTED.pop(self.channel_name, None)
+            FROZEN.closed_one(len(CONNECTED))
             await _disconnected(self.node.id, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
