@@ -1,23 +1,25 @@
 """The REST API under many clients at once: the workload list, with some submissions.
 
-    DATABASE_URL=postgres://... python -m bench.api [--clients 50] [--seconds 60] [--servers 1]
+    DATABASE_URL=postgres://... python -m bench.api [--clients 50] [--seconds 60] [--servers N]
 
 A fresh throwaway database with the demo installation and `--workloads` more of Acme's jobs;
-`--servers` daphne processes (the clients spread over them, as a load balancer would); each
-client a thread with a keep-alive connection and an API token of its own (one member's; the
-API's rate is counted per token), asking for the first
-page of the workload list as fast as it is answered, and one request in `--submit-every` a
-submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
-percentile latency of the list (the target's) and of the submissions, and the answers by
-status; the last line is JSON: clients, servers, rps, p50_ms, p99_ms (the list's),
-submit_p50_ms, submit_p99_ms, errors_5xx, statuses, reference_s (the reference loop,
-`bench.reference`, timed first). Past `--timeout` seconds it says what it was waiting for
-and exits 1; its processes are stopped then, on failure and on SIGTERM.
+`--servers` daphne processes (default: one a core; the clients spread over them, as a load
+balancer would); each client a thread with a keep-alive connection and an API token of its own
+(one member's; the API's rate is counted per token), asking for the first page of the workload
+list as fast as it is answered, and one request in `--submit-every` a submission (with an
+Idempotency-Key). Reported: requests a second, the median and 99th percentile latency of the
+list (the target's) and of the submissions, and the answers by status; the last line is JSON:
+clients, servers, rps, p50_ms, p99_ms (the list's), submit_p50_ms, submit_p99_ms, errors_5xx,
+statuses, reference_s (the reference loop, `bench.reference`, timed first). Past `--timeout`
+seconds it says what it was waiting for and exits 1; its processes are stopped then, on
+failure and on SIGTERM.
 """
 
 import argparse
+import gc
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -51,16 +53,18 @@ def seed(workloads: int, clients: int) -> list[str]:
     return [ApiToken.issue(bob, f"bench {i}")[1] for i in range(clients)]
 
 
-def client(port: int, token: str, until: float, submit_every: int, out: list) -> None:
+def client(port: int, token: str, until: float, submit_every: int, phase: int, out: list) -> None:
     """One client: requests until `until`, each (submitted, status, seconds) appended to
-    `out`."""
+    `out`; its submissions are its requests `phase`, `phase + submit_every` and so on (the
+    clients' phases differ, or all would submit at once each round: a server answering in
+    turn keeps them in step)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
     n = 0
     while time.monotonic() < until:
         n += 1
         started = time.perf_counter()
-        submits = bool(submit_every) and n % submit_every == 0
+        submits = bool(submit_every) and n % submit_every == phase
         try:
             if submits:
                 body = json.dumps(
@@ -112,10 +116,21 @@ def run(args) -> tuple[list[tuple[bool, int, float]], float]:
         threads = [
             threading.Thread(
                 target=client,
-                args=(ports[i % len(ports)], tokens[i], until, args.submit_every, results),
+                args=(
+                    ports[i % len(ports)],
+                    tokens[i],
+                    until,
+                    args.submit_every,
+                    i % args.submit_every if args.submit_every else 0,
+                    results,
+                ),
             )
             for i in range(args.clients)
         ]
+        # The clients stand for people on machines of their own: this process's full
+        # collections (the loaded portal walked) would hold them all at once.
+        gc.collect()
+        gc.freeze()
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -128,7 +143,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--servers", type=int, default=1, help="daphne processes")
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="daphne processes (default: one a core, as deploy/ runs them)",
+    )
     parser.add_argument("--workloads", type=int, default=2000, help="Acme's jobs in the list")
     parser.add_argument("--submit-every", type=int, default=20, help="0: lists only")
     parser.add_argument("--timeout", type=float, help="seconds in all (default: --seconds + 600)")

@@ -116,9 +116,13 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'wanka.
 # Persistent connections: Channels runs every database call of a consumer on one long-lived
 # thread, which would otherwise open a new connection for each call.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
-# The threads of a server process that answer HTTP requests (`core.handler`): more than its
-# pooled connections, as requests that wait (log followers) give theirs back meanwhile.
-HTTP_THREADS = int(os.environ.get("WANKA_HTTP_THREADS", "64"))
+# The threads of a server process that answer HTTP requests, first come first served
+# (`core.handler`): a core's worth of Python and some to spare while requests wait on the
+# database. Many more take turns at the interpreter lock in no order (with 64, the workload
+# list's p99 under 50 clients was 340 ms against 263 ms with 4). Requests that follow a log
+# wait for seconds on threads of their own, which give their connections back meanwhile.
+HTTP_THREADS = int(os.environ.get("WANKA_HTTP_THREADS", "4"))
+HTTP_FOLLOW_THREADS = int(os.environ.get("WANKA_HTTP_FOLLOW_THREADS", "64"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A bounded pool per process (its server threads share it), not a connection kept open per
     # thread: those grew until PostgreSQL refused more. A request that waits longer than

@@ -9,17 +9,22 @@ request in one call on a fixed pool of threads, as a WSGI server would: signals,
 view and rendering; the event loop sends the answer. A streaming response (a job's output, a
 file) is sent as Django's handler sends it, and stops when the client goes.
 
-The pool has `WANKA_HTTP_THREADS` threads, more than the database pool has connections: a
-request that waits (a log follower between its looks) gives its connection back, and one
-that finds none free within `WANKA_DB_POOL_TIMEOUT_S` is answered 503 (`core.busy`). Its
-threads run `async_to_sync` calls (messages to agents) on the server's event loop, as
-asgiref's own threads do, not on a new loop each.
+The pool has few threads (`WANKA_HTTP_THREADS`), so requests are answered in the order they
+came: dozens of threads would each hold a request and take turns at the interpreter lock in no
+order, and some requests would wait for many others' turns. A request that names `follow` in
+its query (`wanka logs -f`) waits for news for seconds at a time, as a watch does in
+Kubernetes' API: it runs on a pool of its own (`WANKA_HTTP_FOLLOW_THREADS`), so that
+followers never hold up the rest, and gives its database connection back while it waits. A
+request that finds no connection free within `WANKA_DB_POOL_TIMEOUT_S` is answered 503
+(`core.busy`). The threads run `async_to_sync` calls (messages to agents) on the server's
+event loop, as asgiref's own threads do, not on a new loop each.
 """
 
 import asyncio
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs
 
 from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
@@ -36,7 +41,7 @@ class ThreadedASGIHandler(ASGIHandler):
     def __init__(self):
         base.BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        self.threads = None  # made with the first request, on the server's event loop
+        self.threads = self.followers = None  # made with the first request, on its loop
 
     async def handle(self, scope, receive, send):
         try:
@@ -45,12 +50,17 @@ class ThreadedASGIHandler(ASGIHandler):
             return
         loop = asyncio.get_running_loop()
         if self.threads is None:
-            self.threads = ThreadPoolExecutor(
-                settings.HTTP_THREADS, "http", initializer=_on_loop, initargs=(loop,)
+            self.threads, self.followers = (
+                ThreadPoolExecutor(count, name, initializer=_on_loop, initargs=(loop,))
+                for count, name in (
+                    (settings.HTTP_THREADS, "http"),
+                    (settings.HTTP_FOLLOW_THREADS, "http-follow"),
+                )
             )
+        pool = self.followers if follows(scope) else self.threads
         response = None
         try:
-            response = await loop.run_in_executor(self.threads, self.respond, scope, body_file)
+            response = await loop.run_in_executor(pool, self.respond, scope, body_file)
             if response.streaming:
                 await self.stream(response, receive, send)
             else:
@@ -87,6 +97,11 @@ class ThreadedASGIHandler(ASGIHandler):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, RequestAborted):
                 await task
+
+
+def follows(scope) -> bool:
+    """Whether a request asks to wait for news (`follow` in its query)."""
+    return "follow" in parse_qs(scope["query_string"].decode("latin-1"))
 
 
 def _on_loop(loop):

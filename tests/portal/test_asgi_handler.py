@@ -1,7 +1,7 @@
 """The server's HTTP side (`portal.asgi.application`, `core.handler`): requests answered the same
 as through Django's own handler, each in one of a fixed set of threads, every database
-connection back in the pool when they end; log followers waiting hold up nobody; a streamed
-download served whole, and stopped when the client goes."""
+connection back in the pool when they end; log followers waiting, on threads of their own,
+hold up nobody; a streamed download served whole, and stopped when the client goes."""
 
 import asyncio
 import time
@@ -85,8 +85,9 @@ def test_requests_at_once_are_answered_on_the_servers_threads(acme_llm, bob, thr
     assert _taken() <= 1  # this test's own: none of the server's still taken
 
 
-def test_log_followers_waiting_hold_up_no_other_request(acme_llm, bob, monkeypatch):
+def test_log_followers_waiting_hold_up_no_other_request(acme_llm, bob, monkeypatch, threads_seen):
     monkeypatch.setattr(logs.follow, "__defaults__", (3.0,))
+    assert settings.HTTP_THREADS < 12  # the followers would take every answering thread
     job = make_workload(acme_llm, "quiet", gpus=8)  # writes nothing: followers wait it out
     _, token = ApiToken.issue(bob, "asgi")
     auth = [(b"authorization", f"Bearer {token}".encode())]
@@ -98,9 +99,11 @@ def test_log_followers_waiting_hold_up_no_other_request(acme_llm, bob, monkeypat
         listed = await _ask("/api/v1/workloads/?limit=5", auth)
         return listed, await asyncio.gather(*followers)
 
+    threads_seen.clear()
     listed, followed = asyncio.run(followers_then_a_list())
 
     assert listed["status"] == 200 and listed["seconds"] < 1.5
+    assert sum(name.startswith("http-follow") for name in threads_seen) == 12
     assert [f["status"] for f in followed] == [200] * 12
     assert min(f["seconds"] for f in followed) >= 2.5  # they did wait
 
