@@ -77,7 +77,7 @@ SAVES_SEEN = "wanka:checkpoint:"  # Redis keys "<prefix><workload>:<step>": a sa
 
 # This process's agent connections by channel name, for what its mailbox brings them.
 CONNECTED: dict[str, "AgentConsumer"] = {}
-FROZEN = Freezer()  # their sockets, out of the collector's sight
+FROZEN = Freezer(CONNECTED)  # their sockets, out of the collector's sight
 _readers: dict[tuple[int, str], asyncio.Task] = {}  # (event loop, mailbox) -> its reader
 
 
@@ -144,14 +144,14 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.throttle = limits.Throttle(time.monotonic())
         self.history = gpu_history.Recorder(self.node.id)
         CONNECTED[self.channel_name] = self
-        FROZEN.opened(len(CONNECTED))
+        FROZEN.opened()
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
         await self.accept()
 
     async def disconnect(self, code):
         if self.node is not None:
             CONNECTED.pop(self.channel_name, None)
-            FROZEN.closed_one(len(CONNECTED))
+            FROZEN.closed_one()
             await _disconnected(self.node.id, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):

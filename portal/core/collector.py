@@ -1,8 +1,10 @@
 """Python's cyclic garbage collector in a long-running server process."""
 
+import asyncio
 import gc
 import logging
 import time
+from collections.abc import Sized
 
 log = logging.getLogger(__name__)
 
@@ -28,38 +30,57 @@ class Freezer:
     garbage is frozen (a collection of what is not frozen yet, then `gc.freeze`). Frozen
     objects are still freed when nothing refers to them, but those in reference cycles are not:
     once as many connections have closed as half of those open at the last freeze, everything
-    is thawed, collected and frozen again, one long pause after much churn."""
+    is thawed, collected and frozen again, one long pause after much churn. The thaw waits for
+    a lull of `LULL_S` in the closes (at most `MOST_S`): when thousands go at once, one thaw
+    frees them all, where a thaw at each half had paused the loop again and again (five pauses
+    of 0.3-1.1 s as 4,000 agents left) while those just closed were still being let go of."""
 
     GROWTH = 1.25
     LEAST = 200  # connections: below this, a full collection is short anyway
+    LULL_S = 2.0
+    MOST_S = 30.0
 
-    def __init__(self):
+    def __init__(self, connections: Sized):
+        self.connections = connections  # those open
         self.frozen = 0  # connections open at the last freeze
-        self.closed = 0  # connections closed since
+        self.closed = 0  # connections closed since the last thaw
+        self.last_closed = 0.0
+        self.due = None  # when enough had closed for a thaw (monotonic), till it is done
 
-    def opened(self, count: int) -> None:
-        """A connection opened; `count` are open now."""
+    def opened(self) -> None:
+        """A connection opened (it is in `connections`)."""
+        count = len(self.connections)
         if count >= max(self.LEAST, self.frozen * self.GROWTH):
-            self._freeze(count, "frozen")
+            self._freeze("frozen")
 
-    def closed_one(self, count: int) -> None:
-        """A connection closed; `count` are open now."""
+    def closed_one(self) -> None:
+        """A connection closed (it has left `connections`); called on the event loop."""
         if not self.frozen:
             return  # nothing of theirs frozen
         self.closed += 1
-        if self.closed >= max(self.LEAST, self.frozen // 2):
-            gc.unfreeze()
-            self._freeze(count, f"thawed after {self.closed} closed, then frozen")
+        self.last_closed = time.monotonic()
+        if self.due is None and self.closed >= max(self.LEAST, self.frozen // 2):
+            self.due = self.last_closed
+            asyncio.get_running_loop().call_later(self.LULL_S, self._thaw_after_lull)
 
-    def _freeze(self, count: int, what: str) -> None:
+    def _thaw_after_lull(self) -> None:
+        wait = min(self.last_closed + self.LULL_S, self.due + self.MOST_S) - time.monotonic()
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._thaw_after_lull)
+            return
+        gc.unfreeze()
+        self._freeze(f"thawed after {self.closed} closed, then frozen")
+        self.closed, self.due = 0, None
+
+    def _freeze(self, what: str) -> None:
         started = time.perf_counter()
         gc.collect()
         gc.freeze()
-        self.frozen, self.closed = count, 0
+        self.frozen = len(self.connections)
         log.info(
             "connections' objects %s at %d open: %d objects frozen in all, %.0f ms",
             what,
-            count,
+            self.frozen,
             gc.get_freeze_count(),
             (time.perf_counter() - started) * 1e3,
         )

@@ -3,7 +3,9 @@ them go again after churn (`core.collector.Freezer`)."""
 
 import asyncio
 import gc
+import logging
 import re
+import time
 import weakref
 
 import pytest
@@ -24,8 +26,8 @@ class Socket:
 @pytest.fixture
 def freezer():
     gc.unfreeze()
-    freezer = Freezer()
-    freezer.LEAST = 4
+    freezer = Freezer([])  # the sockets open
+    freezer.LEAST, freezer.LULL_S, freezer.MOST_S = 4, 0.2, 1.0
     yield freezer
     gc.unfreeze()
 
@@ -35,41 +37,90 @@ def tracked(obj) -> bool:
     return any(o is obj for o in gc.get_objects())
 
 
+def open_sockets(freezer, count: int) -> None:
+    for _ in range(count):
+        freezer.connections.append(Socket())
+        freezer.opened()
+
+
+async def close(freezer, count: int, every_s: float = 0.0) -> list[weakref.ref]:
+    """Close `count` of the open sockets, one each `every_s`; refs to them."""
+    gone = []
+    for _ in range(count):
+        gone.append(weakref.ref(freezer.connections.pop()))
+        freezer.closed_one()
+        await asyncio.sleep(every_s)
+    return gone
+
+
 def test_connections_are_frozen_each_time_they_grow_by_a_quarter(freezer):
-    sockets, freezes = [], []
-    for count in range(1, 13):
-        sockets.append(Socket())
-        freezer.opened(count)
+    freezes = []
+    for _ in range(12):
+        open_sockets(freezer, 1)
         freezes.append(freezer.frozen)
     assert sorted(set(freezes) - {0}) == [4, 5, 7, 9, 12]  # 4 at least, then 25 % more each
-    assert not tracked(sockets[0]) and not tracked(sockets[-1])
+    assert not tracked(freezer.connections[0]) and not tracked(freezer.connections[-1])
     assert gc.get_freeze_count() > 0
-    late = Socket()
-    freezer.opened(13)  # under 12 * 1.25: not frozen yet
-    assert tracked(late)
+    open_sockets(freezer, 1)  # 13, under 12 * 1.25: not frozen yet
+    assert tracked(freezer.connections[-1])
 
 
-def test_sockets_closed_after_a_freeze_are_freed_once_half_as_many_have_closed(freezer):
-    sockets = [Socket() for _ in range(9)]
-    for count in range(1, 10):
-        freezer.opened(count)
+def test_sockets_closed_after_a_freeze_are_freed_after_half_have_closed_and_a_lull(freezer):
+    open_sockets(freezer, 9)
     assert freezer.frozen == 9
-    gone = [weakref.ref(s) for s in sockets[:4]]
-    del sockets[:4]
-    for closed in range(1, 4):
-        freezer.closed_one(9 - closed)
+
+    async def churn():
+        gone = await close(freezer, 3)
+        await asyncio.sleep(freezer.LULL_S * 2)
         gc.collect()
-        assert all(ref() is not None for ref in gone)  # frozen: kept, though garbage
-    freezer.closed_one(5)  # half of the 9 frozen have closed: thawed, collected, frozen again
-    assert all(ref() is None for ref in gone)
+        kept = all(ref() is not None for ref in gone)  # frozen: kept, though garbage
+        gone += await close(freezer, 1)  # half of the 9 frozen have closed
+        thawed_at_once = freezer.closed == 0
+        await asyncio.sleep(freezer.LULL_S * 2)
+        return gone, kept, thawed_at_once
+
+    gone, kept, thawed_at_once = asyncio.run(churn())
+    assert kept and not thawed_at_once
+    assert all(ref() is None for ref in gone)  # thawed, collected, frozen again
     assert freezer.frozen == 5 and freezer.closed == 0
-    assert not tracked(sockets[0])
+    assert not tracked(freezer.connections[0])
+
+
+def test_a_wave_of_closes_is_thawed_once_after_it(freezer, caplog):
+    freezer.LULL_S = 0.5
+    open_sockets(freezer, 64)
+    caplog.set_level(logging.INFO, "portal.core.collector")
+
+    async def wave():  # a thaw due after 32 closed; at each half, it would thaw 32, 16, 8, ...
+        gone = await close(freezer, 60, every_s=0.005)
+        await asyncio.sleep(freezer.LULL_S * 2)
+        return gone
+
+    gone = asyncio.run(wave())
+    thaws = [r.getMessage() for r in caplog.records if "thawed" in r.getMessage()]
+    assert len(thaws) == 1 and "thawed after 60 closed, then frozen at 4 open" in thaws[0]
+    assert all(ref() is None for ref in gone)
+
+
+def test_closes_that_never_pause_still_thaw_within_most_s(freezer):
+    open_sockets(freezer, 64)
+
+    async def trickle():
+        while freezer.due is None:
+            await close(freezer, 1, every_s=freezer.LULL_S / 4)
+        due = freezer.due
+        while freezer.due is not None:  # no lull: only the cap ends the wait
+            await close(freezer, 1, every_s=freezer.LULL_S / 4)
+        return time.monotonic() - due
+
+    waited = asyncio.run(trickle())
+    assert freezer.MOST_S <= waited < freezer.MOST_S + 1
 
 
 def test_closes_before_any_freeze_thaw_nothing(freezer):
-    for count in range(3, -1, -1):
-        freezer.closed_one(count)
-    assert freezer.closed == 0 and gc.get_freeze_count() == 0
+    open_sockets(freezer, 3)  # under LEAST: nothing frozen
+    asyncio.run(close(freezer, 3))
+    assert freezer.closed == 0 and freezer.due is None and gc.get_freeze_count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
