@@ -3,16 +3,16 @@
     DATABASE_URL=postgres://... python -m bench.api [--clients 50] [--seconds 60] [--servers N]
 
 A fresh throwaway database with the demo installation and `--workloads` more of Acme's jobs;
-`--servers` daphne processes (default: one a core; the clients spread over them, as a load
-balancer would); each client a thread with a keep-alive connection and an API token of its own
-(one member's; the API's rate is counted per token), asking for the first page of the workload
-list as fast as it is answered, and one request in `--submit-every` a submission (with an
-Idempotency-Key). Reported: requests a second, the median and 99th percentile latency of the
-list (the target's) and of the submissions, and the answers by status; the last line is JSON:
-clients, servers, rps, p50_ms, p99_ms (the list's), submit_p50_ms, submit_p99_ms, errors_5xx,
-statuses, reference_s (the reference loop, `bench.reference`, timed first). Past `--timeout`
-seconds it says what it was waiting for and exits 1; its processes are stopped then, on
-failure and on SIGTERM.
+`--servers` daphne processes (default: one a core, as deploy/ advises; the clients spread over
+them, as a load balancer would); each client a thread with a keep-alive connection and an API
+token of its own (one member's; the API's rate is counted per token), asking for the first page
+of the workload list as fast as it is answered, and one request in `--submit-every` a
+submission (with an Idempotency-Key). Reported: requests a second, the median and 99th
+percentile latency of the list (the target's) and of the submissions, and the answers by
+status; the last line is JSON: clients, servers, rps, p50_ms, p99_ms (the list's),
+submit_p50_ms, submit_p99_ms, errors_5xx, statuses, reference_s (the reference loop,
+`bench.reference`, timed first). Past `--timeout` seconds it says what it was waiting for and
+exits 1; its processes are stopped then, on failure and on SIGTERM.
 """
 
 import argparse
@@ -147,7 +147,7 @@ def main(argv=None) -> None:
         "--servers",
         type=int,
         default=os.cpu_count() or 1,
-        help="daphne processes (default: one a core, as deploy/ runs them)",
+        help="daphne processes (default: one a core, as deploy/ advises)",
     )
     parser.add_argument("--workloads", type=int, default=2000, help="Acme's jobs in the list")
     parser.add_argument("--submit-every", type=int, default=20, help="0: lists only")

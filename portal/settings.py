@@ -119,10 +119,12 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 # The threads of a server process that answer HTTP requests, first come first served
 # (`core.handler`): a core's worth of Python and some to spare while requests wait on the
 # database. Many more take turns at the interpreter lock in no order (with 64, the workload
-# list's p99 under 50 clients was 340 ms against 263 ms with 4). Requests that follow a log
-# wait for seconds on threads of their own, which give their connections back meanwhile.
+# list's p99 under 50 clients was 325-341 ms against 264-281 ms with 4). Requests that follow
+# a log (`follow` true, on a route named here) wait for seconds on threads of their own, which
+# give their connections back meanwhile.
 HTTP_THREADS = int(os.environ.get("WANKA_HTTP_THREADS", "4"))
 HTTP_FOLLOW_THREADS = int(os.environ.get("WANKA_HTTP_FOLLOW_THREADS", "64"))
+HTTP_FOLLOW_ROUTES = {"api:workload-logs"}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A bounded pool per process (its server threads share it), not a connection kept open per
     # thread: those grew until PostgreSQL refused more. A request that waits longer than
@@ -285,6 +287,7 @@ EMAIL_PORT = int(os.environ.get("WANKA_EMAIL_PORT", "587"))
 EMAIL_HOST_USER = os.environ.get("WANKA_EMAIL_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("WANKA_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("WANKA_EMAIL_TLS", True)
+EMAIL_TIMEOUT = 10  # seconds: a mail server that hangs holds a request's thread no longer
 EMAIL_BACKEND = (
     "django.core.mail.backends.smtp.EmailBackend"
     if EMAIL_HOST

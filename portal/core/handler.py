@@ -11,13 +11,14 @@ file) is sent as Django's handler sends it, and stops when the client goes.
 
 The pool has few threads (`WANKA_HTTP_THREADS`), so requests are answered in the order they
 came: dozens of threads would each hold a request and take turns at the interpreter lock in no
-order, and some requests would wait for many others' turns. A request that names `follow` in
-its query (`wanka logs -f`) waits for news for seconds at a time, as a watch does in
-Kubernetes' API: it runs on a pool of its own (`WANKA_HTTP_FOLLOW_THREADS`), so that
-followers never hold up the rest, and gives its database connection back while it waits. A
-request that finds no connection free within `WANKA_DB_POOL_TIMEOUT_S` is answered 503
-(`core.busy`). The threads run `async_to_sync` calls (messages to agents) on the server's
-event loop, as asgiref's own threads do, not on a new loop each.
+order, and some requests would wait for many others' turns. A request that follows a log
+(`follow` true on a route of `HTTP_FOLLOW_ROUTES`, as `wanka logs -f` asks) waits for news for
+seconds at a time, as a watch does in Kubernetes' API: it runs on a pool of its own
+(`WANKA_HTTP_FOLLOW_THREADS`), so that followers never hold up the rest, and gives its database
+connection back while it waits. A request that finds no connection free within
+`WANKA_DB_POOL_TIMEOUT_S` is answered 503 (`core.busy`). The threads run `async_to_sync` calls
+(messages to agents) on the server's event loop, as asgiref's own threads do, not on a new loop
+each.
 """
 
 import asyncio
@@ -34,7 +35,7 @@ from django.core.handlers import base
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.db import close_old_connections
 from django.http import FileResponse
-from django.urls import set_script_prefix
+from django.urls import Resolver404, resolve, set_script_prefix
 
 
 class ThreadedASGIHandler(ASGIHandler):
@@ -99,9 +100,20 @@ class ThreadedASGIHandler(ASGIHandler):
                 await task
 
 
+FOLLOW = {"1", "t", "true", "y", "yes", "on"}  # DRF's true values, in any case
+
+
 def follows(scope) -> bool:
-    """Whether a request asks to wait for news (`follow` in its query)."""
-    return "follow" in parse_qs(scope["query_string"].decode("latin-1"))
+    """Whether a request waits for news: `follow` true in its query, on a route that follows
+    (`HTTP_FOLLOW_ROUTES`). Any other request that asks to follow is answered in turn."""
+    asked = parse_qs(scope["query_string"].decode("latin-1")).get("follow")
+    if not asked or asked[-1].lower() not in FOLLOW:
+        return False
+    try:
+        route = resolve(scope["path"].removeprefix(scope.get("root_path", "")))
+    except Resolver404:
+        return False
+    return route.view_name in settings.HTTP_FOLLOW_ROUTES
 
 
 def _on_loop(loop):

@@ -81,7 +81,7 @@ def test_requests_at_once_are_answered_on_the_servers_threads(acme_llm, bob, thr
     assert [a["status"] for a in answers] == [200] * 40
     assert {a["body"] for a in answers} == {expected}
     assert len(threads_seen) <= settings.HTTP_THREADS  # not a thread a request
-    assert all(name.startswith("http") for name in threads_seen)
+    assert all(name.startswith("http_") for name in threads_seen)
     assert _taken() <= 1  # this test's own: none of the server's still taken
 
 
@@ -106,6 +106,26 @@ def test_log_followers_waiting_hold_up_no_other_request(acme_llm, bob, monkeypat
     assert sum(name.startswith("http-follow") for name in threads_seen) == 12
     assert [f["status"] for f in followed] == [200] * 12
     assert min(f["seconds"] for f in followed) >= 2.5  # they did wait
+
+
+def test_only_a_route_that_follows_runs_on_the_followers_threads(
+    acme_llm, bob, threads_seen, monkeypatch
+):
+    monkeypatch.setattr(logs.follow, "__defaults__", (0.5,))
+    job = make_workload(acme_llm, "quiet", gpus=8)
+    _, token = ApiToken.issue(bob, "asgi")
+    auth = [(b"authorization", f"Bearer {token}".encode())]
+    asked = {
+        "/api/v1/workloads/?limit=5&follow=true": "http",  # not a route that follows
+        f"/api/v1/workloads/{job.pk}/logs/?follow=0": "http",
+        f"/api/v1/workloads/{job.pk}/logs/?follow=": "http",
+        f"/api/v1/workloads/{job.pk}/logs/?follow=0&follow=True": "http-follow",  # the last
+    }
+    for path, pool in asked.items():
+        threads_seen.clear()
+        [answer] = _serve([(path, auth)])
+        assert answer["status"] == 200
+        assert [name.rstrip("0123456789_") for name in threads_seen] == [pool], path
 
 
 def test_a_download_the_client_leaves_stops_and_gives_its_connection_back(

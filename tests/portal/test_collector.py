@@ -117,6 +117,20 @@ def test_closes_that_never_pause_still_thaw_within_most_s(freezer):
     assert freezer.MOST_S <= waited < freezer.MOST_S + 1
 
 
+def test_a_thaw_whose_loop_went_first_is_due_again(freezer):
+    open_sockets(freezer, 8)
+    asyncio.run(close(freezer, 4))  # a thaw due; the loop ends before the lull
+    assert freezer.due is not None and freezer.closed == 4
+    time.sleep(freezer.MOST_S + freezer.LULL_S)
+
+    async def later():
+        await close(freezer, 1)
+        await asyncio.sleep(freezer.LULL_S * 2)
+
+    asyncio.run(later())
+    assert freezer.due is None and freezer.closed == 0 and freezer.frozen == 3
+
+
 def test_closes_before_any_freeze_thaw_nothing(freezer):
     open_sockets(freezer, 3)  # under LEAST: nothing frozen
     asyncio.run(close(freezer, 3))
