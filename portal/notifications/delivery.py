@@ -18,6 +18,7 @@ import socket
 import ssl
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
@@ -33,6 +34,12 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 6
 TIMEOUT_S = 10.0
+# A host name's lookup is waited for this long at most: the page that adds a webhook waits for
+# it on one of its server's few answering threads, and a name server that never answers would
+# hold that thread for the resolver's own timeouts. The lookup runs on a thread of its own, as
+# getaddrinfo takes no deadline.
+RESOLVE_S = 5.0
+_lookups = ThreadPoolExecutor(4, "resolve")
 JOB_TOPICS = {Topic.JOB_FINISHED, Topic.JOB_STATE}
 
 
@@ -220,7 +227,11 @@ def checked_address(url: str) -> tuple[urllib.parse.SplitResult, str]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("a webhook URL is http:// or https:// and names a host")
     try:
-        found = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
+        found = _lookups.submit(
+            socket.getaddrinfo, parts.hostname, parts.port or 443, type=socket.SOCK_STREAM
+        ).result(RESOLVE_S)
+    except TimeoutError:
+        raise ValueError(f"cannot resolve {parts.hostname}: no answer in {RESOLVE_S:g} s") from None
     except OSError as error:
         raise ValueError(f"cannot resolve {parts.hostname}: {error.strerror or error}") from None
     addresses = [info[4][0] for info in found]

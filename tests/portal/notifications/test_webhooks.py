@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -144,6 +145,17 @@ def test_a_redirect_is_never_followed_and_private_addresses_are_refused_at_send(
     delivery.send(pk)
     tried.refresh_from_db()
     assert tried.error.endswith("which webhooks may not reach") and tried.response_code is None
+
+
+def test_a_host_name_that_never_resolves_is_refused_in_seconds(monkeypatch):
+    # A name server that never answers cannot be set up here (the resolver is the machine's):
+    # a lookup that hangs stands in for it.
+    monkeypatch.setattr(delivery, "RESOLVE_S", 0.3)
+    monkeypatch.setattr(delivery.socket, "getaddrinfo", lambda *args, **kwargs: time.sleep(3))
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="cannot resolve hooks.example: no answer in 0.3 s"):
+        delivery.checked_address("https://hooks.example/wanka")
+    assert time.monotonic() - started < 1.5
 
 
 @pytest.mark.django_db
