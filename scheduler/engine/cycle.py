@@ -47,7 +47,7 @@ from scheduler.engine.model import (
 from scheduler.engine.moves import Claim, Claimant, MoveKind
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
-from scheduler.engine.preemption import SEARCHES_PER_QUEUE, FreeGPUs, VictimSearch
+from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import QuotaLedger
 
 
@@ -508,7 +508,15 @@ class Cycle:
         )
         if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
             return None
-        if not self._could_free(pool, queue, workload, reclaims, workload.gpus - pool.free_gpus()):
+        if workload.gpus < pool.node_size:  # a node's stopping work may seat it (shared)
+            room = stopping_room(pool, self.occupancy, workload.gpus)
+            if room is not None and not over_quota:
+                return room  # what the search would find, without it
+            soon = room is not None
+        else:
+            soon = False
+        needed = workload.gpus - pool.free_gpus()
+        if not soon and not self._could_free(pool, queue, workload, reclaims, needed):
             return None
         claimant = Claimant(workload, queue, workload.gpus, within, others, reclaims)
         claim = self._claim(pool, claimant, over_quota)
@@ -557,10 +565,6 @@ class Cycle:
         """Whether preemption could free `needed` GPUs for the workload, by a quick bound that
         spares a search which cannot succeed."""
         model = workload.gpu_model
-        if workload.gpus < pool.node_size:  # a node's stopping work may seat it (shared)
-            free = FreeGPUs(pool, workload.gpus, self.occupancy.soon)
-            if self.occupancy.soon_room(pool, workload.gpus, free.__getitem__) is not None:
-                return True
         bound = self.occupancy.releasing_gpus(pool)
         policy = queue.preemption
         if policy.within_queue:

@@ -84,6 +84,8 @@ from scheduler.engine.quota import QuotaLedger
 # queue's other workloads try again next cycle. (Searches that find room are bounded by the
 # queue's quota: only one, or as many as fit in its nominal quota; see `Cycle.find_room`.)
 SEARCHES_PER_QUEUE = 2
+# What a room costs that evicts and shrinks nothing (`VictimSearch._cost`): the least.
+NO_COST = (False, -math.inf, 0, 0.0, 0.0, 0.0)
 
 
 class VictimSearch:
@@ -126,7 +128,7 @@ class VictimSearch:
             # A smaller job's rooms count stopping work as free GPUs (`FreeGPUs`) instead.
             gang = self.claimant.gpus >= self.pool.node_size
             releasing = self.occupancy.releasing[self.pool].values() if gang else ()
-            found = [self._cached(Rule.RELEASING, w)[-1] for w in releasing]
+            found = [releasing_move(self.occupancy, w) for w in releasing]
             shrinks: list[Move] = []
             evictions: list[Move] = []
             segments = []
@@ -255,16 +257,14 @@ class VictimSearch:
         key = (workload.id, rule)
         moves = self.occupancy.moves.get(key)
         if moves is None:
-            frees = {p.node_id: len(p.gpu_indices) for p in workload.placements if p.gpu_indices}
-            kind = MoveKind.RELEASING if rule == Rule.RELEASING else MoveKind.EVICT
-            moves = [*self._shrink_moves(rule, workload), Move(kind, rule, workload, frees)]
-            self.occupancy.moves[key] = moves
+            evict = Move(MoveKind.EVICT, rule, workload, _frees(workload))
+            moves = self.occupancy.moves[key] = [*self._shrink_moves(rule, workload), evict]
         return moves
 
     def _shrink_moves(self, rule: Rule, workload: Workload) -> list[Move]:
         """A multi-node workload shrinks by whole nodes (its last ones first), a one-node one
         by GPUs on its node; never below its minimum."""
-        if rule == Rule.RELEASING or not workload.is_elastic:
+        if not workload.is_elastic:
             return []
         if workload.held <= workload.fewest_gpus:
             return []
@@ -446,8 +446,8 @@ class VictimSearch:
             *_, node_id, chosen = min(rooms, key=lambda room: room[:4])
         missing = gpus - len(self.pool.free(node_id))
         trial = Trial(self, {node_id: missing})
-        for stopping in self._stopping_on(node_id, missing):
-            trial.take(self._cached(Rule.RELEASING, stopping)[-1])
+        for move in stopping_moves(occupancy, node_id, missing):
+            trial.take(move)
         for index in chosen:
             trial.take(self.moves()[index])
         if not self._settle_quota(trial, lambda: trial.done >= 1):
@@ -456,24 +456,6 @@ class VictimSearch:
         return Claim(
             trial.moves(), TopologyLevel.LEAF, domain, (node_id,), self._cost(trial.moves())
         )
-
-    def _stopping_on(self, node_id: int, missing: int) -> list[Workload]:
-        """The stopping work on a node to wait for, to free `missing` GPUs there: one that
-        frees them alone if there is one, else all of it in turn until enough."""
-        if missing <= 0:
-            return []
-        stopping = self.occupancy.releasing_on[node_id]
-        held = self.occupancy.held_on
-        alone = next((w for w in stopping if held(w)[node_id] >= missing), None)
-        if alone is not None:
-            return [alone]
-        chosen, freed = [], 0
-        for workload in stopping:
-            if freed >= missing:
-                break
-            chosen.append(workload)
-            freed += held(workload)[node_id]
-        return chosen
 
     def _lowest_victim(self, moves: list[Move], below: tuple, free: FreeGPUs) -> tuple:
         """The lowest `_rank`, if below `below`, of a victim that could be in a room of several
@@ -645,7 +627,7 @@ class VictimSearch:
         evicted = [m.workload for m in moves if m.kind == MoveKind.EVICT]
         shrunk = _throughput_lost([m for m in moves if m.kind == MoveKind.SHRINK])
         if not evicted:
-            return (False, -math.inf, 0, 0.0, 0.0, shrunk)
+            return (*NO_COST[:-1], shrunk)
         value, share, own = self.occupancy.value, self._shares, self.claimant.queue.id
         return (
             any(w.queue_id == own for w in evicted),
@@ -731,6 +713,56 @@ class VictimSearch:
                     if len(picked) == count:
                         break
         return tuple(sorted(picked, key=lambda n: (name[n], n)))
+
+
+def stopping_room(pool: Pool, occupancy: Occupancy, gpus: int) -> Claim | None:
+    """Room for a job of `gpus` GPUs, smaller than a node, that work already stopping makes on
+    one node with the GPUs free there (`Occupancy.soon_room`), or None. It evicts nobody, so no
+    rule is at stake and no quota is released: for a claimant whose quota allows it, this is
+    the room `VictimSearch.for_small` would find, without a search (most claimants of a cycle
+    that evicts are seated so)."""
+    free = FreeGPUs(pool, gpus, occupancy.soon)
+    node_id = occupancy.soon_room(pool, gpus, free.__getitem__)
+    if node_id is None:
+        return None
+    moves = stopping_moves(occupancy, node_id, gpus - len(pool.free(node_id)))
+    domain = domains_of(pool.node(node_id))[-1]
+    return Claim(moves, TopologyLevel.LEAF, domain, (node_id,), NO_COST)
+
+
+def stopping_moves(occupancy: Occupancy, node_id: int, missing: int) -> list[Move]:
+    """Moves that wait for the stopping work on a node to free `missing` GPUs there: one
+    workload that frees them alone if there is one, else all of it in turn until enough."""
+    if missing <= 0:
+        return []
+    stopping = occupancy.releasing_on[node_id]
+    held = occupancy.held_on
+    alone = next((w for w in stopping if held(w)[node_id] >= missing), None)
+    if alone is not None:
+        return [releasing_move(occupancy, alone)]
+    chosen, freed = [], 0
+    for workload in stopping:
+        if freed >= missing:
+            break
+        chosen.append(releasing_move(occupancy, workload))
+        freed += held(workload)[node_id]
+    return chosen
+
+
+def releasing_move(occupancy: Occupancy, workload: Workload) -> Move:
+    """The move that counts on a stopping workload's GPUs, made once a cycle."""
+    key = (workload.id, Rule.RELEASING)
+    moves = occupancy.moves.get(key)
+    if moves is None:
+        moves = occupancy.moves[key] = [
+            Move(MoveKind.RELEASING, Rule.RELEASING, workload, _frees(workload))
+        ]
+    return moves[-1]
+
+
+def _frees(workload: Workload) -> dict[int, int]:
+    """GPUs the workload frees per node when it stops."""
+    return {p.node_id: len(p.gpu_indices) for p in workload.placements if p.gpu_indices}
 
 
 class Trial:
