@@ -254,6 +254,7 @@ class Pool:
         self._children: dict[Domain, set[Domain]] = defaultdict(set)
         self._domain_nodes: dict[Domain, list[Node]] = defaultdict(list)  # leaves; others lazily
         self._sizes: dict[Domain, int] = {}  # nodes per domain above a leaf, counted lazily
+        self._largest: dict[int, int] = {}  # depth -> nodes of its largest domain, lazily
         # Partly free nodes by free-GPU count, each a heap of (name, id); entries go stale when
         # a node's count changes and are dropped when seen.
         self._partial: dict[int, list[tuple[str, int]]] = defaultdict(list)
@@ -382,6 +383,14 @@ class Pool:
     def domains_at(self, depth: int) -> list[Domain]:
         """The domains at a path depth, by name."""
         return self._domains_at[depth]
+
+    def largest(self, depth: int) -> int:
+        """The most schedulable nodes a domain at a path depth has."""
+        found = self._largest.get(depth)
+        if found is None:
+            found = max(map(self.domain_size, self._domains_at[depth]), default=0)
+            self._largest[depth] = found
+        return found
 
     def domains_of(self, node_id: int) -> tuple[Domain, ...]:
         """The domains of a node of this pool, widest first."""

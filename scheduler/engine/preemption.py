@@ -382,15 +382,17 @@ class VictimSearch:
             return None
         by_node = _index(moves)
         completable = self._completable(by_node, moves)
-        # The freeable nodes of every domain, grouped once.
-        within: dict[Domain, dict[int, int]] = defaultdict(dict)
-        for node, missing in completable.items():
-            for domain in self.pool.domains_of(node):
-                within[domain][node] = missing
+        domains_of = self.pool.domains_of
         for level in levels_up_to(widest_level(self.claimant.workload)):
             depth = DEPTH[level]
+            if self.pool.largest(depth) < count:
+                continue  # no domain of this level has as many nodes
+            # The freeable nodes of each domain of the level.
+            within: dict[Domain, dict[int, int]] = defaultdict(dict)
+            for node, missing in completable.items():
+                within[domains_of(node)[depth]][node] = missing
             rooms = []
-            for domain in sorted(d for d in within if len(d) == depth):
+            for domain in sorted(within):
                 needed = count - self.pool.whole(domain)
                 inside = within[domain]
                 if len(inside) < needed:

@@ -115,7 +115,15 @@ def test_a_copy_owns_all_a_cycle_changes() -> None:
         for name, value in vars(pool).items()
         if value is vars(copied)[name] and not isinstance(value, int | str)
     }
-    static = {"_nodes", "_domains", "_children", "_domain_nodes", "_sizes", "_domains_at"}
+    static = {
+        "_nodes",
+        "_domains",
+        "_children",
+        "_domain_nodes",
+        "_sizes",
+        "_largest",
+        "_domains_at",
+    }
     assert shared == static
     assert copied._wholes.count is not pool._wholes.count
     assert not any(
