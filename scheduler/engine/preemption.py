@@ -693,12 +693,14 @@ class VictimSearch:
         """Full-size nodes a gang may have (`Occupancy.no_gangs`) that the moves could make
         whole: node -> GPUs missing."""
         result = {}
-        pool, closed = self.pool, self.occupancy.no_gangs
+        pool, closed, size = self.pool, self.occupancy.no_gangs, self.pool.node_size
         for node_id, indexes in by_node.items():
-            node = pool.node(node_id)
-            if node is None or node.gpus != pool.node_size or node_id in closed:
+            if node_id in closed:
                 continue
-            missing = node.gpus - len(pool.free(node_id))
+            node = pool.node(node_id)
+            if node is None or node.gpus != size:
+                continue
+            missing = size - len(pool.free(node_id))
             if 0 < missing <= sum(moves[i].frees[node_id] for i in indexes):
                 result[node_id] = missing
         return result
