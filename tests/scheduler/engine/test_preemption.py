@@ -481,6 +481,28 @@ def test_smaller_jobs_share_the_node_one_victim_frees_rather_than_evict_one_each
     assert decided(then) == stops()
 
 
+def test_a_small_claimant_counts_what_a_node_offers_after_the_cycles_admissions() -> None:
+    # Node 1: 4 GPUs free and 4 of stopping work (8 free soon); node 2: 6 of stopping work.
+    # Job 1 waits for node 2's; job 2 starts on node 1's free GPUs, which leaves node 1 with
+    # 4 soon: just what job 3 needs, so job 3 waits there.
+    big = make_queue("big", h800=64)
+    running = [
+        make_running(91, big, on(N1, 0, 1, 2, 3), preempting=True),
+        make_running(92, big, on(N2, 0, 1, 2, 3, 4, 5), preempting=True),
+        make_running(93, big, on(N2, 6, 7), on(N3), on(N4)),
+    ]
+    waiting = [make_workload(1, big, 6), make_workload(2, big, 4), make_workload(3, big, 4)]
+    result = plan(make_snapshot(LEAF, [big], [*running, *waiting]), now=NOW)
+    assert [(a.workload_id, a.placements) for a in result.admissions] == [
+        (2, (on(N1, 4, 5, 6, 7),))
+    ]
+    assert [(r.workload_id, r.nodes) for r in result.reservations] == [
+        (1, (N2.id,)),
+        (3, (N1.id,)),
+    ]
+    assert decided(result) == stops()
+
+
 def test_a_gangs_reservation_leaves_out_a_node_promised_in_part_to_a_smaller_job() -> None:
     # The 1-GPU job evicts 91 and waits for one GPU of node 1; the gang (its priority, so it
     # evicts nobody) reserves two nodes for later, and node 1 cannot be one of them.
