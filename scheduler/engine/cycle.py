@@ -584,6 +584,8 @@ class Cycle:
     def _search(
         self, search: VictimSearch, pool: Pool, workload: Workload, over_quota: bool
     ) -> Claim | None:
+        if not search.quota_in_reach():
+            return None
         if over_quota:
             try:
                 placements = pool.find(workload)

@@ -673,6 +673,30 @@ class VictimSearch:
         _minimise(trial, lambda: enough(trial))
         return trial
 
+    def quota_in_reach(self) -> bool:
+        """Whether the claimant's quota could allow it with all the quota its moves could
+        release released: else no room is worth searching for, as none would settle its quota
+        (`_settle_quota`: quota only loosens as moves release GPUs, and `quota_ok` asks at
+        least what `QuotaLedger.check` does)."""
+        claimant, ledger = self.claimant, self.ledger
+        model = claimant.workload.gpu_model
+        if claimant.within_nominal or ledger.allows(claimant.queue, model, claimant.gpus):
+            return True
+        most: dict[int, int] = {}  # queue id -> GPUs of its workloads among the moves
+        seen = set()
+        for move in self.moves():
+            workload = move.workload
+            if move.rule != Rule.RELEASING and workload.id not in seen:
+                seen.add(workload.id)
+                most[workload.queue_id] = most.get(workload.queue_id, 0) + workload.held
+        for queue_id, gpus in most.items():
+            ledger.release(queue_id, model, gpus)
+        try:
+            return ledger.allows(claimant.queue, model, claimant.gpus)
+        finally:
+            for queue_id, gpus in most.items():
+                ledger.charge(queue_id, model, gpus)
+
     def _settle_quota(self, trial: Trial, enough: Callable[[], bool]) -> bool:
         """Top the room's moves up until the claimant's quota allows it, then minimise again."""
         if self.quota_ok(trial):

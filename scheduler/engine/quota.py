@@ -329,6 +329,15 @@ class QuotaLedger:
         """GPUs the queue uses beyond its nominal quota, not counting work told to stop."""
         return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
 
+    def allows(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
+        """Whether the queue may use `gpus` more GPUs of `gpu_model` (`check` without a
+        reason)."""
+        try:
+            self.check(queue, gpu_model, gpus)
+        except Inadmissible:
+            return False
+        return True
+
     def check(self, queue: Queue, gpu_model: str, gpus: int) -> None:
         """Raise Inadmissible unless the queue may use `gpus` more GPUs of `gpu_model`."""
         quota = queue.quota(gpu_model)
