@@ -27,7 +27,12 @@ class Freezer:
     behind it.
 
     When the open connections have grown by a quarter since the last freeze, what is not
-    garbage is frozen (a collection of what is not frozen yet, then `gc.freeze`). Frozen
+    garbage is frozen (a collection of what is not frozen yet, then `gc.freeze`), and again
+    once the opens pause for `LULL_S` with some not frozen: else up to the last quarter of a
+    fleet that has all connected stays in sight (with 4,000 agents a process, each full
+    collection of the steady fleet walked 166,000-181,000 objects; 122,000-156,000 once they
+    too are frozen, most of them what each connection's waiting read makes anew with every
+    message, which no freeze keeps). Frozen
     objects are still freed when nothing refers to them, but those in reference cycles are not:
     once as many connections have closed as half of those open at the last freeze, everything
     is thawed, collected and frozen again, one long pause after much churn. The thaw waits for
@@ -46,12 +51,21 @@ class Freezer:
         self.closed = 0  # connections closed since the last thaw
         self.last_closed = 0.0
         self.due = None  # when enough had closed for a thaw (monotonic), till it is done
+        self.last_opened = 0.0
+        self.settling = None  # when a freeze after the opens pause was asked for (monotonic)
 
     def opened(self) -> None:
-        """A connection opened (it is in `connections`)."""
+        """A connection opened (it is in `connections`); called on the event loop."""
         count = len(self.connections)
         if count >= max(self.LEAST, self.frozen * self.GROWTH):
             self._freeze("frozen")
+        elif count > self.frozen and count >= self.LEAST:
+            self.last_opened = now = time.monotonic()
+            if self.settling is not None and now > self.settling + self.MOST_S + self.LULL_S:
+                self.settling = None  # the loop that was to freeze went first
+            if self.settling is None:
+                asyncio.get_running_loop().call_later(self.LULL_S, self._freeze_after_lull)
+                self.settling = now
 
     def closed_one(self) -> None:
         """A connection closed (it has left `connections`); called on the event loop."""
@@ -64,6 +78,15 @@ class Freezer:
         if self.due is None and self.closed >= max(self.LEAST, self.frozen // 2):
             asyncio.get_running_loop().call_later(self.LULL_S, self._thaw_after_lull)
             self.due = now
+
+    def _freeze_after_lull(self) -> None:
+        wait = min(self.last_opened + self.LULL_S, self.settling + self.MOST_S) - time.monotonic()
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._freeze_after_lull)
+            return
+        self.settling = None
+        if len(self.connections) > self.frozen:
+            self._freeze("frozen once the opens paused")
 
     def _thaw_after_lull(self) -> None:
         wait = min(self.last_closed + self.LULL_S, self.due + self.MOST_S) - time.monotonic()

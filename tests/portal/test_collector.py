@@ -38,6 +38,16 @@ def tracked(obj) -> bool:
 
 
 def open_sockets(freezer, count: int) -> None:
+    """Open `count` sockets on an event loop of their own, which ends with them (so a freeze
+    asked for once the opens pause never comes)."""
+
+    async def opening():
+        opened(freezer, count)
+
+    asyncio.run(opening())
+
+
+def opened(freezer, count: int) -> None:
     for _ in range(count):
         freezer.connections.append(Socket())
         freezer.opened()
@@ -63,6 +73,24 @@ def test_connections_are_frozen_each_time_they_grow_by_a_quarter(freezer):
     assert gc.get_freeze_count() > 0
     open_sockets(freezer, 1)  # 13, under 12 * 1.25: not frozen yet
     assert tracked(freezer.connections[-1])
+
+
+def test_connections_opened_since_the_last_freeze_are_frozen_once_the_opens_pause(freezer):
+    # A fleet that has all connected: the last ones, under a quarter more, are frozen too.
+    async def ramp():
+        opened(freezer, 16)  # frozen at 4 (the least), then at 5, 7, 9, 12 and 15
+        waiting = freezer.frozen, tracked(freezer.connections[-1])  # 16, under 15 * 1.25
+        await asyncio.sleep(freezer.LULL_S / 2)
+        opened(freezer, 1)  # 17: the pause starts again
+        await asyncio.sleep(freezer.LULL_S * 0.75)
+        still = freezer.frozen
+        await asyncio.sleep(freezer.LULL_S)
+        return waiting, still
+
+    waiting, still = asyncio.run(ramp())
+    assert waiting == (15, True) and still == 15
+    assert freezer.frozen == 17 and freezer.settling is None
+    assert not tracked(freezer.connections[-1])
 
 
 def test_sockets_closed_after_a_freeze_are_freed_after_half_have_closed_and_a_lull(freezer):
