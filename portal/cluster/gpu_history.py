@@ -51,7 +51,10 @@ class Recorder:
         self.node_id = node_id
         self.minute = None  # the minute of the last point written
         self.hour = None  # the hour being summed
-        self.sums = {}  # GPU index -> [minute points, then the sum of each figure]
+        # GPU index -> (minute points, then the sum of each figure): tuples of numbers, which
+        # Python's collector stops walking (its full collections walk the live lists of every
+        # connection: 8 a node, made anew each minute, out of reach of `Freezer`).
+        self.sums = {}
 
     def add(self, pipe, now: float, gpus: list[dict]) -> None:
         """Queue on `pipe` the heartbeat's point if it is the first of its minute, and the
@@ -68,8 +71,8 @@ class Recorder:
                 _push(pipe, "hour", self.node_id, [self.hour * 3600, self._means()])
             self.hour, self.sums = hour, {}
         for index, *values in rows:
-            n, *sums = self.sums.get(index, [0] * (1 + len(FIGURES)))
-            self.sums[index] = [n + 1, *(s + v for s, v in zip(sums, values, strict=True))]
+            n, *sums = self.sums.get(index, (0,) * (1 + len(FIGURES)))
+            self.sums[index] = (n + 1, *(s + v for s, v in zip(sums, values, strict=True)))
 
     def _means(self) -> list[list]:
         return [
