@@ -299,7 +299,7 @@ class Cycle:
         largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free())
         tries = 3  # placing can still fail (reservations keep it off): a few sizes more
         for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
-            if refusal(self.ledger.check, queue, workload.gpu_model, gpus) is not None:
+            if not self.ledger.allows(queue, workload.gpu_model, gpus):
                 continue
             if refusal(self.admit, pool, queue, replace(workload, gpus=gpus)) is None:
                 return True
@@ -360,7 +360,7 @@ class Cycle:
         seconds = seconds_left(workload, self.now)
         while added:
             extra = sum(len(p.gpu_indices) for p in added)
-            if refusal(self.ledger.check, queue, workload.gpu_model, extra) is None and (
+            if self.ledger.allows(queue, workload.gpu_model, extra) and (
                 not self.budgets or self._budget_allows(queue, workload, extra, seconds)
             ):
                 break
@@ -487,7 +487,7 @@ class Cycle:
             queue.id in rooms.claimed and not within
         ):
             return None
-        if over_quota and refusal(self.ledger.check, queue, workload.gpu_model, 0):
+        if over_quota and not self.ledger.allows(queue, workload.gpu_model, 0):
             return None  # the queue is over its quota already: not this workload's to fix
         reclaims = queue.preemption.reclaim and (
             within or self._within_after_own(pool, queue, workload)
@@ -508,15 +508,13 @@ class Cycle:
         )
         if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
             return None
-        if workload.gpus < pool.node_size:  # a node's stopping work may seat it (shared)
-            room = stopping_room(pool, self.occupancy, workload.gpus)
-            if room is not None and not over_quota:
-                return room  # what the search would find, without it
-            soon = room is not None
-        else:
-            soon = False
+        # A node's stopping work may seat a smaller job (shared with later ones).
+        small = workload.gpus < pool.node_size
+        room = stopping_room(pool, self.occupancy, workload.gpus) if small else None
+        if room is not None and not over_quota:
+            return room  # what the search would find, without it
         needed = workload.gpus - pool.free_gpus()
-        if not soon and not self._could_free(pool, queue, workload, reclaims, needed):
+        if room is None and not self._could_free(pool, queue, workload, reclaims, needed):
             return None
         claimant = Claimant(workload, queue, workload.gpus, within, others, reclaims)
         claim = self._claim(pool, claimant, over_quota)

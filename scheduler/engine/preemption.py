@@ -66,7 +66,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
-from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import (
     FairSharing,
     Queue,
@@ -367,11 +366,7 @@ class VictimSearch:
             # It takes work that would otherwise come back before it next cycle: it must end
             # within its nominal quota, where the next cycle orders it first.
             return self.ledger.within_nominal(claimant.queue, model, claimant.gpus)
-        try:
-            self.ledger.check(claimant.queue, model, claimant.gpus)
-        except Inadmissible:
-            return False
-        return True
+        return self.ledger.allows(claimant.queue, model, claimant.gpus)
 
     # -- rooms -------------------------------------------------------------------------------
 
