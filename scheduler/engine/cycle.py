@@ -275,7 +275,7 @@ class Cycle:
             budget = refusal(self.budgets.check, queue, workload, workload.gpus, seconds, borrows)
             if budget is not None:
                 return self._no_fit(workload, budget)
-        quota = refusal(self.ledger.check, queue, workload.gpu_model, workload.gpus)
+        quota = self.ledger.refusal(queue, workload.gpu_model, workload.gpus)
         room = None if quota else refusal(self.admit, pool, queue, workload)
         if quota is None and room is None:
             return Outcome.FIT

@@ -672,7 +672,7 @@ class VictimSearch:
         """Whether the claimant's quota could allow it with all the quota its moves could
         release released: else no room is worth searching for, as none would settle its quota
         (`_settle_quota`: quota only loosens as moves release GPUs, and `quota_ok` asks at
-        least what `QuotaLedger.check` does)."""
+        least what `QuotaLedger.allows` does)."""
         claimant, ledger = self.claimant, self.ledger
         model = claimant.workload.gpu_model
         if claimant.within_nominal or ledger.allows(claimant.queue, model, claimant.gpus):

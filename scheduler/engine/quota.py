@@ -330,39 +330,48 @@ class QuotaLedger:
         return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
 
     def allows(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
-        """Whether the queue may use `gpus` more GPUs of `gpu_model` (`check` without a
+        """Whether the queue may use `gpus` more GPUs of `gpu_model` (`refusal` without the
         reason)."""
-        try:
-            self.check(queue, gpu_model, gpus)
-        except Inadmissible:
-            return False
-        return True
+        return self._over(queue, gpu_model, gpus) is None
 
-    def check(self, queue: Queue, gpu_model: str, gpus: int) -> None:
-        """Raise Inadmissible unless the queue may use `gpus` more GPUs of `gpu_model`."""
+    def refusal(self, queue: Queue, gpu_model: str, gpus: int) -> str | None:
+        """Why the queue may not use `gpus` more GPUs of `gpu_model`, or None when it may."""
+        over = self._over(queue, gpu_model, gpus)
+        if over is None:
+            return None
+        used, available = over
+        nominal = queue.quota(gpu_model).nominal
+        over_quota = (
+            f"queue {queue.name} would exceed its {gpu_model} quota "
+            f"({used}/{nominal} in use, job needs {gpus}"
+        )
+        if queue.cohort is None:
+            return f"{over_quota}; the queue is in no cohort, so it cannot borrow)"
+        if available is None:
+            limit = queue.quota(gpu_model).borrowing_limit
+            return (
+                f"queue {queue.name} is at its borrowing limit for {gpu_model} "
+                f"({max(0, used - nominal)}/{limit} borrowed beyond its quota of {nominal}; the "
+                f"job needs {gpus}, which would make {used + gpus - nominal})"
+            )
+        idle = max(0, available - max(0, nominal - used))
+        return f"{over_quota}; cohort {queue.cohort} has {idle} idle to lend)"
+
+    def _over(self, queue: Queue, gpu_model: str, gpus: int) -> tuple[int, int | None] | None:
+        """None when the queue may use `gpus` more GPUs of `gpu_model`; else (GPUs it uses,
+        GPUs its cohort tree could give it, or None when its borrowing limit refuses first)."""
         quota = queue.quota(gpu_model)
         used = self.usage.get((queue.id, gpu_model), 0)
         borrowed_after = used + gpus - quota.nominal
         if borrowed_after <= 0:
-            return
-        over_quota = (
-            f"queue {queue.name} would exceed its {gpu_model} quota "
-            f"({used}/{quota.nominal} in use, job needs {gpus}"
-        )
+            return None
         if queue.cohort is None:
-            raise Inadmissible(f"{over_quota}; the queue is in no cohort, so it cannot borrow)")
+            return used, 0
         limit = quota.borrowing_limit
         if limit is not None and borrowed_after > limit:
-            borrowed = max(0, used - quota.nominal)
-            raise Inadmissible(
-                f"queue {queue.name} is at its borrowing limit for {gpu_model} "
-                f"({borrowed}/{limit} borrowed beyond its quota of {quota.nominal}; the job "
-                f"needs {gpus}, which would make {borrowed_after})"
-            )
+            return used, None
         available = self.available(("q", queue.id), gpu_model)
-        if gpus > available:
-            idle = max(0, available - max(0, quota.nominal - used))
-            raise Inadmissible(f"{over_quota}; cohort {queue.cohort} has {idle} idle to lend)")
+        return None if gpus <= available else (used, available)
 
     # -- fair sharing ------------------------------------------------------------------------
 
