@@ -253,33 +253,32 @@ class Cycle:
     def decide(self, queue: Queue, workload: Workload) -> Outcome:
         """Admit, preempt for, reserve for, or hold back one workload."""
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
-        outcome = self._decide(queue, workload)
+        outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
         return outcome
 
-    def _decide(self, queue: Queue, workload: Workload) -> Outcome:
+    def _decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """Kueue's processEntry, as early returns: a shape no placement could ever give waits
         with that reason (not a passing quota one), and so does work a budget does not allow
         (no preemption makes budget); work its quota allows that fits on free GPUs starts;
         else room is made by preemption where the rules allow; else it waits, a gang head
-        perhaps with a reservation."""
+        perhaps with a reservation. `within`: whether it fits in its queue's nominal quota."""
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             pool.check_shape(workload.gpus)
         except Inadmissible as why:
             return self._no_fit(workload, str(why))
         if self.budgets:
-            borrows = not self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
             seconds = workload.time_limit_s
-            budget = refusal(self.budgets.check, queue, workload, workload.gpus, seconds, borrows)
+            budget = refusal(self.budgets.check, queue, workload, workload.gpus, seconds, not within)
             if budget is not None:
                 return self._no_fit(workload, budget)
         quota = self.ledger.refusal(queue, workload.gpu_model, workload.gpus)
-        room = None if quota else refusal(self.admit, pool, queue, workload)
+        room = None if quota else self.admit(pool, queue, workload)
         if quota is None and room is None:
             return Outcome.FIT
-        claim = self.find_room(pool, queue, workload, quota is not None)
+        claim = self.find_room(pool, queue, workload, within, quota is not None)
         if claim is not None:
             self.apply_claim(pool, queue, workload, claim)
             return Outcome.PREEMPT
@@ -301,7 +300,7 @@ class Cycle:
         for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
             if not self.ledger.allows(queue, workload.gpu_model, gpus):
                 continue
-            if refusal(self.admit, pool, queue, replace(workload, gpus=gpus)) is None:
+            if self.admit(pool, queue, replace(workload, gpus=gpus)) is None:
                 return True
             tries -= 1
             if not tries:
@@ -385,32 +384,30 @@ class Cycle:
         self.wait(workload, reason)
         return Outcome.NO_FIT
 
-    def admit(self, pool: Pool, queue: Queue, workload: Workload) -> None:
+    def admit(self, pool: Pool, queue: Queue, workload: Workload) -> str | None:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
-        charge the quota. Raises Inadmissible with the reason when there is no room."""
+        charge the quota. The reason when there is no room, else None."""
         try:
             placements = self._apart(pool, workload) or pool.find(workload)
         except Inadmissible as why:
-            # Only its reason goes on: re-raising the exception from a frame that holds it
-            # makes a reference cycle (exception, traceback, frame) that keeps its frames, and
-            # so the cycle's state, alive until a full garbage collection.
-            no_room = str(why)
+            no_room = str(why)  # only the reason goes on: a frame holding `why` would be in a
+            # reference cycle with it (exception, traceback, frame), kept until a collection
         else:
             self._book(pool, queue, workload, placements)
-            return
-        self._backfill(pool, queue, workload, no_room)
+            return None
+        return self._backfill(pool, queue, workload, no_room)
 
     def _apart(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
         """Room away from the other members of its spread group, or none."""
         used = self.spread.get(workload.spread) if workload.spread else None
         return pool.find_apart(workload, used) if used else ()
 
-    def _backfill(self, pool: Pool, queue: Queue, workload: Workload, no_room: str) -> None:
+    def _backfill(self, pool: Pool, queue: Queue, workload: Workload, no_room: str) -> str | None:
         """Place the workload on GPUs held for reservations it may use, lent for the moment
-        ("try, then restore"), or raise why not, naming the reservations that keep it off."""
+        ("try, then restore"), or say why not, naming the reservations that keep it off."""
         reserved = [o for o in self.reserving.backfillable.get(pool, ()) if pool.held_nodes(o)]
         if not reserved:
-            raise Inadmissible(no_room)
+            return no_room
         owners = []
         if not self.reserving.kept_out.threaten(workload, queue, self.ledger):
             owners = [
@@ -419,14 +416,14 @@ class Cycle:
                 if may_backfill(self.holds[owner], workload, queue, self.ledger, self.now)
             ]
         if owners and self._fits_lent(pool, workload, owners, book=queue):
-            return
+            return None
         kept_off = tuple((o, pool.held_nodes(o)) for o in reserved if o not in owners)
         self._keep_out(pool, queue, workload, [o for o, _ in kept_off])
         key = (no_room, kept_off)
         reason = self.reserving.kept_off.get(key)
         if reason is None:
             reason = self.reserving.kept_off[key] = kept_off_reason(no_room, dict(kept_off))
-        raise Inadmissible(reason)
+        return reason
 
     def _fits_lent(
         self, pool: Pool, workload: Workload, owners: list[int], book: Queue | None = None
@@ -469,9 +466,10 @@ class Cycle:
     # -- making room -------------------------------------------------------------------------
 
     def find_room(
-        self, pool: Pool, queue: Queue, workload: Workload, over_quota: bool
+        self, pool: Pool, queue: Queue, workload: Workload, within: bool, over_quota: bool
     ) -> Claim | None:
-        """The cheapest set of moves that would let the workload start, or None.
+        """The cheapest set of moves that would let the workload start, or None (`within`:
+        whether it fits in its queue's nominal quota).
 
         A queue makes room for one workload a cycle, or for several while each fits in its
         nominal quota (counting the room made before it): a queue far under its quota gets it
@@ -482,7 +480,6 @@ class Cycle:
         workload, it does not enforce a lowered quota.
         """
         rooms = self.rooms
-        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         if rooms.searches[queue.id] >= SEARCHES_PER_QUEUE or (
             queue.id in rooms.claimed and not within
         ):
@@ -607,33 +604,32 @@ class Cycle:
         """
         reason = claim_reason(self.ledger, claim, queue, workload)
         self.touched_queues = set()
-        evicted = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
+        evictions = [m for m in claim.moves if m.kind == MoveKind.EVICT]
+        shrinks = [m for m in claim.moves if m.kind == MoveKind.SHRINK]
+        evicted = {m.workload.id for m in evictions}
         shrunk: dict[int, list] = {}
-        for move in claim.moves:
-            victim = move.workload
-            if move.kind == MoveKind.EVICT:
-                why = preemption_reason(self.ledger, move, queue, workload)
-                self.preemptions.append(Preemption(victim.id, why, workload.id))
-            elif move.kind == MoveKind.SHRINK and victim.id not in evicted:
-                shrunk.setdefault(victim.id, []).append(move)
+        for move in evictions:
+            why = preemption_reason(self.ledger, move, queue, workload)
+            self.preemptions.append(Preemption(move.workload.id, why, workload.id))
+        for move in shrinks:
+            if move.workload.id not in evicted:
+                shrunk.setdefault(move.workload.id, []).append(move)
         for moves in shrunk.values():
             self._shrink(moves, queue, workload)
-        for move in claim.moves:
+        for move in evictions:
             victim = move.workload
-            if move.kind == MoveKind.EVICT:
-                self.ledger.stop(victim.queue_id, victim.gpu_model, victim.held)
-                self.touched_queues.add(victim.queue_id)
-            elif move.kind == MoveKind.SHRINK:
-                self.occupancy.claim(pool, victim)
+            self.ledger.stop(victim.queue_id, victim.gpu_model, victim.held)
+            self.touched_queues.add(victim.queue_id)
+        for move in shrinks:
+            self.occupancy.claim(pool, move.workload)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.claims[queue.id, workload.gpu_model] += workload.gpus
         small = workload.gpus < pool.node_size
         if not small:
             self.occupancy.hold(pool, workload.id, claim.nodes)
-        for move in claim.moves:
-            if move.kind == MoveKind.EVICT:
-                self.occupancy.evicted(pool, move.workload)
+        for move in evictions:
+            self.occupancy.evicted(pool, move.workload)
         if small:  # its victims' GPUs are room for it first, the rest for later claimants
             (node_id,) = claim.nodes
             self.occupancy.promise(pool, workload.id, node_id, workload.gpus)

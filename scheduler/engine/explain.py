@@ -4,7 +4,6 @@ workloads that wait for them or for a budget."""
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 from scheduler.engine.capacity import describe, plural
 from scheduler.engine.model import Budget, Queue, Workload
@@ -117,12 +116,13 @@ def grow_reason(workload: Workload, gpus: int, region: str) -> str:
 
 def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
     """Why a claimant waits although room is being made for it."""
-    evicted = Counter()
+    evicted: dict[str, int] = {}
     shrunk, stopping = set(), set()
     gone = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
     for move in claim.moves:
         if move.kind == MoveKind.EVICT:
-            evicted[_queue_name(ledger, move.workload)] += 1
+            name = _queue_name(ledger, move.workload)
+            evicted[name] = evicted.get(name, 0) + 1
         elif move.kind == MoveKind.SHRINK:
             if move.workload.id not in gone:  # an eviction supersedes a shrink
                 shrunk.add(move.workload.id)

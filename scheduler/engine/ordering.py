@@ -113,10 +113,10 @@ class Heads:
             or ledger.within_nominal(queue, first.gpu_model, first.gpus)
         ):
             return -1
-        if not any(
-            ledger.within_nominal(queue, model, gpus)
-            for model, gpus in self._fewest[queue.id].items()
-        ):
+        for model, gpus in self._fewest[queue.id].items():
+            if ledger.within_nominal(queue, model, gpus):
+                break
+        else:
             return -1
         for index in range(len(members) - 2, -1, -1):
             workload = members[index]

@@ -36,6 +36,12 @@ class QuotaLedger:
 
     def __init__(self, queues: Iterable[Queue], cohorts: Iterable[Cohort] = ()) -> None:
         self._queues = {queue.id: queue for queue in queues}
+        # Nominal quota per (queue id, GPU model) the queue has a quota for (asked most often).
+        self._nominal = {
+            (queue.id, quota.gpu_model): queue.quota(quota.gpu_model).nominal
+            for queue in self._queues.values()
+            for quota in queue.quotas
+        }
         self._cohorts = {cohort.name: cohort for cohort in cohorts}
         for queue in self._queues.values():
             if queue.cohort is not None and queue.cohort not in self._cohorts:
@@ -55,6 +61,7 @@ class QuotaLedger:
         self._members: dict[TreeNode, list[int]] = {}
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
+        self._chains: dict[tuple[int, str], list[tuple[Counter, tuple, int]]] = {}  # `_chain`
         # Per cohort tree, how often its usage changed, and the borrowers seen at a count.
         self._changes: dict[TreeNode, int] = {}
         self._borrowers: dict[tuple[TreeNode, str], tuple[int, list[tuple[Queue, int]]]] = {}
@@ -156,21 +163,34 @@ class QuotaLedger:
 
     def charge(self, queue_id: int, gpu_model: str, gpus: int) -> None:
         """Count `gpus` more (or, negative, fewer) GPUs of `gpu_model` as used by the queue."""
-        if queue_id not in self._queues:
-            self.usage[queue_id, gpu_model] += gpus
-            return
-        node: TreeNode | None = ("q", queue_id)
+        chain = self._chains.get((queue_id, gpu_model))
+        if chain is None:
+            if queue_id not in self._queues:
+                self.usage[queue_id, gpu_model] += gpus
+                return
+            chain = self._chains[queue_id, gpu_model] = self._chain(queue_id, gpu_model)
         delta = gpus
-        while node is not None and delta:
-            old = self._used(node, gpu_model)
-            if node[0] == "q":
-                self.usage[node[1], gpu_model] = old + delta  # type: ignore[index]
-            else:
-                self._cohort_usage[node, gpu_model] = old + delta
-            _, kept, _ = self._static(node, gpu_model)
+        for usage, key, kept in chain:
+            if not delta:
+                break
+            old = usage.get(key, 0)
+            usage[key] = old + delta
             delta = max(0, old + delta - kept) - max(0, old - kept)
-            node = self._parent[node]
         self._changed(queue_id)
+
+    def _chain(self, queue_id: int, gpu_model: str) -> list[tuple[Counter, tuple, int]]:
+        """(usage counter, key, GPUs kept) of each tree node from the queue up to its root:
+        where `charge` counts the queue's GPUs, and what each node keeps of them."""
+        chain = []
+        node: TreeNode | None = ("q", queue_id)
+        while node is not None:
+            _, kept, _ = self._static(node, gpu_model)
+            if node[0] == "q":
+                chain.append((self.usage, (node[1], gpu_model), kept))
+            else:
+                chain.append((self._cohort_usage, (node, gpu_model), kept))
+            node = self._parent[node]
+        return chain
 
     def stop(self, queue_id: int, gpu_model: str, gpus: int) -> None:
         """Mark `gpus` of the queue's GPUs as work told to stop (still charged)."""
@@ -301,7 +321,11 @@ class QuotaLedger:
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether `gpus` more GPUs keep the queue within its nominal quota."""
-        return self.usage.get((queue.id, gpu_model), 0) + gpus <= queue.quota(gpu_model).nominal
+        key = (queue.id, gpu_model)
+        nominal = self._nominal.get(key)
+        if nominal is None or self._queues.get(queue.id) is not queue:
+            nominal = queue.quota(gpu_model).nominal  # no such quota, or a queue of elsewhere
+        return self.usage.get(key, 0) + gpus <= nominal
 
     def staying(self, queue_id: int, gpu_model: str) -> int:
         """GPUs the queue uses, less those of its work told to stop this cycle."""
