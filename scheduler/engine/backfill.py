@@ -45,9 +45,10 @@ from scheduler.engine.quota import QuotaLedger
 MAX_PER_POOL = 4
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Hold:
-    """A reservation and what decides who may backfill it."""
+    """A reservation and what decides who may backfill it (one a cycle, for each claimant
+    and gang head that holds room: a plain record, as a frozen one is slower to make)."""
 
     reservation: Reservation
     owner: Workload

@@ -30,7 +30,9 @@ def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, 
     return (-queue_priority, -workload.priority, workload.submitted_at, workload.id)
 
 
-def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload) -> tuple:
+def head_key(
+    ledger: QuotaLedger, queue: Queue, workload: Workload, order: tuple | None = None
+) -> tuple:
     """Sort key for the heads of the queues, the first taken first.
 
     Criteria, in order:
@@ -40,13 +42,15 @@ def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload) -> tuple:
     2. among borrowing heads only: the lower weighted dominant resource share (DRS) the queue
        would have with the head admitted, so borrowing goes first to the queue that borrows
        least for its weight (fair sharing, as in Kueue);
-    3. then `queue_order`: queue priority, workload priority, submit time, id.
+    3. then `queue_order`: queue priority, workload priority, submit time, id (`order`, when
+       the caller has it already).
     """
+    if order is None:
+        order = queue_order(workload, queue.priority)
     level = ledger.level(queue, workload.gpu_model, workload.gpus)
     if level == 0:
-        return (0, 0.0, *queue_order(workload, queue.priority))
-    share = ledger.share(queue, workload.gpu_model, workload.gpus)
-    return (level, share, *queue_order(workload, queue.priority))
+        return (0, 0.0, *order)
+    return (level, ledger.share(queue, workload.gpu_model, workload.gpus), *order)
 
 
 class Heads:
@@ -65,6 +69,7 @@ class Heads:
         for workload in workloads:
             waiting[workload.queue_id].append(workload)
         self._fifo: dict[int, list[Workload]] = {}
+        self._order: dict[int, tuple] = {}  # workload id -> its `queue_order`
         self._head: dict[int, int] = {}  # queue id -> index of its head in its FIFO
         # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
         # workloads leave, which spares looking for one within the nominal quota in vain.
@@ -76,8 +81,10 @@ class Heads:
                     fewest[workload.gpu_model] = workload.gpus
             queue = ledger.queue_or_none(queue_id)
             priority = queue.priority if queue is not None else 0
+            order = {w.id: queue_order(w, priority) for w in members}
+            self._order.update(order)
             # Reversed, so the head is popped from the end.
-            members.sort(key=lambda w: queue_order(w, priority), reverse=True)
+            members.sort(key=lambda w: order[w.id], reverse=True)
             self._fifo[queue_id] = members
         self._version: dict[int, int] = defaultdict(int)
         self._heap: list[tuple[tuple, int, int]] = []
@@ -98,9 +105,10 @@ class Heads:
         queue = self._ledger.queue_or_none(queue_id)
         if not members or queue is None:
             return None
-        self._version[queue_id] += 1
+        version = self._version[queue_id] = self._version[queue_id] + 1
         index = self._head[queue_id] = self._head_index(queue, members)
-        return (head_key(self._ledger, queue, members[index]), queue_id, self._version[queue_id])
+        head = members[index]
+        return (head_key(self._ledger, queue, head, self._order[head.id]), queue_id, version)
 
     def _head_index(self, queue: Queue, members: list[Workload]) -> int:
         """Where the queue's head is in its (reversed) FIFO: the last entry, or in a best-effort
