@@ -74,6 +74,9 @@ class Heads:
         # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
         # workloads leave, which spares looking for one within the nominal quota in vain.
         self._fewest: dict[int, dict[str, int]] = defaultdict(dict)
+        # Queues none of whose pending work fits in the nominal quota any more (usage only
+        # grows within a cycle, so they stay so).
+        self._borrowing: set[int] = set()
         for queue_id, members in waiting.items():
             fewest = self._fewest[queue_id]
             for workload in members:
@@ -116,7 +119,8 @@ class Heads:
         nominal quota."""
         ledger, first = self._ledger, members[-1]
         if (
-            queue.strategy == Strategy.STRICT_FIFO
+            queue.id in self._borrowing
+            or queue.strategy == Strategy.STRICT_FIFO
             or len(members) == 1
             or ledger.within_nominal(queue, first.gpu_model, first.gpus)
         ):
@@ -125,6 +129,7 @@ class Heads:
             if ledger.within_nominal(queue, model, gpus):
                 break
         else:
+            self._borrowing.add(queue.id)
             return -1
         for index in range(len(members) - 2, -1, -1):
             workload = members[index]

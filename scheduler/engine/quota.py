@@ -320,12 +320,10 @@ class QuotaLedger:
     # -- admission checks --------------------------------------------------------------------
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
-        """Whether `gpus` more GPUs keep the queue within its nominal quota."""
+        """Whether `gpus` more GPUs keep the queue (one of the ledger's) within its nominal
+        quota."""
         key = (queue.id, gpu_model)
-        nominal = self._nominal.get(key)
-        if nominal is None or self._queues.get(queue.id) is not queue:
-            nominal = queue.quota(gpu_model).nominal  # no such quota, or a queue of elsewhere
-        return self.usage.get(key, 0) + gpus <= nominal
+        return self.usage.get(key, 0) + gpus <= self._nominal.get(key, 0)
 
     def staying(self, queue_id: int, gpu_model: str) -> int:
         """GPUs the queue uses, less those of its work told to stop this cycle."""
