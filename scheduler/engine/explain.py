@@ -116,18 +116,21 @@ def grow_reason(workload: Workload, gpus: int, region: str) -> str:
 
 def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
     """Why a claimant waits although room is being made for it."""
-    evicted: dict[str, int] = {}
-    shrunk, stopping = set(), set()
-    gone = {m.workload.id for m in claim.moves if m.kind == MoveKind.EVICT}
+    evicted: dict[str, int] = {}  # queue name -> workloads evicted
+    gone, shrunk, stopping = set(), set(), set()
+    rule = None  # the first rule at stake
     for move in claim.moves:
+        if move.kind == MoveKind.RELEASING:
+            stopping.add(move.workload.id)
+            continue
+        rule = move.rule if rule is None else rule
         if move.kind == MoveKind.EVICT:
+            gone.add(move.workload.id)
             name = _queue_name(ledger, move.workload)
             evicted[name] = evicted.get(name, 0) + 1
-        elif move.kind == MoveKind.SHRINK:
-            if move.workload.id not in gone:  # an eviction supersedes a shrink
-                shrunk.add(move.workload.id)
         else:
-            stopping.add(move.workload.id)
+            shrunk.add(move.workload.id)
+    shrunk -= gone  # an eviction supersedes a shrink
     parts = []
     if shrunk:
         parts.append(f"shrinking {plural(len(shrunk), 'elastic workload')}")
@@ -138,8 +141,7 @@ def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Work
     if stopping:
         parts.append(f"waiting for {plural(len(stopping), 'preempted workload')} to stop")
     where = f" in {describe(claim.level, claim.domain)}" if claim.domain else ""
-    rules = [m.rule for m in claim.moves if m.rule != Rule.RELEASING]
-    why = f" ({cause(ledger, rules[0], queue, workload)})" if rules else ""
+    why = f" ({cause(ledger, rule, queue, workload)})" if rule is not None else ""
     return f"{' and '.join(parts)} to make room{where}{why}; it starts once they have stopped"
 
 

@@ -375,8 +375,7 @@ class VictimSearch:
         moves = self.moves()
         if not moves:
             return None
-        by_node = _index(moves)
-        completable = self._completable(by_node, moves)
+        by_node, completable = self._completable(moves)
         domains_of = self.pool.domains_of
         for level in levels_up_to(widest_level(self.claimant.workload)):
             depth = DEPTH[level]
@@ -708,21 +707,28 @@ class VictimSearch:
             _minimise(trial, lambda: enough() and self.quota_ok(trial))
         return True
 
-    def _completable(self, by_node: dict[int, list[int]], moves: list[Move]) -> dict[int, int]:
-        """Full-size nodes a gang may have (`Occupancy.no_gangs`) that the moves could make
-        whole: node -> GPUs missing."""
+    def _completable(self, moves: list[Move]) -> tuple[dict[int, list[int]], dict[int, int]]:
+        """The moves' indexes on each node a gang may have (`Occupancy.no_gangs`), in move
+        order, and the full-size ones of those nodes that the moves could make whole: node ->
+        GPUs missing."""
+        by_node: dict[int, list[int]] = defaultdict(list)
+        freeable: dict[int, int] = defaultdict(int)
+        closed = self.occupancy.no_gangs
+        for index, move in enumerate(moves):
+            for node_id, gpus in move.frees.items():
+                if node_id not in closed:
+                    by_node[node_id].append(index)
+                    freeable[node_id] += gpus
         result = {}
-        pool, closed, size = self.pool, self.occupancy.no_gangs, self.pool.node_size
-        for node_id, indexes in by_node.items():
-            if node_id in closed:
-                continue
+        pool, size = self.pool, self.pool.node_size
+        for node_id, gpus in freeable.items():
             node = pool.node(node_id)
             if node is None or node.gpus != size:
                 continue
             missing = size - len(pool.free(node_id))
-            if 0 < missing <= sum(moves[i].frees[node_id] for i in indexes):
+            if 0 < missing <= gpus:
                 result[node_id] = missing
-        return result
+        return by_node, result
 
     def _gang_nodes(self, domain: Domain, made: list[int], count: int) -> tuple[int, ...]:
         """The nodes the gang will run on, by name: those freed for it, then whole free ones."""
