@@ -270,8 +270,8 @@ class Cycle:
         except Inadmissible as why:
             return self._no_fit(workload, str(why))
         if self.budgets:
-            seconds = workload.time_limit_s
-            budget = refusal(self.budgets.check, queue, workload, workload.gpus, seconds, not within)
+            gpus, seconds = workload.gpus, workload.time_limit_s
+            budget = refusal(self.budgets.check, queue, workload, gpus, seconds, not within)
             if budget is not None:
                 return self._no_fit(workload, budget)
         quota = self.ledger.refusal(queue, workload.gpu_model, workload.gpus)

@@ -65,7 +65,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-from scheduler.engine.capacity import DEPTH, Domain, Pool, domains_of, levels_up_to, widest_level
+from scheduler.engine.capacity import DEPTH, Domain, Pool, levels_up_to, widest_level
 from scheduler.engine.model import (
     FairSharing,
     Queue,
@@ -448,7 +448,7 @@ class VictimSearch:
             trial.take(self.moves()[index])
         if not self._settle_quota(trial, lambda: trial.done >= 1):
             return None
-        domain = domains_of(self.pool.node(node_id))[-1]
+        domain = self.pool.domains_of(node_id)[-1]
         return Claim(
             trial.moves(), TopologyLevel.LEAF, domain, (node_id,), self._cost(trial.moves())
         )
@@ -750,13 +750,12 @@ def stopping_room(pool: Pool, occupancy: Occupancy, gpus: int) -> Claim | None:
     rule is at stake and no quota is released: for a claimant whose quota allows it, this is
     the room `VictimSearch.for_small` would find, without a search (most claimants of a cycle
     that evicts are seated so)."""
-    free = FreeGPUs(pool, gpus, occupancy.soon)
-    node_id = occupancy.soon_room(pool, gpus, free.__getitem__)
+    soon = occupancy.soon
+    node_id = occupancy.soon_room(pool, gpus, lambda node: usable_gpus(pool, gpus, soon, node))
     if node_id is None:
         return None
     moves = stopping_moves(occupancy, node_id, gpus - len(pool.free(node_id)))
-    domain = domains_of(pool.node(node_id))[-1]
-    return Claim(moves, TopologyLevel.LEAF, domain, (node_id,), NO_COST)
+    return Claim(moves, TopologyLevel.LEAF, pool.domains_of(node_id)[-1], (node_id,), NO_COST)
 
 
 def stopping_moves(occupancy: Occupancy, node_id: int, missing: int) -> list[Move]:
@@ -766,9 +765,9 @@ def stopping_moves(occupancy: Occupancy, node_id: int, missing: int) -> list[Mov
         return []
     stopping = occupancy.releasing_on[node_id]
     held = occupancy.held_on
-    alone = next((w for w in stopping if held(w)[node_id] >= missing), None)
-    if alone is not None:
-        return [releasing_move(occupancy, alone)]
+    for workload in stopping:
+        if held(workload)[node_id] >= missing:
+            return [releasing_move(occupancy, workload)]
     chosen, freed = [], 0
     for workload in stopping:
         if freed >= missing:
@@ -914,13 +913,17 @@ class FreeGPUs(dict):
         self.soon = soon
 
     def __missing__(self, node_id: int) -> int | None:
-        node = self.pool.node(node_id)
-        if node is None or node.gpus < self.gpus or node_id in self.pool.held_by:
-            value = None
-        else:
-            value = len(self.pool.free(node_id)) + self.soon.get(node_id, 0)
-        self[node_id] = value
+        value = self[node_id] = usable_gpus(self.pool, self.gpus, self.soon, node_id)
         return value
+
+
+def usable_gpus(pool: Pool, gpus: int, soon: Mapping[int, int], node_id: int) -> int | None:
+    """GPUs free now or soon on a node for a job of `gpus` GPUs, smaller than a node; None
+    where it cannot go (missing, too small, held). See `FreeGPUs`."""
+    node = pool.node(node_id)
+    if node is None or node.gpus < gpus or node_id in pool.held_by:
+        return None
+    return len(pool.free(node_id)) + soon.get(node_id, 0)
 
 
 def _freed_at_least(count: int) -> Callable[[Trial], bool]:
