@@ -458,9 +458,9 @@ class Pool:
         gpus = workload.gpus if gpus is None else gpus
         self.check_shape(gpus)
         if gpus < self.node_size:
-            failed = self._small_failed.get(gpus)
-            if failed is not None and failed[0] == self._changes:
-                raise Inadmissible(failed[1])  # nothing changed since it last failed
+            no_room = self.known_no_room(gpus)
+            if no_room is not None:
+                raise Inadmissible(no_room)
             try:
                 node = self._best_partial(gpus) or self._break_whole_node(gpus)
             except Inadmissible as why:
@@ -470,6 +470,12 @@ class Pool:
         count = gpus // self.node_size
         nodes = self._pick_whole(self._tightest_domain(count, widest_level(workload)), count)
         return tuple(Placement(node.id, tuple(sorted(self._free[node.id]))) for node in nodes)
+
+    def known_no_room(self, gpus: int) -> str | None:
+        """Why a job of `gpus` GPUs, fewer than a node, found no room (`find`) if no GPU was
+        taken or given back since; else None."""
+        failed = self._small_failed.get(gpus)
+        return failed[1] if failed is not None and failed[0] == self._changes else None
 
     def find_apart(self, workload: Workload, used: Collection[int]) -> tuple[Placement, ...]:
         """One node's GPUs for the workload away from the nodes in `used` (where the other

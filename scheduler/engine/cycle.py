@@ -387,14 +387,16 @@ class Cycle:
     def admit(self, pool: Pool, queue: Queue, workload: Workload) -> str | None:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
         charge the quota. The reason when there is no room, else None."""
-        try:
-            placements = self._apart(pool, workload) or pool.find(workload)
-        except Inadmissible as why:
-            no_room = str(why)  # only the reason goes on: a frame holding `why` would be in a
-            # reference cycle with it (exception, traceback, frame), kept until a collection
-        else:
-            self._book(pool, queue, workload, placements)
-            return None
+        no_room = pool.known_no_room(workload.gpus)  # then no node has room, apart or not
+        if no_room is None:
+            try:
+                placements = self._apart(pool, workload) or pool.find(workload)
+            except Inadmissible as why:
+                no_room = str(why)  # only the reason goes on: a frame holding `why` would be in
+                # a reference cycle with it (exception, traceback, frame) until a collection
+            else:
+                self._book(pool, queue, workload, placements)
+                return None
         return self._backfill(pool, queue, workload, no_room)
 
     def _apart(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
@@ -480,7 +482,7 @@ class Cycle:
         workload, it does not enforce a lowered quota.
         """
         rooms = self.rooms
-        if rooms.searches[queue.id] >= SEARCHES_PER_QUEUE or (
+        if rooms.searches.get(queue.id, 0) >= SEARCHES_PER_QUEUE or (
             queue.id in rooms.claimed and not within
         ):
             return None
