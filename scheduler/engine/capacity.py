@@ -254,6 +254,7 @@ class Pool:
         self._children: dict[Domain, set[Domain]] = defaultdict(set)
         self._domain_nodes: dict[Domain, list[Node]] = defaultdict(list)  # leaves; others lazily
         self._sizes: dict[Domain, int] = {}  # nodes per domain above a leaf, counted lazily
+        self._leaves_of: dict[Domain, list[Domain]] = {}  # leaves per domain above one, lazily
         self._largest: dict[int, int] = {}  # depth -> nodes of its largest domain, lazily
         # Partly free nodes by free-GPU count, each a heap of (name, id); entries go stale when
         # a node's count changes and are dropped when seen.
@@ -423,6 +424,32 @@ class Pool:
     def whole(self, domain: Domain) -> int:
         """Free whole nodes in a domain."""
         return self._whole[domain]
+
+    def whole_nodes(self, domain: Domain) -> list[Node]:
+        """The free whole nodes of a domain, by name: looked for only in its leaves that have
+        some."""
+        leaves = [domain] if len(domain) == 3 else self._leaves(domain)
+        found = [
+            node
+            for leaf in leaves
+            if self._whole[leaf]
+            for node in self._domain_nodes[leaf]
+            if self.is_whole(node)
+        ]
+        found.sort(key=attrgetter("name", "id"))
+        return found
+
+    def _leaves(self, domain: Domain) -> list[Domain]:
+        """The leaves of a domain above a leaf."""
+        found = self._leaves_of.get(domain)
+        if found is None:
+            found = [
+                leaf
+                for child in self._children.get(domain, ())
+                for leaf in ([child] if len(child) == 3 else self._leaves(child))
+            ]
+            self._leaves_of[domain] = found
+        return found
 
     def is_whole(self, node: Node) -> bool:
         """Whether every GPU of a full-sized node is free."""
@@ -664,7 +691,7 @@ class Pool:
         leaf by name, so a gang's nodes come out grouped by leaf.
         """
         if len(domain) == 3:
-            return [node for node in self.domain_nodes(domain) if self.is_whole(node)][:count]
+            return self.whole_nodes(domain)[:count]
         picked: list[Node] = []
         for child in sorted(self._children[domain], key=lambda c: (-self._whole[c], c)):
             wanted = min(count - len(picked), self._whole[child])

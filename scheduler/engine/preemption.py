@@ -735,12 +735,10 @@ class VictimSearch:
         name = {n: self.pool.node(n).name for n in made}
         picked = sorted(made, key=lambda n: (name[n], n))[:count]
         if len(picked) < count:
-            for node in self.pool.domain_nodes(domain):
-                if self.pool.is_whole(node) and node.id not in name:
-                    picked.append(node.id)
-                    name[node.id] = node.name
-                    if len(picked) == count:
-                        break
+            # Freed nodes are not whole yet (each misses GPUs until its victims stop).
+            for node in self.pool.whole_nodes(domain)[: count - len(picked)]:
+                picked.append(node.id)
+                name[node.id] = node.name
         return tuple(sorted(picked, key=lambda n: (name[n], n)))
 
 

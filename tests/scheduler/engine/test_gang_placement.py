@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.engine import Node, Snapshot, TopologyLevel, Workload, plan
+from scheduler.engine import Node, Placement, Snapshot, TopologyLevel, Workload, plan
+from scheduler.engine.capacity import pools_of
 from scheduler.engine.testing import (
     cordon,
     make_cluster,
@@ -248,3 +249,17 @@ def test_a_grow_says_why() -> None:
         "grown from 16 to 32 GPUs, 80% more throughput: they were free and no work waits for "
         "H800 GPUs"
     )
+
+
+def test_a_domains_whole_nodes_are_its_entirely_free_nodes_by_name() -> None:
+    [pool] = pools_of(make_cluster(pods=2, leaves=2, nodes=3)).values()
+    by_name = {node.name: node for node in pool.nodes()}
+    pool.take(Placement(by_name["dc1-p1-l1-n2"].id, (0,)))
+    for n in (1, 2, 3):  # one leaf without a free whole node
+        pool.take(Placement(by_name[f"dc1-p1-l2-n{n}"].id, tuple(range(8))))
+
+    assert [n.name for n in pool.whole_nodes(("dc1", "p1"))] == ["dc1-p1-l1-n1", "dc1-p1-l1-n3"]
+    assert [n.name for n in pool.whole_nodes(("dc1", "p1", "l2"))] == []
+    for domain in [(), ("dc1",), ("dc1", "p2"), ("dc1", "p1", "l1")]:
+        scanned = [node for node in pool.domain_nodes(domain) if pool.is_whole(node)]
+        assert pool.whole_nodes(domain) == scanned

@@ -121,6 +121,7 @@ def test_a_copy_owns_all_a_cycle_changes() -> None:
         "_children",
         "_domain_nodes",
         "_sizes",
+        "_leaves_of",
         "_largest",
         "_domains_at",
     }
