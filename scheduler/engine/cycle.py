@@ -114,9 +114,9 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
     with timer("3-4. nominate and decide"):
         while (head := heads.next()) is not None:
             queue, workload = head
-            if cycle.decide(queue, workload) == Outcome.PREEMPT:
+            if cycle.decide(queue, workload) == Outcome.PREEMPT and cycle.touched_queues:
                 heads.refresh(cycle.touched_queues)
-            if cycle.waits(workload) and queue.strategy == Strategy.STRICT_FIFO:
+            if queue.strategy == Strategy.STRICT_FIFO and cycle.waits(workload):
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
     # 5. Grow: free GPUs no waiting work can use go to elastic work below its most.
     with timer("5. grow"):

@@ -392,7 +392,7 @@ class VictimSearch:
                 if len(inside) < needed:
                     continue
                 indexes = sorted({i for node in inside for i in by_node[node]})
-                trial = self._room(moves, indexes, inside, _freed_at_least(needed))
+                trial = self._room(moves, indexes, inside, needed)
                 if trial is not None:
                     rooms.append((self._cost(trial.moves()), domain, needed, trial))
             if rooms:
@@ -653,18 +653,19 @@ class VictimSearch:
         moves: list[Move],
         indexes: list[int],
         missing: dict[int, int],
-        enough: Callable[[Trial], bool],
+        targets: int,
     ) -> Trial | None:
-        """Take the moves at `indexes` in order until `enough`, then drop those not needed."""
+        """Take the moves at `indexes` in order until `targets` of the nodes in `missing` are
+        freed, then drop those not needed."""
         trial = Trial(self, dict(missing))
         for index in indexes:
-            if enough(trial):
+            if trial.done >= targets:
                 break
             if trial.allows(moves[index]):
                 trial.take(moves[index])
-        if not enough(trial):
+        if trial.done < targets:
             return None
-        _minimise(trial, lambda: enough(trial))
+        _minimise(trial, lambda: trial.done >= targets, targets)
         return trial
 
     def quota_in_reach(self) -> bool:
@@ -845,6 +846,24 @@ class Trial:
         self._account(move, frees, +1)
         self.taken.append((move, frees))
 
+    def needed(self, index: int, targets: int) -> bool:
+        """Whether dropping the move at `index` would leave fewer than `targets` target nodes
+        freed, where dropping and taking it again would leave the trial as it was: its
+        workload has no other move here and it frees all the move frees (else taken again it
+        may free another share of its workload's GPUs). False when that cannot be told."""
+        move, frees = self.taken[index]
+        freed = self.freed[move.workload.id]
+        if frees != move.frees or sum(freed.values()) != sum(frees.values()):
+            return False
+        if any(freed[node] != gpus for node, gpus in frees.items()):
+            return False
+        missing, lost = self.missing, 0
+        for node, gpus in frees.items():
+            before = missing.get(node)
+            if before is not None and before <= 0 < before + gpus:
+                lost += 1
+        return self.done - lost < targets
+
     def drop(self, index: int) -> tuple[Move, dict[int, int]]:
         move, frees = self.taken.pop(index)
         self.freed[move.workload.id].subtract(frees)
@@ -929,9 +948,13 @@ def _freed_at_least(count: int) -> Callable[[Trial], bool]:
     return lambda trial: trial.done >= count
 
 
-def _minimise(trial: Trial, enough: Callable[[], bool]) -> None:
-    """Drop every move not needed, the most valuable (last taken in order) first."""
+def _minimise(trial: Trial, enough: Callable[[], bool], targets: int | None = None) -> None:
+    """Drop every move not needed, the most valuable (last taken in order) first. `targets`:
+    when `enough` asks only that many target nodes freed, a move found needed without
+    dropping it (`Trial.needed`) is not dropped and taken again."""
     for index in range(len(trial.taken) - 1, -1, -1):
+        if targets is not None and trial.needed(index, targets):
+            continue
         move, _ = trial.drop(index)
         if enough():
             continue
