@@ -69,6 +69,7 @@ class Heads:
         for workload in workloads:
             waiting[workload.queue_id].append(workload)
         self._fifo: dict[int, list[Workload]] = {}
+        self._queues = {queue_id: ledger.queue_or_none(queue_id) for queue_id in waiting}
         self._order: dict[int, tuple] = {}  # workload id -> its `queue_order`
         self._head: dict[int, int] = {}  # queue id -> index of its head in its FIFO
         # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
@@ -82,7 +83,7 @@ class Heads:
             for workload in members:
                 if workload.gpus < fewest.get(workload.gpu_model, 1 << 62):
                     fewest[workload.gpu_model] = workload.gpus
-            queue = ledger.queue_or_none(queue_id)
+            queue = self._queues[queue_id]
             priority = queue.priority if queue is not None else 0
             order = {w.id: queue_order(w, priority) for w in members}
             self._order.update(order)
@@ -90,7 +91,7 @@ class Heads:
             members.sort(key=lambda w: order[w.id], reverse=True)
             self._fifo[queue_id] = members
         self._version: dict[int, int] = defaultdict(int)
-        self._heap: list[tuple[tuple, int, int]] = []
+        self._heap: list[tuple[tuple, int, int, Queue]] = []  # key, queue id, version, queue
         self._current: int | None = None  # the queue whose head was handed out last
         # Whether some queue sits in a nested cohort, where keys may go stale (see `next`).
         self._nested = any(len(ledger.path(q)) > 2 for q in ledger.queues())
@@ -102,16 +103,17 @@ class Heads:
         if entry is not None:
             heapq.heappush(self._heap, entry)
 
-    def _entry(self, queue_id: int) -> tuple[tuple, int, int] | None:
+    def _entry(self, queue_id: int) -> tuple[tuple, int, int, Queue] | None:
         """A fresh heap entry for the queue's head; older entries of the queue go stale."""
         members = self._fifo.get(queue_id)
-        queue = self._ledger.queue_or_none(queue_id)
+        queue = self._queues.get(queue_id)
         if not members or queue is None:
             return None
         version = self._version[queue_id] = self._version[queue_id] + 1
         index = self._head[queue_id] = self._head_index(queue, members)
         head = members[index]
-        return (head_key(self._ledger, queue, head, self._order[head.id]), queue_id, version)
+        key = head_key(self._ledger, queue, head, self._order[head.id])
+        return (key, queue_id, version, queue)  # (key, id, version) differ: never a queue compared
 
     def _head_index(self, queue: Queue, members: list[Workload]) -> int:
         """Where the queue's head is in its (reversed) FIFO: the last entry, or in a best-effort
@@ -145,7 +147,7 @@ class Heads:
             (
                 w
                 for qid, members in self._fifo.items()
-                if self._ledger.queue_or_none(qid) is None
+                if self._queues[qid] is None
                 for w in members
             ),
             key=lambda w: w.id,
@@ -166,10 +168,10 @@ class Heads:
         while self._heap or entry is not None:
             if entry is not None:
                 # Re-key the last queue and take the best head in one heap operation.
-                key, queue_id, version = heapq.heappushpop(self._heap, entry)
+                key, queue_id, version, queue = heapq.heappushpop(self._heap, entry)
                 entry = None
             else:
-                key, queue_id, version = heapq.heappop(self._heap)
+                key, queue_id, version, queue = heapq.heappop(self._heap)
             if version != self._version[queue_id] or not self._fifo[queue_id]:
                 continue
             if self._nested:
@@ -179,7 +181,7 @@ class Heads:
                     continue
             workload = self._fifo[queue_id].pop(self._head[queue_id])
             self._current = queue_id
-            return self._ledger.queue(queue_id), workload
+            return queue, workload
         return None
 
     def refresh(self, queue_ids: Iterable[int]) -> None:
