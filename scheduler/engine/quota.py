@@ -61,7 +61,7 @@ class QuotaLedger:
         self._members: dict[TreeNode, list[int]] = {}
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
-        self._chains: dict[tuple[int, str], list[tuple[Counter, tuple, int]]] = {}  # `_chain`
+        self._chains: dict[tuple[int, str], tuple[list, TreeNode]] = {}  # see `_chain`
         # Per cohort tree, how often its usage changed, and the borrowers seen at a count.
         self._changes: dict[TreeNode, int] = {}
         self._borrowers: dict[tuple[TreeNode, str], tuple[int, list[tuple[Queue, int]]]] = {}
@@ -169,28 +169,32 @@ class QuotaLedger:
                 self.usage[queue_id, gpu_model] += gpus
                 return
             chain = self._chains[queue_id, gpu_model] = self._chain(queue_id, gpu_model)
+        links, root = chain
         delta = gpus
-        for usage, key, kept in chain:
+        for usage, key, kept in links:
             if not delta:
                 break
             old = usage.get(key, 0)
-            usage[key] = old + delta
-            delta = max(0, old + delta - kept) - max(0, old - kept)
-        self._changed(queue_id)
+            new = usage[key] = old + delta
+            # What the node uses beyond what it keeps counts in its parent.
+            delta = (new - kept if new > kept else 0) - (old - kept if old > kept else 0)
+        self._changes[root] = self._changes.get(root, 0) + 1
 
-    def _chain(self, queue_id: int, gpu_model: str) -> list[tuple[Counter, tuple, int]]:
-        """(usage counter, key, GPUs kept) of each tree node from the queue up to its root:
-        where `charge` counts the queue's GPUs, and what each node keeps of them."""
-        chain = []
+    def _chain(
+        self, queue_id: int, gpu_model: str
+    ) -> tuple[list[tuple[Counter, tuple, int]], TreeNode]:
+        """(usage counter, key, GPUs kept) of each tree node from the queue up to its root,
+        and the root: where `charge` counts the queue's GPUs, and what each node keeps."""
+        links = []
         node: TreeNode | None = ("q", queue_id)
         while node is not None:
             _, kept, _ = self._static(node, gpu_model)
             if node[0] == "q":
-                chain.append((self.usage, (node[1], gpu_model), kept))
+                links.append((self.usage, (node[1], gpu_model), kept))
             else:
-                chain.append((self._cohort_usage, (node, gpu_model), kept))
+                links.append((self._cohort_usage, (node, gpu_model), kept))
             node = self._parent[node]
-        return chain
+        return links, self.root(self._queues[queue_id])
 
     def stop(self, queue_id: int, gpu_model: str, gpus: int) -> None:
         """Mark `gpus` of the queue's GPUs as work told to stop (still charged)."""
