@@ -186,16 +186,16 @@ class VictimSearch:
 
     def _queue_moves(self, rule: Rule, queue_id: int) -> QueueMoves:
         """A queue's moves under a rule; made once a cycle (`Occupancy.claim` keeps them
-        current)."""
+        current), so not kept per workload as `_cached` keeps them."""
         by_rule = self.occupancy.queue_moves.setdefault((self.pool, queue_id), {})
         found = by_rule.get(rule)
         if found is None:
             members = self.occupancy.ordered(self.pool, queue_id)
-            shrinks, evictions = [], []
+            shrinks = []
             for workload in members:
-                *shrink, evict = self._cached(rule, workload)
-                shrinks += shrink
-                evictions.append(evict)
+                if workload.is_elastic:
+                    shrinks += self._shrink_moves(rule, workload)
+            evictions = [Move(MoveKind.EVICT, rule, w, _frees(w)) for w in members]
             found = by_rule[rule] = QueueMoves(shrinks, evictions, [w.priority for w in members])
         return found
 
