@@ -82,7 +82,11 @@ class Occupancy:
             members = self.candidates[pool].get(queue_id)
             if not members:
                 return []
-            cached = sorted(members.values(), key=self.value)
+            values, now = self._values, self.now
+            for workload in members.values():
+                if workload.id not in values:
+                    values[workload.id] = value(workload, now)
+            cached = sorted(members.values(), key=lambda w: values[w.id])
             self._ordered[pool, queue_id] = cached
         return cached
 

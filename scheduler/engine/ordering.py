@@ -31,7 +31,11 @@ def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, 
 
 
 def head_key(
-    ledger: QuotaLedger, queue: Queue, workload: Workload, order: tuple | None = None
+    ledger: QuotaLedger,
+    queue: Queue,
+    workload: Workload,
+    order: tuple | None = None,
+    fits: bool = False,
 ) -> tuple:
     """Sort key for the heads of the queues, the first taken first.
 
@@ -44,10 +48,12 @@ def head_key(
        least for its weight (fair sharing, as in Kueue);
     3. then `queue_order`: queue priority, workload priority, submit time, id (`order`, when
        the caller has it already).
+
+    `fits`: the caller knows the head fits in its queue's nominal quota.
     """
     if order is None:
         order = queue_order(workload, queue.priority)
-    level = ledger.level(queue, workload.gpu_model, workload.gpus)
+    level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.gpus)
     if level == 0:
         return (0, 0.0, *order)
     return (level, ledger.share(queue, workload.gpu_model, workload.gpus), *order)
@@ -110,36 +116,36 @@ class Heads:
         if not members or queue is None:
             return None
         version = self._version[queue_id] = self._version[queue_id] + 1
-        index = self._head[queue_id] = self._head_index(queue, members)
+        index, fits = self._head_index(queue, members)
+        self._head[queue_id] = index
         head = members[index]
-        key = head_key(self._ledger, queue, head, self._order[head.id])
+        key = head_key(self._ledger, queue, head, self._order[head.id], fits)
         return (key, queue_id, version, queue)  # (key, id, version) differ: never a queue compared
 
-    def _head_index(self, queue: Queue, members: list[Workload]) -> int:
+    def _head_index(self, queue: Queue, members: list[Workload]) -> tuple[int, bool]:
         """Where the queue's head is in its (reversed) FIFO: the last entry, or in a best-effort
         queue whose first workload must borrow, the first of its priority that fits in the
-        nominal quota."""
+        nominal quota; and whether the head fits in it."""
         ledger, first = self._ledger, members[-1]
-        if (
-            queue.id in self._borrowing
-            or queue.strategy == Strategy.STRICT_FIFO
-            or len(members) == 1
-            or ledger.within_nominal(queue, first.gpu_model, first.gpus)
-        ):
-            return -1
+        if queue.id in self._borrowing:
+            return -1, False
+        if ledger.within_nominal(queue, first.gpu_model, first.gpus):
+            return -1, True
+        if queue.strategy == Strategy.STRICT_FIFO or len(members) == 1:
+            return -1, False
         for model, gpus in self._fewest[queue.id].items():
             if ledger.within_nominal(queue, model, gpus):
                 break
         else:
             self._borrowing.add(queue.id)
-            return -1
+            return -1, False
         for index in range(len(members) - 2, -1, -1):
             workload = members[index]
             if workload.priority != first.priority:
                 break
             if ledger.within_nominal(queue, workload.gpu_model, workload.gpus):
-                return index
-        return -1
+                return index, True
+        return -1, False
 
     def unknown(self) -> list[Workload]:
         """Workloads of queues missing from the snapshot, in id order; they never head."""
