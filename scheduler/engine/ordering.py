@@ -30,13 +30,7 @@ def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, 
     return (-queue_priority, -workload.priority, workload.submitted_at, workload.id)
 
 
-def head_key(
-    ledger: QuotaLedger,
-    queue: Queue,
-    workload: Workload,
-    order: tuple | None = None,
-    fits: bool = False,
-) -> tuple:
+def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload, fits: bool = False) -> tuple:
     """Sort key for the heads of the queues, the first taken first.
 
     Criteria, in order:
@@ -46,17 +40,15 @@ def head_key(
     2. among borrowing heads only: the lower weighted dominant resource share (DRS) the queue
        would have with the head admitted, so borrowing goes first to the queue that borrows
        least for its weight (fair sharing, as in Kueue);
-    3. then `queue_order`: queue priority, workload priority, submit time, id (`order`, when
-       the caller has it already).
+    3. then `queue_order`: queue priority, workload priority, submit time, id.
 
     `fits`: the caller knows the head fits in its queue's nominal quota.
     """
-    if order is None:
-        order = queue_order(workload, queue.priority)
     level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.gpus)
     if level == 0:
-        return (0, 0.0, *order)
-    return (level, ledger.share(queue, workload.gpu_model, workload.gpus), *order)
+        return (0, 0.0, *queue_order(workload, queue.priority))
+    share = ledger.share(queue, workload.gpu_model, workload.gpus)
+    return (level, share, *queue_order(workload, queue.priority))
 
 
 class Heads:
@@ -76,7 +68,6 @@ class Heads:
             waiting[workload.queue_id].append(workload)
         self._fifo: dict[int, list[Workload]] = {}
         self._queues = {queue_id: ledger.queue_or_none(queue_id) for queue_id in waiting}
-        self._order: dict[int, tuple] = {}  # workload id -> its `queue_order`
         self._head: dict[int, int] = {}  # queue id -> index of its head in its FIFO
         # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
         # workloads leave, which spares looking for one within the nominal quota in vain.
@@ -91,10 +82,8 @@ class Heads:
                     fewest[workload.gpu_model] = workload.gpus
             queue = self._queues[queue_id]
             priority = queue.priority if queue is not None else 0
-            order = {w.id: queue_order(w, priority) for w in members}
-            self._order.update(order)
             # Reversed, so the head is popped from the end.
-            members.sort(key=lambda w: order[w.id], reverse=True)
+            members.sort(key=lambda w: queue_order(w, priority), reverse=True)
             self._fifo[queue_id] = members
         self._version: dict[int, int] = defaultdict(int)
         self._heap: list[tuple[tuple, int, int, Queue]] = []  # key, queue id, version, queue
@@ -119,7 +108,7 @@ class Heads:
         index, fits = self._head_index(queue, members)
         self._head[queue_id] = index
         head = members[index]
-        key = head_key(self._ledger, queue, head, self._order[head.id], fits)
+        key = head_key(self._ledger, queue, head, fits)
         return (key, queue_id, version, queue)  # (key, id, version) differ: never a queue compared
 
     def _head_index(self, queue: Queue, members: list[Workload]) -> tuple[int, bool]:
