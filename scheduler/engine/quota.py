@@ -386,14 +386,14 @@ class QuotaLedger:
     def _over(self, queue: Queue, gpu_model: str, gpus: int) -> tuple[int, int | None] | None:
         """None when the queue may use `gpus` more GPUs of `gpu_model`; else (GPUs it uses,
         GPUs its cohort tree could give it, or None when its borrowing limit refuses first)."""
-        quota = queue.quota(gpu_model)
-        used = self.usage.get((queue.id, gpu_model), 0)
-        borrowed_after = used + gpus - quota.nominal
+        key = (queue.id, gpu_model)
+        used = self.usage.get(key, 0)
+        borrowed_after = used + gpus - self._nominal.get(key, 0)
         if borrowed_after <= 0:
             return None
         if queue.cohort is None:
             return used, 0
-        limit = quota.borrowing_limit
+        limit = queue.quota(gpu_model).borrowing_limit
         if limit is not None and borrowed_after > limit:
             return used, None
         available = self.available(("q", queue.id), gpu_model)
