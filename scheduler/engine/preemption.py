@@ -64,6 +64,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, levels_up_to, widest_level
 from scheduler.engine.model import (
@@ -749,8 +750,7 @@ def stopping_room(pool: Pool, occupancy: Occupancy, gpus: int) -> Claim | None:
     rule is at stake and no quota is released: for a claimant whose quota allows it, this is
     the room `VictimSearch.for_small` would find, without a search (most claimants of a cycle
     that evicts are seated so)."""
-    soon = occupancy.soon
-    node_id = occupancy.soon_room(pool, gpus, lambda node: usable_gpus(pool, gpus, soon, node))
+    node_id = occupancy.soon_room(pool, gpus, partial(usable_gpus, pool, gpus, occupancy.soon))
     if node_id is None:
         return None
     moves = stopping_moves(occupancy, node_id, gpus - len(pool.free(node_id)))
