@@ -26,6 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
+from functools import cache
 from itertools import compress, pairwise
 from operator import attrgetter, is_not
 
@@ -76,6 +77,7 @@ def levels_up_to(widest: TopologyLevel) -> list[TopologyLevel]:
     return [level for level in DEPTH if level <= max(widest, TopologyLevel.LEAF)]
 
 
+@cache  # a fleet has few domains, each worded in every claim and reservation made there
 def describe(level: TopologyLevel, domain: Domain) -> str:
     """A domain in words, e.g. "pod dc1/p2"; names that already hold their path stay as is."""
     if not domain:

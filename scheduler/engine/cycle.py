@@ -162,7 +162,8 @@ class StepTimer:
 class RoomMemo:
     """What the cycle has learnt about making room, so that it never searches in vain twice."""
 
-    no_victims: dict[tuple, int] = field(default_factory=dict)  # smallest size found no room
+    # Per queue, the smallest size of a kind of workload that found no room (see `find_room`).
+    no_victims: dict[int, dict[tuple, int]] = field(default_factory=dict)
     searches: Counter[int] = field(default_factory=Counter)  # searches per queue that failed
     claimed: set[int] = field(default_factory=set)  # queues that made room this cycle
     queues_waiting: set[int] = field(default_factory=set)  # queues with a workload waiting
@@ -494,18 +495,10 @@ class Cycle:
         # Whether it may take from other queues (see `preemption`): to reclaim, no workload of
         # its queue that must borrow waits before it; to borrow, none at all.
         others = queue.id not in (rooms.borrowers_waiting if reclaims else rooms.queues_waiting)
-        memo = (
-            queue.id,
-            pool.gpu_model,
-            within,
-            reclaims,
-            others,
-            workload.priority,
-            widest_level(workload),
-            workload.gpus < pool.node_size,
-            over_quota,
-        )
-        if workload.gpus >= rooms.no_victims.get(memo, 1 << 62):
+        failed = rooms.no_victims.get(queue.id)
+        if failed and workload.gpus >= failed.get(
+            _room_kind(pool, workload, within, reclaims, others, over_quota), 1 << 62
+        ):
             return None
         # A node's stopping work may seat a smaller job (shared with later ones).
         small = workload.gpus < pool.node_size
@@ -525,7 +518,9 @@ class Cycle:
                 claim = own
         if claim is None:
             rooms.searches[queue.id] += 1
-            rooms.no_victims[memo] = min(workload.gpus, rooms.no_victims.get(memo, 1 << 62))
+            kind = _room_kind(pool, workload, within, reclaims, others, over_quota)
+            failed = rooms.no_victims.setdefault(queue.id, {})
+            failed[kind] = min(workload.gpus, failed.get(kind, 1 << 62))
         return claim
 
     def _within_after_own(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
@@ -695,3 +690,22 @@ def _gain_per_gpu(workload: Workload, node: int) -> float:
     step = 1 if held < node and len(workload.placements) == 1 else node
     per_gpu = workload.rate(held) / held
     return (workload.rate(held + step) - workload.rate(held)) / step / per_gpu
+
+
+def _room_kind(
+    pool: Pool, workload: Workload, within: bool, reclaims: bool, others: bool, over: bool
+) -> tuple:
+    """What, besides its queue and size, decides whether a search finds room for a workload
+    (`Cycle.find_room`): where one found none, another of the kind at least as large finds
+    none."""
+    small = workload.gpus < pool.node_size
+    return (
+        pool.gpu_model,
+        within,
+        reclaims,
+        others,
+        workload.priority,
+        widest_level(workload),
+        small,
+        over,
+    )

@@ -62,6 +62,7 @@ class QuotaLedger:
         self._paths: dict[int, tuple[TreeNode, ...]] = {}
         self._branches: dict[tuple[int, int], tuple[TreeNode, TreeNode]] = {}
         self._chains: dict[tuple[int, str], tuple[list, TreeNode]] = {}  # see `_chain`
+        self._availability: dict[tuple[int, str], tuple[int, int]] = {}  # `_available_to`
         # Per cohort tree, how often its usage changed, and the borrowers seen at a count.
         self._changes: dict[TreeNode, int] = {}
         self._borrowers: dict[tuple[TreeNode, str], tuple[int, list[tuple[Queue, int]]]] = {}
@@ -396,8 +397,18 @@ class QuotaLedger:
         limit = queue.quota(gpu_model).borrowing_limit
         if limit is not None and borrowed_after > limit:
             return used, None
-        available = self.available(("q", queue.id), gpu_model)
+        available = self._available_to(queue, gpu_model)
         return None if gpus <= available else (used, available)
+
+    def _available_to(self, queue: Queue, gpu_model: str) -> int:
+        """`available` for a queue, worked out again only once its cohort tree's usage changed
+        (a queue refused is mostly asked again before anything changed)."""
+        key = (queue.id, gpu_model)
+        changes = self._changes.get(self.root(queue), 0)
+        found = self._availability.get(key)
+        if found is None or found[0] != changes:
+            found = self._availability[key] = (changes, self.available(("q", queue.id), gpu_model))
+        return found[1]
 
     # -- fair sharing ------------------------------------------------------------------------
 
