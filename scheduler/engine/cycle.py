@@ -318,9 +318,9 @@ class Cycle:
         priority, then the lower id. A one-node workload grows within its node, a
         multi-node one by whole nodes within the domain its topology allows."""
         waiting = set()
-        for workload, _ in self._waiting.values():
-            queue = self.ledger.queue_or_none(workload.queue_id)
-            waiting.add((queue.region if queue else None, workload.gpu_model))
+        for queue_id, gpu_model in {(w.queue_id, w.gpu_model) for w, _ in self._waiting.values()}:
+            queue = self.ledger.queue_or_none(queue_id)
+            waiting.add((queue.region if queue else None, gpu_model))
         if waiting.issuperset(self.capacity.pool_keys()):
             return  # work waits in every pool: no workload grows (the common case)
         changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
