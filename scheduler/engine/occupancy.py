@@ -304,8 +304,13 @@ def lost_work(workload: Workload, now: float) -> float:
 
 
 def held_per_node(workload: Workload) -> dict[int, int]:
-    """GPUs the workload holds on each node."""
-    return {p.node_id: len(p.gpu_indices) for p in workload.placements}
+    """GPUs the workload holds on each node where it holds some (placements on one node
+    counted together)."""
+    held: dict[int, int] = {}
+    for placement in workload.placements:
+        if placement.gpu_indices:
+            held[placement.node_id] = held.get(placement.node_id, 0) + len(placement.gpu_indices)
+    return held
 
 
 def value(workload: Workload, now: float) -> tuple:

@@ -76,7 +76,7 @@ from scheduler.engine.model import (
     Workload,
 )
 from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
-from scheduler.engine.occupancy import Occupancy, QueueMoves
+from scheduler.engine.occupancy import Occupancy, QueueMoves, held_per_node
 from scheduler.engine.ordering import queue_order
 from scheduler.engine.quota import QuotaLedger
 
@@ -196,7 +196,7 @@ class VictimSearch:
             for workload in members:
                 if workload.is_elastic:
                     shrinks += self._shrink_moves(rule, workload)
-            evictions = [Move(MoveKind.EVICT, rule, w, _frees(w)) for w in members]
+            evictions = [Move(MoveKind.EVICT, rule, w, held_per_node(w)) for w in members]
             found = by_rule[rule] = QueueMoves(shrinks, evictions, [w.priority for w in members])
         return found
 
@@ -257,7 +257,7 @@ class VictimSearch:
         key = (workload.id, rule)
         moves = self.occupancy.moves.get(key)
         if moves is None:
-            evict = Move(MoveKind.EVICT, rule, workload, _frees(workload))
+            evict = Move(MoveKind.EVICT, rule, workload, held_per_node(workload))
             moves = self.occupancy.moves[key] = [*self._shrink_moves(rule, workload), evict]
         return moves
 
@@ -782,14 +782,9 @@ def releasing_move(occupancy: Occupancy, workload: Workload) -> Move:
     moves = occupancy.moves.get(key)
     if moves is None:
         moves = occupancy.moves[key] = [
-            Move(MoveKind.RELEASING, Rule.RELEASING, workload, _frees(workload))
+            Move(MoveKind.RELEASING, Rule.RELEASING, workload, held_per_node(workload))
         ]
     return moves[-1]
-
-
-def _frees(workload: Workload) -> dict[int, int]:
-    """GPUs the workload frees per node when it stops."""
-    return {p.node_id: len(p.gpu_indices) for p in workload.placements if p.gpu_indices}
 
 
 class Trial:
@@ -849,14 +844,17 @@ class Trial:
     def needed(self, index: int, targets: int) -> bool:
         """Whether dropping the move at `index` would leave fewer than `targets` target nodes
         freed, where dropping and taking it again would leave the trial as it was: its
-        workload has no other move here and it frees all the move frees (else taken again it
-        may free another share of its workload's GPUs). False when that cannot be told."""
+        workload has no other move here, and it frees all the move frees, which its workload
+        holds (else taken again it may free another share of its GPUs, or fewer than the move
+        lists). False when that cannot be told."""
         move, frees = self.taken[index]
         freed = self.freed[move.workload.id]
         if frees != move.frees or sum(freed.values()) != sum(frees.values()):
             return False
-        if any(freed[node] != gpus for node, gpus in frees.items()):
-            return False
+        held = self.search.occupancy.held_on(move.workload)  # what `_frees` caps a retake by
+        for node, gpus in frees.items():
+            if freed[node] != gpus or held.get(node, 0) < gpus:
+                return False
         missing, lost = self.missing, 0
         for node, gpus in frees.items():
             before = missing.get(node)

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.engine import (
     FairSharing,
+    Placement,
     Plan,
     PreemptionPolicy,
     Queue,
@@ -594,3 +595,22 @@ def test_a_borrowed_victim_that_would_come_back_first_is_not_preempted() -> None
     assert [[a.workload_id for a in x.admissions] for x in plans] == [[1], [], [], []]
     assert [x.preemptions for x in plans] == [[], [], [], []]
     assert "would exceed its H800 quota" in outcome(plans[-1], snapshot)[2]
+
+
+def test_a_victim_listed_twice_on_a_node_frees_all_it_holds_there() -> None:
+    """A running workload whose placements name one node twice (here once without GPUs) holds
+    what they list together: evicting it frees that node whole, so a gang of two nodes gets a
+    room of two nodes, not of one."""
+    nodes = make_cluster(nodes=2)
+    queue = make_queue("a", h800=64)
+    first = nodes[0]
+    victim = make_workload(
+        1, queue, 8, placements=(on(first), Placement(first.id, ())), started_at=0.0
+    )
+    gang = make_workload(2, queue, 16, priority=5)
+
+    result = plan(make_snapshot(nodes, [queue], [victim, gang]), 100.0)
+
+    assert [p.workload_id for p in result.preemptions] == [1]
+    [reservation] = result.reservations
+    assert reservation.nodes == (nodes[0].id, nodes[1].id)
