@@ -113,8 +113,8 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
     #    at a head that waits.
     with timer("3-4. nominate and decide"):
         while (head := heads.next()) is not None:
-            queue, workload = head
-            if cycle.decide(queue, workload) == Outcome.PREEMPT and cycle.touched_queues:
+            queue, workload, within = head
+            if cycle.decide(queue, workload, within) == Outcome.PREEMPT and cycle.touched_queues:
                 heads.refresh(cycle.touched_queues)
             if queue.strategy == Strategy.STRICT_FIFO and cycle.waits(workload):
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
@@ -251,9 +251,9 @@ class Cycle:
 
     # -- deciding ----------------------------------------------------------------------------
 
-    def decide(self, queue: Queue, workload: Workload) -> Outcome:
-        """Admit, preempt for, reserve for, or hold back one workload."""
-        within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
+    def decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
+        """Admit, preempt for, reserve for, or hold back one workload (`within`: whether it
+        fits in its queue's nominal quota)."""
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)

@@ -68,7 +68,8 @@ class Heads:
             waiting[workload.queue_id].append(workload)
         self._fifo: dict[int, list[Workload]] = {}
         self._queues = {queue_id: ledger.queue_or_none(queue_id) for queue_id in waiting}
-        self._head: dict[int, int] = {}  # queue id -> index of its head in its FIFO
+        # Queue id -> where its head is in its FIFO, and whether it fits the nominal quota.
+        self._head: dict[int, tuple[int, bool]] = {}
         # Per queue, GPU model -> the fewest GPUs a pending workload asks: a lower bound as
         # workloads leave, which spares looking for one within the nominal quota in vain.
         self._fewest: dict[int, dict[str, int]] = defaultdict(dict)
@@ -105,8 +106,7 @@ class Heads:
         if not members or queue is None:
             return None
         version = self._version[queue_id] = self._version[queue_id] + 1
-        index, fits = self._head_index(queue, members)
-        self._head[queue_id] = index
+        index, fits = self._head[queue_id] = self._head_index(queue, members)
         head = members[index]
         key = head_key(self._ledger, queue, head, fits)
         return (key, queue_id, version, queue)  # (key, id, version) differ: never a queue compared
@@ -148,8 +148,9 @@ class Heads:
             key=lambda w: w.id,
         )
 
-    def next(self) -> tuple[Queue, Workload] | None:
-        """The best head, taken out of its queue; None when every queue is empty.
+    def next(self) -> tuple[Queue, Workload, bool] | None:
+        """The best head, taken out of its queue, with whether it fits in its queue's nominal
+        quota (only its queue's own decisions change that); None when every queue is empty.
 
         The queue of the previous head is re-keyed first, now that its head was decided. Keys
         only grow within a cycle (usage only grows), but other queues' admissions can raise a
@@ -174,9 +175,10 @@ class Heads:
                 if fresh is not None and fresh[0] > key:
                     entry = fresh
                     continue
-            workload = self._fifo[queue_id].pop(self._head[queue_id])
+            index, fits = self._head[queue_id]
+            workload = self._fifo[queue_id].pop(index)
             self._current = queue_id
-            return queue, workload
+            return queue, workload, fits
         return None
 
     def refresh(self, queue_ids: Iterable[int]) -> None:
