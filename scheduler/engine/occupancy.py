@@ -287,7 +287,8 @@ class Occupancy:
         for placement in placements:
             if placement.gpu_indices:
                 node = placement.node_id
-                node_end[node] = max(node_end.get(node, -math.inf), end)
+                if end > node_end.get(node, -math.inf):
+                    node_end[node] = end
                 pool = pool or self._capacity.pool_of(node)
         return pool
 
@@ -306,7 +307,10 @@ def lost_work(workload: Workload, now: float) -> float:
 def held_per_node(workload: Workload) -> dict[int, int]:
     """GPUs the workload holds on each node where it holds some (placements on one node
     counted together)."""
-    held: dict[int, int] = {}
+    held = {p.node_id: len(p.gpu_indices) for p in workload.placements}
+    if len(held) == len(workload.placements) and all(held.values()):
+        return held  # one placement a node, each with GPUs: as the portal lists them
+    held = {}
     for placement in workload.placements:
         if placement.gpu_indices:
             held[placement.node_id] = held.get(placement.node_id, 0) + len(placement.gpu_indices)
