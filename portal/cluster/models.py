@@ -241,7 +241,7 @@ class FaultEvent(models.Model):
     objects = FaultQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-occurred_at"]
+        ordering = ["-occurred_at", "-id"]
 
     def __str__(self):
         return f"{self.kind} on {self.node}"
@@ -276,7 +276,7 @@ class BootstrapToken(models.Model):
     revoked = models.BooleanField(default=False)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
 
     def __str__(self):
         return self.note or f"bootstrap token {self.pk}"
@@ -321,7 +321,7 @@ class NodeCommand(models.Model):
     answered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["created_at"]
+        ordering = ["created_at", "id"]
         indexes = [models.Index(fields=["node", "state"])]
 
     def __str__(self):

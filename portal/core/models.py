@@ -20,7 +20,7 @@ class AuditEvent(models.Model):
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        ordering = ["-at"]
+        ordering = ["-at", "-id"]
 
     def __str__(self):
         return f"{self.action} {self.object_type}#{self.object_id}"

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 
 from portal.core.errors import Conflict
 from portal.core.models import AuditEvent
+from portal.core.ordering import stable
 from portal.dashboard.paging import paged
 from portal.dashboard.views import workload_context
 from portal.tenancy.models import Tenant
@@ -48,7 +49,7 @@ def workload_list(request):
     found = filterset.qs if filterset.is_valid() else Workload.objects.none()
     sort = request.GET.get("sort", "-submitted_at")
     sort = sort if sort in SORTS else "-submitted_at"
-    page, query = paged(request, found.order_by(sort, "-id"))
+    page, query = paged(request, found.order_by(*stable(sort)))
     return render(
         request,
         "dashboard/ops_workloads.html",

@@ -335,7 +335,7 @@ def tokens(request):
         request,
         "dashboard/tokens.html",
         {
-            "tokens": request.user.api_tokens.order_by("-created_at"),
+            "tokens": request.user.api_tokens.order_by("-created_at", "-id"),
             "new_key": request.session.pop(NEW_KEY, None),
             "scopes": ApiToken.SCOPES,
             "lifetimes": TOKEN_LIFETIMES,
@@ -417,7 +417,7 @@ def fault_drill(request):
             ),
             "drills": NodeCommand.objects.filter(action="inject_fault")
             .select_related("node")
-            .order_by("-created_at")[:10],
+            .order_by("-created_at", "-id")[:10],
             "recoveries": Recovery.objects.select_related("workload", "fault__node")[:20],
         },
     )

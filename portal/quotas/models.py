@@ -4,7 +4,7 @@ from datetime import UTC, timedelta
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
-from django.db.models import OuterRef, Subquery, Sum, Value
+from django.db.models import F, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -347,7 +347,7 @@ class QuotaRequest(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-requested_at"]
+        ordering = ["-requested_at", "-id"]
 
     def __str__(self):
         return f"{self.count} x {self.gpu_model} for {self.queue}"
@@ -476,7 +476,8 @@ class Budget(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
-        ordering = ["tenant", "queue"]
+        # A queue's budgets, then the tenant's own, on every database.
+        ordering = ["tenant__name", F("queue__name").asc(nulls_last=True), "id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "queue"], name="%(app_label)s_%(class)s_unique_queue"
@@ -546,7 +547,7 @@ class BudgetAlert(models.Model):
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-at"]
+        ordering = ["-at", "-id"]
 
     def __str__(self):
         return f"{self.budget}: {self.threshold} % at {self.at:%Y-%m-%d %H:%M}"

@@ -98,7 +98,7 @@ class ServiceSample(models.Model):
     desired = models.PositiveIntegerField()
 
     class Meta:
-        ordering = ["at"]
+        ordering = ["at", "id"]
         indexes = [models.Index(fields=["service", "at"])]
 
     def __str__(self):

@@ -34,7 +34,7 @@ class WhatIfRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
 
     def __str__(self):
         return f"what-if {self.pk}: {self.get_trace_display()}"

@@ -101,7 +101,7 @@ def work_lost(workload: Workload, at) -> float:
     complete save: none when that save was made at `at` or later (a save asked for first)."""
     saved = (
         workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
-        .order_by("-created_at")
+        .order_by("-created_at", "-id")
         .values_list("created_at", flat=True)
         .first()
     )

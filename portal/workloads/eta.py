@@ -77,7 +77,7 @@ def runtimes() -> History:
     history = History()
     rows = (
         Workload.objects.filter(started_at__isnull=False, finished_at__isnull=False)
-        .order_by("-finished_at")
+        .order_by("-finished_at", "-id")
         .values_list("submitted_by_id", "queue_id", "gpus", "started_at", "finished_at")
     )[:HISTORY_JOBS]
     for user, queue, gpus, started, finished in reversed(rows):

@@ -2,6 +2,7 @@ import django_filters
 from django.utils.translation import gettext_lazy as _
 
 from portal.core.api import FormOnce
+from portal.core.ordering import stable
 from portal.workloads.choices import Kind, State
 from portal.workloads.models import Workload
 
@@ -28,10 +29,10 @@ class WorkloadFilterSet(FormOnce, django_filters.FilterSet):
 
 
 class _StableOrdering(django_filters.OrderingFilter):
-    """The chosen order, then the id, as the API sorts (`portal.core.ordering.StableOrdering`)."""
+    """The chosen order as the API sorts it (`portal.core.ordering.stable`)."""
 
     def filter(self, qs, value):
-        return qs.order_by(*value, "-id") if value else qs
+        return qs.order_by(*stable(*value)) if value else qs
 
 
 class SortedWorkloadFilterSet(WorkloadFilterSet):

@@ -276,7 +276,7 @@ class Checkpoint(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-step"]
+        ordering = ["-step", "-id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["workload", "step"], name="%(app_label)s_%(class)s_unique_step"
@@ -299,7 +299,7 @@ class UsageRecord(models.Model):
     gpu_hours = models.FloatField()
 
     class Meta:
-        ordering = ["-ended_at"]
+        ordering = ["-ended_at", "-id"]
 
     def __str__(self):
         return f"{self.gpu_hours:.1f} GPU-hours of {self.workload}"
@@ -331,7 +331,7 @@ class Recovery(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-started_at"]
+        ordering = ["-started_at", "-id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["workload"],

@@ -31,9 +31,10 @@ def test_a_list_longer_than_a_page_says_so(acme_llm, bob, client, monkeypatch):
     assert "job-2" in page and "job-0" not in page
 
 
-def test_the_list_sorts_by_estimated_start_as_the_api_does(acme_llm, bob, client):
-    """Soonest first, jobs without an estimate last, ties by newest; the live list asks the
-    API with the same query, so both must agree."""
+def test_the_list_sorts_by_estimated_start_as_the_api_does(acme_llm, bob, operator, client):
+    """Soonest first, jobs without an estimate last (on SQLite and PostgreSQL alike, which put
+    NULL at opposite ends), ties by newest; the live list asks the API with the same query, so
+    both must agree, and so does the operators' list."""
     now = timezone.now()
     starts = {"later": 2, "none-a": None, "soon": 1, "tie": 2, "none-b": None}
     for name, hours in starts.items():
@@ -45,9 +46,14 @@ def test_the_list_sorts_by_estimated_start_as_the_api_does(acme_llm, bob, client
     assert names == ["soon", "tie", "later", "none-b", "none-a"]
     api = api_client(bob).get("/api/v1/workloads/?ordering=estimated_start").json()
     assert [w["name"] for w in api["results"]] == names
+    latest = api_client(bob).get("/api/v1/workloads/?ordering=-estimated_start").json()
+    assert [w["name"] for w in latest["results"]] == ["tie", "later", "soon", "none-b", "none-a"]
     assert "Soonest estimated start first" in page  # offered in the filter form
     refused = client.get("/workloads/?ordering=bogus").content.decode()
     assert "Select a valid choice" in refused and "soon" not in refused
+    client.force_login(operator)
+    ops = client.get("/ops/workloads/?sort=estimated_start").content.decode()
+    assert re.findall(r'<a href="/ops/workloads/\d+/">([^<]+)</a>', ops) == names
 
 
 def test_the_icon_browsers_ask_for_is_there(client, db):

@@ -55,5 +55,5 @@ class ServiceViewSet(
     @action(detail=True)
     def samples(self, request, pk=None):
         """The autoscaler's ticks of the last hour, oldest first: load, ready and wanted."""
-        samples = self.get_object().samples.order_by("-at")[:SAMPLES]
+        samples = self.get_object().samples.order_by("-at", "-id")[:SAMPLES]
         return Response(ServiceSampleSerializer(reversed(samples), many=True).data)
