@@ -68,16 +68,26 @@ def _start(data_dir: Path, password: str) -> int:
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        process_group=0,  # out of the terminal's Ctrl-C: it goes last, when this process exits
     )
     server.stdin.write(f"requirepass {password}\n".encode())
     server.stdin.close()
-    atexit.register(server.terminate)
+    atexit.register(_stop, server)
     deadline = time.monotonic() + 10
     while not _ping(port, password):
         if server.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"redis-server did not start; see {data_dir / 'redis.log'}")
         time.sleep(0.05)
     return port
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End the server with the process that started it, and wait for it to go."""
+    server.terminate()
+    try:
+        server.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def ensure(data_dir: Path) -> str:

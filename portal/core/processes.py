@@ -1,6 +1,8 @@
 """Running the portal's processes from one command (`manage.py standalone`, `manage.py
 production`): start them with a log file each, watch them, stop them all together."""
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +20,9 @@ class Exited(RuntimeError):
 
 @dataclass
 class Process:
-    """One named child: its command, its log, and (while it runs) its Popen."""
+    """One named child: its command, its log, and (while it runs) its Popen. It leads a process
+    group of its own, so the terminal's Ctrl-C reaches only the parent, which stops the children
+    in order, their own children with them."""
 
     name: str
     command: list[str]
@@ -34,6 +38,7 @@ class Process:
             stderr=subprocess.STDOUT,
             env=env,
             pass_fds=self.pass_fds,
+            process_group=0,
         )
         self.started = time.monotonic()
 
@@ -83,16 +88,23 @@ def watch(processes: list[Process], env: dict, restart: bool, once: bool = False
 
 
 def stop_all(processes: list[Process], grace_s: float = 10.0) -> None:
-    """SIGTERM to every child still running, SIGKILL to those still there after `grace_s`."""
-    running = [p.popen for p in processes if p.popen is not None and p.popen.poll() is None]
-    for popen in running:
-        popen.send_signal(signal.SIGTERM)
+    """SIGTERM to every child still running, which stops its own children; SIGKILL to what is
+    left of any child's process group after `grace_s`. A second Ctrl-C or SIGTERM meanwhile
+    changes nothing."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    started = [p.popen for p in processes if p.popen is not None]
+    for popen in started:
+        if popen.poll() is None:
+            popen.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    for popen in running:
-        try:
+    for popen in started:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            popen.kill()
+    for popen in started:
+        with contextlib.suppress(ProcessLookupError):  # when nothing of it is left
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
 
 
 def interrupt(signum, frame):

