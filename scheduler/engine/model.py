@@ -20,7 +20,7 @@ class TopologyLevel(IntEnum):
     LEAF = 1  # one leaf switch
     POD = 2  # one pod (spine group)
     DATACENTER = 3  # one data center
-    ANY = 4  # anywhere in the region; only with allow_cross_dc
+    ANY = 4  # any data center of the region (a job asks for it, or its queue's default does)
 
 
 class Strategy(StrEnum):
