@@ -21,6 +21,12 @@ def pytest_collection_modifyitems(config, items):
     # test enqueues, and would run a cycle (and hold its locks) on the database of a test that
     # never asked for one, which a deadlocked flush at that test's end once showed.
     items.sort(key=lambda item: "celery_worker" in getattr(item, "fixturenames", ()))
+    for item in items:
+        # Transactions that other processes or threads see: locks, isolation and commit order
+        # are the database server's own, so these run again on PostgreSQL (`servers`).
+        database = item.get_closest_marker("django_db")
+        if database and database.kwargs.get("transaction"):
+            item.add_marker(pytest.mark.servers)
     if connection.vendor == "postgresql":
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL (as .ci/run does)")

@@ -5,6 +5,7 @@ import re
 from datetime import timedelta
 from html.parser import HTMLParser
 
+import pytest
 from django.utils import timezone
 
 from portal.dashboard import views
@@ -31,6 +32,7 @@ def test_a_list_longer_than_a_page_says_so(acme_llm, bob, client, monkeypatch):
     assert "job-2" in page and "job-0" not in page
 
 
+@pytest.mark.servers
 def test_the_list_sorts_by_estimated_start_as_the_api_does(acme_llm, bob, operator, client):
     """Soonest first, jobs without an estimate last (on SQLite and PostgreSQL alike, which put
     NULL at opposite ends), ties by newest; the live list asks the API with the same query, so

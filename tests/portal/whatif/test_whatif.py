@@ -196,6 +196,7 @@ def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
     assert spec.budgets == ()
 
 
+@pytest.mark.servers
 def test_this_clusters_budgets_go_to_the_simulator_with_their_windows(cluster, acme, bob):
     """A hard monthly budget replayed from now: what the month used, the time until it ends;
     a replay through the engine keeps out a job it does not allow and admits it once the
