@@ -15,8 +15,10 @@ returned to service, as the on-call would. Every few seconds the
 invariant checker runs; a violation counts when it is still there at the next check (a
 moment's lag while agents converge is not one).
 
-When the time is up, no more jobs come, the chaos stops, and the stack gets two minutes to
-settle. A process that exits is started again, as a supervisor would. The last line is JSON:
+When the time is up, no more jobs come, the chaos stops, and the stack settles: it is done once
+two checks in a row find nothing in flight (no job between states, no recovery open, no node
+down) and no violation, or after two minutes. A process that exits is started again, as a
+supervisor would. The last line is JSON:
 jobs_submitted, jobs_finished, jobs_open (pending or running at the end), faults, recoveries,
 preemptions, resizes, kills, restarts (of exited processes, by name), invariant_violations
 (persistent ones), gpus_leaked (GPUs held by jobs that hold none).
@@ -218,6 +220,21 @@ def repaired(name: str) -> None:
     node.set_health(Health.READY, "soak: repaired")
 
 
+def settled() -> bool:
+    """Nothing in flight: no job between states, no recovery open, no GPU booked to a job that
+    holds none."""
+    from portal.workloads.choices import RecoveryStep, State
+    from portal.workloads.invariants import stale_allocations
+    from portal.workloads.models import Recovery, Workload
+
+    moving = [State.ADMITTED, State.STARTING, State.PREEMPTING, State.RECOVERING]
+    return not (
+        Workload.objects.filter(state__in=moving).exists()
+        or Recovery.objects.exclude(step=RecoveryStep.DONE).exists()
+        or stale_allocations()
+    )
+
+
 def counts() -> dict:
     from django.db.models import Count
 
@@ -398,11 +415,15 @@ def soak(
                 next_report = now + 30
             await restart_exited(children, restarts)
             await asyncio.sleep(1)
-        settle = time.monotonic() + 120  # no new jobs, no chaos: let the stack settle
-        while time.monotonic() < settle:
+        # No new jobs, no chaos: the stack settles, for two minutes at most, and is done once
+        # two checks in a row (after the first 20 s) find nothing in flight and nothing wrong.
+        begun, calm = time.monotonic(), 0
+        while time.monotonic() < begun + 120 and calm < 2:
             await restart_exited(children, restarts)
-            await fleet.repair()
+            repairs = await fleet.repair()
             await watch.check()
+            quiet = not (repairs or watch.seen) and await db(settled)
+            calm = calm + 1 if quiet and time.monotonic() > begun + 20 else 0
             await asyncio.sleep(5)
         await fleet.stop()
 
