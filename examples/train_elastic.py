@@ -104,6 +104,7 @@ def main() -> None:
         if step % args.log_every == 0 or done == args.steps:
             mean = total[0].item() / (batch * targets.shape[1])
             say(f"step {done} loss {mean:.6f} samples {int(total[1])}", flush=True)
+        ckpt.report(done)  # every rank: each node's agent hears of its own progress
         if _decided(rank == 0 and ckpt.due(done)):
             if rank == 0:
                 entry = ckpt.save(done, _saver(model, optimizer, done), suffix=".pt")

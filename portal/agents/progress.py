@@ -1,4 +1,7 @@
-"""Hangs and stragglers, noticed from the step counters agents put in every heartbeat.
+"""Hangs and stragglers, noticed from the training steps jobs report, which agents put in
+every heartbeat (the contract's progress file; `scheduler.agent.contract`). A job that reports
+no steps is judged by none of this: only by its processes being alive, as its agents report
+them, never by how seldom it saves.
 
 Every few seconds (beat) each running job's latest steps per node are compared with what was
 seen before, kept in Redis per job and attempt:
@@ -22,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from portal.agents.intake import record_fault
-from portal.cluster.summary import heartbeats
+from portal.cluster.summary import heartbeats, reported_steps
 from portal.core.redis import client
 from portal.quotas.choices import StragglerPolicy
 from portal.workloads import recovery
@@ -52,21 +55,12 @@ def detect(now: float | None = None) -> list[str]:
     for workload_id, raw in zip(ids, raws, strict=True):
         workload = running[workload_id]
         on = nodes[workload_id]
-        steps = _steps(workload, {n: samples[n] for n in on if n in samples})
+        steps = reported_steps(
+            {n: samples[n] for n in on if n in samples}, workload_id, workload.attempt
+        )
         if steps:
             found += _look(workload, on, steps, json.loads(raw) if raw else None, now)
     return found
-
-
-def _steps(workload: Workload, samples: dict[int, dict]) -> dict[int, int]:
-    """The step each node's agent reported for the workload's current attempt."""
-    steps = {}
-    for node_id, sample in samples.items():
-        for item in sample.get("workloads", []):
-            current = item.get("attempt", 0) == workload.attempt
-            if item["workload_id"] == workload.pk and item["state"] == "running" and current:
-                steps[node_id] = item["step"]
-    return steps
 
 
 def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> list[str]:

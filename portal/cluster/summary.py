@@ -192,3 +192,19 @@ def heartbeats(node_ids) -> dict[int, dict]:
         for node_id, sample, generation in zip(node_ids, samples, reached, strict=True)
         if sample is not None
     }
+
+
+def reported_steps(samples: dict[int, dict], workload_id: int, attempt: int) -> dict[int, int]:
+    """From `heartbeats`: the training step that attempt of the workload reports on each node
+    that runs it and reports one (the contract's progress); a job that reports none has none."""
+    steps = {}
+    for node_id, sample in samples.items():
+        for item in sample.get("workloads", []):
+            if (
+                item["workload_id"] == workload_id
+                and item["state"] == "running"
+                and item.get("attempt", 0) == attempt
+                and item.get("progress") is not None
+            ):
+                steps[node_id] = item["progress"]
+    return steps

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
-from portal.cluster.summary import RANGES, cluster_summary, history
+from portal.cluster.summary import RANGES, cluster_summary, heartbeats, history, reported_steps
 from portal.core.api import form_fields
 from portal.core.models import audit
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
@@ -34,7 +34,14 @@ from portal.workloads import cycle, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.charts import SPAN_NAMES, SPANS, day_charts
-from portal.workloads.choices import HOLDING, CheckpointPolicy, Kind, PriorityClass, Topology
+from portal.workloads.choices import (
+    HOLDING,
+    CheckpointPolicy,
+    Kind,
+    PriorityClass,
+    State,
+    Topology,
+)
 from portal.workloads.ettr import job_report
 from portal.workloads.filtersets import SortedWorkloadFilterSet
 from portal.workloads.models import IllegalTransition, Recovery, Workload, with_version
@@ -138,6 +145,10 @@ def workload_context(workload: Workload) -> dict:
     events = list(workload.events.all())
     report = job_report(workload)
     allocations = list(workload.allocations.select_related("node"))
+    steps = {}
+    if workload.state == State.RUNNING:
+        samples = heartbeats({a.node_id for a in allocations})
+        steps = reported_steps(samples, workload.pk, workload.attempt)
     return {
         "workload": workload,
         "events": events,
@@ -145,6 +156,7 @@ def workload_context(workload: Workload) -> dict:
         "parallel_plans": list(workload.parallel_plans.all()),
         "nodes": sorted({a.node.name for a in allocations}),
         "held": len(allocations),
+        "progress": max(steps.values(), default=None),
         "gpu_hours": gpu_hours(workload.usage, [workload]),
         "ettr": report,
         "phases": [

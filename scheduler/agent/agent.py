@@ -521,10 +521,11 @@ class Agent:
         await self._event("workload_exited", wid, result.exit_code, detail)
 
     def _report(self, wid: int, workload: _Workload) -> dict[str, Any]:
-        step, serving = workload.step, None
+        step, serving, progress = workload.step, None, None
         if workload.state == "running":
             step = workload.step = self._backend.step(wid)
             serving = workload.assignment.serve_port and self._backend.serving(wid)
+            progress = self._backend.progress(wid)
         report = {
             "workload_id": wid,
             "state": workload.state,
@@ -532,6 +533,8 @@ class Agent:
             "step": step,
             "attempt": workload.assignment.attempt,
         }
+        if progress is not None:
+            report["progress"] = progress
         return report | {"serving": serving.message()} if serving else report
 
     def _watchers(self) -> set[asyncio.Task[None]]:

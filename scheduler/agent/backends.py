@@ -342,7 +342,13 @@ class Backend(Protocol):
         ...
 
     def step(self, workload_id: int) -> int:
-        """The training step a started, not yet waited-for workload has reached."""
+        """The step a started, not yet waited-for workload can resume from (its newest save,
+        or what a simulated workload has done)."""
+        ...
+
+    def progress(self, workload_id: int) -> int | None:
+        """The training step a running workload reports having reached, or None when it
+        reports none (hangs and stragglers are judged only by reported steps)."""
         ...
 
     def serving(self, workload_id: int) -> Serving | None:

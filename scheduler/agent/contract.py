@@ -49,6 +49,16 @@ manifest. The agent follows the manifest and reports each complete line as a
 ``checkpoint_saved`` event; a ``checkpoint`` command is acknowledged once the line answering it
 appears (or refused after a timeout).
 
+**Reporting progress.** The agent names a file in ``WANKA_PROGRESS_FILE``, on the node's own
+disk, new for each run. The script tells the agent which training step it has reached by
+rewriting that file: the step as a decimal number and a newline, written under a temporary name
+and renamed into place. The helper's ``ckpt.report(step)`` does it at most once every
+``PROGRESS_EVERY_S`` (a clock read per step, a few bytes a second), and ``ckpt.due(step)``
+reports too. Call ``report`` at every step on every node: in a loop where only rank 0 asks
+``due``, the other ranks call ``report`` themselves. The agent puts the step in every heartbeat,
+and the control plane judges hangs and stragglers by it. A job that never reports is judged only
+by its processes being alive: it is never taken for hung because it saves rarely or never.
+
 **Resuming.** From ``WANKA_RESUME_FROM`` when set; otherwise from the newest complete line of
 the manifest whose file still exists (the highest step; a later line wins a tie). Nothing to
 resume from means starting at step 0.
@@ -75,6 +85,7 @@ The helper
     start = ckpt.resume_step(lambda path: load(path))  # load returns the step it saved
     for step in range(start, total_steps):
         train_one_step()
+        ckpt.report(step + 1)  # cheap: at most a small write a second
         if ckpt.due(step + 1):
             ckpt.save(step + 1, lambda path: save(path))  # save writes the file at path
 
@@ -105,10 +116,13 @@ ENV_PARALLEL_PLAN = "WANKA_PARALLEL_PLAN"
 # An inference replica may keep its load here, JSON {"in_flight": n, "requests_per_s": r},
 # rewritten every second or so; the agent reads it for each heartbeat (`examples/serve_tiny.py`).
 ENV_LOAD_FILE = "WANKA_LOAD_FILE"
+# Where a training script reports the step it has reached (see "Reporting progress").
+ENV_PROGRESS_FILE = "WANKA_PROGRESS_FILE"
 
 REQUEST_FILE = "request.json"
 MANIFEST_FILE = "manifest.jsonl"
 PLAN_FILE = "parallel_plan.json"
+PROGRESS_EVERY_S = 1.0  # the script rewrites its progress file at most this often
 REQUEST_SIGNAL = signal.SIGUSR1
 
 KINDS = ("periodic", "async", "triggered", "requested")
@@ -225,6 +239,16 @@ def read_request(directory: Path) -> CheckpointRequest | None:
         return None
 
 
+def read_progress(path: Path) -> int | None:
+    """The training step the script last reported in its progress file; None before it first
+    does (or when the file is not a step)."""
+    try:
+        step = int(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return step if step >= 0 else None
+
+
 def read_manifest(directory: Path) -> list[ManifestEntry]:
     """Every well-formed entry of the manifest, in file order; a torn last line is skipped."""
     try:
@@ -293,8 +317,10 @@ class Checkpointing:
         clock: Callable[[], float] = time.monotonic,
         policy: str = "periodic",
         plan: dict | None = None,
+        progress_file: Path | None = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
+        self.progress_file = Path(progress_file) if progress_file is not None else None
         self.interval_s = interval_s
         self.resume_from = resume_from or None
         self.policy = policy
@@ -303,6 +329,7 @@ class Checkpointing:
         self._clock = clock
         self._last_save = clock()
         self._last_step: int | None = None
+        self._reported_at: float | None = None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers()
@@ -321,6 +348,7 @@ class Checkpointing:
             resume_from=env.get(ENV_RESUME_FROM),
             policy=env.get(ENV_CHECKPOINT_POLICY) or "periodic",
             plan=_plan(env, directory),
+            progress_file=env.get(ENV_PROGRESS_FILE) or None,
         )
         if install_signal and helper.enabled:
             helper.install_signal_handler()
@@ -373,9 +401,24 @@ class Checkpointing:
         # answered from the file.
         return (self.directory / REQUEST_FILE).exists()
 
+    def report(self, step: int) -> None:
+        """Tell the agent that training has reached `step`: the progress file is rewritten at
+        most once every PROGRESS_EVERY_S, so a call at every step costs a clock read."""
+        now = self._clock()
+        if self.progress_file is None or (
+            self._reported_at is not None and now - self._reported_at < PROGRESS_EVERY_S
+        ):
+            return
+        self._reported_at = now
+        path = self.progress_file
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        temporary.write_text(f"{int(step)}\n")
+        os.replace(temporary, path)  # no fsync: a report lost in a crash is only a late one
+
     def due(self, step: int) -> bool:
         """Whether to save at `step`: asked to, or the interval has passed since the last save
-        (never twice at the same step)."""
+        (never twice at the same step). It reports `step` as progress too."""
+        self.report(step)
         if self.directory is None or step == self._last_step:
             return False
         if self.requested:

@@ -35,6 +35,8 @@ since torchrun takes its defaults from the ``PET_*`` variables):
 ``PORT``                     an inference replica's port, to serve HTTP on
 ``WANKA_LOAD_FILE``          where a replica may keep its load for the autoscaler
                              (``load.json`` in the working directory; see the contract)
+``WANKA_PROGRESS_FILE``      where a training script reports the step it has reached
+                             (``progress`` in the working directory, removed at each start)
 ==========================  ==========================================================
 
 Checkpoints follow `scheduler.agent.contract`: the backend follows each workload's manifest and
@@ -86,12 +88,14 @@ from scheduler.agent.contract import (
     ENV_CHECKPOINT_DIR,
     ENV_LOAD_FILE,
     ENV_PARALLEL_PLAN,
+    ENV_PROGRESS_FILE,
     ENV_WORKLOAD_ID,
     REQUEST_SIGNAL,
     CheckpointRequest,
     ManifestEntry,
     ManifestTail,
     latest_complete,
+    read_progress,
     write_plan,
     write_request,
 )
@@ -101,6 +105,7 @@ logger = logging.getLogger(__name__)
 LOG_FILE = "output.log"
 PGID_FILE = "pgid"
 LOAD_FILE = "load.json"
+PROGRESS_FILE = "progress"  # the training step the workload reports, rewritten as it goes
 LOAD_FRESH_S = 10.0  # an inference replica's load file older than this says nothing
 DEFAULT_GRACE_S = 30.0
 DEFAULT_LOG_LINES = 50
@@ -200,6 +205,9 @@ class ProcessBackend:
         env = launch_env(assignment, checkpoint_dir, self._base_env)
         if assignment.serve_port:
             env[ENV_LOAD_FILE] = str(workdir / LOAD_FILE)
+        env[ENV_PROGRESS_FILE] = str(workdir / PROGRESS_FILE)
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         process, log_start = await _spawn(argv, workdir, env)
         (workdir / PGID_FILE).write_text(str(process.pid))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
@@ -287,6 +295,11 @@ class ProcessBackend:
     def step(self, workload_id: int) -> int:
         """The step of the newest checkpoint the workload has saved (what the agent can know)."""
         return self._procs[workload_id].step
+
+    def progress(self, workload_id: int) -> int | None:
+        """The training step the workload reported in this run (the contract's progress file),
+        or None when it reports none."""
+        return read_progress(self._procs[workload_id].workdir / PROGRESS_FILE)
 
     def serving(self, workload_id: int) -> Serving | None:
         """A replica's server listens on its port of this machine; its load is what it last

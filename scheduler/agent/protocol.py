@@ -212,8 +212,10 @@ _WORKLOAD = record(
         "step": _COUNT,
     },
     # Which run of the workload: the control plane bumps it to restart a workload after a fault.
-    # An inference replica says where it listens and, when the agent can tell, its load.
-    optional={"attempt": _COUNT, "serving": _SERVING},
+    # An inference replica says where it listens and, when the agent can tell, its load. step:
+    # what it can resume from; progress: the training step it reports having reached, absent
+    # when it reports none.
+    optional={"attempt": _COUNT, "serving": _SERVING, "progress": _COUNT},
 )
 
 _NIC = record({"name": string(non_empty=True), "speed_mbps": nullable(_COUNT), "up": boolean()})

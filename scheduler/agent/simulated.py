@@ -325,6 +325,10 @@ class SimulatedBackend:
             return workload.exit.result().step
         return self._step_now(workload)
 
+    def progress(self, workload_id: int) -> int | None:
+        """A simulated workload reports every step it makes."""
+        return self.step(workload_id)
+
     def serving(self, workload_id: int) -> Serving | None:
         """A replica's server (on 127.0.0.1 and a port of its own) and its load."""
         replica = self._workloads[workload_id].replica

@@ -12,13 +12,17 @@ from portal.workloads import lifecycle
 from portal.workloads.choices import RecoveryOutcome, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
+from scheduler import faults
 from tests.builders import make_workload
 
 
-def beat(redis, workload, steps: dict[int, int]):
-    """The heartbeats of the workload's nodes, each at its step."""
+def beat(redis, workload, steps: dict[int, int | None]):
+    """The heartbeats of the workload's nodes, each at the training step it reports (None: it
+    reports none, and `step` is its newest save's)."""
     for node_id, step in steps.items():
-        item = {"workload_id": workload.pk, "state": "running", "exit_code": None, "step": step}
+        item = {"workload_id": workload.pk, "state": "running", "exit_code": None, "step": 0}
+        if step is not None:
+            item["progress"] = step
         sample = {"ts": time.time(), "gpus": [], "workloads": [{**item, "attempt": 0}]}
         redis.hset(TELEMETRY, node_id, json.dumps(sample))
 
@@ -66,6 +70,16 @@ def test_a_job_that_steps_on_is_never_hung(running, clean_redis):
     for i in range(20):
         beat(clean_redis, workload, {n: i * 50 for n in nodes})
         assert progress.detect(now=t + i * 30) == []
+    assert _state(workload) == State.RUNNING
+
+
+def test_a_job_that_reports_no_steps_is_never_judged_by_them(running, clean_redis):
+    """However long it runs, and whatever its saves' steps: its processes alone are watched."""
+    workload, nodes = running
+    t = time.time()
+    for i in range(5):
+        beat(clean_redis, workload, {n: None for n in nodes})
+        assert progress.detect(now=t + i * faults.HANG_AFTER_S) == []
     assert _state(workload) == State.RUNNING
 
 

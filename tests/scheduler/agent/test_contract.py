@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent.contract import (
+    ENV_PROGRESS_FILE,
     MANIFEST_FILE,
+    PROGRESS_EVERY_S,
     REQUEST_FILE,
     Checkpointing,
     CheckpointRequest,
@@ -18,6 +20,7 @@ from scheduler.agent.contract import (
     ManifestTail,
     latest_complete,
     read_manifest,
+    read_progress,
     read_request,
     write_request,
 )
@@ -309,3 +312,29 @@ def test_a_failed_async_persist_is_recorded_failed_and_answers_its_request(tmp_p
     [entry] = read_manifest(tmp_path)
     assert (entry.status, entry.request_id) == ("failed", "c-3") and "no space" in entry.error
     assert latest_complete(tmp_path) is None
+
+
+def test_progress_is_reported_at_most_once_a_period_and_read_back(tmp_path: Path) -> None:
+    """`report` at every step rewrites the file only once every PROGRESS_EVERY_S; `due` reports
+    too; the agent reads the newest step, and nothing before the first report."""
+    clock, path = Clock(), tmp_path / "progress"
+    ckpt = Checkpointing(None, clock=clock, progress_file=path)
+    assert Checkpointing.from_env({ENV_PROGRESS_FILE: str(path)}).progress_file == path
+    assert read_progress(path) is None
+    ckpt.report(1)
+    assert read_progress(path) == 1
+    for step in range(2, 500):  # within the period: no write at all
+        ckpt.report(step)
+    assert read_progress(path) == 1
+    clock.now += PROGRESS_EVERY_S
+    assert not ckpt.due(500)  # no checkpoint directory: never due, but it reports
+    assert read_progress(path) == 500
+    assert [p.name for p in tmp_path.iterdir()] == ["progress"]  # no temporary file left
+    path.write_text("not a step\n")
+    assert read_progress(path) is None
+
+
+def test_without_a_progress_file_reporting_does_nothing(tmp_path: Path) -> None:
+    ckpt = helper(tmp_path)
+    ckpt.report(7)
+    assert not any(p.name.startswith("progress") for p in tmp_path.iterdir())

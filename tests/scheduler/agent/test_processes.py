@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from scheduler.agent.backends import Assignment, BackendEvent, Output
+from scheduler.agent.contract import PROGRESS_EVERY_S
 from scheduler.agent.processes import OUTPUT_BEHIND_BYTES, ProcessBackend, log_tail, read_output
 from scheduler.agent.protocol import LOG_LINE_CHARS
 from scheduler.agent.simulated import SimulatedGpus
 
 REPO = Path(__file__).resolve().parents[3]
+PROGRESS_WAIT_S = 3 * PROGRESS_EVERY_S
 
 
 def python(code: str) -> str:
@@ -133,6 +135,34 @@ def test_a_second_run_reports_only_its_own_lines(tmp_path: Path) -> None:
         assert (await backend.wait(3)).log_tail == ("second run",)
 
     asyncio.run(scenario())
+
+
+REPORTS = python(
+    "import time\n"
+    "from scheduler.agent.contract import Checkpointing\n"
+    "ckpt = Checkpointing.from_env()\n"
+    "for step in range(1, 100000):\n"
+    "    ckpt.report(step); time.sleep(0.01)\n"
+)
+
+
+def test_the_training_step_a_workload_reports_is_its_progress_and_one_run_says_nothing_of_the_next(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(5, (0,), REPORTS))
+        await wait_for(lambda: (backend.progress(5) or 0) > 0, "a reported step")
+        first = backend.progress(5)
+        await wait_for(lambda: backend.progress(5) > first, "a later step", PROGRESS_WAIT_S)
+        await backend.stop(5)
+        await backend.wait(5)
+        await backend.start(Assignment(5, (0,), python("import time; time.sleep(30)")))
+        assert backend.progress(5) is None  # it reports nothing; the last run's steps are gone
+        await backend.stop(5)
+        await backend.wait(5)
+
+    run(scenario())
 
 
 def test_stop_sends_sigterm_and_a_process_that_obeys_ends_at_once(tmp_path: Path) -> None:
