@@ -196,6 +196,12 @@ class Agent:
             return
         self._running = True
         self._backend.subscribe(self._on_backend_event)
+        if fenced := await self._backend.fence():
+            logger.warning(
+                "%s: stopped what an earlier agent left running: workloads %s",
+                self._hostname,
+                ", ".join(map(str, fenced)),
+            )
         work = asyncio.create_task(self._reconnect_forever(), name=f"agent {self._hostname}")
         events = asyncio.create_task(self._deliver_events(), name=f"events {self._hostname}")
         stopper = asyncio.create_task(self._stop_requested.wait())

@@ -341,6 +341,11 @@ class Backend(Protocol):
         first, TimeoutError when no save lands in time, RuntimeError when the save failed."""
         ...
 
+    async def fence(self) -> list[int]:
+        """Stop whatever an earlier agent process left running on this machine, before the
+        agent first says hello; return the workloads it stopped."""
+        ...
+
     def step(self, workload_id: int) -> int:
         """The step a started, not yet waited-for workload can resume from (its newest save,
         or what a simulated workload has done)."""

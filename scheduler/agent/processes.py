@@ -47,8 +47,11 @@ that answers it.
 Workloads live as long as the agent's process: a control-plane outage leaves them running, but
 `wanka-agent` stops them (`stop_all`, with the grace period to save) when it is itself stopped,
 and a new agent process does not adopt processes an earlier one left behind (one that crashed):
-when the same workload is started again, its leftover process group is stopped first, so two
-copies never share the GPUs, and the new run resumes from the newest checkpoint.
+it stops every such process group before it first says hello (`fence`), so the node returns to
+service with its GPUs free even where the control plane has meanwhile moved the job elsewhere,
+and a workload the control plane still wants there starts afresh from its newest checkpoint.
+Ranks a launcher such as torchrun starts in sessions of their own are ended by the launcher on
+SIGTERM, not by the group's SIGKILL.
 """
 
 from __future__ import annotations
@@ -364,20 +367,39 @@ class ProcessBackend:
             if waiter is not None and not waiter.done():
                 waiter.set_result(entry)
 
-    async def _stop_leftover(self, wid: int, workdir: Path) -> None:
-        """Stop the process group an earlier agent process left for this workload, if any."""
+    async def fence(self) -> list[int]:
+        """Stop whatever an earlier agent process left running on this machine (killed, it
+        left its workloads' process groups behind, their pgid files in its state directory);
+        return those workloads. The agent does this before its first hello, so that the node
+        returns to service with no GPU still in use by work the control plane has moved on."""
+        workdirs = [
+            path.parent
+            for path in (self._state_dir / "workloads").glob(f"*/{PGID_FILE}")
+            if path.parent.name.isdigit() and int(path.parent.name) not in self._procs
+        ]
+        stopped = await asyncio.gather(
+            *(self._stop_leftover(int(workdir.name), workdir) for workdir in workdirs)
+        )
+        return sorted(int(w.name) for w, ended in zip(workdirs, stopped, strict=True) if ended)
+
+    async def _stop_leftover(self, wid: int, workdir: Path) -> bool:
+        """Stop the process group an earlier agent process left for this workload, if any;
+        whether there was one."""
         try:
             pgid = int((workdir / PGID_FILE).read_text())
         except (OSError, ValueError):
-            return
+            return False
         if not _is_workload_group(pgid, wid):
-            return
+            return False
         logger.warning("workload %s: stopping the processes an earlier agent left", wid)
         _signal_group(pgid, signal.SIGTERM)
         deadline = asyncio.get_running_loop().time() + self.grace_s
         while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         _signal_group(pgid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / PGID_FILE).unlink()
+        return True
 
 
 def launch_env(

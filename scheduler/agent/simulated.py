@@ -325,6 +325,10 @@ class SimulatedBackend:
             return workload.exit.result().step
         return self._step_now(workload)
 
+    async def fence(self) -> list[int]:
+        """Nothing to stop: simulated workloads end with the agent's process."""
+        return []
+
     def progress(self, workload_id: int) -> int | None:
         """A simulated workload reports every step it makes."""
         return self.step(workload_id)

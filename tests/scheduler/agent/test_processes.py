@@ -177,6 +177,24 @@ def test_stop_sends_sigterm_and_a_process_that_obeys_ends_at_once(tmp_path: Path
     asyncio.run(scenario())
 
 
+def test_a_new_agent_process_fences_what_a_killed_one_left_running(tmp_path: Path) -> None:
+    """An agent killed with -9 leaves its workloads running; the next one on the same state
+    directory stops them before it does anything else, and finds nothing the time after."""
+
+    async def scenario() -> None:
+        killed, _ = make_backend(tmp_path)
+        await killed.start(Assignment(7, (0, 1), python("import time; time.sleep(60)")))
+        pgid = int((tmp_path / "state" / "workloads" / "7" / "pgid").read_text())
+        os.killpg(pgid, 0)  # running, and its agent gone without a word
+        successor, _ = make_backend(tmp_path, grace_s=0.5)
+        assert await successor.fence() == [7]
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+        assert await successor.fence() == []
+
+    run(scenario())
+
+
 IGNORES_SIGTERM = python(
     "import signal, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

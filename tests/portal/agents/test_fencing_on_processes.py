@@ -1,0 +1,96 @@
+"""An agent killed with -9 on a node of real processes: its job keeps running without it, the
+node is declared lost and the job runs again on another node. The agent started in the killed
+one's place stops that orphan before it says hello, so the job does not run twice for longer
+than the outage, and the node comes back with its GPUs free."""
+
+import shlex
+import signal
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from portal.agents.intake import mark_lost_nodes
+from portal.cluster.models import Node
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Workload
+from tests.builders import make_cluster, make_queue, make_workload
+from tests.portal.processes import start_agent, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLEEPER = shlex.join([sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"])
+
+
+def _running_in(pgid: int) -> list[int]:
+    """The live (not zombie) processes of group `pgid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _pgid(state: Path, workload) -> int | None:
+    try:
+        return int((state / "workloads" / str(workload.pk) / "pgid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fall_silent(node, redis) -> None:
+    """The node's last heartbeat a minute ago, in Redis and the database, which has kept
+    heartbeats for an hour: the lost-node sweep's view of an agent killed a minute ago."""
+    long_ago = time.time() - 60
+    Node.objects.filter(pk=node.pk).update(last_seen_at=timezone.now() - timedelta(minutes=1))
+    redis.zadd(LAST_SEEN, {node.pk: long_ago})
+    redis.set(SEEN_SINCE, time.time() - 3600)
+
+
+def test_a_restarted_agent_stops_the_orphan_of_the_one_killed(
+    portal_server, celery_worker, clean_redis, tmp_path, acme
+):
+    first, second = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=2, connected=False)
+    states = {first.pk: tmp_path / "first", second.pk: tmp_path / "second"}
+    agents = {n.pk: start_agent(portal_server, n, states[n.pk]) for n in (first, second)}
+    queue = make_queue(acme, "llm", h800=8)
+    job = make_workload(queue, "job", gpus=8, command=SLEEPER, checkpoint_policy="none")
+    scheduling_cycle()
+    wait_until(lambda: _state(job) == State.RUNNING, 30, "the job to run")
+    node = Workload.objects.get(pk=job.pk).allocations.first().node
+    other = second if node.pk == first.pk else first
+    orphan = _pgid(states[node.pk], job)
+
+    agents[node.pk].process.send_signal(signal.SIGKILL)
+    agents[node.pk].process.wait()
+    wait_until(lambda: not Node.objects.get(pk=node.pk).connected, 30, "the server to notice")
+    _fall_silent(node, clean_redis)
+    assert mark_lost_nodes() == [node.pk]
+
+    def moved():
+        scheduling_cycle()
+        return _state(job) == State.RUNNING and _pgid(states[other.pk], job) is not None
+
+    wait_until(moved, 60, "the job to run on the other node")
+    assert _running_in(orphan), "a killed agent's job outlives it: two copies run now"
+
+    successor = start_agent(portal_server, node, states[node.pk])
+    try:
+        assert not _running_in(orphan)  # stopped before the hello that made the node connected
+        assert _running_in(_pgid(states[other.pk], job))  # the one copy left
+    finally:
+        successor.stop()
+        agents[other.pk].stop()
+
+
+def _state(workload):
+    return Workload.objects.get(pk=workload.pk).state
