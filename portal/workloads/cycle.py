@@ -22,6 +22,7 @@ from portal.quotas import engine as quota_engine
 from portal.workloads import budgets, lifecycle, parallel, preemption
 from portal.workloads.choices import (
     HOLDING,
+    CheckpointPolicy,
     CheckpointStatus,
     RecoveryOutcome,
     RecoveryStep,
@@ -129,7 +130,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
 COLUMNS = (
     "id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority", "topology",
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
-    "head_of_queue", "model_spec", "global_batch", "spread",
+    "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy",
 )  # fmt: skip
 
 
@@ -154,6 +155,7 @@ def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Wo
         started_at=_seconds(w["started_at"]),
         time_limit_s=w["time_limit_s"],
         last_checkpoint_at=_seconds(saved),
+        saves=w["checkpoint_policy"] != CheckpointPolicy.NONE,
         preempting=w["state"] == State.PREEMPTING,
         throughput=_throughput(w, placed, budget),
         resized_at=_seconds(resized),

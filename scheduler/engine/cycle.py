@@ -350,9 +350,8 @@ class Cycle:
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
         if not times or self.now - max(times) < self.grow_every_s:
             return False
-        # A grow restarts it from its last save: only one made within that time.
-        saved = workload.last_checkpoint_at
-        return saved is not None and self.now - saved <= self.grow_every_s
+        # A grow restarts it from a save it is asked for first: only a job that saves grows.
+        return workload.saves
 
     def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus

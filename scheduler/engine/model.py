@@ -234,6 +234,7 @@ class Workload:
     max_gpus: int | None = None  # None: `gpus`
     started_at: float | None = None  # when it last started running
     last_checkpoint_at: float | None = None  # its last saved checkpoint
+    saves: bool = True  # it saves when asked (a checkpoint policy other than none)
     time_limit_s: float | None = None  # it is stopped this long after it starts
     preempting: bool = False  # already told to stop: its GPUs are about to be free
     # (GPUs, tokens/s) at the sizes it may run on, from the parallelism planner; empty: its

@@ -11,8 +11,7 @@ is in one phase at a time:
   memory after which the copy persists in the background for `persist_s` while it computes);
 - SAVE: a fault-triggered save from GPU memory (`Costs.triggered_save_s`);
 - RECOVER: a restart (`Costs.restart_s`), after a fault, on resuming after a preemption, and
-  after a resize (a shrink saves first and loses nothing; a grow resumes from the newest
-  complete checkpoint);
+  after a resize (a shrink and a grow both save first and lose nothing);
 - STOPPING: preempted with a grace (`SimConfig.preemption_grace_s`): it saves on request if
   its save fits in the grace, then gives its GPUs back and waits again.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from scheduler.checkpointing import PolicyKind
 from scheduler.engine import Budget, Node, Placement, Snapshot, Workload
 from scheduler.sim.jobs import Job, Phase
 from scheduler.sim.policies import SchedulingPolicy
@@ -154,6 +155,7 @@ class Workloads:
             max_gpus=spec.gpus if elastic else None,
             started_at=job.started_at,
             last_checkpoint_at=job.last_checkpoint_at,
+            saves=job.ckpt.kind is not PolicyKind.NONE,
             time_limit_s=limit,
             throughput=job.throughput,
             resized_at=job.resized_at,

@@ -210,12 +210,16 @@ def grown(snapshot: Snapshot) -> dict[int, int]:
             id="not within five minutes of its last resize",
         ),
         pytest.param(
-            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=None)], [nlp], {},
-            id="not without a save to resume from",
+            [elastic(1, on(N1), on(N2), most=32, saves=False)], [nlp], {},
+            id="not a job that never saves: it would start over",
         ),
         pytest.param(
-            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=100.0)], [nlp], {},
-            id="not when its last save is older than five minutes",
+            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=None)], [nlp], {1: 32},
+            id="one that has not saved yet: it is asked to save first",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=32, last_checkpoint_at=100.0)], [nlp], {1: 32},
+            id="one whose last save is old: it is asked to save first",
         ),
         pytest.param(
             [elastic(1, on(N1), most=16, throughput=((8, 100.0), (16, 110.0))),
