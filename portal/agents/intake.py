@@ -13,12 +13,12 @@ from django.utils import timezone
 from portal.cluster import commands
 from portal.cluster import faults as fleet_faults
 from portal.cluster.choices import CommandState, Health
-from portal.cluster.models import FaultEvent, Node
+from portal.cluster.models import FaultEvent, Node, NodeCommand
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
 from portal.core.triggers import kick_preemptions
-from portal.workloads import recovery
+from portal.workloads import checkpoints, recovery
 from portal.workloads.choices import State
 from portal.workloads.models import Workload
 from scheduler import faults
@@ -85,8 +85,8 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     """(node, command id, ok, detail) acks, written down at once (`commands.answer_many`); a
-    refused save wakes the recovery waiting for it, and any answered save the preemptions.
-    Whether each ack counted."""
+    refused save wakes the recovery waiting for it, and any answered save the preemptions; a
+    deletion of pruned saves is recorded. Whether each ack counted."""
     answered = commands.answer_many(acks)
     recovery.commands_refused(
         [command for command in answered if command and command.state == CommandState.FAILED]
@@ -94,6 +94,9 @@ def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     saves = {c.workload_id for c in answered if c and c.action == "checkpoint"}
     if saves and Workload.objects.filter(pk__in=saves, state=State.PREEMPTING).exists():
         kick_preemptions()
+    deletes = [c.pk for c in answered if c and c.action == "delete_checkpoints"]
+    if deletes:
+        checkpoints.deleted(NodeCommand.objects.filter(pk__in=deletes, state=CommandState.DONE))
     return [command is not None for command in answered]
 
 

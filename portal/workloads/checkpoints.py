@@ -148,9 +148,31 @@ def record_saved(workload_id: int, node_id: int, detail: dict) -> Checkpoint | N
 
 
 def _prune(workload: Workload) -> None:
+    """Past retention (the newest CHECKPOINTS_KEPT complete saves are kept): the saves are
+    marked pruned and the node whose rank 0 wrote them is asked to delete their files, which
+    `deleted` records once it has."""
     kept = settings.WANKA["CHECKPOINTS_KEPT"]
     gone = checkpointing.to_prune(list(workload.checkpoints.all()), keep=kept)
+    if not gone:
+        return
     Checkpoint.objects.filter(pk__in=[c.pk for c in gone]).update(status=CheckpointStatus.PRUNED)
+    master = workload.allocations.filter(node_rank=0).values_list("node_id", flat=True).first()
+    if master is not None:
+        locations = [c.location for c in gone]
+        send_commands([master], "delete_checkpoints", workload.pk, locations=locations)
+
+
+def deleted(commands) -> int:
+    """Pruned saves whose files the node has deleted, from its answered `delete_checkpoints`
+    commands; how many rows that marked."""
+    marked = 0
+    for workload_id, args in commands.values_list("workload_id", "args"):
+        marked += Checkpoint.objects.filter(
+            workload_id=workload_id,
+            location__in=args["locations"],
+            status=CheckpointStatus.PRUNED,
+        ).update(status=CheckpointStatus.DELETED)
+    return marked
 
 
 def _count(value) -> int:

@@ -95,8 +95,10 @@ class CheckpointStatus(models.TextChoices):
     COMPLETE = "complete", _("Complete")
     PARTIAL = "partial", _("Partial")
     FAILED = "failed", _("Failed")
-    # Past retention: its files may be deleted; the row stays for the job's time accounting.
+    # Past retention: its node is asked to delete its files; the row stays for the job's time
+    # accounting. DELETED: the node has deleted them.
     PRUNED = "pruned", _("Pruned")
+    DELETED = "deleted", _("Deleted")
 
 
 class RecoveryStep(models.TextChoices):

@@ -587,6 +587,9 @@ class Agent:
         if workload is None:
             return _Outcome(False, f"{action}: workload {wid} is not on this node")
         try:
+            if action == "delete_checkpoints":
+                found = await self._backend.delete_checkpoints(wid, args["locations"])
+                return _Outcome(True, f"deleted {found} of {len(args['locations'])} saves")
             return await self._checkpoint(workload, message["command_id"], args)
         except Exception as exc:
             logger.warning("%s: %s of workload %s failed: %s", self._hostname, action, wid, exc)

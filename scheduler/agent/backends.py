@@ -341,6 +341,12 @@ class Backend(Protocol):
         first, TimeoutError when no save lands in time, RuntimeError when the save failed."""
         ...
 
+    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+        """Remove these saves of the workload (files or folders in its checkpoint directory);
+        return how many were there. Raises ValueError, removing nothing, for a location outside
+        that directory."""
+        ...
+
     async def fence(self) -> list[int]:
         """Stop whatever an earlier agent process left running on this machine, before the
         agent first says hello; return the workloads it stopped."""

@@ -62,6 +62,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import time
@@ -366,6 +367,25 @@ class ProcessBackend:
             waiter = proc.waiters.get(entry.request_id or "")
             if waiter is not None and not waiter.done():
                 waiter.set_result(entry)
+
+    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+        """Remove these saves from the workload's checkpoint directory (the newest run's, which
+        outlives it on this node); how many were there. A location outside that directory,
+        which a job could write into its manifest, is refused and nothing is removed."""
+        proc = self._procs.get(workload_id)
+        home = (proc.checkpoint_dir if proc else self._state_dir / "workloads" / str(workload_id)
+                / "checkpoints").resolve()  # fmt: skip
+        paths = [Path(location).resolve() for location in locations]
+        outside = [str(p) for p in paths if not p.is_relative_to(home) or p == home]
+        if outside:
+            raise ValueError(f"not in workload {workload_id}'s checkpoint directory: {outside[0]}")
+        found = [p for p in paths if p.exists()]
+        for path in found:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        return len(found)
 
     async def fence(self) -> list[int]:
         """Stop whatever an earlier agent process left running on this machine (killed, it

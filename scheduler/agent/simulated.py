@@ -325,6 +325,10 @@ class SimulatedBackend:
             return workload.exit.result().step
         return self._step_now(workload)
 
+    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+        """Simulated saves are only names: each is forgotten at once."""
+        return len(locations)
+
     async def fence(self) -> list[int]:
         """Nothing to stop: simulated workloads end with the agent's process."""
         return []

@@ -195,6 +195,32 @@ def test_a_new_agent_process_fences_what_a_killed_one_left_running(tmp_path: Pat
     run(scenario())
 
 
+def test_pruned_saves_are_deleted_where_they_live_and_nothing_outside(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(8, (0,), python("import time; time.sleep(60)")))
+        home = tmp_path / "state" / "workloads" / "8" / "checkpoints"
+        (home / "step-1.pt").write_text("old")
+        (home / "step-2").mkdir()
+        (home / "step-2" / "shard-0").write_text("old too")
+        (home / "step-3.pt").write_text("kept")
+        elsewhere = tmp_path / "precious"
+        elsewhere.write_text("not a save")
+        with pytest.raises(ValueError, match="not in workload 8's checkpoint directory"):
+            await backend.delete_checkpoints(8, [str(home / "step-1.pt"), str(elsewhere)])
+        assert (home / "step-1.pt").exists() and elsewhere.exists()  # refused whole
+        sneaky = str(home / ".." / ".." / ".." / "precious")
+        with pytest.raises(ValueError):
+            await backend.delete_checkpoints(8, [sneaky])
+        gone = [str(home / "step-1.pt"), str(home / "step-2"), str(home / "step-9.pt")]
+        assert await backend.delete_checkpoints(8, gone) == 2  # step 9 was never there
+        assert sorted(p.name for p in home.iterdir()) == ["step-3.pt"]
+        await backend.stop(8)
+        await backend.wait(8)
+
+    run(scenario())
+
+
 IGNORES_SIGTERM = python(
     "import signal, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
