@@ -4,6 +4,7 @@ process its agent is connected to (the counts are in Redis)."""
 
 import logging
 
+from portal.cluster.models import FAULT_REPEATS
 from portal.core.redis import aclient
 from scheduler.faults import Action, FaultKind
 
@@ -51,7 +52,7 @@ class Throttle:
 
 
 def _seen(node_id: int, kind: str, gpu: int | None) -> str:
-    return f"{FAULTS}seen:{node_id}:{kind}:{'-' if gpu is None else gpu}"
+    return f"{FAULT_REPEATS}{node_id}:{kind}:{'-' if gpu is None else gpu}"
 
 
 async def admit_fault(node, kind: FaultKind, gpu: int | None) -> bool:

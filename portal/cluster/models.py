@@ -11,7 +11,12 @@ from django.utils.translation import gettext_lazy as _
 from portal.cluster.choices import HEALTH_MOVES, CommandState, Health, Severity
 from portal.core.errors import Conflict
 from portal.core.models import audit
+from portal.core.redis import client
 from portal.tenancy.models import TenantQuerySet, hash_token
+
+# Redis keys "<prefix><node>:<kind>:<gpu>": a fault the node's agent reported lately, whose
+# repeats are not recorded again (`portal.agents.limits`).
+FAULT_REPEATS = "wanka:faults:seen:"
 
 
 class GpuModel(models.Model):
@@ -164,7 +169,16 @@ class Node(models.Model):
         self.health, self.health_reason, self.health_changed_at = to, reason, timezone.now()
         self.save(update_fields=["health", "health_reason", "health_changed_at"])
         if to == Health.READY:
+            self.forget_fault_repeats()
             self.refill_spares()
+
+    def forget_fault_repeats(self) -> None:
+        """Back in service, the node has no fault on record that a report could repeat: the
+        same fault again (a GPU still off the bus after a repair that did not mend it) is
+        recorded, and takes it out again (`portal.agents.limits`)."""
+        redis = client()
+        if keys := list(redis.scan_iter(f"{FAULT_REPEATS}{self.pk}:*", count=100)):
+            redis.delete(*keys)
 
     def refill_spares(self) -> bool:
         """Join the pod's pool of hot spares when it is short and this node holds no work

@@ -53,6 +53,7 @@ from scheduler.agent.backends import (
     Backend,
     BackendEvent,
     FaultRefused,
+    NodeFault,
     WorkloadExit,
 )
 from scheduler.agent.protocol import CLOSE_REFUSED, SERVER, ProtocolError, encode, parse
@@ -496,6 +497,8 @@ class Agent:
             await self._backend.start(assignment)
         except Exception as exc:
             logger.warning("%s: workload %s failed to start: %s", self._hostname, wid, exc)
+            if isinstance(exc, NodeFault):  # the node's fault, said first: the job moves on
+                await self._event("fault", None, None, exc.detail)
             self._workloads[wid] = _Workload(assignment, state="exited")
             detail = {"error": str(exc)[:1000], "attempt": assignment.attempt}
             await self._event("workload_exited", wid, None, detail)

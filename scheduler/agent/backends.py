@@ -275,6 +275,21 @@ def fault_detail(code: str, xid: int | None, gpu_index: int | None, message: str
     return {"code": code, "xid": xid, "gpu_index": gpu_index, "message": message}
 
 
+class NodeFault(Exception):
+    """The node itself keeps a workload from starting (a GPU fallen off the bus): the agent
+    reports `detail` (a `fault` event's) as the node's fault, not as the job's failure."""
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__(detail["message"])
+        self.detail = detail
+
+
+def lost_gpu(index: int) -> NodeFault:
+    """A start refused because GPU `index` has fallen off the bus (XID 79's symptom)."""
+    message = f"GPU {index} has fallen off the bus; the node needs a reboot"
+    return NodeFault(fault_detail("xid-79", 79, index, message))
+
+
 class Machine(Protocol):
     """The hardware side of a node, without its workloads: what `ProcessBackend` runs on."""
 
@@ -289,6 +304,10 @@ class Machine(Protocol):
 
     def subscribe(self, listener: EventListener) -> None:
         """Report hardware faults to `listener` from now on (called from the event loop)."""
+        ...
+
+    def lost(self, index: int) -> bool:
+        """Whether GPU `index` has fallen off the bus (it no longer answers)."""
         ...
 
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:

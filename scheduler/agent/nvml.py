@@ -114,6 +114,15 @@ class NvmlMachine:
             )
             self._thread.start()
 
+    def lost(self, index: int) -> bool:
+        """Whether GPU `index` has fallen off the bus: NVML answers that it is lost."""
+        gone = getattr(self._nvml, "NVMLError_GpuIsLost", None)
+        try:
+            self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
+        except self._nvml.NVMLError as exc:
+            return gone is not None and isinstance(exc, gone)
+        return False
+
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
         """Refuse: drills do not break real GPUs."""
         raise FaultRefused(

@@ -84,6 +84,7 @@ from scheduler.agent.backends import (
     Output,
     Serving,
     WorkloadExit,
+    lost_gpu,
     output_line,
     remember_run,
 )
@@ -345,6 +346,8 @@ class ProcessBackend:
         for index in assignment.gpu_indices:
             if not 0 <= index < count:
                 raise ValueError(f"GPU index {index} does not exist on a node with {count} GPUs")
+            if self._machine.lost(index):
+                raise lost_gpu(index)
 
     async def _follow(self, proc: _Proc) -> None:
         while proc.process.returncode is None:

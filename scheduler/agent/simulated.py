@@ -59,6 +59,7 @@ from scheduler.agent.backends import (
     TopologyLabels,
     WorkloadExit,
     fault_detail,
+    lost_gpu,
     remember_run,
 )
 from scheduler.agent.contract import ENV_CHECKPOINT_INTERVAL_S, ENV_RESUME_FROM
@@ -387,7 +388,7 @@ class SimulatedBackend:
             if not 0 <= index < count:
                 raise ValueError(f"GPU index {index} does not exist on a node with {count} GPUs")
             if self._gpus.lost(index):
-                raise ValueError(f"GPU {index} has fallen off the bus; the node needs a reboot")
+                raise lost_gpu(index)
 
     def _resumed_progress(self, assignment: Assignment) -> float:
         match = _RESUME_STEP.search(assignment.env.get(ENV_RESUME_FROM, ""))

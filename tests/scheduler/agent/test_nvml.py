@@ -215,6 +215,7 @@ def test_a_gpu_that_cannot_be_read_is_left_out_of_the_heartbeat() -> None:
     machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
     nvml.lost.add(3)
     assert [s.index for s in machine.telemetry(())] == [0, 1, 2, 4, 5, 6, 7]
+    assert machine.lost(3) and not machine.lost(2)  # a start there is the node's fault
     machine.close()
 
 

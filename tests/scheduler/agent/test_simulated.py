@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.backends import Assignment, BackendEvent, FaultRefused, TopologyLabels
+from scheduler.agent.backends import (
+    Assignment,
+    BackendEvent,
+    FaultRefused,
+    NodeFault,
+    TopologyLabels,
+)
 from scheduler.agent.protocol import AGENT, encode, parse
 from scheduler.agent.simulated import FAULT_EXIT_CODE, SimulatedBackend, SimulatedGpus
 from scheduler.faults import lookup
@@ -73,8 +79,9 @@ def test_a_gpu_off_the_bus_takes_no_new_work() -> None:
     async def scenario() -> None:
         backend, _ = make_backend()
         backend.inject_fault("xid-79", 1, {})
-        with pytest.raises(ValueError, match="GPU 1 has fallen off the bus"):
+        with pytest.raises(NodeFault, match="GPU 1 has fallen off the bus") as refused:
             await backend.start(Assignment(5, (1,)))
+        assert (refused.value.detail["code"], refused.value.detail["gpu_index"]) == ("xid-79", 1)
         await backend.start(Assignment(6, (0,)))
 
     asyncio.run(scenario())
