@@ -94,7 +94,7 @@ def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     saves = {c.workload_id for c in answered if c and c.action == "checkpoint"}
     if saves and Workload.objects.filter(pk__in=saves, state=State.PREEMPTING).exists():
         kick_preemptions()
-    deletes = [c.pk for c in answered if c and c.action == "delete_checkpoints"]
+    deletes = [c.pk for c in answered if c and c.action == "delete_saves"]
     if deletes:
         checkpoints.deleted(NodeCommand.objects.filter(pk__in=deletes, state=CommandState.DONE))
     return [command is not None for command in answered]

@@ -159,11 +159,11 @@ def _prune(workload: Workload) -> None:
     master = workload.allocations.filter(node_rank=0).values_list("node_id", flat=True).first()
     if master is not None:
         locations = [c.location for c in gone]
-        send_commands([master], "delete_checkpoints", workload.pk, locations=locations)
+        send_commands([master], "delete_saves", workload.pk, locations=locations)
 
 
 def deleted(commands) -> int:
-    """Pruned saves whose files the node has deleted, from its answered `delete_checkpoints`
+    """Pruned saves whose files the node has deleted, from its answered `delete_saves`
     commands; how many rows that marked."""
     marked = 0
     for workload_id, args in commands.values_list("workload_id", "args"):

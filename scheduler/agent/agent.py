@@ -590,8 +590,8 @@ class Agent:
         if workload is None:
             return _Outcome(False, f"{action}: workload {wid} is not on this node")
         try:
-            if action == "delete_checkpoints":
-                found = await self._backend.delete_checkpoints(wid, args["locations"])
+            if action == "delete_saves":
+                found = await self._backend.delete_saves(wid, args["locations"])
                 return _Outcome(True, f"deleted {found} of {len(args['locations'])} saves")
             return await self._checkpoint(workload, message["command_id"], args)
         except Exception as exc:

@@ -360,7 +360,7 @@ class Backend(Protocol):
         first, TimeoutError when no save lands in time, RuntimeError when the save failed."""
         ...
 
-    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+    async def delete_saves(self, workload_id: int, locations: list[str]) -> int:
         """Remove these saves of the workload (files or folders in its checkpoint directory);
         return how many were there. Raises ValueError, removing nothing, for a location outside
         that directory."""

@@ -371,7 +371,7 @@ class ProcessBackend:
             if waiter is not None and not waiter.done():
                 waiter.set_result(entry)
 
-    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+    async def delete_saves(self, workload_id: int, locations: list[str]) -> int:
         """Remove these saves from the workload's checkpoint directory (the newest run's, which
         outlives it on this node); how many were there. A location outside that directory,
         which a job could write into its manifest, is refused and nothing is removed."""

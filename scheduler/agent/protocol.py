@@ -35,7 +35,7 @@ CLOSE_REFUSED = 4003
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
-COMMAND_ACTIONS = ("checkpoint", "delete_checkpoints", "inject_fault")
+COMMAND_ACTIONS = ("checkpoint", "delete_saves", "inject_fault")
 CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
 CHECKPOINT_STATUSES = ("complete", "failed")
 LOG_LINE_CHARS = 4096  # the longest line of a workload's output that a `logs` message carries
@@ -390,7 +390,7 @@ VARIANTS: dict[str, tuple[str, str, Mapping[str, Check]]] = {
             ),
             # Saves past retention: the agent removes them where they live, in the workload's
             # checkpoint directory (a location elsewhere is refused).
-            "delete_checkpoints": record({"locations": list_of(string(non_empty=True))}),
+            "delete_saves": record({"locations": list_of(string(non_empty=True))}),
             "inject_fault": record(
                 {"code": string(non_empty=True)},
                 optional={

@@ -326,7 +326,7 @@ class SimulatedBackend:
             return workload.exit.result().step
         return self._step_now(workload)
 
-    async def delete_checkpoints(self, workload_id: int, locations: list[str]) -> int:
+    async def delete_saves(self, workload_id: int, locations: list[str]) -> int:
         """Simulated saves are only names: each is forgotten at once."""
         return len(locations)
 

@@ -207,13 +207,13 @@ def test_pruned_saves_are_deleted_where_they_live_and_nothing_outside(tmp_path: 
         elsewhere = tmp_path / "precious"
         elsewhere.write_text("not a save")
         with pytest.raises(ValueError, match="not in workload 8's checkpoint directory"):
-            await backend.delete_checkpoints(8, [str(home / "step-1.pt"), str(elsewhere)])
+            await backend.delete_saves(8, [str(home / "step-1.pt"), str(elsewhere)])
         assert (home / "step-1.pt").exists() and elsewhere.exists()  # refused whole
         sneaky = str(home / ".." / ".." / ".." / "precious")
         with pytest.raises(ValueError):
-            await backend.delete_checkpoints(8, [sneaky])
+            await backend.delete_saves(8, [sneaky])
         gone = [str(home / "step-1.pt"), str(home / "step-2"), str(home / "step-9.pt")]
-        assert await backend.delete_checkpoints(8, gone) == 2  # step 9 was never there
+        assert await backend.delete_saves(8, gone) == 2  # step 9 was never there
         assert sorted(p.name for p in home.iterdir()) == ["step-3.pt"]
         await backend.stop(8)
         await backend.wait(8)
