@@ -2,6 +2,7 @@
 simulated fleet, all on the test database and the test Redis."""
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -12,6 +13,16 @@ from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Jobs' commands for real agents: one that runs until stopped and reports nothing, and
+# `examples/train_tiny.py` (PyTorch on the CPU), which trains until stopped.
+SLEEPER = shlex.join([sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"])
+
+
+def train_tiny(log_every: int) -> str:
+    script = str(ROOT / "examples" / "train_tiny.py")
+    return shlex.join([sys.executable, script, "--steps", "100000000", "--sleep-s", "0.01",
+                       "--log-every", str(log_every)])  # fmt: skip
 
 
 def free_port() -> int:

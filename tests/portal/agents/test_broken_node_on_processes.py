@@ -4,8 +4,6 @@ while still broken, and the next job placed there cannot start. The agent's reas
 fault of the node, which leaves service again, and the job waits for other GPUs instead of
 failing."""
 
-import shlex
-import sys
 import time
 
 import pytest
@@ -18,11 +16,9 @@ from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import start_agent, wait_until
+from tests.portal.processes import SLEEPER, start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SLEEPER = shlex.join([sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"])
 
 
 def _job(workload):

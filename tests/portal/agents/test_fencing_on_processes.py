@@ -3,9 +3,7 @@ node is declared lost and the job runs again on another node. The agent started 
 one's place stops that orphan before it says hello, so the job does not run twice for longer
 than the outage, and the node comes back with its GPUs free."""
 
-import shlex
 import signal
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -20,11 +18,9 @@ from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import start_agent, wait_until
+from tests.portal.processes import SLEEPER, start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SLEEPER = shlex.join([sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"])
 
 
 def _running_in(pgid: int) -> list[int]:

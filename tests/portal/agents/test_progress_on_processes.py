@@ -5,9 +5,7 @@ hung, a job that reports no steps is never judged by steps at all, a job that st
 and the job page says how each is watched."""
 
 import os
-import shlex
 import signal
-import sys
 import time
 
 import pytest
@@ -19,17 +17,11 @@ from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from scheduler import faults
 from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import ROOT, start_agent, wait_until
+from tests.portal.processes import SLEEPER, start_agent, train_tiny, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 pytest.importorskip("torch")
-
-TRAIN = shlex.join(
-    [sys.executable, str(ROOT / "examples" / "train_tiny.py"), "--steps", "100000000",
-     "--sleep-s", "0.01", "--log-every", "1000"]
-)  # fmt: skip
-SILENT = shlex.join([sys.executable, "-c", "import time\nwhile True: time.sleep(0.2)"])
 
 
 @pytest.fixture
@@ -50,9 +42,15 @@ def test_only_reported_steps_judge_a_hang(agent, acme, bob, settings):
     # hang after 3 s without a step.
     settings.WANKA = {**settings.WANKA, "HANG_FLOOR_S": 3, "HANG_STEPS": 10}
     queue = make_queue(acme, "llm", h800=8)
-    train = make_workload(queue, "train", gpus=1, command=TRAIN, checkpoint_policy="periodic",
-                          env={"WANKA_CHECKPOINT_INTERVAL_S": "4"})  # fmt: skip
-    silent = make_workload(queue, "silent", gpus=1, command=SILENT, checkpoint_policy="none")
+    train = make_workload(
+        queue,
+        "train",
+        gpus=1,
+        command=train_tiny(1000),
+        checkpoint_policy="periodic",
+        env={"WANKA_CHECKPOINT_INTERVAL_S": "4"},
+    )
+    silent = make_workload(queue, "silent", gpus=1, command=SLEEPER, checkpoint_policy="none")
     scheduling_cycle()
     wait_until(lambda: {_state(train), _state(silent)} == {State.RUNNING}, 30, "both to run")
     wait_until(lambda: train.checkpoints.exists(), 60, "the first save")

@@ -13,16 +13,12 @@ from portal.workloads.choices import CheckpointKind, RecoveryOutcome, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import LogChunk, Workload
 from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import ROOT, start_agent, wait_until
+from tests.portal.processes import start_agent, train_tiny, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 pytest.importorskip("torch")
 
-TRAIN = shlex.join(
-    [sys.executable, str(ROOT / "examples" / "train_tiny.py"), "--steps", "100000000",
-     "--sleep-s", "0.01", "--log-every", "100"]
-)  # fmt: skip
 BRIEF = shlex.join([sys.executable, "-c", "import time; time.sleep(12)"])
 
 
@@ -45,8 +41,16 @@ def test_an_elastic_job_that_never_saved_grows_by_saving_first(
         brief = make_workload(queue, "brief", gpus=4, command=BRIEF, checkpoint_policy="none")
         scheduling_cycle()
         # Routine saves an hour apart: it will not have saved when the GPUs free up.
-        job = make_workload(queue, "elastic", gpus=8, min_gpus=2, max_gpus=8, command=TRAIN,
-                            checkpoint_policy="periodic", checkpoint_interval_s=3600)  # fmt: skip
+        job = make_workload(
+            queue,
+            "elastic",
+            gpus=8,
+            min_gpus=2,
+            max_gpus=8,
+            command=train_tiny(100),
+            checkpoint_policy="periodic",
+            checkpoint_interval_s=3600,
+        )
         scheduling_cycle()
         wait_until(lambda: _job(job).state == State.RUNNING, 30, "the job to run")
         assert job.allocations.count() == 4  # what was free

@@ -2,8 +2,6 @@
 --backend processes` saves every second; past the newest CHECKPOINTS_KEPT complete saves, the
 agent deletes the older saves' files where they live, and the registry says so."""
 
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,11 @@ from portal.workloads.choices import CheckpointStatus, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from tests.builders import make_cluster, make_queue, make_workload
-from tests.portal.processes import ROOT, start_agent, wait_until
+from tests.portal.processes import start_agent, train_tiny, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 pytest.importorskip("torch")
-
-TRAIN = shlex.join(
-    [sys.executable, str(ROOT / "examples" / "train_tiny.py"), "--steps", "100000000",
-     "--sleep-s", "0.01", "--log-every", "1000"]
-)  # fmt: skip
 
 
 def test_saves_past_retention_are_deleted_from_the_node(
@@ -32,8 +25,14 @@ def test_saves_past_retention_are_deleted_from_the_node(
     agent = start_agent(portal_server, node, tmp_path / "agent")
     try:
         queue = make_queue(acme, "llm", h800=8)
-        job = make_workload(queue, "saver", gpus=1, command=TRAIN, checkpoint_policy="periodic",
-                            env={"WANKA_CHECKPOINT_INTERVAL_S": "1"})  # fmt: skip
+        job = make_workload(
+            queue,
+            "saver",
+            gpus=1,
+            command=train_tiny(1000),
+            checkpoint_policy="periodic",
+            env={"WANKA_CHECKPOINT_INTERVAL_S": "1"},
+        )
         scheduling_cycle()
         wait_until(lambda: Workload.objects.get(pk=job.pk).state == State.RUNNING, 30, "a run")
         kept = settings.WANKA["CHECKPOINTS_KEPT"]
