@@ -23,9 +23,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: "celery_worker" in getattr(item, "fixturenames", ()))
     for item in items:
         # Transactions that other processes or threads see: locks, isolation and commit order
-        # are the database server's own, so these run again on PostgreSQL (`servers`).
+        # are the database server's own, so these run again on PostgreSQL (`servers`). Not the
+        # browser tests: what a page draws is the same over either database.
         database = item.get_closest_marker("django_db")
-        if database and database.kwargs.get("transaction"):
+        if database and database.kwargs.get("transaction") and "browser" not in item.keywords:
             item.add_marker(pytest.mark.servers)
     if connection.vendor == "postgresql":
         return
