@@ -211,13 +211,30 @@ def down_nodes() -> list[str]:
     )
 
 
-def repaired(name: str) -> None:
+def rebooted(name: str) -> None:
     from portal.cluster.choices import Health
     from portal.cluster.models import Node
 
-    node = Node.objects.get(name=name)
-    node.set_health(Health.REPAIRING, "soak: rebooted")
-    node.set_health(Health.READY, "soak: repaired")
+    Node.objects.get(name=name).set_health(Health.REPAIRING, "soak: rebooted")
+
+
+def check_repaired() -> int:
+    """Ask a health check of each repaired node whose agent is back (it returns to service
+    when the agent passes it); how many were asked."""
+    from django.db import transaction
+
+    from portal.cluster import checks
+    from portal.cluster.choices import Health
+    from portal.cluster.models import Node
+
+    waiting = Node.objects.filter(health=Health.REPAIRING, connected=True).exclude(
+        health_reason=checks.ASKED
+    )
+    with transaction.atomic():
+        asked = list(waiting.select_for_update())
+        for node in asked:
+            checks.ask(node, "soak: repaired")
+    return len(asked)
 
 
 def settled() -> bool:
@@ -304,11 +321,13 @@ class Fleet:
 
     async def repair(self) -> int:
         """What the on-call does: a node a fault took down is rebooted and, once its agent is
-        back, returned to service. Returns how many were."""
+        back, asked back to service (a health check, which returns it once passed). Returns how
+        many were rebooted."""
+        await db(check_repaired)
         names = await db(down_nodes)
         for name in names:
             await self.restart(name)
-            await db(repaired, name)
+            await db(rebooted, name)
         return len(names)
 
     async def stop(self) -> None:

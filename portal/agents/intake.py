@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.cluster import commands
+from portal.cluster import checks, commands
 from portal.cluster import faults as fleet_faults
 from portal.cluster.choices import CommandState, Health
 from portal.cluster.models import FaultEvent, Node, NodeCommand
@@ -86,7 +86,8 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     """(node, command id, ok, detail) acks, written down at once (`commands.answer_many`); a
     refused save wakes the recovery waiting for it, and any answered save the preemptions; a
-    deletion of pruned saves is recorded. Whether each ack counted."""
+    deletion of pruned saves is recorded; a health check returns its node to service or sends
+    it down. Whether each ack counted."""
     answered = commands.answer_many(acks)
     recovery.commands_refused(
         [command for command in answered if command and command.state == CommandState.FAILED]
@@ -97,6 +98,7 @@ def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
     deletes = [c.pk for c in answered if c and c.action == "delete_saves"]
     if deletes:
         checkpoints.deleted(NodeCommand.objects.filter(pk__in=deletes, state=CommandState.DONE))
+    checks.answered([c for c in answered if c and c.action == checks.ACTION])
     return [command is not None for command in answered]
 
 

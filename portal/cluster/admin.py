@@ -3,6 +3,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.db.models.functions import Coalesce
 
+from portal.cluster import checks
 from portal.cluster.choices import Health
 from portal.cluster.models import (
     BootstrapToken,
@@ -95,22 +96,26 @@ class NodeAdmin(admin.ModelAdmin):
         return obj.allocated
 
     def _set_health(self, request, queryset, health):
-        moved, refused = 0, 0
+        moved, checking, refused = 0, 0, 0
         for node in queryset:
             try:
                 with transaction.atomic():
-                    node.set_health(health, f"by {request.user}", actor=request.user)
-                moved += 1
+                    checks.move(node, health, f"by {request.user}", actor=request.user)
+                if node.health == health:
+                    moved += 1
+                else:
+                    checking += 1  # a repaired node: ready once its agent passes the check
             except Conflict as refusal:
                 refused += 1
                 self.message_user(request, str(refusal), messages.WARNING)
         now = Health(health).label.lower()
+        said = f"{moved} node(s) now {now}"
+        if checking:
+            said += f", {checking} ready once their agent passes a health check"
         if refused:  # a partly failed action says so, never plain success
-            self.message_user(
-                request, f"{moved} node(s) now {now}, {refused} refused.", messages.WARNING
-            )
+            self.message_user(request, f"{said}, {refused} refused.", messages.WARNING)
         else:
-            self.message_user(request, f"{moved} node(s) now {now}.", messages.SUCCESS)
+            self.message_user(request, f"{said}.", messages.SUCCESS)
 
     @admin.action(description="Cordon (no new work)")
     def cordon(self, request, queryset):

@@ -72,6 +72,7 @@ def answer_many(acks: list[tuple[int, str, bool, str]]) -> list[NodeCommand | No
             )
             if counts:
                 command.state = CommandState.DONE if ok else CommandState.FAILED
+                command.detail = detail[:500]
                 claimed[command.pk] = command
                 answers[command.state, detail[:500]].append(command.pk)
             results.append(command if counts else None)

@@ -159,12 +159,16 @@ class Node(models.Model):
     def __str__(self):
         return self.name
 
-    def set_health(self, to: Health, reason: str, actor=None) -> None:
-        """Move the node along its lifecycle (see HEALTH_MOVES), recording who and why."""
+    def set_health(self, to: Health, reason: str, actor=None, checked: bool = False) -> None:
+        """Move the node along its lifecycle (see HEALTH_MOVES), recording who and why. A
+        repaired node goes back to ready only `checked`: once its agent has passed a health
+        check (`cluster.checks`)."""
         if to == self.health:
             return
         if to not in HEALTH_MOVES[Health(self.health)]:
             raise Conflict(f"{self} cannot go from {self.health} to {to}")
+        if self.health == Health.REPAIRING and to == Health.READY and not checked:
+            raise Conflict(f"{self} returns to service once its agent has passed a health check")
         audit(f"node.{to}", self, actor=actor, previous=self.health, reason=reason)
         self.health, self.health_reason, self.health_changed_at = to, reason, timezone.now()
         self.save(update_fields=["health", "health_reason", "health_changed_at"])

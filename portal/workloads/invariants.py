@@ -22,6 +22,7 @@ def violations() -> list[str]:
     """Every invariant's violations, in a stable order; empty when all hold."""
     checks = (
         unbooked_processes,
+        stranger_processes,
         stale_allocations,
         mixed_attempts,
         busy_spares,
@@ -35,24 +36,50 @@ def unbooked_processes() -> list[str]:
     """No GPU held by two live processes: an agent that has reached its node's newest desired
     state runs only workloads that hold GPUs there (a process left on GPUs booked to another
     workload would share them)."""
-    nodes = dict(Node.objects.filter(connected=True).values_list("pk", "generation"))
-    booked = defaultdict(set)
-    for node_id, workload_id in Allocation.objects.filter(node_id__in=nodes).values_list(
-        "node_id", "workload_id"
-    ):
-        booked[node_id].add(workload_id)
-    names = dict(Node.objects.filter(pk__in=nodes).values_list("pk", "name"))
     found = []
-    for node_id, sample in sorted(heartbeats(nodes).items()):
-        if sample["reported_generation"] != nodes[node_id]:
-            continue  # still converging: what it runs is on its way out or in
+    for name, sample, booked in _converged_nodes():
+        held = {workload_id for workload_id, _ in booked}
         for item in sample.get("workloads", []):
-            if item["state"] == "running" and item["workload_id"] not in booked[node_id]:
+            if item["state"] == "running" and item["workload_id"] not in held:
                 found.append(
-                    f"node {names[node_id]} runs workload {item['workload_id']}, which holds "
-                    "none of its GPUs"
+                    f"node {name} runs workload {item['workload_id']}, which holds none of its GPUs"
                 )
     return found
+
+
+def stranger_processes() -> list[str]:
+    """Every process an agent sees on a GPU (NVML's compute processes, or the processes
+    backend's own) belongs to the workload booked that GPU: not to a process no workload
+    started (a leftover of a crashed agent), nor to a workload booked elsewhere."""
+    found = []
+    for name, sample, booked in _converged_nodes():
+        for gpu in sample["gpus"]:
+            for process in gpu.get("processes", []):
+                owner = process["workload_id"]
+                if (owner, gpu["index"]) in booked:
+                    continue
+                whose = "no workload's" if owner is None else f"workload {owner}'s"
+                found.append(
+                    f"node {name} GPU {gpu['index']}: pid {process['pid']} is {whose}, "
+                    "which does not hold that GPU"
+                )
+    return found
+
+
+def _converged_nodes():
+    """(name, latest heartbeat, {(workload, GPU index) booked}) of each connected node whose
+    agent has reached its newest desired state: one still converging has what it runs on its
+    way out or in."""
+    nodes = dict(Node.objects.filter(connected=True).values_list("pk", "generation"))
+    booked = defaultdict(set)
+    for node_id, workload_id, index in Allocation.objects.filter(node_id__in=nodes).values_list(
+        "node_id", "workload_id", "gpu_index"
+    ):
+        booked[node_id].add((workload_id, index))
+    names = dict(Node.objects.filter(pk__in=nodes).values_list("pk", "name"))
+    for node_id, sample in sorted(heartbeats(nodes).items()):
+        if sample["reported_generation"] == nodes[node_id]:
+            yield names[node_id], sample, booked[node_id]
 
 
 def stale_allocations() -> list[str]:

@@ -584,6 +584,8 @@ class Agent:
         action, wid, args = message["action"], message["workload_id"], message["args"]
         if action == "inject_fault":
             return self._inject(args)
+        if action == "health_check":
+            return await self._health_check()
         if wid is None:
             return _Outcome(False, f"{action} needs a workload_id")
         workload = self._workloads.get(wid)
@@ -597,6 +599,15 @@ class Agent:
         except Exception as exc:
             logger.warning("%s: %s of workload %s failed: %s", self._hostname, action, wid, exc)
             return _Outcome(False, f"{action} failed: {exc}")
+
+    async def _health_check(self) -> _Outcome:
+        try:
+            passed = await self._backend.health_check()
+        except Exception as exc:
+            logger.warning("%s: failed its health check: %s", self._hostname, exc)
+            return _Outcome(False, str(exc))
+        logger.info("%s: passed its health check: %s", self._hostname, passed)
+        return _Outcome(True, passed)
 
     def _inject(self, args: Mapping[str, Any]) -> _Outcome:
         code = args["code"]

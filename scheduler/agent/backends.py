@@ -16,7 +16,7 @@ Backends report what happens between the agent's questions (faults, checkpoints 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from scheduler.agent.protocol import LOG_LINE_CHARS
@@ -119,6 +119,18 @@ class NodeInventory:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process seen using a GPU, and the workload of this node it belongs to: None for a
+    stranger, which no workload of the agent started."""
+
+    pid: int
+    workload_id: int | None
+
+    def to_message(self) -> dict[str, Any]:
+        return {"pid": self.pid, "workload_id": self.workload_id}
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One GPU's telemetry at one moment, field for field as in a `heartbeat`."""
 
@@ -130,10 +142,12 @@ class GpuSample:
     ecc_sbe: int = 0  # volatile corrected (single-bit) ECC errors
     ecc_dbe: int = 0  # volatile uncorrected (double-bit) ECC errors
     retired_pages: int = 0  # pages retired, or rows remapped on GPUs that remap rows
+    processes: tuple[GpuProcess, ...] = ()  # what runs on it (`Backend.telemetry`)
 
     def to_message(self) -> dict[str, Any]:
         """One item of a heartbeat's `gpus` list."""
         return {
+            "processes": [process.to_message() for process in self.processes],
             "index": self.index,
             "util": self.util,
             "memory_used_mb": self.memory_used_mb,
@@ -275,6 +289,13 @@ def fault_detail(code: str, xid: int | None, gpu_index: int | None, message: str
     return {"code": code, "xid": xid, "gpu_index": gpu_index, "message": message}
 
 
+def with_processes(
+    samples: list[GpuSample], processes: Mapping[int, list[GpuProcess]]
+) -> list[GpuSample]:
+    """The samples, each with the processes seen on its GPU."""
+    return [replace(sample, processes=tuple(processes.get(sample.index, ()))) for sample in samples]
+
+
 class NodeFault(Exception):
     """The node itself keeps a workload from starting (a GPU fallen off the bus): the agent
     reports `detail` (a `fault` event's) as the node's fault, not as the job's failure."""
@@ -310,6 +331,16 @@ class Machine(Protocol):
         """Whether GPU `index` has fallen off the bus (it no longer answers)."""
         ...
 
+    def compute_processes(self) -> dict[int, list[int]]:
+        """The pids the hardware sees computing on each GPU (NVML's compute processes);
+        empty where there is no hardware to ask."""
+        ...
+
+    def check(self) -> str:
+        """A node's health check of its GPUs (slow: seconds): a line of what passed, or
+        NodeFault / RuntimeError saying what failed."""
+        ...
+
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
         """Raise a fault for a drill, or refuse with FaultRefused."""
         ...
@@ -327,7 +358,13 @@ class Backend(Protocol):
         ...
 
     def telemetry(self) -> list[GpuSample]:
-        """One sample per GPU, taken now."""
+        """One sample per GPU, taken now, with the processes seen on it."""
+        ...
+
+    async def health_check(self) -> str:
+        """Whether the node may take work: its GPUs answer and compute, and no process that no
+        workload of this agent started holds one. A line of what passed; raises NodeFault or
+        RuntimeError saying what failed."""
         ...
 
     def subscribe(self, listener: EventListener) -> None:

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import logging
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Collection, Mapping
 from types import ModuleType
@@ -36,6 +40,7 @@ from scheduler.agent.backends import (
     NodeInventory,
     TopologyLabels,
     fault_detail,
+    lost_gpu,
 )
 from scheduler.agent.host import host_facts
 from scheduler.faults import ecc_fault, for_xid
@@ -44,6 +49,12 @@ logger = logging.getLogger(__name__)
 
 # How long one wait for an XID event lasts: also how soon `close()` stops the thread.
 EVENT_WAIT_MS = 500
+# The health check's kernel: 256 MiB allocated and summed on the one visible GPU.
+KERNEL_CHECK = (
+    "import torch; x = torch.ones(1 << 26, device='cuda'); "
+    "assert int(x.sum().item()) == 1 << 26; torch.cuda.synchronize()"
+)
+KERNEL_CHECK_TIMEOUT_S = 60
 _MIB = 1024 * 1024
 
 
@@ -122,6 +133,52 @@ class NvmlMachine:
         except self._nvml.NVMLError as exc:
             return gone is not None and isinstance(exc, gone)
         return False
+
+    def compute_processes(self) -> dict[int, list[int]]:
+        """The pids NVML sees computing on each GPU that answers."""
+        found = {}
+        for index, handle in enumerate(self._handles):
+            try:
+                running = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except self._nvml.NVMLError as exc:
+                logger.warning("GPU %s: cannot list its processes: %s", index, exc)
+                continue
+            found[index] = [process.pid for process in running]
+        return found
+
+    def check(self) -> str:
+        """Every GPU answers NVML, has no uncorrected ECC error pending, and, where PyTorch is
+        installed, allocates memory and runs a kernel (`KERNEL_CHECK`, one process per GPU)."""
+        for index, handle in enumerate(self._handles):
+            if self.lost(index):
+                raise lost_gpu(index)
+            sample = self._sample(index, handle)
+            if sample.ecc_dbe:
+                raise RuntimeError(f"GPU {index} has {sample.ecc_dbe} uncorrected ECC errors")
+        if importlib.util.find_spec("torch") is None:
+            return f"{len(self._handles)} GPUs answer NVML (no kernel run: PyTorch is absent)"
+        for index in range(len(self._handles)):
+            env = {
+                **os.environ,
+                "CUDA_VISIBLE_DEVICES": str(index),
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            }
+            try:
+                run = subprocess.run(
+                    [sys.executable, "-c", KERNEL_CHECK],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=KERNEL_CHECK_TIMEOUT_S,
+                )
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(
+                    f"GPU {index}: a short kernel did not finish in {KERNEL_CHECK_TIMEOUT_S} s"
+                ) from None
+            if run.returncode != 0:
+                why = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+                raise RuntimeError(f"GPU {index} failed a short allocation and kernel: {why}")
+        return f"{len(self._handles)} GPUs answer NVML and ran a short kernel"
 
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
         """Refuse: drills do not break real GPUs."""

@@ -67,6 +67,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ from scheduler.agent.backends import (
     BackendEvent,
     EventListener,
     FaultDrill,
+    GpuProcess,
     GpuSample,
     Machine,
     NodeInventory,
@@ -87,6 +89,7 @@ from scheduler.agent.backends import (
     lost_gpu,
     output_line,
     remember_run,
+    with_processes,
 )
 from scheduler.agent.contract import (
     COMPLETE,
@@ -164,14 +167,58 @@ class ProcessBackend:
         return self._machine.inventory()
 
     def telemetry(self) -> list[GpuSample]:
-        """The machine's telemetry, told which GPUs the running workloads hold."""
-        busy = {
-            index
-            for proc in self._procs.values()
-            if proc.process.returncode is None
-            for index in proc.assignment.gpu_indices
+        """The machine's telemetry, told which GPUs the running workloads hold, with the
+        processes seen on each GPU (`gpu_processes`)."""
+        seen = self.gpu_processes()
+        busy = {index for index, found in seen.items() if any(p.workload_id for p in found)}
+        return with_processes(self._machine.telemetry(busy), seen)
+
+    def gpu_processes(self) -> dict[int, list[GpuProcess]]:
+        """Per GPU, the processes on it: each running workload's main process on the GPUs it
+        was given; what the hardware sees computing there, by the workload whose process it
+        descends from; and the process groups an earlier agent left that still run (fencing
+        failed to end them) on the GPUs they were given. A process of no workload running here
+        is a stranger (`workload_id` None)."""
+        running = {
+            p.process.pid: wid for wid, p in self._procs.items() if p.process.returncode is None
         }
-        return self._machine.telemetry(busy)
+        seen: dict[int, list[GpuProcess]] = defaultdict(list)
+        for pid, wid in running.items():
+            for index in self._procs[wid].assignment.gpu_indices:
+                seen[index].append(GpuProcess(pid, wid))
+        for index, pids in self._machine.compute_processes().items():
+            for pid in pids:
+                owner = _owner(pid, running)
+                if owner is None or all(p.workload_id != owner for p in seen[index]):
+                    seen[index].append(GpuProcess(pid, owner))
+        for _wid, record in self._leftovers():
+            if _group_alive(record["pgid"]):
+                for index in record["gpus"]:
+                    seen[index].append(GpuProcess(record["pgid"], None))
+        return seen
+
+    async def health_check(self) -> str:
+        """The machine's check of its GPUs, then: no stranger on a GPU, and the state directory
+        takes a write."""
+        passed = await asyncio.to_thread(self._machine.check)
+        strangers = [
+            f"pid {p.pid} on GPU {index}"
+            for index, found in sorted(self.gpu_processes().items())
+            for p in found
+            if p.workload_id is None
+        ]
+        if strangers:
+            raise RuntimeError(
+                "processes no workload of this node started hold GPUs: " + ", ".join(strangers)
+            )
+        probe = self._state_dir / ".health-check"
+        try:
+            self._state_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise RuntimeError(f"cannot write to the state directory: {exc}") from None
+        return f"{passed}; no stray processes; the state directory takes writes"
 
     def subscribe(self, listener: EventListener) -> None:
         """Report hardware faults and saved checkpoints to `listener`."""
@@ -202,7 +249,7 @@ class ProcessBackend:
         self._check_gpus(assignment)
         workdir = self._state_dir / "workloads" / str(wid)
         workdir.mkdir(parents=True, exist_ok=True)
-        await self._stop_leftover(wid, workdir)
+        await self._stop_leftover(wid)
         checkpoint_dir = Path(assignment.env.get(ENV_CHECKPOINT_DIR) or workdir / "checkpoints")
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         if ENV_PARALLEL_PLAN in assignment.env:
@@ -214,7 +261,8 @@ class ProcessBackend:
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         process, log_start = await _spawn(argv, workdir, env)
-        (workdir / PGID_FILE).write_text(str(process.pid))
+        record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices)}
+        (workdir / PGID_FILE).write_text(json.dumps(record))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
         newest = latest_complete(checkpoint_dir)
         proc = self._procs[wid] = _Proc(
@@ -395,25 +443,31 @@ class ProcessBackend:
         left its workloads' process groups behind, their pgid files in its state directory);
         return those workloads. The agent does this before its first hello, so that the node
         returns to service with no GPU still in use by work the control plane has moved on."""
-        workdirs = [
-            path.parent
-            for path in (self._state_dir / "workloads").glob(f"*/{PGID_FILE}")
-            if path.parent.name.isdigit() and int(path.parent.name) not in self._procs
-        ]
-        stopped = await asyncio.gather(
-            *(self._stop_leftover(int(workdir.name), workdir) for workdir in workdirs)
-        )
-        return sorted(int(w.name) for w, ended in zip(workdirs, stopped, strict=True) if ended)
+        wids = [wid for wid, _ in self._leftovers()]
+        stopped = await asyncio.gather(*(self._stop_leftover(wid) for wid in wids))
+        return sorted(wid for wid, ended in zip(wids, stopped, strict=True) if ended)
 
-    async def _stop_leftover(self, wid: int, workdir: Path) -> bool:
+    def _leftovers(self) -> list[tuple[int, dict[str, Any]]]:
+        """The workloads not running here whose process group an earlier agent process
+        recorded (it ended without stopping them), with that record: {"pgid", "gpus"}."""
+        found = []
+        for path in (self._state_dir / "workloads").glob(f"*/{PGID_FILE}"):
+            wid = int(path.parent.name) if path.parent.name.isdigit() else None
+            if wid is None or wid in self._procs:
+                continue
+            record = recorded_group(path.parent)
+            if record is not None and _is_workload_group(record["pgid"], wid):
+                found.append((wid, record))
+        return found
+
+    async def _stop_leftover(self, wid: int) -> bool:
         """Stop the process group an earlier agent process left for this workload, if any;
         whether there was one."""
-        try:
-            pgid = int((workdir / PGID_FILE).read_text())
-        except (OSError, ValueError):
+        workdir = self._state_dir / "workloads" / str(wid)
+        record = recorded_group(workdir)
+        if record is None or not _is_workload_group(record["pgid"], wid):
             return False
-        if not _is_workload_group(pgid, wid):
-            return False
+        pgid = record["pgid"]
         logger.warning("workload %s: stopping the processes an earlier agent left", wid)
         _signal_group(pgid, signal.SIGTERM)
         deadline = asyncio.get_running_loop().time() + self.grace_s
@@ -599,6 +653,36 @@ def _state(proc_dir: Path) -> str:
     except OSError:
         return ""
     return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def recorded_group(workdir: Path) -> dict[str, Any] | None:
+    """What the agent recorded of the run in a workload's working directory while it runs:
+    {"pgid": its process group, "gpus": the GPUs it was given}; None when there is none."""
+    try:
+        record = json.loads((workdir / PGID_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("pgid"), int) else None
+
+
+def _owner(pid: int, leaders: Mapping[int, int]) -> int | None:
+    """The workload (of `leaders`: main pid -> workload) whose process `pid` descends from, or
+    belongs to the group of: a launcher's ranks may run in sessions of their own. None for a
+    process of none of them."""
+    for _ in range(64):  # ancestors, up to init
+        if pid in leaders:
+            return leaders[pid]
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        ppid, pgrp = (int(f) for f in stat[stat.rfind(")") + 2 :].split()[1:3])
+        if pgrp in leaders:
+            return leaders[pgrp]
+        if ppid <= 1:
+            return None
+        pid = ppid
+    return None
 
 
 def _is_workload_group(pgid: int, wid: int) -> bool:

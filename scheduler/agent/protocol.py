@@ -35,7 +35,7 @@ CLOSE_REFUSED = 4003
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
-COMMAND_ACTIONS = ("checkpoint", "delete_saves", "inject_fault")
+COMMAND_ACTIONS = ("checkpoint", "delete_saves", "inject_fault", "health_check")
 CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
 CHECKPOINT_STATUSES = ("complete", "failed")
 LOG_LINE_CHARS = 4096  # the longest line of a workload's output that a `logs` message carries
@@ -257,8 +257,14 @@ _GPU_SAMPLE = record(
         "temperature_c": number(),
         "power_w": number(low=0),
     },
-    # Volatile ECC counters (since the driver last loaded) and pages retired or rows remapped.
-    optional={"ecc_sbe": _COUNT, "ecc_dbe": _COUNT, "retired_pages": _COUNT},
+    # Volatile ECC counters (since the driver last loaded) and pages retired or rows remapped;
+    # the processes seen on the GPU and the workload each belongs to (null: a stranger).
+    optional={
+        "ecc_sbe": _COUNT,
+        "ecc_dbe": _COUNT,
+        "retired_pages": _COUNT,
+        "processes": list_of(record({"pid": _COUNT, "workload_id": nullable(_ID)})),
+    },
 )
 
 _ASSIGNMENT = record(
@@ -391,6 +397,9 @@ VARIANTS: dict[str, tuple[str, str, Mapping[str, Check]]] = {
             # Saves past retention: the agent removes them where they live, in the workload's
             # checkpoint directory (a location elsewhere is refused).
             "delete_saves": record({"locations": list_of(string(non_empty=True))}),
+            # Before a repaired node returns to service: its GPUs answer and compute, and no
+            # process the agent did not start holds one.
+            "health_check": record({}),
             "inject_fault": record(
                 {"code": string(non_empty=True)},
                 optional={

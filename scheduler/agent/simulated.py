@@ -36,6 +36,7 @@ import random
 import re
 import uuid
 import zlib
+from collections import defaultdict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ from scheduler.agent.backends import (
     FaultDrill,
     FaultRefused,
     GpuInfo,
+    GpuProcess,
     GpuSample,
     Nic,
     NodeFacts,
@@ -61,6 +63,7 @@ from scheduler.agent.backends import (
     fault_detail,
     lost_gpu,
     remember_run,
+    with_processes,
 )
 from scheduler.agent.contract import ENV_CHECKPOINT_INTERVAL_S, ENV_RESUME_FROM
 from scheduler.agent.serving import SimulatedReplica
@@ -142,6 +145,17 @@ class SimulatedGpus:
     def lost(self, index: int) -> bool:
         """Whether GPU `index` has fallen off the bus."""
         return self._state[index].lost
+
+    def compute_processes(self) -> dict[int, list[int]]:
+        """No hardware to ask: the processes backend reports its own."""
+        return {}
+
+    def check(self) -> str:
+        """Every simulated GPU is still on the bus."""
+        for gpu in self._inventory.gpus:
+            if self.lost(gpu.index):
+                raise lost_gpu(gpu.index)
+        return f"{len(self._inventory.gpus)} simulated GPUs answer"
 
     def inject_fault(self, code: str, gpu_index: int | None, args: Mapping[str, Any]) -> FaultDrill:
         """Raise a hardware fault on a GPU (GPU 0 unless named) or on the node, or silence the
@@ -265,8 +279,18 @@ class SimulatedBackend:
         return self._gpus.inventory()
 
     def telemetry(self) -> list[GpuSample]:
-        """Busy GPUs near full load, idle GPUs near zero, with seeded jitter."""
-        return self._gpus.telemetry(self._busy())
+        """Busy GPUs near full load, idle GPUs near zero, with seeded jitter; each running
+        workload is seen on its GPUs (as pid 0: it has no process)."""
+        seen = defaultdict(list)
+        for workload in self._workloads.values():
+            if not workload.exit.done():
+                for index in workload.assignment.gpu_indices:
+                    seen[index].append(GpuProcess(0, workload.assignment.workload_id))
+        return with_processes(self._gpus.telemetry(self._busy()), seen)
+
+    async def health_check(self) -> str:
+        """The simulated GPUs' check; a simulated workload holds no GPU once it has ended."""
+        return self._gpus.check()
 
     def subscribe(self, listener: EventListener) -> None:
         """Report faults and saved checkpoints to `listener`."""

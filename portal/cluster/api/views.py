@@ -5,6 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.cluster import checks
 from portal.cluster.api.serializers import (
     ClusterSummarySerializer,
     EnrolledSerializer,
@@ -52,13 +53,15 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], permission_classes=[OperatorPermission])
     def health(self, request, pk=None):
         """Operators move the node along its lifecycle (cordon, drain, down, repair, ready);
-        409 for a move the lifecycle does not allow. Its jobs follow as in the console."""
+        409 for a move the lifecycle does not allow. Its jobs follow as in the console. A
+        repaired node asked to be ready stays repairing until its agent passes a health check
+        (409 when no agent is connected to run one)."""
         query = NodeHealthSerializer(data=request.data)
         query.is_valid(raise_exception=True)
         with transaction.atomic():
             node = Node.objects.select_for_update().get(pk=self.get_object().pk)
-            node.set_health(
-                query.validated_data["health"], query.validated_data["reason"], request.user
+            checks.move(
+                node, query.validated_data["health"], query.validated_data["reason"], request.user
             )
         return Response(self.get_serializer(self.get_queryset().get(pk=node.pk)).data)
 

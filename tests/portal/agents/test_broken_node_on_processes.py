@@ -1,17 +1,15 @@
-"""A node that breaks a start is the node's fault, not the job's, on real agents (`wanka-agent
---backend processes`): GPU 0 of a node falls off the bus (XID 79), the node is marked repaired
-while still broken, and the next job placed there cannot start. The agent's reason becomes a
-fault of the node, which leaves service again, and the job waits for other GPUs instead of
-failing."""
-
-import time
+"""A node that breaks is the node's fault, not the job's, on real agents (`wanka-agent
+--backend processes`): GPU 0 of a node falls off the bus (XID 79) and its job moves on; the
+node marked repaired while still broken fails its agent's health check, goes back down with the
+agent's reason, and no job is placed there; rebooted for real, it passes and takes work again."""
 
 import pytest
 from django.db import transaction
 
+from portal.cluster import checks
 from portal.cluster.choices import Health
 from portal.cluster.commands import send_command
-from portal.cluster.models import FaultEvent, Node
+from portal.cluster.models import Node
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
@@ -29,11 +27,19 @@ def _nodes(workload) -> set[int]:
     return set(_job(workload).allocations.values_list("node_id", flat=True))
 
 
-def test_a_start_a_broken_node_refuses_is_its_fault_and_the_job_waits(
+def _ask_ready(node_id: int) -> None:
+    """What the on-call does once the node is back from repair."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        node.set_health(Health.REPAIRING, "rebooted, they say")
+        checks.move(node, Health.READY, "repaired")
+
+
+def test_a_node_still_broken_fails_its_health_check_and_takes_no_work(
     portal_server, celery_worker, clean_redis, tmp_path, acme
 ):
     nodes = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=2, connected=False)
-    agents = [start_agent(portal_server, n, tmp_path / n.name) for n in nodes]
+    agents = {n.pk: start_agent(portal_server, n, tmp_path / n.name) for n in nodes}
     try:
         queue = make_queue(acme, "llm", h800=16)
         first = make_workload(queue, "first", gpus=8, command=SLEEPER, checkpoint_policy="none")
@@ -49,24 +55,35 @@ def test_a_start_a_broken_node_refuses_is_its_fault_and_the_job_waits(
             return job.state == State.RUNNING and broken not in _nodes(job) and _nodes(job)
 
         wait_until(moved, 60, "the first job to move off the broken node")
-        node = Node.objects.get(pk=broken)
-        assert node.health != Health.READY
+        assert Node.objects.get(pk=broken).health == Health.DOWN
         # The on-call marks it repaired without a reboot: GPU 0 is still off the bus.
-        node.set_health(Health.REPAIRING, "rebooted, they say")
-        node.set_health(Health.READY, "repaired")
-
+        _ask_ready(broken)
+        assert Node.objects.get(pk=broken).health == Health.REPAIRING  # until the agent answers
+        wait_until(
+            lambda: Node.objects.get(pk=broken).health == Health.DOWN, 30, "the check to fail"
+        )
+        reason = Node.objects.get(pk=broken).health_reason
+        assert reason.startswith("failed its health check") and "GPU 0 has fallen off" in reason
         second = make_workload(queue, "second", gpus=8, command=SLEEPER, checkpoint_policy="none")
         scheduling_cycle()
-        assert _nodes(second) == {broken}  # the only free GPUs
+        assert _job(second).state == State.PENDING and not _nodes(second)
+
+        # Rebooted for real: a fresh agent on a fresh machine, whose GPUs all answer.
+        agents.pop(broken).stop()
+        Node.objects.filter(pk=broken).update(connected=False)
+        agents[broken] = start_agent(portal_server, Node.objects.get(pk=broken), tmp_path / "b")
+        _ask_ready(broken)
         wait_until(
-            lambda: FaultEvent.objects.filter(node_id=broken).count() == 2, 30, "a second fault"
+            lambda: Node.objects.get(pk=broken).health == Health.READY, 30, "the check to pass"
         )
-        fault = FaultEvent.objects.filter(node_id=broken).first()  # the newest
-        assert fault.kind == "xid-79" and "GPU 0 has fallen off the bus" in fault.message
-        assert Node.objects.get(pk=broken).health != Health.READY
-        time.sleep(2)  # the refused start's exit report has arrived by now
-        wait_until(lambda: _job(second).state == State.PENDING, 30, "the second job to wait")
-        assert not _nodes(second) and _job(first).state == State.RUNNING
+        assert Node.objects.get(pk=broken).health_reason.startswith("passed its health check")
+
+        def runs_there():
+            scheduling_cycle()
+            return _job(second).state == State.RUNNING
+
+        wait_until(runs_there, 30, "the second job to run on the repaired node")
+        assert _nodes(second) == {broken} and _job(first).state == State.RUNNING
     finally:
-        for agent in agents:
+        for agent in agents.values():
             agent.stop()

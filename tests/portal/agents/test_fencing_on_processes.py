@@ -1,22 +1,32 @@
 """An agent killed with -9 on a node of real processes: its job keeps running without it, the
 node is declared lost and the job runs again on another node. The agent started in the killed
 one's place stops that orphan before it says hello, so the job does not run twice for longer
-than the outage, and the node comes back with its GPUs free."""
+than the outage, and the node comes back with its GPUs free. What fencing misses is reported:
+a stranger on a GPU fails the invariants and the node's health check."""
 
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from portal.agents.intake import mark_lost_nodes
+from portal.cluster import checks
+from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
+from portal.workloads import invariants
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
+from scheduler.agent.processes import recorded_group
 from tests.builders import make_cluster, make_queue, make_workload
 from tests.portal.processes import SLEEPER, start_agent, wait_until
 
@@ -38,7 +48,7 @@ def _running_in(pgid: int) -> list[int]:
 
 def _pgid(state: Path, workload) -> int | None:
     try:
-        return int((state / "workloads" / str(workload.pk) / "pgid").read_text())
+        return recorded_group(state / "workloads" / str(workload.pk))["pgid"]
     except (OSError, ValueError):
         return None
 
@@ -86,6 +96,59 @@ def test_a_restarted_agent_stops_the_orphan_of_the_one_killed(
     finally:
         successor.stop()
         agents[other.pk].stop()
+
+
+def test_a_process_no_workload_started_fails_the_invariants_and_the_health_check(
+    portal_server, celery_worker, clean_redis, tmp_path
+):
+    """A process group an earlier agent left that fencing did not end (here: recorded in the
+    agent's state directory after its fence ran) is seen on its GPUs as a stranger: the
+    invariant checker names it, and the node does not pass its health check until it is gone."""
+    [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
+    agent = start_agent(portal_server, node, tmp_path / "state")
+    workdir = tmp_path / "state" / "workloads" / "99"
+    workdir.mkdir(parents=True)
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
+        env={**os.environ, "WANKA_WORKLOAD_ID": "99"},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert stranger.stdout.readline() == b"up\n"
+        (workdir / "pgid").write_text(json.dumps({"pgid": stranger.pid, "gpus": [2]}))
+        said = f"node {node.name} GPU 2: pid {stranger.pid} is no workload's"
+        wait_until(
+            lambda: any(v.startswith(said) for v in invariants.stranger_processes()),
+            30,
+            "the agent to report the stranger",
+        )
+        Node.objects.get(pk=node.pk).set_health(Health.DOWN, "by the operator")
+        _ask_ready(node)
+        wait_until(lambda: _health(node) == Health.DOWN, 30, "the health check to fail")
+        assert f"pid {stranger.pid} on GPU 2" in Node.objects.get(pk=node.pk).health_reason
+
+        stranger.kill()
+        stranger.wait()
+        _ask_ready(node)
+        wait_until(lambda: _health(node) == Health.READY, 30, "the health check to pass")
+        wait_until(lambda: not invariants.stranger_processes(), 30, "the next heartbeat")
+    finally:
+        stranger.kill()
+        stranger.wait()
+        stranger.stdout.close()
+        agent.stop()
+
+
+def _ask_ready(node) -> None:
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        node.set_health(Health.REPAIRING, "looked at")
+        checks.move(node, Health.READY, "repaired")
+
+
+def _health(node):
+    return Node.objects.get(pk=node.pk).health
 
 
 def _state(workload):

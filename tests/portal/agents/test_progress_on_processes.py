@@ -16,6 +16,7 @@ from portal.workloads.choices import CheckpointStatus, State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from scheduler import faults
+from scheduler.agent.processes import recorded_group
 from tests.builders import make_cluster, make_queue, make_workload
 from tests.portal.processes import SLEEPER, start_agent, train_tiny, wait_until
 
@@ -70,7 +71,7 @@ def test_only_reported_steps_judge_a_hang(agent, acme, bob, settings):
     assert "The job reports no steps" in quiet
 
     # The training job's processes stop (as a deadlocked collective would): hung, and only it.
-    pgid = int((state_dir / "workloads" / str(train.pk) / "pgid").read_text())
+    pgid = recorded_group(state_dir / "workloads" / str(train.pk))["pgid"]
     os.killpg(pgid, signal.SIGSTOP)
     try:
         wait_until(lambda: progress.detect() == [f"hang:{train.pk}"], 20, "the hang")

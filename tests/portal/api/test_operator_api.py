@@ -5,7 +5,9 @@ none of it open to tenants."""
 import pytest
 from rest_framework.test import APIClient
 
+from portal.agents.intake import record_acks
 from portal.cluster.choices import Health
+from portal.cluster.models import Node, NodeCommand
 from portal.core.models import AuditEvent
 from portal.quotas.models import Cohort, QueueQuota
 from portal.tenancy.models import ApiToken
@@ -44,6 +46,32 @@ def test_operators_move_nodes_and_keep_spares_tenants_cannot(ops, bob, cluster):
     )
     node.refresh_from_db()
     assert node.health == Health.CORDONED
+
+
+def test_a_repaired_node_is_ready_once_its_agent_passes_a_health_check(ops, cluster):
+    passes, fails, offline = cluster[0], cluster[1], cluster[2]
+    Node.objects.filter(pk=offline.pk).update(connected=False)
+    for node in (passes, fails, offline):
+        for health in ("down", "repairing"):
+            ops.post(f"/api/v1/nodes/{node.pk}/health/", {"health": health, "reason": "psu"})
+    asked = ops.post(f"/api/v1/nodes/{passes.pk}/health/", {"health": "ready", "reason": "psu"})
+    assert (asked.status_code, asked.json()["health"]) == (200, "repairing")
+    assert asked.json()["health_reason"] == "health check asked of its agent"
+    ops.post(f"/api/v1/nodes/{fails.pk}/health/", {"health": "ready", "reason": "psu"})
+    refused = ops.post(f"/api/v1/nodes/{offline.pk}/health/", {"health": "ready", "reason": "x"})
+    assert refused.status_code == 409 and "agent is not connected" in str(refused.json())
+    sent = {c.node_id: c for c in NodeCommand.objects.filter(action="health_check")}
+    assert set(sent) == {passes.pk, fails.pk}
+    record_acks([
+        (passes.pk, str(sent[passes.pk].pk), True, "8 GPUs answer NVML and ran a short kernel"),
+        (fails.pk, str(sent[fails.pk].pk), False, "GPU 3 has fallen off the bus"),
+    ])  # fmt: skip
+    assert [
+        (n.health, n.health_reason) for n in Node.objects.filter(pk__in=[passes.pk, fails.pk])
+    ] == [
+        ("ready", "passed its health check: 8 GPUs answer NVML and ran a short kernel"),
+        ("down", "failed its health check: GPU 3 has fallen off the bus"),
+    ]
 
 
 def test_a_node_running_a_job_is_not_kept_as_a_spare(ops, acme_llm):

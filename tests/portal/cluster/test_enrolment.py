@@ -142,19 +142,21 @@ def test_an_operator_registered_node_without_a_token_is_taken_over(token, cluste
         ([Health.REPAIRING], False),
         ([Health.DOWN, Health.DRAINING], False),
         ([Health.DOWN, Health.READY], False),
+        ([Health.DOWN, Health.REPAIRING, Health.READY], False),
     ],
     ids=[
         "the full lifecycle",
         "a ready node is not repaired",
         "a down node is not drained",
         "a down node is repaired before it is ready",
+        "a repaired node is ready only once it passed a health check",
     ],
 )
 def test_node_lifecycle_moves(cluster, operator, path, allowed):
     node = cluster[0]
     if allowed:
         for health in path:
-            node.set_health(health, "test", actor=operator)
+            node.set_health(health, "test", actor=operator, checked=True)
         assert node.health == path[-1]
         assert AuditEvent.objects.filter(object_id=str(node.pk)).count() == len(path)
     else:

@@ -29,9 +29,9 @@ def test_a_repaired_node_refills_a_short_pool_and_only_a_short_one(db):
     for node in (repaired, other):
         node.set_health(Health.DOWN, "xid-79")
         node.set_health(Health.REPAIRING, "reseated the GPU")
-    repaired.set_health(Health.READY, "repaired")
+    repaired.set_health(Health.READY, "passed its health check", checked=True)
     assert Node.objects.get(pk=repaired.pk).spare  # the pool had none
-    other.set_health(Health.READY, "repaired")
+    other.set_health(Health.READY, "passed its health check", checked=True)
     assert not Node.objects.get(pk=other.pk).spare  # the pool is full again
     assert Pod.objects.get().spares_missing() == 0
 
@@ -49,7 +49,7 @@ def test_a_spare_holding_gpus_or_offline_is_not_ready_so_a_repaired_node_refills
     assert Pod.objects.get().spares_missing() == 2
     repaired.set_health(Health.DOWN, "xid-79")
     repaired.set_health(Health.REPAIRING, "reseated the GPU")
-    repaired.set_health(Health.READY, "repaired")
+    repaired.set_health(Health.READY, "passed its health check", checked=True)
     assert Node.objects.get(pk=repaired.pk).spare
     assert Pod.objects.get().spares_missing() == 1
 

@@ -27,13 +27,23 @@ def running(acme_llm, clean_redis):
     return workload
 
 
-def report(redis, node, running_ids, attempt=0, generation=None):
-    """What the node's agent said in its last heartbeat."""
+def report(redis, node, running_ids, attempt=0, generation=None, strangers=()):
+    """What the node's agent said in its last heartbeat: the workloads it runs, each seen on
+    the GPUs it holds there, and `strangers` (GPU index, pid of no workload)."""
     items = [
         {"workload_id": w, "state": "running", "exit_code": None, "step": 1, "attempt": attempt}
         for w in running_ids
     ]
-    redis.hset(TELEMETRY, node.pk, json.dumps({"ts": time.time(), "gpus": [], "workloads": items}))
+    seen = {i: [] for i in range(node.gpu_count)}
+    for workload_id, index in node.allocations.filter(workload_id__in=running_ids).values_list(
+        "workload_id", "gpu_index"
+    ):
+        seen[index].append({"pid": 1000 + workload_id, "workload_id": workload_id})
+    for index, pid in strangers:
+        seen[index].append({"pid": pid, "workload_id": None})
+    gpus = [{"index": i, "processes": found} for i, found in seen.items()]
+    sample = {"ts": time.time(), "gpus": gpus, "workloads": items}
+    redis.hset(TELEMETRY, node.pk, json.dumps(sample))
     node.refresh_from_db()
     redis.hset(REPORTED, node.pk, node.generation if generation is None else generation)
 
@@ -52,6 +62,24 @@ def test_a_process_left_on_gpus_booked_to_another_job(running, clean_redis, clus
     ]
     report(clean_redis, idle, [running.pk], generation=idle.generation - 1)
     assert invariants.unbooked_processes() == []  # not converged yet: on its way out
+
+
+def test_a_process_on_a_gpu_that_its_workload_does_not_hold(running, clean_redis):
+    node = Node.objects.filter(allocations__workload=running).first()
+    report(clean_redis, node, [running.pk], strangers=[(3, 4242)])
+    assert invariants.stranger_processes() == [
+        f"node {node.name} GPU 3: pid 4242 is no workload's, which does not hold that GPU"
+    ]
+    idle = Node.objects.exclude(allocations__isnull=False).first()
+    report(clean_redis, node, [running.pk])
+    clean_redis.hset(TELEMETRY, idle.pk, json.dumps({
+        "ts": time.time(), "workloads": [],
+        "gpus": [{"index": 5, "processes": [{"pid": 77, "workload_id": running.pk}]}],
+    }))  # fmt: skip
+    clean_redis.hset(REPORTED, idle.pk, idle.generation)
+    assert invariants.stranger_processes() == [
+        f"node {idle.name} GPU 5: pid 77 is workload {running.pk}'s, which does not hold that GPU"
+    ]
 
 
 def test_gpus_booked_to_a_finished_job(running):

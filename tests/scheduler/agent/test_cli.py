@@ -20,7 +20,7 @@ import pytest
 from scheduler.agent import cli
 from scheduler.agent.backends import Backend
 from scheduler.agent.enrolment import EnrolmentRefused, EnrolmentUnavailable, enrol_url
-from scheduler.agent.processes import ProcessBackend
+from scheduler.agent.processes import ProcessBackend, recorded_group
 from scheduler.agent.simulated import SimulatedGpus
 
 
@@ -246,7 +246,7 @@ def test_the_agent_runs_work_until_sigterm_then_stops_it(agent_server: Any, tmp_
                     "master_addr": "", "master_port": 0}  # fmt: skip
             await peer.send("desired_state", generation=1, assignments=[work])
             await peer.expect("event", lambda m: m["kind"] == "workload_started")
-            pid = int((tmp_path / "workloads" / "1" / "pgid").read_text())
+            pid = recorded_group(tmp_path / "workloads" / "1")["pgid"]
             os.kill(os.getpid(), signal.SIGTERM)
             async with asyncio.timeout(10):
                 await serving

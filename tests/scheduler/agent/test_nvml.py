@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.backends import BackendEvent, FaultRefused, TopologyLabels
+from scheduler.agent.backends import BackendEvent, FaultRefused, NodeFault, TopologyLabels
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable, load_pynvml
 from scheduler.agent.processes import ProcessBackend
 from scheduler.agent.protocol import AGENT, encode, parse
@@ -87,6 +87,7 @@ class FakeNvml(types.ModuleType):
         self.dbe = [0] * gpus
         self.remapped = [(0, 0)] * gpus
         self.lost: set[int] = set()
+        self.processes: dict[int, list[int]] = {}  # GPU index -> pids computing there
         self.links_down = {(2, 5)}  # (gpu, link): one NVLink down on GPU 2
 
     def nvmlInit(self) -> None:
@@ -170,6 +171,11 @@ class FakeNvml(types.ModuleType):
     def nvmlEventSetFree(self, event_set: str) -> None:
         self.calls.append("event set freed")
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
+        self._check(handle)
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30)
+                for pid in self.processes.get(handle.index, [])]  # fmt: skip
+
     def _check(self, handle: Handle) -> None:
         if handle.index in self.lost:
             raise self.NVMLError_GpuIsLost()
@@ -216,6 +222,32 @@ def test_a_gpu_that_cannot_be_read_is_left_out_of_the_heartbeat() -> None:
     nvml.lost.add(3)
     assert [s.index for s in machine.telemetry(())] == [0, 1, 2, 4, 5, 6, 7]
     assert machine.lost(3) and not machine.lost(2)  # a start there is the node's fault
+    machine.close()
+
+
+def test_the_health_check_runs_a_kernel_on_each_gpu_and_names_the_one_that_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel runs in a process of its own per GPU, which sees only that GPU. (No CUDA
+    here: a script that fails where CUDA_VISIBLE_DEVICES is 5 stands in for the kernel.)"""
+    nvml = FakeNvml()
+    nvml.processes = {1: [4242]}
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    assert machine.compute_processes() == {i: [4242] if i == 1 else [] for i in range(8)}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    fails_on_5 = (
+        "import os, sys; sys.exit('CUDA error' if os.environ['CUDA_VISIBLE_DEVICES'] == '5' else 0)"
+    )
+    monkeypatch.setattr("scheduler.agent.nvml.KERNEL_CHECK", fails_on_5)
+    with pytest.raises(
+        RuntimeError, match="GPU 5 failed a short allocation and kernel: CUDA error"
+    ):
+        machine.check()
+    monkeypatch.setattr("scheduler.agent.nvml.KERNEL_CHECK", "pass")
+    assert machine.check() == "8 GPUs answer NVML and ran a short kernel"
+    nvml.lost.add(6)
+    with pytest.raises(NodeFault, match="GPU 6 has fallen off the bus"):
+        machine.check()
     machine.close()
 
 

@@ -17,9 +17,15 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.backends import Assignment, BackendEvent, Output
+from scheduler.agent.backends import Assignment, BackendEvent, GpuProcess, NodeFault, Output
 from scheduler.agent.contract import PROGRESS_EVERY_S
-from scheduler.agent.processes import OUTPUT_BEHIND_BYTES, ProcessBackend, log_tail, read_output
+from scheduler.agent.processes import (
+    OUTPUT_BEHIND_BYTES,
+    ProcessBackend,
+    log_tail,
+    read_output,
+    recorded_group,
+)
 from scheduler.agent.protocol import LOG_LINE_CHARS
 from scheduler.agent.simulated import SimulatedGpus
 
@@ -184,7 +190,7 @@ def test_a_new_agent_process_fences_what_a_killed_one_left_running(tmp_path: Pat
     async def scenario() -> None:
         killed, _ = make_backend(tmp_path)
         await killed.start(Assignment(7, (0, 1), python("import time; time.sleep(60)")))
-        pgid = int((tmp_path / "state" / "workloads" / "7" / "pgid").read_text())
+        pgid = recorded_group(tmp_path / "state" / "workloads" / "7")["pgid"]
         os.killpg(pgid, 0)  # running, and its agent gone without a word
         successor, _ = make_backend(tmp_path, grace_s=0.5)
         assert await successor.fence() == [7]
@@ -379,7 +385,7 @@ def test_a_leftover_of_an_earlier_agent_is_stopped_before_the_workload_starts_ag
         )
         try:
             assert leftover.stdout.readline() == b"up\n"  # past exec: its own environment
-            (workdir / "pgid").write_text(str(leftover.pid))
+            (workdir / "pgid").write_text(json.dumps({"pgid": leftover.pid, "gpus": [0]}))
             started = time.monotonic()
             backend, _ = make_backend(tmp_path)
             await backend.start(Assignment(9, (0,), python("print('fresh')")))
@@ -405,7 +411,7 @@ def test_an_unrelated_process_under_a_stale_pid_file_is_left_alone(tmp_path: Pat
         )
         try:
             assert stranger.stdout.readline() == b"up\n"
-            (workdir / "pgid").write_text(str(stranger.pid))
+            (workdir / "pgid").write_text(json.dumps({"pgid": stranger.pid, "gpus": [0]}))
             backend, _ = make_backend(tmp_path)
             await backend.start(Assignment(9, (0,), python("pass")))
             await backend.wait(9)
@@ -540,5 +546,72 @@ def test_a_replica_is_not_serving_until_its_server_accepts_connections(tmp_path:
         await wait_for(lambda: backend.serving(8) is not None, "the server to listen")
         assert backend.serving(8).port == port
         await backend.stop(8)
+
+    run(scenario())
+
+
+def test_the_gpus_report_their_processes_and_the_health_check_fails_on_a_stranger(
+    tmp_path: Path,
+) -> None:
+    """A rank a launcher starts in a session of its own is seen by the hardware (here a
+    simulated machine's compute processes stand in for NVML's) and counted as its workload's;
+    a process group an earlier agent left that fencing could not end is a stranger, on the GPUs
+    it was given, and fails the health check until it is gone."""
+
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        spawn_rank = (
+            "import subprocess, sys, time; "
+            "r = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "start_new_session=True); print(r.pid, flush=True); time.sleep(60)"
+        )
+        await backend.start(Assignment(3, (1, 2), python(spawn_rank)))
+        rank = await _first_line(backend, 3)
+        backend._machine.compute_processes = lambda: {2: [int(rank)]}
+        workdir = tmp_path / "state" / "workloads" / "9"
+        workdir.mkdir(parents=True)
+        leftover = subprocess.Popen(
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+            env={**os.environ, "WANKA_WORKLOAD_ID": "9"},
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            assert leftover.stdout.readline() == b"up\n"
+            (workdir / "pgid").write_text(json.dumps({"pgid": leftover.pid, "gpus": [0]}))
+            seen = {s.index: s.processes for s in backend.telemetry()}
+            main = backend._procs[3].process.pid
+            assert seen[0] == (GpuProcess(leftover.pid, None),)
+            assert seen[1] == (GpuProcess(main, 3),)
+            assert seen[2] == (GpuProcess(main, 3),)  # the rank is the workload's, once
+            assert seen[3] == ()
+            with pytest.raises(RuntimeError, match=f"pid {leftover.pid} on GPU 0"):
+                await backend.health_check()
+            assert await backend.fence() == [9]
+            assert "no stray processes" in await backend.health_check()
+        finally:
+            leftover.kill()
+            leftover.wait()
+            leftover.stdout.close()
+            await backend.stop(3)
+            await backend.wait(3)
+            os.kill(int(rank), signal.SIGKILL)
+
+    run(scenario())
+
+
+async def _first_line(backend: ProcessBackend, wid: int) -> str:
+    while not (lines := backend.output(wid, 0, 4096).lines):
+        await asyncio.sleep(0.05)
+    return lines[0]
+
+
+def test_a_gpu_off_the_bus_fails_the_health_check(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        assert "4 simulated GPUs answer" in await backend.health_check()
+        backend.inject_fault("xid-79", 2, {})
+        with pytest.raises(NodeFault, match="GPU 2 has fallen off the bus"):
+            await backend.health_check()
 
     run(scenario())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent.backends import Assignment, BackendEvent
-from scheduler.agent.processes import ProcessBackend
+from scheduler.agent.processes import ProcessBackend, recorded_group
 from scheduler.agent.simulated import SimulatedGpus
 
 pytest.importorskip("torch")
@@ -73,7 +73,7 @@ def test_it_saves_periodically_and_on_request_and_resumes_from_the_newest_save(
         assert Path(requested["location"]).stat().st_size == requested["size_bytes"] > 0
 
         # A crash: no chance to save on the way out.
-        os.killpg(int((log.parent / "pgid").read_text()), signal.SIGKILL)
+        os.killpg(recorded_group(log.parent)["pgid"], signal.SIGKILL)
         assert (await backend.wait(1)).exit_code == -signal.SIGKILL
         newest = max(s["step"] for s in saves())
         first_run = losses(log.read_text())
