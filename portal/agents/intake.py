@@ -17,9 +17,7 @@ from portal.cluster.models import FaultEvent, Node, NodeCommand
 from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
-from portal.core.triggers import kick_preemptions
 from portal.workloads import checkpoints, recovery
-from portal.workloads.choices import State
 from portal.workloads.models import Workload
 from scheduler import faults
 
@@ -84,17 +82,12 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
 
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:
-    """(node, command id, ok, detail) acks, written down at once (`commands.answer_many`); a
-    refused save wakes the recovery waiting for it, and any answered save the preemptions; a
-    deletion of pruned saves is recorded; a health check returns its node to service or sends
-    it down. Whether each ack counted."""
+    """(node, command id, ok, detail) acks, written down at once (`commands.answer_many`): an
+    answered save wakes what waits for it (`checkpoints.answered`), a deletion of pruned saves
+    is recorded, a health check returns its node to service or sends it down. Whether each ack
+    counted."""
     answered = commands.answer_many(acks)
-    recovery.commands_refused(
-        [command for command in answered if command and command.state == CommandState.FAILED]
-    )
-    saves = {c.workload_id for c in answered if c and c.action == "checkpoint"}
-    if saves and Workload.objects.filter(pk__in=saves, state=State.PREEMPTING).exists():
-        kick_preemptions()
+    checkpoints.answered([command for command in answered if command])
     deletes = [c.pk for c in answered if c and c.action == "delete_saves"]
     if deletes:
         checkpoints.deleted(NodeCommand.objects.filter(pk__in=deletes, state=CommandState.DONE))

@@ -18,11 +18,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from portal.cluster.commands import send_commands
 from portal.core.errors import Conflict
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
-from portal.workloads import lifecycle, preemption
+from portal.workloads import checkpoints, lifecycle, preemption
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import TRANSITIONS, CheckpointPolicy, PriorityClass, State
 from portal.workloads.desired import nodes_changed
@@ -108,8 +107,7 @@ def perform(workload: Workload, action: str, actor, reason: str, priority=None) 
             verb = "preempted" if action == "preempt" else "requeued"
             nodes_changed(preemption.begin(workload, f"{verb} {said}", save=action == "preempt"))
         elif action == "checkpoint":
-            nodes = set(workload.allocations.values_list("node_id", flat=True))
-            send_commands(nodes, "checkpoint", workload.pk, kind="requested", reason=said[:200])
+            checkpoints.ask(workload, "requested", said)
         else:
             details.update(before=workload.priority, after=int(priority))
             Workload.objects.filter(pk=workload.pk).update(priority=int(priority))

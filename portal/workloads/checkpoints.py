@@ -1,8 +1,10 @@
-"""Checkpoints: routine saves asked for at each job's interval, and the registry of what agents
+"""Checkpoints: the one way to ask a job for a save and hear the answer (`ask`, `answer`,
+`answered`), routine saves asked for at each job's interval, and the registry of what agents
 report saved (the newest complete save to resume from, retention). A failed or partial save is
 recorded but never becomes the one to resume from."""
 
 import logging
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
@@ -12,10 +14,16 @@ from django.utils import timezone
 from portal.cluster.choices import CommandState
 from portal.cluster.commands import RESEND_WITHIN, send_commands
 from portal.cluster.models import NodeCommand
-from portal.core.triggers import trigger_cycle
+from portal.core.triggers import kick_preemptions, kick_recovery, trigger_cycle
 from portal.workloads.advice import failure_rate
-from portal.workloads.choices import CheckpointKind, CheckpointPolicy, CheckpointStatus, State
-from portal.workloads.models import Allocation, Checkpoint, Workload
+from portal.workloads.choices import (
+    CheckpointKind,
+    CheckpointPolicy,
+    CheckpointStatus,
+    RecoveryStep,
+    State,
+)
+from portal.workloads.models import Allocation, Checkpoint, Recovery, Workload
 from scheduler import checkpointing
 
 log = logging.getLogger(__name__)
@@ -31,6 +39,53 @@ ROUTINE = {
     CheckpointPolicy.ASYNC: CheckpointKind.ASYNC,
     CheckpointPolicy.TRIGGERED: CheckpointKind.ASYNC,
 }
+
+
+SAVE = "checkpoint"  # the agents' command
+
+
+class Answer(StrEnum):
+    """Where the saves a job was asked for since a moment stand."""
+
+    NONE = "none"  # none was asked for
+    WAITING = "waiting"  # some node has not answered, and none refused
+    SAVED = "saved"  # every node saved
+    REFUSED = "refused"  # a node refused or failed: the save will not be whole
+
+
+def ask(workload: Workload, kind: str, reason: str, nodes=None) -> None:
+    """Ask the job's nodes (or `nodes`) for a save of `kind`, inside the caller's transaction
+    (sent on commit). Their acks are heard through `answered`, and read with `answer`."""
+    if nodes is None:
+        nodes = set(workload.allocations.values_list("node_id", flat=True))
+    send_commands(nodes, SAVE, workload.pk, kind=kind, reason=reason[:200])
+
+
+def answer(workload_id: int, since) -> Answer:
+    """Where the saves asked of the job since `since` stand."""
+    states = set(
+        NodeCommand.objects.filter(
+            workload_id=workload_id, action=SAVE, created_at__gte=since
+        ).values_list("state", flat=True)
+    )
+    if not states:
+        return Answer.NONE
+    if CommandState.FAILED in states:
+        return Answer.REFUSED
+    return Answer.WAITING if CommandState.SENT in states else Answer.SAVED
+
+
+def answered(commands: list[NodeCommand]) -> None:
+    """Agents answered saves (inside the acks' transaction): whatever waits for them hears it
+    now, pushed rather than polled: a recovery saving before its restart, a preemption."""
+    workloads = {c.workload_id for c in commands if c.action == SAVE and c.workload_id}
+    if not workloads:
+        return
+    waiting = Recovery.objects.filter(workload_id__in=workloads, step=RecoveryStep.SAVING)
+    for recovery_id in waiting.values_list("pk", flat=True):
+        kick_recovery(recovery_id)
+    if Workload.objects.filter(pk__in=workloads, state=State.PREEMPTING).exists():
+        kick_preemptions()
 
 
 def interval_s(workload: Workload, failures_per_gpu_hour: float) -> float | None:
@@ -64,13 +119,13 @@ def request_routine(now=None) -> list[int]:
     waiting = set(  # a save asked for and not yet answered (within the resend window)
         NodeCommand.objects.filter(
             workload__in=running,
-            action="checkpoint",
+            action=SAVE,
             state=CommandState.SENT,
             created_at__gte=now - RESEND_WITHIN,
         ).values_list("workload_id", flat=True)
     )
     last_asked = dict(
-        NodeCommand.objects.filter(workload__in=running, action="checkpoint")
+        NodeCommand.objects.filter(workload__in=running, action=SAVE)
         .values("workload_id")
         .annotate(at=Max("created_at"))
         .values_list("workload_id", "at")
@@ -86,12 +141,9 @@ def request_routine(now=None) -> list[int]:
             continue
         if (now - since).total_seconds() < every:
             continue
-        nodes = set(workload.allocations.values_list("node_id", flat=True))
         kind = ROUTINE.get(workload.checkpoint_policy, CheckpointKind.PERIODIC)
         with transaction.atomic():
-            send_commands(
-                nodes, "checkpoint", workload.pk, kind=kind, reason=f"every {every:.0f} s"
-            )
+            ask(workload, kind, f"every {every:.0f} s")
         asked.append(workload.pk)
     return asked
 

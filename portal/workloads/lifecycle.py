@@ -7,21 +7,22 @@ lock on the workload so reports from a gang's nodes, the cycle and a user's canc
 from collections import defaultdict
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from portal.cluster import streaks
-from portal.cluster.choices import CommandState
-from portal.cluster.commands import send_commands
-from portal.cluster.models import NodeCommand
+from portal.cluster.commands import RESEND_WITHIN
 from portal.core.live import publish_tenant
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
-from portal.workloads import allocations, parallel, preemption, recovery
-from portal.workloads.checkpoints import work_lost
+from portal.workloads import allocations, checkpoints, preemption, recovery
+from portal.workloads.checkpoints import Answer, work_lost
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, transition
+from scheduler import interruptions
+from scheduler.checkpointing import PolicyKind
+from scheduler.interruptions import Cause
 
 
 def submit(serializer, user) -> Workload:
@@ -196,16 +197,15 @@ def shrink(workload: Workload, released, reason: str) -> set[int]:
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         if workload.state not in (State.ADMITTED, State.STARTING, State.RUNNING):
             return set()  # it faulted or ended since the snapshot: the plan is stale for it
-        if workload.state == State.RUNNING and workload.checkpoint_policy != "none":
+        policy = PolicyKind(workload.checkpoint_policy)
+        if interruptions.save_first(Cause.SHRINK, policy, workload.state == State.RUNNING):
             recovery.save_then_shrink(workload, released, reason)
             return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         allocations.give_back(workload, released)
         allocations.renumber(workload)
-        workload.allocations.update(started=False, exit_code=None)
-        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
         gpus = workload.allocations.count()
-        parallel.replan(workload, gpus, workload.attempt + 1, f"shrunk to {gpus} GPUs: {reason}")
+        recovery.new_attempt(workload, f"shrunk to {gpus} GPUs: {reason}")
         now = timezone.now()
         recovery.resized(workload, reason, work_lost(workload, now), now)
         transition(workload, State.RECOVERING, reason=reason)
@@ -233,23 +233,17 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
             return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         node_ids |= allocations.add(workload, added)
-        workload.allocations.update(started=False, exit_code=None)
-        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
-        gpus = workload.allocations.count()
-        parallel.replan(workload, gpus, workload.attempt + 1, reason)
+        recovery.new_attempt(workload, reason)
         recovery.resized(workload, reason, work_lost(workload, now), now, RecoveryOutcome.GROWN)
         transition(workload, State.RECOVERING, reason=reason)
     return node_ids
 
 
 def _save_before_growing(workload: Workload, reason: str) -> None:
-    asked = NodeCommand.objects.filter(
-        workload=workload, action="checkpoint", state=CommandState.SENT
-    )
-    if not asked.exists():  # once: the next cycles find it waiting for that save
-        nodes = set(workload.allocations.values_list("node_id", flat=True))
-        why = f"before growing: {reason}"[:200]
-        send_commands(nodes, "checkpoint", workload.pk, kind="requested", reason=why)
+    since = timezone.now() - RESEND_WITHIN
+    if checkpoints.answer(workload.pk, since) is not Answer.WAITING:
+        # Once: the next cycles find it waiting for that save.
+        checkpoints.ask(workload, "requested", f"before growing: {reason}")
 
 
 def expire_time_limits() -> list[int]:

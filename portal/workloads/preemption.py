@@ -21,14 +21,16 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from portal.cluster.choices import HEALTH_MOVES, CommandState, Health
-from portal.cluster.commands import send_commands
-from portal.cluster.models import Node, NodeCommand
-from portal.workloads import allocations
-from portal.workloads.checkpoints import work_lost
-from portal.workloads.choices import CheckpointPolicy, State
+from portal.cluster.choices import HEALTH_MOVES, Health
+from portal.cluster.models import Node
+from portal.workloads import allocations, checkpoints
+from portal.workloads.checkpoints import Answer, work_lost
+from portal.workloads.choices import State
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Workload, WorkloadEvent, transition
+from scheduler import interruptions
+from scheduler.checkpointing import PolicyKind
+from scheduler.interruptions import Cause
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +47,20 @@ def begin(
     once; within its grace, cut to `deadline_s` (the claimant's queue's reclaim deadline).
     Returns the nodes whose desired state changed, for the caller's one `nodes_changed`."""
     workload = Workload.objects.select_for_update().get(pk=workload.pk)
-    policy_saves = workload.checkpoint_policy != CheckpointPolicy.NONE
-    saves = save and workload.state == State.RUNNING and policy_saves
+    policy = PolicyKind(workload.checkpoint_policy)
+    saves = save and interruptions.save_first(
+        Cause.PREEMPT, policy, running=workload.state == State.RUNNING
+    )
     now = timezone.now()
     transition(workload, State.PREEMPTING, reason=reason, preempted_at=now)
     if not saves:
         return _stop(workload, now)
     grace = workload.preemption_grace_s
     grace = workload.queue.preemption_grace_s if grace is None else grace
-    grace = grace if deadline_s is None else min(grace, deadline_s)
+    grace = interruptions.grace_s(Cause.PREEMPT, grace, 0, deadline_s)
     deadline = now + timedelta(seconds=grace)
     Workload.objects.filter(pk=workload.pk).update(preempt_deadline=deadline)
-    nodes = set(workload.allocations.values_list("node_id", flat=True))
-    send_commands(
-        nodes, "checkpoint", workload.pk, kind="requested", reason=f"preempted: {reason}"[:200]
-    )
+    checkpoints.ask(workload, saves, f"preempted: {reason}")
     return set()
 
 
@@ -77,8 +78,7 @@ def advance() -> list[int]:
 def _step(workload: Workload) -> bool:
     now = timezone.now()
     if workload.stop_requested_at is None:
-        answers = set(_save_commands(workload).values_list("state", flat=True))
-        waiting = CommandState.SENT in answers and CommandState.FAILED not in answers
+        waiting = checkpoints.answer(workload.pk, workload.preempted_at) is Answer.WAITING
         if waiting and now < workload.preempt_deadline:
             return False  # a refusal, like the deadline, stops it at once
         nodes_changed(_stop(workload, now))
@@ -103,12 +103,6 @@ def exited(workload_id: int, node_id: int, exit_code: int) -> None:
         Allocation.objects.filter(workload=workload, node_id=node_id).update(exit_code=exit_code)
         if workload.stop_requested_at is not None:
             _step(workload)
-
-
-def _save_commands(workload: Workload):
-    return NodeCommand.objects.filter(
-        workload=workload, action="checkpoint", created_at__gte=workload.preempted_at
-    )
 
 
 def _running(workload: Workload):

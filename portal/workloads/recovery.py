@@ -20,14 +20,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.cluster.choices import CommandState
-from portal.cluster.commands import send_commands
-from portal.cluster.models import Node, NodeCommand
+from portal.cluster.models import Node
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.triggers import kick_recovery
-from portal.workloads import allocations, parallel
+from portal.workloads import allocations, checkpoints, parallel
+from portal.workloads.checkpoints import Answer
 from portal.workloads.choices import (
-    CheckpointPolicy,
     CheckpointStatus,
     RecoveryOutcome,
     RecoveryStep,
@@ -36,7 +34,9 @@ from portal.workloads.choices import (
 from portal.workloads.desired import nodes_changed
 from portal.workloads.models import Allocation, Recovery, Workload, note, transition
 from portal.workloads.reasons import readable
-from scheduler import checkpointing, faults
+from scheduler import checkpointing, faults, interruptions
+from scheduler.checkpointing import PolicyKind
+from scheduler.interruptions import Cause
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 RECOVERABLE = (State.ADMITTED, State.STARTING, State.RUNNING)
 # A recovery no worker has touched for this long is picked up again by the sweeper.
 STALE_AFTER = timedelta(seconds=10)
-# How often a recovery waiting for a save's acks looks at them.
-LOOK_AGAIN_S = 0.25
 
 
 def start(
@@ -62,32 +60,28 @@ def start(
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
     lost = [fault.node_id] if leave_node or faults.leaves_node(kind) else []
     transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
-    # Every rank saves where the fault left the node's memory readable, else the others do.
-    savers = nodes if kind.memory_readable else [n for n in nodes if n not in lost]
-    # A drain saves whenever the policy saves at all: nothing has failed yet.
-    drained = kind.code == "drain"
-    policy = workload.checkpoint_policy
-    saves = policy == CheckpointPolicy.TRIGGERED or (drained and policy != CheckpointPolicy.NONE)
-    if (
-        saves
-        and savers
-        and faults.triggered_save_possible(kind, len(nodes), **_replicas(workload, len(nodes)))
-    ):
-        timeout = settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
+    cause = Cause.DRAIN if kind.code == "drain" else Cause.FAULT
+    savers = interruptions.savers(nodes, lost, None if cause is Cause.DRAIN else kind)
+    save = savers and interruptions.save_first(
+        cause,
+        PolicyKind(workload.checkpoint_policy),
+        running=True,
+        fault=kind,
+        nodes=len(nodes),
+        **_replicas(workload, len(nodes)),
+    )
+    if save:
+        grace = interruptions.grace_s(
+            cause, _preemption_grace_s(workload), settings.WANKA["TRIGGERED_SAVE_TIMEOUT_S"]
+        )
         recovery = Recovery.objects.create(
             workload=workload,
             fault=fault,
             step=RecoveryStep.SAVING,
             lost_nodes=lost,
-            save_deadline=timezone.now() + timedelta(seconds=timeout),
+            save_deadline=timezone.now() + timedelta(seconds=grace),
         )
-        send_commands(
-            savers,
-            "checkpoint",
-            workload.pk,
-            kind="requested" if drained else "triggered",
-            reason=f"fault {fault.pk}",
-        )
+        checkpoints.ask(workload, save, f"fault {fault.pk}", savers)
     else:
         recovery = Recovery.objects.create(
             workload=workload, fault=fault, lost_nodes=lost, step=RecoveryStep.REPLACING
@@ -97,12 +91,16 @@ def start(
     return recovery
 
 
+def _preemption_grace_s(workload: Workload) -> int:
+    grace = workload.preemption_grace_s
+    return workload.queue.preemption_grace_s if grace is None else grace
+
+
 def save_then_shrink(workload: Workload, released, reason: str) -> Recovery:
     """A shrink that saves first (inside the plan's transaction, the workload locked): every
-    node is asked for a checkpoint within the job's preemption grace; once the save is in (or
+    node is asked for a save within the job's preemption grace; once the save is in (or
     refused, or late) the GPUs `released` go back and the rest restart from the newest save."""
-    grace = workload.preemption_grace_s
-    grace = workload.queue.preemption_grace_s if grace is None else grace
+    grace = interruptions.grace_s(Cause.SHRINK, _preemption_grace_s(workload), 0)
     transition(workload, State.RECOVERING, reason=reason)
     recovery = Recovery.objects.create(
         workload=workload,
@@ -111,10 +109,7 @@ def save_then_shrink(workload: Workload, released, reason: str) -> Recovery:
         release=[[node_id, list(indices)] for node_id, indices in released],
         save_deadline=timezone.now() + timedelta(seconds=grace),
     )
-    nodes = set(workload.allocations.values_list("node_id", flat=True))
-    send_commands(
-        nodes, "checkpoint", workload.pk, kind="requested", reason=f"resize: {reason}"[:200]
-    )
+    checkpoints.ask(workload, "requested", f"resize: {reason}")
     _announce(recovery)
     kick_recovery(recovery.pk)
     return recovery
@@ -164,31 +159,20 @@ def _replicas(workload: Workload, nodes: int) -> dict:
     }
 
 
-def commands_refused(commands: list[NodeCommand]) -> None:
-    """Agents refused saves a recovery may wait for: it falls back at once. (Successes need no
-    word: a waiting recovery looks at its acks every quarter second.)"""
-    workloads = {c.workload_id for c in commands if c.action == "checkpoint" and c.workload_id}
-    if not workloads:
-        return
-    waiting = Recovery.objects.filter(workload_id__in=workloads, step=RecoveryStep.SAVING)
-    for recovery_id in waiting.values_list("pk", flat=True):
-        kick_recovery(recovery_id)
-
-
-def advance(recovery_id: int) -> bool:
-    """Take the recovery as far as it can go now; True when it waits for something (acks of a
-    save), so the caller should look again shortly (`LOOK_AGAIN_S`)."""
+def advance(recovery_id: int):
+    """Take the recovery as far as it can go now. When it waits for a save, the moment its
+    grace ends (the answers wake it sooner, `checkpoints.answered`); else None."""
     while True:
         recovery = Recovery.objects.select_related("workload", "fault").get(pk=recovery_id)
         step = _STEPS.get(recovery.step)
         if step is None:
-            return False
+            return None
         outcome = step(recovery)
         if outcome is _WAIT:
             Recovery.objects.filter(pk=recovery_id).update(updated_at=timezone.now())
-            return True
+            return recovery.save_deadline
         if outcome is _IDLE:
-            return False
+            return None
 
 
 _WAIT, _IDLE, _MOVED = object(), object(), object()
@@ -229,24 +213,18 @@ def _announce(recovery: Recovery) -> None:
 
 
 def _saving(recovery: Recovery):
-    """Wait for the healthy ranks' save, then resume from it, or from the newest complete
-    checkpoint when a rank refused or the deadline passed."""
-    answers = set(
-        NodeCommand.objects.filter(
-            workload_id=recovery.workload_id,
-            action="checkpoint",
-            created_at__gte=recovery.started_at,
-        ).values_list("state", flat=True)
-    )
+    """Wait for the save, then resume from it, or from the newest complete checkpoint when a
+    rank refused or the grace ran out."""
+    answer = checkpoints.answer(recovery.workload_id, recovery.started_at)
     expired = timezone.now() >= recovery.save_deadline
-    if CommandState.SENT in answers and CommandState.FAILED not in answers and not expired:
+    if answer is Answer.WAITING and not expired:
         return _WAIT
     kind = "save before the resize" if recovery.release else "triggered save"
-    if answers == {CommandState.DONE}:
+    if answer is Answer.SAVED:
         why = (
             "saved before the resize" if recovery.release else "the healthy ranks saved from memory"
         )
-    elif CommandState.FAILED in answers:
+    elif answer is Answer.REFUSED:
         why = f"the {kind} failed; falling back to the newest complete checkpoint"
     else:
         waited = (recovery.save_deadline - recovery.started_at).total_seconds()
@@ -276,13 +254,21 @@ def _replacing(recovery: Recovery):
             allocations.renumber(workload)
         lost = Allocation.objects.filter(workload=workload, node_id__in=recovery.lost_nodes)
         lost_nodes = sorted(set(lost.values_list("node_id", flat=True)))
-        if not lost_nodes:
-            outcome = RecoveryOutcome.SHRUNK if recovery.release else RecoveryOutcome.IN_PLACE
-        elif _replace_with_spares(workload, lost_nodes):
-            outcome = RecoveryOutcome.SPARE
-        elif _shrink(workload, lost):
+        spares = _spares_for(workload, lost_nodes)
+        outcome = RecoveryOutcome(
+            interruptions.where(
+                lost.count(), workload.allocations.count(), workload.min_gpus, spares is not None
+            )
+        )
+        if outcome == RecoveryOutcome.IN_PLACE and recovery.release:
             outcome = RecoveryOutcome.SHRUNK
-        else:
+        elif outcome == RecoveryOutcome.SPARE:
+            _move_to_spares(workload, spares)
+        elif outcome == RecoveryOutcome.SHRUNK:
+            allocations.book(workload, lost)
+            lost.delete()
+            allocations.renumber(workload)
+        elif outcome == RecoveryOutcome.REQUEUED:
             nodes_changed(allocations.release(workload))
             transition(
                 workload,
@@ -295,14 +281,13 @@ def _replacing(recovery: Recovery):
             _move(recovery, RecoveryStep.DONE, outcome=RecoveryOutcome.REQUEUED, **resume)
             return _MOVED
         touched |= set(workload.allocations.values_list("node_id", flat=True))
-        workload.allocations.update(started=False, exit_code=None)
-        Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
-        if outcome == RecoveryOutcome.SHRUNK or recovery.release:
-            gpus = workload.allocations.count()
+        gpus = workload.allocations.count()
+        why = None
+        if recovery.release:
+            why = f"shrunk to {gpus} GPUs: {recovery.detail}"
+        elif outcome == RecoveryOutcome.SHRUNK:
             why = f"recovered onto {gpus} GPUs without the lost nodes"
-            if recovery.release:
-                why = f"shrunk to {gpus} GPUs: {recovery.detail}"
-            parallel.replan(workload, gpus, workload.attempt + 1, why)
+        new_attempt(workload, why)
         nodes_changed(touched)
         note(workload, _restart_note(outcome, resume))
         _move(
@@ -339,6 +324,17 @@ _STEPS = {
     RecoveryStep.REPLACING: _replacing,
     RecoveryStep.RESTARTING: _restarting,
 }
+
+
+def new_attempt(workload: Workload, replan_why: str | None = None) -> None:
+    """Restart the workload (locked by the caller) as a new attempt on the GPUs it now holds:
+    every node's agent stops the old run and starts the new one from the newest save. A new
+    world (`replan_why` says why it changed) gets a new parallel plan."""
+    workload.allocations.update(started=False, exit_code=None)
+    Workload.objects.filter(pk=workload.pk).update(attempt=F("attempt") + 1)
+    if replan_why:
+        gpus = workload.allocations.count()
+        parallel.replan(workload, gpus, workload.attempt + 1, replan_why)
 
 
 def resized(
@@ -387,15 +383,21 @@ def _resume_point(workload: Workload, recovery: Recovery) -> dict:
     }
 
 
-def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
-    """Move the workload's part on each lost node to a hot spare in the same pod, else the same
-    data center; all or nothing. The spares leave the pool."""
-    taken: list[Node] = []
+def _spares_for(workload: Workload, lost_nodes: list[int]) -> list[tuple[Node, Node]] | None:
+    """A hot spare for each lost node, in the same pod, else the same data center, as
+    (lost node, spare) pairs; None unless every lost node has one."""
+    pairs: list[tuple[Node, Node]] = []
     for node in Node.objects.filter(id__in=lost_nodes).select_related("leaf__pod"):
-        spare = _spare_near(workload, node, exclude=[n.pk for n in taken])
+        spare = _spare_near(workload, node, exclude=[s.pk for _, s in pairs])
         if spare is None:
-            return False
-        taken.append(spare)
+            return None
+        pairs.append((node, spare))
+    return pairs
+
+
+def _move_to_spares(workload: Workload, pairs: list[tuple[Node, Node]]) -> None:
+    """Move the workload's part on each lost node to its spare; the spares leave the pool."""
+    for node, spare in pairs:
         moved = Allocation.objects.filter(workload=workload, node=node)
         rows = list(moved.values_list("node_rank", "gpu_index"))
         allocations.book(workload, moved)  # its GPU-hours there; the spare's start now
@@ -404,17 +406,17 @@ def _replace_with_spares(workload: Workload, lost_nodes: list[int]) -> bool:
             Allocation(workload=workload, node=spare, node_rank=rank, gpu_index=index)
             for rank, index in rows
         )
-    Node.objects.filter(id__in=[n.pk for n in taken]).update(spare=False)
-    return True
+    Node.objects.filter(id__in=[spare.pk for _, spare in pairs]).update(spare=False)
 
 
 def can_move(workload: Workload, node: Node) -> bool:
     """Whether the workload's part on `node` could move off it now without requeueing the
     job: a hot spare near it, or an elastic job that would keep its minimum without it."""
-    if _spare_near(workload, node, exclude=[]) is not None:
-        return True
-    left = workload.allocations.exclude(node=node).count()
-    return workload.min_gpus is not None and 0 < workload.min_gpus <= left
+    held = workload.allocations.count()
+    lost = held - workload.allocations.exclude(node=node).count()
+    spare = _spare_near(workload, node, exclude=[]) is not None
+    outcome = interruptions.where(lost, held, workload.min_gpus, spare)
+    return outcome != interruptions.Restart.REQUEUED
 
 
 def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | None:
@@ -432,25 +434,13 @@ def _spare_near(workload: Workload, node: Node, exclude: list[int]) -> Node | No
     )
 
 
-def _shrink(workload: Workload, lost) -> bool:
-    """An elastic workload goes on without the lost nodes when what is left meets its minimum;
-    the surviving nodes are renumbered 0..n-1."""
-    held = workload.allocations.count()
-    left = held - lost.count()
-    if workload.min_gpus is None or left < workload.min_gpus or left == 0:
-        return False
-    allocations.book(workload, lost)
-    lost.delete()
-    allocations.renumber(workload)
-    return True
-
-
 def stale() -> list[int]:
-    """Recoveries no worker is moving: their worker died, or its task was lost."""
-    cutoff = timezone.now() - STALE_AFTER
+    """Recoveries no worker is moving: their worker died, or its task was lost. One waiting
+    for a save within its grace is not: the answers or its grace's end wake it."""
+    now = timezone.now()
+    moving = [RecoveryStep.SAVING, RecoveryStep.REPLACING, RecoveryStep.RESTARTING]
     return list(
-        Recovery.objects.filter(
-            step__in=[RecoveryStep.SAVING, RecoveryStep.REPLACING, RecoveryStep.RESTARTING],
-            updated_at__lt=cutoff,
-        ).values_list("pk", flat=True)
+        Recovery.objects.filter(step__in=moving, updated_at__lt=now - STALE_AFTER)
+        .exclude(step=RecoveryStep.SAVING, save_deadline__gt=now)  # it waits for its save
+        .values_list("pk", flat=True)
     )

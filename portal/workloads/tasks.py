@@ -1,4 +1,5 @@
 from celery import shared_task
+from django.utils import timezone
 
 from portal.workloads import (
     budgets,
@@ -22,10 +23,12 @@ def run_cycle() -> None:
 
 @shared_task(acks_late=True, soft_time_limit=30)
 def advance_recovery(recovery_id: int) -> None:
-    """Move a recovery on; while it waits for a save's acks, look again shortly.
-    (acks_late: a worker that dies mid-step leaves the message to be delivered again.)"""
-    if recovery.advance(recovery_id):
-        advance_recovery.apply_async((recovery_id,), countdown=recovery.LOOK_AGAIN_S)
+    """Move a recovery on. One that waits for a save is woken by the answers, or by this
+    task again when its grace ends. (acks_late: a worker that dies mid-step leaves the message
+    to be delivered again.)"""
+    if (grace_ends := recovery.advance(recovery_id)) is not None:
+        wait = (grace_ends - timezone.now()).total_seconds()
+        advance_recovery.apply_async((recovery_id,), countdown=max(0.0, wait) + 0.05)
 
 
 @shared_task(soft_time_limit=20, expires=5)

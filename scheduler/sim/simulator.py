@@ -37,10 +37,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from scheduler import faults
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import NodeIndex, Placement, Plan
 from scheduler.engine.cycle import paused_collector
+from scheduler.interruptions import Cause, Restart, save_first, where
 from scheduler.sim.budgets import BudgetMeter
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
@@ -341,12 +341,9 @@ class Simulator:
         self.recorder.faults[kind.code] += 1
         if not detection.recovers(incident):
             return
-        nodes = len(job.placements)
-        save = job.ckpt.kind is PolicyKind.TRIGGERED and faults.triggered_save_possible(
-            kind, nodes, data_parallel=nodes
-        )
-        if incident.code == "drain":
-            save = job.ckpt.kind is not PolicyKind.NONE
+        cause = Cause.DRAIN if incident.code == "drain" else Cause.FAULT
+        asked = save_first(cause, job.ckpt.kind, True, kind, nodes=len(job.placements))
+        save = asked is not None
         node = job.placements[incident.node_rank]
         with self._tracking(job, faults=True):
             outcome = self._leave(job, node) if detection.leaves(incident) else "in place"
@@ -365,7 +362,8 @@ class Simulator:
     def _leave(self, job: Job, leaving: Placement) -> str:
         """Move the job's part on a node off it, as the portal's recovery does: onto a hot
         spare of the same pod, else without it (elastic and still at its minimum), else off
-        every node (requeued). The node takes no more work. Returns the outcome."""
+        every node (requeued), as `interruptions.where` says. The node takes no more work.
+        Returns the outcome."""
         allocations = self.allocations
         allocations.give([leaving])
         allocations.close(leaving.node_id)
@@ -379,20 +377,18 @@ class Simulator:
             ),
             None,
         )
-        if spare is not None:
+        outcome = where(len(leaving.gpu_indices), job.held, job.spec.min_gpus, spare is not None)
+        if outcome is Restart.SPARE:
             self.spares.discard(spare)
             allocations.close(spare, False)
             moved = Placement(spare, leaving.gpu_indices)
             allocations.take([moved], job.id)
             job.move(self.now, tuple(moved if p is leaving else p for p in job.placements))
-            return "spare"
-        kept = _without(job.placements, (leaving,))
-        left = sum(len(p.gpu_indices) for p in kept)
-        if job.spec.min_gpus is not None and 0 < job.spec.min_gpus <= left:
-            job.move(self.now, kept)
-            return "shrunk"
-        allocations.give(kept)
-        return "requeued"
+        elif outcome is Restart.SHRUNK:
+            job.move(self.now, _without(job.placements, (leaving,)))
+        else:
+            allocations.give(_without(job.placements, (leaving,)))
+        return outcome.value
 
     def _cycle(self) -> None:
         self._cycle_at = None

