@@ -532,9 +532,12 @@ class Agent:
     def _report(self, wid: int, workload: _Workload) -> dict[str, Any]:
         step, serving, progress = workload.step, None, None
         if workload.state == "running":
-            step = workload.step = self._backend.step(wid)
-            serving = workload.assignment.serve_port and self._backend.serving(wid)
-            progress = self._backend.progress(wid)
+            try:
+                step = workload.step = self._backend.step(wid)
+                serving = workload.assignment.serve_port and self._backend.serving(wid)
+                progress = self._backend.progress(wid)
+            except Exception:  # one workload's report must never silence the node
+                logger.exception("%s: cannot read workload %s's state", self._hostname, wid)
         report = {
             "workload_id": wid,
             "state": workload.state,

@@ -239,14 +239,50 @@ def read_request(directory: Path) -> CheckpointRequest | None:
         return None
 
 
+# What the agent reads of a file a job writes: a job's bytes must never cost its node anything.
+_SMALL_READ = 4096
+_STEP_MAX = 2**63 - 1  # what a heartbeat's step field holds
+_IN_FLIGHT_MAX = 2**31 - 1
+_RATE_MAX = 1e9  # requests a second
+
+
+def _read_small(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        return file.read(_SMALL_READ)
+
+
 def read_progress(path: Path) -> int | None:
     """The training step the script last reported in its progress file; None before it first
-    does (or when the file is not a step)."""
+    does, or when the file holds no step a heartbeat can carry (the job's word, not trusted)."""
     try:
-        step = int(Path(path).read_text())
+        step = int(_read_small(path))
     except (OSError, ValueError):
         return None
-    return step if step >= 0 else None
+    return step if 0 <= step <= _STEP_MAX else None
+
+
+def read_load(path: Path) -> tuple[int, float] | None:
+    """An inference replica's load file: (requests in flight, requests a second); None when
+    there is none. ValueError, saying why, for a file that holds no such load (not JSON, a
+    negative, fractional, not finite or absurd value): the job wrote it, so it is checked."""
+    try:
+        load = json.loads(_read_small(path))
+    except OSError:
+        return None
+    except ValueError:
+        raise ValueError("the load file is not JSON") from None
+    if not isinstance(load, dict):
+        raise ValueError("the load file is not a JSON object")
+    in_flight, rate = load.get("in_flight"), load.get("requests_per_s")
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int):
+        raise ValueError(f"in_flight {in_flight!r} is not a whole number")
+    if not 0 <= in_flight <= _IN_FLIGHT_MAX:
+        raise ValueError(f"in_flight {in_flight} is out of range")
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        raise ValueError(f"requests_per_s {rate!r} is not a number")
+    if not 0 <= rate <= _RATE_MAX:  # NaN fails this too
+        raise ValueError(f"requests_per_s {rate} is out of range")
+    return in_flight, float(rate)
 
 
 def read_manifest(directory: Path) -> list[ManifestEntry]:

@@ -103,6 +103,7 @@ from scheduler.agent.contract import (
     ManifestEntry,
     ManifestTail,
     latest_complete,
+    read_load,
     read_progress,
     write_plan,
     write_request,
@@ -137,6 +138,7 @@ class _Proc:
     request_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watcher: asyncio.Task[None] | None = None
     listening: bool = False  # an inference replica's server has accepted a connection
+    bad_load: bool = False  # its load file was refused (said once in the log, until it mends)
 
 
 class ProcessBackend:
@@ -369,14 +371,20 @@ class ProcessBackend:
                 return None
             proc.listening = True
         host = self._machine.inventory().hostname
+        path = proc.workdir / LOAD_FILE
         try:
-            path = proc.workdir / LOAD_FILE
             if time.time() - path.stat().st_mtime > LOAD_FRESH_S:
                 return Serving(host, port)
-            load = json.loads(path.read_text())
-            return Serving(host, port, int(load["in_flight"]), float(load["requests_per_s"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            return Serving(host, port)  # no load file (yet), or a torn one: the place only
+            load = read_load(path)
+        except OSError:
+            return Serving(host, port)  # no load file (yet): the place only
+        except ValueError as exc:  # the job's bad word costs its own load report, nothing else
+            if not proc.bad_load:
+                logger.warning("workload %s: its load is ignored: %s", workload_id, exc)
+            proc.bad_load = True
+            return Serving(host, port)
+        proc.bad_load = False
+        return Serving(host, port, *load) if load else Serving(host, port)
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from scheduler.agent.processes import (
     read_output,
     recorded_group,
 )
-from scheduler.agent.protocol import LOG_LINE_CHARS
+from scheduler.agent.protocol import AGENT, LOG_LINE_CHARS, encode, parse
 from scheduler.agent.simulated import SimulatedGpus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -545,6 +545,46 @@ def test_a_replica_is_not_serving_until_its_server_accepts_connections(tmp_path:
         assert backend.serving(8) is None
         await wait_for(lambda: backend.serving(8) is not None, "the server to listen")
         assert backend.serving(8).port == port
+        await backend.stop(8)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "written",
+    ['{"in_flight": -1, "requests_per_s": 2}', '{"in_flight": 3, "requests_per_s": NaN}',
+     '{"in_flight": 3, "requests_per_s": -Infinity}', '{"in_flight": 18446744073709551616, '
+     '"requests_per_s": 1}', '{"in_flight": true, "requests_per_s": 1}', "[1, 2]", "9" * 100_000],
+)  # fmt: skip
+def test_a_replicas_bad_load_file_costs_only_its_own_load_report(tmp_path: Path, written) -> None:
+    """A replica writes what it likes in its load file: a value no heartbeat can carry is
+    ignored (its place is still reported), and the node's heartbeat goes out as ever."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = (
+        "import os, socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', int(os.environ['PORT']))); s.listen()\n"
+        "open(os.environ['WANKA_LOAD_FILE'], 'w').write(sys.argv[1])\n"
+        "time.sleep(30)\n"
+    )
+
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        command = shlex.join([sys.executable, "-c", serve, written])
+        await backend.start(Assignment(8, (0,), command, serve_port=port))
+        await wait_for(lambda: backend.serving(8) is not None, "the server to listen")
+        await asyncio.sleep(0.3)  # the load file is written just after the listen
+        serving = backend.serving(8)
+        assert (serving.port, serving.in_flight, serving.requests_per_s) == (port, None, None)
+        item = {"workload_id": 8, "state": "running", "exit_code": None, "step": 0,
+                "serving": serving.message()}  # fmt: skip
+        beat = encode("heartbeat", generation=1, gpus=[], workloads=[item])
+        assert parse(beat, AGENT)["workloads"][0]["serving"]["port"] == port
+        (tmp_path / "state" / "workloads" / "8" / "load.json").write_text(
+            '{"in_flight": 4, "requests_per_s": 2.5}'
+        )
+        assert (backend.serving(8).in_flight, backend.serving(8).requests_per_s) == (4, 2.5)
         await backend.stop(8)
 
     run(scenario())
