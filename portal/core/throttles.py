@@ -5,10 +5,13 @@ rather than fail.
 
 - `enrol`: the unauthenticated enrolment endpoint, per client address.
 - `api`: every authenticated request, per API token (per person for a browser's session).
-- `token-guess`: failed bearer authentications per client address; past it, that address's
-  bearer requests get a 429 until the window ends, whatever token they carry.
+- `token-guess`: failed bearer authentications per token presented (a hash of it); past it,
+  that token gets a 429 until the window ends, without a trip to the database. Not per client
+  address: everyone behind one proxy or NAT shares it, and one script's stale token locked them
+  all out; guessing a 32-byte random token is hopeless anyway. A valid token is never counted.
 """
 
+import hashlib
 import logging
 
 from redis import RedisError
@@ -92,18 +95,19 @@ class TokenGuesses(throttling.SimpleRateThrottle):
 
 
 class GuardedTokenAuthentication(ApiTokenAuthentication):
-    """Bearer tokens, with failed ones counted per client address: past the `token-guess`
-    rate, that address's bearer requests are refused (429) until the window ends."""
+    """Bearer tokens, with each failing token counted: past the `token-guess` rate, that token
+    is refused (429) until the window ends; other tokens, from anywhere, are not."""
 
     def authenticate(self, request):
         parts = authentication.get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword.lower().encode():
             return None
         guesses = TokenGuesses()
-        key = f"{guesses.scope}:{guesses.get_ident(request)}"
+        presented = hashlib.sha256(b" ".join(parts[1:])).hexdigest()[:32]
+        key = f"{guesses.scope}:{presented}"
         if wait := over(key, guesses.num_requests):
             raise exceptions.Throttled(
-                wait, "Too many invalid API tokens from this address; try again later."
+                wait, "This API token failed too often; try again later with a valid one."
             )
         try:
             return super().authenticate(request)
