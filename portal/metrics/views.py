@@ -1,5 +1,7 @@
-"""/metrics, for Prometheus: answered to a bearer WANKA_METRICS_TOKEN, or else to a client
-address in WANKA_METRICS_NETWORKS; anyone else gets a 403.
+"""/metrics, for Prometheus: answered to a bearer WANKA_METRICS_TOKEN, or else to a connection
+from an address in WANKA_METRICS_NETWORKS; anyone else gets a 403. The address is the
+connection's own, never a forwarded header, and behind a reverse proxy (WANKA_PROXIES) no
+address opens it (every client would come from the proxy's): only the token does.
 
 /metrics is the default scrape. /metrics/gpus relays every GPU's latest heartbeat under the
 DCGM exporter's names (DCGM_FI_DEV_GPU_UTIL, ...): about 100,000 series a family at 12,500
@@ -43,13 +45,16 @@ def refused() -> HttpResponse:
 
 
 def allowed(request) -> bool:
-    """A request with a bearer token is judged by it alone; one without, by its address."""
+    """A request with a bearer token is judged by it alone; one without, by its connection's
+    address, unless a proxy stands in front."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         expected = settings.WANKA_METRICS_TOKEN
         return bool(expected) and hmac.compare_digest(token.strip().encode(), expected.encode())
+    if settings.REST_FRAMEWORK["NUM_PROXIES"]:
+        return False
     try:
-        address = ipaddress.ip_address(client_address(request))
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
         return False
     address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:127.0.0.1 is 127.0.0.1
@@ -57,13 +62,3 @@ def allowed(request) -> bool:
         address in ipaddress.ip_network(network, strict=False)
         for network in settings.WANKA_METRICS_NETWORKS
     )
-
-
-def client_address(request) -> str:
-    """The connection's address or, behind WANKA_PROXIES trusted proxies, the one the
-    outermost of them saw (X-Forwarded-For, counted from the right); empty if they sent none."""
-    proxies = settings.REST_FRAMEWORK["NUM_PROXIES"]
-    if not proxies:
-        return request.META.get("REMOTE_ADDR", "")
-    seen = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    return seen[-proxies] if len(seen) >= proxies else ""

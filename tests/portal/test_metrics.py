@@ -211,12 +211,20 @@ def test_without_a_configured_token_no_token_opens_it(db, client, settings):
     assert response.status_code == 403
 
 
-def test_behind_a_proxy_the_address_it_saw_counts(db, client, settings):
+def test_a_forwarded_header_never_opens_it_and_behind_a_proxy_only_the_token_does(
+    db, client, settings
+):
+    """A direct client that says it is 127.0.0.1 is not; behind a proxy every client comes
+    from the proxy's address, so no address counts there."""
+    settings.WANKA_METRICS_TOKEN = "scrape-me"
+    outside = {"REMOTE_ADDR": OUTSIDE, "HTTP_X_FORWARDED_FOR": "127.0.0.1"}
+    assert client.get("/metrics", **outside).status_code == 403
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
     through = {"REMOTE_ADDR": "127.0.0.1"}
-    assert client.get("/metrics", **through, HTTP_X_FORWARDED_FOR=OUTSIDE).status_code == 403
-    assert client.get("/metrics", **through, HTTP_X_FORWARDED_FOR="::1").status_code == 200
+    assert client.get("/metrics", **through, HTTP_X_FORWARDED_FOR="::1").status_code == 403
     assert client.get("/metrics", **through).status_code == 403
+    token = {"HTTP_AUTHORIZATION": "Bearer scrape-me"}
+    assert client.get("/metrics", **through, **token).status_code == 200
 
 
 def test_allowed_networks_come_from_the_setting(db, client, settings):
