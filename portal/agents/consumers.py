@@ -7,6 +7,7 @@ import time
 
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import LAST_SEEN, REPORTED, write_heartbeat
 from portal.core.collector import Freezer
 from portal.core.consumers import DirectDispatch, GroupCommit
-from portal.core.redis import aclient
+from portal.core.redis import aclient, client
 from portal.tenancy.models import hash_token
 from portal.workloads import lifecycle, logs
 from portal.workloads.checkpoints import record_saved
@@ -140,6 +141,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         # (workload, attempt) pairs this connection already reported, so heartbeats cost no SQL.
         self.started, self.exited = set(), set()
         self.attempts = {}  # workload -> the newest attempt sent to this agent
+        self.refused = set()  # workloads not its own it reported (logged once each)
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         self.throttle = limits.Throttle(time.monotonic())
         self.history = gpu_history.Recorder(self.node.id)
@@ -205,9 +207,15 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         try:
             state, unanswered = await _hello(self.node.id, self.channel_name, message)
         except protocol.ProtocolError as error:
-            log.warning("node %s: hello refused, connection closed: %s", self.node.name, error)
+            log.warning(
+                "node %s: hello refused, connection closed: %s (from %s)",
+                self.node.name,
+                error,
+                self.scope["client"],
+            )
             await self.send(protocol.encode("error", reason=error.reason, field=error.field))
-            await self.close(code=protocol.CLOSE_REFUSED)
+            taken = isinstance(error, AlreadyConnected)
+            await self.close(code=protocol.CLOSE_TAKEN if taken else protocol.CLOSE_REFUSED)
             return
         self.greeted = True
         await self.send_state(state)
@@ -251,11 +259,27 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def on_workloads(self, workloads):
         """Level-triggered: a heartbeat's list of workloads is as good as the events."""
         for item in workloads:
+            if not self.holds(item["workload_id"]):
+                continue
             run = (item["workload_id"], item.get("attempt", 0))
             if item["state"] == "running" and run not in self.started:
                 await self.on_started(*run)
             elif item["state"] == "exited" and run not in self.exited:
                 await self.on_exited(*run, item["exit_code"])
+
+    def holds(self, workload_id) -> bool:
+        """Whether the workload was assigned to this node (sent in a desired state on this
+        connection): what an agent says of any other is refused, and logged once."""
+        if workload_id in self.attempts:
+            return True
+        if workload_id not in self.refused:
+            self.refused.add(workload_id)
+            log.warning(
+                "node %s: rejected a report of workload %s, not its own",
+                self.node.name,
+                workload_id,
+            )
+        return False
 
     def replaced(self, workload_id, attempt) -> bool:
         """Whether this connection has already sent a newer attempt of the workload: then a
@@ -276,6 +300,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_event(self, message):
         kind, workload_id, detail = message["kind"], message["workload_id"], message["detail"]
+        if workload_id is not None and not self.holds(workload_id):
+            return
         if workload_id is not None and kind in ("workload_started", "workload_exited"):
             # The event's attempt, else the heartbeat that follows says which run it was.
             attempt = detail.get("attempt")
@@ -327,11 +353,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_logs(self, message):
         workload_id, attempt = message["workload_id"], message["attempt"]
-        if workload_id not in self.attempts:
-            # Only what was assigned to this node; the node's own name is on every chunk.
-            log.warning(
-                "node %s: rejected output of workload %s, not its own", self.node.name, workload_id
-            )
+        if not self.holds(workload_id):  # the node's own name is on every chunk it sends
             return
         await LOGGED((self.node.id, workload_id, attempt, message["offset"], message["lines"]))
 
@@ -411,6 +433,10 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     reported = message["node"]
     if refusal := _not_this_node(node, reported):
         raise refusal
+    if node.connected and node.agent_channel != channel_name and _beating(node.pk):
+        raise AlreadyConnected(
+            "node", f"Node {node.name}'s agent is connected and beating: one node, one agent."
+        )
     node.connected, node.agent_channel = True, channel_name
     node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
     node.reported_generation = message["generation"]
@@ -435,6 +461,19 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
             changed.append(gpu)
     Gpu.objects.bulk_create(new)
     Gpu.objects.bulk_update(changed, ["uuid", "memory_mb"])
+
+
+class AlreadyConnected(protocol.ProtocolError):
+    """A hello with the token of a node whose agent is connected and beating: a copy of the
+    token (a job that read it, say), or the agent's own new connection while its old one is
+    still open. Refused either way; the agent's own comes back once the old one is gone."""
+
+
+def _beating(node_id: int) -> bool:
+    """Whether the node heartbeated within the lost-node grace."""
+    window = intake.MISSED_HEARTBEATS * settings.WANKA["HEARTBEAT_S"]
+    last = client().zscore(LAST_SEEN, node_id)
+    return last is not None and last >= time.time() - window
 
 
 def _not_this_node(node: Node, reported: dict) -> protocol.ProtocolError | None:

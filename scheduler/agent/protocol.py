@@ -32,6 +32,10 @@ SERVER = "server"
 # The close code of a connection whose hello the server refused: its inventory is not the
 # node's its token was issued to (another hostname, GPU model or GPUs). An operator must act.
 CLOSE_REFUSED = 4003
+# The close code of a second connection with a node's token while the node's agent is connected
+# and beating: one node, one agent. The agent tries again with its usual backoff (its own old
+# connection, half-open, is soon dropped).
+CLOSE_TAKEN = 4008
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")

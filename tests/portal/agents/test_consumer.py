@@ -263,6 +263,48 @@ def test_a_late_disconnect_of_an_old_connection_leaves_the_node_connected(agent_
     wait_until(lambda: not _refreshed(node).connected, 10, "the node to show disconnected")
 
 
+def test_a_second_agent_with_a_beating_nodes_token_is_refused_and_speaks_for_nothing(
+    agent_url, acme_llm, cluster
+):
+    """A copy of a node's token (a job read it) opens a second connection while the node's
+    agent beats: its hello is refused (4008) and logged, and the first connection still speaks
+    for the node. What an agent says of a workload it was never given changes nothing."""
+    from websockets.exceptions import ConnectionClosed
+
+    other = make_workload(acme_llm, "neighbour", gpus=8)
+    scheduling_cycle()
+    node = Node.objects.exclude(allocations__workload=other).first()
+    auth = {"Authorization": f"Bearer {node.issue_token()}"}
+    with connect(agent_url, additional_headers=auth) as agent:
+        say_hello(agent, node)
+        agent.send(protocol.encode("heartbeat", generation=0, gpus=[], workloads=[]))
+        wait_until(lambda: _beat(node), 10, "the first heartbeat")
+        channel = _refreshed(node).agent_channel
+        with connect(agent_url, additional_headers=auth) as thief:
+            refusal = say_hello(thief, node)
+            assert (refusal["type"], refusal["field"]) == ("error", "node")
+            with pytest.raises(ConnectionClosed) as closed:
+                thief.recv(timeout=10)
+        assert closed.value.rcvd.code == protocol.CLOSE_TAKEN
+        assert _refreshed(node).agent_channel == channel
+        exited = {"workload_id": other.pk, "state": "exited", "exit_code": 1, "step": 0}
+        agent.send(protocol.encode("heartbeat", generation=0, gpus=[], workloads=[exited]))
+        agent.send("{")  # a round trip: the heartbeat has been handled
+        while json.loads(agent.recv(timeout=10))["type"] != "error":
+            pass  # a desired state sent meanwhile
+    assert _refreshed(other).state != State.FAILED
+    log = _server_log()
+    assert f"node {node.name}: hello refused, connection closed: node:" in log
+    assert f"node {node.name}: rejected a report of workload {other.pk}, not its own" in log
+
+
+def _beat(node) -> bool:
+    from portal.cluster.summary import LAST_SEEN
+    from portal.core.redis import client
+
+    return client().zscore(LAST_SEEN, node.pk) is not None
+
+
 XID_79 = protocol.encode(
     "event",
     kind="fault",

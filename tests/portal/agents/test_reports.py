@@ -27,7 +27,7 @@ class Database:
 def consumer():
     agent = consumers.AgentConsumer()
     agent.node = SimpleNamespace(id=3, name="node-3")
-    agent.started, agent.exited, agent.attempts = set(), set(), {}
+    agent.started, agent.exited, agent.attempts, agent.refused = set(), set(), {7: 0}, set()
     return agent
 
 
