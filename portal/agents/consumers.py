@@ -371,7 +371,8 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
     async def send_state(self, state):
         self.sent_generation = state["generation"]
         self.attempts.update((a["workload_id"], a["attempt"]) for a in state["assignments"])
-        await self.send(protocol.encode("desired_state", **state))
+        for frame in protocol.split_state(state):  # in parts when large
+            await self.send(frame)
 
     async def agent_command(self, event):
         """Channel layer message: pass a command on to the agent."""

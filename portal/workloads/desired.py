@@ -69,7 +69,7 @@ def desired_states(node_ids) -> dict[int, dict]:
     plans = parallel.current(workloads)
     states, refused = {}, {}
     for node_id, generation in generations.items():
-        assignments = []
+        sized = []
         for w in sorted(gpus[node_id]):
             assignment = _assignment(
                 workloads[w],
@@ -78,30 +78,51 @@ def desired_states(node_ids) -> dict[int, dict]:
                 gangs[w],
                 _env(workloads[w], resume.get(w), plans.get(w)),
             )
-            why = refused.get(w) or unsendable(assignment)
-            if why:
+            size, why = measured(assignment)
+            if why := refused.get(w) or why:
                 refused[w] = why
             else:
-                assignments.append(assignment)
-        states[node_id] = {"generation": generation, "assignments": assignments}
+                sized.append((size, assignment))
+        states[node_id] = {"generation": generation, "assignments": _fit(sized, refused)}
     if refused:
         _fail(refused)
     return states
 
 
-# An assignment this large cannot be what a job needs; agents take frames of up to 1 MiB.
-MAX_ASSIGNMENT_BYTES = 256 * 1024
+# An assignment this large cannot be what a job needs. A node's desired state goes in parts when
+# it is large (`protocol.split_state`), up to DESIRED_STATE_BYTES, which 64 assignments of this
+# size fill: more than a node runs at once. A state that would not fit is cut (`_fit`), never
+# refused whole.
+MAX_ASSIGNMENT_BYTES = protocol.DESIRED_STATE_BYTES // 64
 
 
-def unsendable(assignment: dict) -> str | None:
-    """Why the assignment cannot reach an agent, or None."""
+def measured(assignment: dict) -> tuple[int, str | None]:
+    """The assignment's size in a desired state, and why it cannot reach an agent (or None)."""
     try:
         size = len(protocol.encode("desired_state", generation=0, assignments=[assignment]))
     except protocol.ProtocolError as error:
-        return f"its assignment breaks the agent protocol ({error})"
+        return 0, f"its assignment breaks the agent protocol ({error})"
     if size > MAX_ASSIGNMENT_BYTES:
-        return f"its assignment takes {size:,} bytes, over the {MAX_ASSIGNMENT_BYTES:,} allowed"
-    return None
+        return (
+            size,
+            f"its assignment takes {size:,} bytes, over the {MAX_ASSIGNMENT_BYTES:,} allowed",
+        )
+    return size, None
+
+
+def _fit(sized: list[tuple[int, dict]], refused: dict[int, str]) -> list[dict]:
+    """The assignments (with their sizes), less the largest while together they would be over
+    what an agent takes: those are refused, with the reason."""
+    total = sum(size for size, _ in sized)
+    kept = sorted(sized, key=lambda pair: pair[0])
+    while total > protocol.DESIRED_STATE_BYTES:
+        size, cut = kept.pop()
+        total -= size
+        refused[cut["workload_id"]] = (
+            f"its node's desired state would be over the {protocol.DESIRED_STATE_BYTES:,} bytes "
+            "an agent takes"
+        )
+    return sorted((a for _, a in kept), key=lambda a: a["workload_id"])
 
 
 def _fail(refused: dict[int, str]) -> None:

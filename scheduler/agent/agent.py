@@ -154,6 +154,7 @@ class Agent:
         self._rng = rng or random.Random()
         self._hostname = backend.inventory().hostname
         self._generation = 0
+        self._parts: tuple[int, dict[int, list[dict[str, Any]]]] = (-1, {})  # generation, parts
         self._workloads: dict[int, _Workload] = {}
         self._answered: OrderedDict[str, _Outcome] = OrderedDict()
         self._commands: dict[str, asyncio.Task[None]] = {}
@@ -440,7 +441,9 @@ class Agent:
 
     async def _dispatch(self, message: dict[str, Any]) -> bool:
         if message["type"] == "desired_state":
-            await self._converge(message["generation"], message["assignments"])
+            assignments = self._assemble(message)
+            if assignments is not None:
+                await self._converge(message["generation"], assignments)
             return True
         if message["type"] == "command":
             await self._on_command(message)
@@ -448,6 +451,22 @@ class Agent:
             refusal = ProtocolError(message["field"], message["reason"])
             logger.warning("%s: the server refused a message: %s", self._hostname, refusal)
         return False
+
+    def _assemble(self, message: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """A desired state's assignments once all its parts are here (a large one comes in
+        parts); None while some are missing. A part of a newer generation drops the older."""
+        parts = message.get("parts", 1)
+        if parts == 1:
+            return message["assignments"]
+        generation = message["generation"]
+        if self._parts[0] != generation:
+            self._parts = (generation, {})
+        held = self._parts[1]
+        held[message.get("part", 0)] = message["assignments"]
+        if len(held) < parts:
+            return None
+        self._parts = (-1, {})
+        return [item for part in sorted(held) for item in held[part]]
 
     # -- convergence --------------------------------------------------------------------------
 

@@ -36,6 +36,11 @@ CLOSE_REFUSED = 4003
 # and beating: one node, one agent. The agent tries again with its usual backoff (its own old
 # connection, half-open, is soon dropped).
 CLOSE_TAKEN = 4008
+# A node's desired state larger than this goes in parts (`split_state`): a WebSocket server
+# sends, and an agent takes, frames of up to 1 MiB. The whole state is bounded by
+# DESIRED_STATE_BYTES (each assignment at most a 64th of it).
+PART_BYTES = 768 * 1024
+DESIRED_STATE_BYTES = 16 * 1024 * 1024
 
 WORKLOAD_STATES = ("running", "exited")
 EVENT_KINDS = ("workload_started", "workload_exited", "fault", "checkpoint_saved")
@@ -416,9 +421,16 @@ VARIANTS: dict[str, tuple[str, str, Mapping[str, Check]]] = {
     ),
 }
 
+# Fields a message may carry beyond its table's. A desired state too large for one frame comes
+# in `parts` messages of one generation, `part` 0 to parts - 1; the agent acts once it holds
+# them all.
+OPTIONAL_FIELDS: dict[str, Mapping[str, Check]] = {
+    "desired_state": {"part": _COUNT, "parts": integer(low=1, high=1024)},
+}
+
 _TABLES = {AGENT: AGENT_MESSAGES, SERVER: SERVER_MESSAGES}
 _BODY_CHECKS = {
-    (sender, type_): record(fields)
+    (sender, type_): record(fields, OPTIONAL_FIELDS.get(type_))
     for sender, table in _TABLES.items()
     for type_, fields in table.items()
 }
@@ -451,6 +463,28 @@ def encode(type: str, **fields: Any) -> str:
     message = {"type": type, "v": PROTOCOL_VERSION, "id": uuid.uuid4().hex, **fields}
     _validate(message, sender)
     return json.dumps(message, allow_nan=False, separators=(",", ":"))
+
+
+def split_state(state: Mapping[str, Any]) -> list[str]:
+    """A `desired_state` (generation, assignments) as frames of about PART_BYTES at most: one
+    frame when it fits, else parts of whole assignments, each marked with `part` and `parts`."""
+    whole = encode("desired_state", **state)
+    if len(whole) <= PART_BYTES:
+        return [whole]
+    groups: list[list[Any]] = [[]]
+    size = 0
+    for assignment in state["assignments"]:
+        item = len(json.dumps(assignment, separators=(",", ":"))) + 1
+        if groups[-1] and size + item > PART_BYTES - 200:  # room for the message's own fields
+            groups.append([])
+            size = 0
+        groups[-1].append(assignment)
+        size += item
+    generation, parts = state["generation"], len(groups)
+    return [
+        encode("desired_state", generation=generation, assignments=group, part=i, parts=parts)
+        for i, group in enumerate(groups)
+    ]
 
 
 def _decode(text: str | bytes) -> Any:

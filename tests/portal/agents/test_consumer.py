@@ -44,6 +44,29 @@ class AgentThread:
         assert not self.thread.is_alive()
 
 
+def test_a_node_whose_jobs_carry_much_still_hears_its_whole_desired_state(
+    agent_url, acme_llm, cluster
+):
+    """Five 1-GPU jobs on one node, each near the bound on an assignment (250 kB of
+    environment): their node's desired state is 1.26 MB, and its agent starts them all."""
+    Node.objects.update(connected=False)
+    node = cluster[0]
+    Node.objects.exclude(pk=node.pk).update(health="cordoned")  # all five land on this node
+    agent = AgentThread(agent_url, node)
+    try:
+        wait_until(lambda: _refreshed(node).connected, 15, "the node to register")
+        jobs = [
+            make_workload(acme_llm, f"big-{i}", gpus=1, env={"BLOB": "x" * 250_000})
+            for i in range(5)
+        ]
+        scheduling_cycle()
+        running = lambda: all(_refreshed(j).state == State.RUNNING for j in jobs)  # noqa: E731
+        wait_until(running, 20, "all five to run")
+        assert {j.allocations.get().node_id for j in jobs} == {node.pk}
+    finally:
+        agent.stop()
+
+
 def _refreshed(obj):
     obj.refresh_from_db()
     return obj

@@ -618,3 +618,24 @@ def test_a_log_line_longer_than_the_protocol_carries_is_refused() -> None:
     frame = json.dumps(changed("logs", ("lines", 0), "x" * (LOG_LINE_CHARS + 1)))
     with pytest.raises(ProtocolError, match=r"^logs\.lines\[0\]: expected at most 4096"):
         parse(frame, AGENT)
+
+
+def test_a_large_desired_state_goes_in_parts_of_whole_assignments():
+    """Five assignments of 250 kB: 1.25 MB in all, over what one WebSocket frame carries."""
+    from scheduler.agent.protocol import PART_BYTES, split_state
+
+    def assignment(wid):
+        return {"workload_id": wid, "gpu_indices": [wid], "command": "x" * 250_000, "env": {},
+                "simulated_duration_s": None, "nnodes": 1, "node_rank": 0,
+                "master_addr": "", "master_port": 0}  # fmt: skip
+
+    state = {"generation": 7, "assignments": [assignment(w) for w in range(5)]}
+    frames = split_state(state)
+    parts = [parse(frame, SERVER) for frame in frames]
+    assert len(frames) > 1 and all(len(frame) <= PART_BYTES for frame in frames)
+    assert [(p["generation"], p["part"], p["parts"]) for p in parts] == [
+        (7, i, len(frames)) for i in range(len(frames))
+    ]
+    assert [a for p in parts for a in p["assignments"]] == state["assignments"]
+    small = {"generation": 8, "assignments": [assignment(0)]}
+    assert "parts" not in parse(split_state(small)[0], SERVER)  # one frame, as ever
