@@ -1,5 +1,5 @@
-"""`manage.py standalone` keeps its files to its user, its Redis asks for a password, and Ctrl-C
-stops it quietly with every process it started."""
+"""`manage.py standalone` keeps its files to its user, its Redis asks for a password, a worker
+that dies is started again, and Ctrl-C stops it quietly with every process it started."""
 
 import os
 import signal
@@ -67,6 +67,42 @@ def test_its_redis_refuses_a_client_without_the_password(standalone):
         redis.Redis(port=port).ping()
     password = (standalone / "redis.password").read_text()
     assert redis.Redis(port=port, password=password).ping()
+
+
+def test_a_worker_that_dies_is_started_again_and_the_cycle_goes_on(standalone):
+    """A Celery worker exits when its Redis restarts at the wrong moment (killed here): the
+    standalone portal starts it again, and the scheduling cycle runs again within seconds."""
+    data, process, output = standalone
+    worker = next(pid for pid in _children(process.pid) if b"scheduling," in _cmdline(pid))
+    os.kill(worker, signal.SIGKILL)
+    wait_until(lambda: "worker exited with code -9; starting it again" in output.read_text(), 15)
+    again = wait_until(
+        lambda: [p for p in _children(process.pid) if b"scheduling," in _cmdline(p)], 15
+    )
+    assert again != [worker]
+    log = data / "logs" / "worker.log"
+    before = log.read_text().count("cycle:")
+    wait_until(lambda: log.read_text().count("cycle:") > before, 20, "a scheduling cycle")
+
+
+def _children(pid: int) -> list[int]:
+    return [
+        int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat") if _parent(stat) == pid
+    ]
+
+
+def _parent(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _descendants(pid: int) -> set[int]:

@@ -74,7 +74,9 @@ class Command(BaseCommand):
             processes.start_all(children, env)
             self._wait_for(url, children, env)
             self._banner(url, seeded, logs)
-            processes.watch(children, env, restart=False)
+            # Running, a child that dies is started again, as systemd would: a Celery worker
+            # exits when its Redis restarts at the wrong moment, and scheduling must go on.
+            processes.watch(children, env, restart=True)
         except processes.Exited as failed:
             raise CommandError(str(failed)) from None
         finally:
