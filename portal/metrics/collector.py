@@ -272,7 +272,7 @@ def services() -> list[Metric]:
     }
     newest = ServiceSample.objects.filter(service=OuterRef("pk")).order_by("-at")
     rows = Service.objects.filter(active=True).values_list(
-        "tenant__name",
+        "tenant__slug",
         "name",
         "desired_replicas",
         Subquery(newest.values("ready")[:1]),

@@ -8,6 +8,7 @@ must not act twice), ``X-Wanka-Timestamp`` (Unix seconds) and ``X-Wanka-Signatur
 ``"<timestamp>.<body>"``. Receivers recompute it, compare in constant time and refuse old
 timestamps."""
 
+import base64
 import hashlib
 import hmac
 import http.client
@@ -188,12 +189,26 @@ def post(url: str, body: bytes, headers: dict) -> int:
         connection = http.client.HTTPConnection(address, port, timeout=TIMEOUT_S)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        connection.request("POST", path, body, {**headers, "Host": parts.netloc})
+        connection.request("POST", path, body, {**headers, **_host_and_auth(parts, port)})
         answer = connection.getresponse()
         answer.read(64 * 1024)
         return answer.status
     finally:
         connection.close()
+
+
+def _host_and_auth(parts, port: int) -> dict[str, str]:
+    """The Host header (the host and a port that is not the scheme's own; never the URL's
+    user and password) and, where the URL carries them, HTTP basic authentication."""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = 443 if parts.scheme == "https" else 80
+    fields = {"Host": host if port == default else f"{host}:{port}"}
+    if parts.username is not None:
+        pair = (
+            f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        )
+        fields["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    return fields
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):

@@ -10,6 +10,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from portal.workloads.models import LogChunk, Workload
+from scheduler.agent.protocol import printable
 
 # The most chunks one read returns; a reader pages on with the last id it got.
 READ_LIMIT = 500
@@ -32,7 +33,7 @@ def record_many(batches: list[tuple[int, int, int, int, list[str]]]) -> list[Non
     chunks = []
     for node_id, workload_id, attempt, offset, lines in batches:
         if workload_id in known and lines:
-            text = "\n".join(lines)
+            text = "\n".join(map(printable, lines))  # an agent's word is checked here too
             chunks.append(
                 LogChunk(
                     workload_id=workload_id,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from scheduler.agent.protocol import LOG_LINE_CHARS
+from scheduler.agent.protocol import LOG_LINE_CHARS, printable
 
 # The exit code a workload reports when it was told to stop: killed by SIGTERM, as a POSIX
 # process's returncode reads.
@@ -232,9 +232,10 @@ def remember_run(runs: dict[int, Any], workload_id: int, run: Any) -> None:
 
 
 def output_line(line: str) -> str:
-    """A line of output as it travels: without NUL characters (no database keeps them), cut,
-    with a mark, at the protocol's length."""
-    line = line.replace("\x00", "")
+    """A line of output as it travels: as a terminal would show it, without its control
+    (`protocol.printable`: no NUL either, which no database keeps), cut, with a mark, at the
+    protocol's length."""
+    line = printable(line)
     if len(line) <= LOG_LINE_CHARS:
         return line
     return line[: LOG_LINE_CHARS - 1] + "…"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,6 +49,20 @@ COMMAND_ACTIONS = ("checkpoint", "delete_saves", "inject_fault", "health_check")
 CHECKPOINT_KINDS = ("periodic", "async", "triggered", "requested")
 CHECKPOINT_STATUSES = ("complete", "failed")
 LOG_LINE_CHARS = 4096  # the longest line of a workload's output that a `logs` message carries
+# Terminal control in a job's output: escape sequences (colours, cursor moves, titles) and the
+# C0 controls but the tab. Shown raw they can redraw a reader's terminal; a page shows noise.
+_TERMINAL_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erasing
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, links
+    r"|\x1b[@-Z\\-_]?"  # other escapes, or a lone ESC
+    r"|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def printable(line: str) -> str:
+    """A line of a job's output as a reader should see it: after a carriage return only what
+    a terminal would show (the progress bar's last state), without terminal control."""
+    return _TERMINAL_CONTROL.sub("", line.rstrip("\r").rsplit("\r", 1)[-1])
 
 
 class ProtocolError(ValueError):

@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.agent.protocol import printable
 from scheduler.client.api import ApiError, Client, Unreachable
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_TIMEOUT = range(6)
@@ -208,7 +209,8 @@ def logs(args: argparse.Namespace) -> int:
                     print(f"--- attempt {chunk['attempt']} ---", flush=True)
                 attempt, shown = chunk["attempt"], True
                 prefix = f"[{chunk['node']}] " if len(nodes) > 1 and not args.node else ""
-                sys.stdout.write("".join(f"{prefix}{line}\n" for line in chunk["lines"]))
+                lines = map(printable, chunk["lines"])  # what older agents let through
+                sys.stdout.write("".join(f"{prefix}{line}\n" for line in lines))
             sys.stdout.flush()
         since = body["next"]
         if not body["more"] and not (args.follow and body["writing"]):

@@ -300,4 +300,4 @@ def test_services_replicas_and_load(flow, client, acme, acme_llm):
         ("wanka_service_requests_in_flight", 9),
         ("wanka_service_panic", 1),
     ]:
-        assert value(families[name], name, tenant="Acme", service="chat") == expected
+        assert value(families[name], name, tenant="acme", service="chat") == expected

@@ -2,6 +2,7 @@
 HTTP server): signed deliveries of a tenant's events, retries of a failing receiver, mail to
 the members who asked, and nothing of one tenant reaching another's."""
 
+import base64
 import hashlib
 import hmac
 import json
@@ -211,3 +212,15 @@ def test_admins_manage_webhooks_members_choose_mail(alice, bob, client, settings
     assert list(AuditEvent.objects.order_by("at").values_list("action", flat=True)) == [
         "webhook.added", "webhook.removed"
     ]  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_urls_user_and_password_go_as_basic_auth_never_in_the_host(receiver):
+    from portal.notifications.delivery import post
+
+    hook = receiver()
+    with_user = hook.url.replace("http://", "http://ops:s%3Acret@")
+    assert post(with_user, b"{}", {"Content-Type": "application/json"}) == 200
+    [(headers, _)] = hook.received
+    assert headers["Host"] == f"127.0.0.1:{hook.server.server_port}"
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"ops:s:cret").decode()

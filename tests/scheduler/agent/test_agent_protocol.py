@@ -639,3 +639,20 @@ def test_a_large_desired_state_goes_in_parts_of_whole_assignments():
     assert [a for p in parts for a in p["assignments"]] == state["assignments"]
     small = {"generation": 8, "assignments": [assignment(0)]}
     assert "parts" not in parse(split_state(small)[0], SERVER)  # one frame, as ever
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [
+        ("\x1b[31mred\x1b[0m ok", "red ok"),  # colours
+        ("epoch 1\r 10%\r 50%", " 50%"),  # a progress bar: its last state
+        ("\x1b]0;owned\x07title", "title"),  # a window title
+        ("\x1b[2J\x1b[Hcleared", "cleared"),  # a cleared screen
+        ("nul\x00 bell\x07 tab\tkept", "nul bell tab\tkept"),
+        ("a lone escape\x1b", "a lone escape"),
+    ],
+)
+def test_a_jobs_output_is_shown_without_terminal_control(written, shown):
+    from scheduler.agent.protocol import printable
+
+    assert printable(written) == shown
