@@ -18,6 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
@@ -312,6 +313,7 @@ CLONED = [
 ]  # fmt: skip
 
 
+@never_cache  # it shows a new key: no cache, and no back button, may keep it
 @login_required
 def tokens(request):
     """The caller's own API tokens (a member's or an operator's): issue one (its key shown this

@@ -13,8 +13,9 @@ def test_a_member_issues_a_token_sees_it_once_and_it_works(bob, client):
     client.force_login(bob)
     issued = client.post("/tokens/", {"name": "scripts"})
     assert (issued.status_code, issued.url) == (302, "/tokens/")  # a reload cannot repeat it
-    page = client.get("/tokens/").content.decode()
-    key = re.search(r'id="new-key">(wk_[^<]+)<', page).group(1)
+    shown = client.get("/tokens/")
+    assert "no-store" in shown["Cache-Control"]  # no cache, no back button, keeps the key
+    key = re.search(r'id="new-key">(wk_[^<]+)<', shown.content.decode()).group(1)
     assert key not in client.get("/tokens/").content.decode()  # shown once
     token = ApiToken.objects.get()  # the reloads issued nothing more
     assert token.key_hash != key and key.endswith(token.hint)
