@@ -216,6 +216,7 @@ def live(portal_server, clean_redis):
         browser = Client()
         browser.force_login(user)
         clients.append(LiveClient(portal_server, browser))
+        clients[-1].browser = browser  # its session: signing out there ends the socket
         return clients[-1]
 
     yield open_as

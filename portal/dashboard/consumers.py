@@ -12,25 +12,32 @@ from portal.core.live import live_groups, recheck_user, user_group
 CLOSE_REVOKED = 4403  # the user may no longer hear what this socket joined
 
 
-def _groups(user_id: int) -> list[str] | None:
-    """The groups a socket of the user joins, read afresh; None for a user who may have none
-    (deactivated or gone)."""
+def _standing(user_id: int, session) -> tuple[list[str], str] | None:
+    """What a socket of the user in `session` may hear, read afresh: the groups it joins, and
+    the user's password stamp (its session's auth hash); None once it may hear nothing (the
+    user deactivated or gone, or the session signed out)."""
     users = get_user_model().objects.select_related("membership")
     user = users.filter(pk=user_id, is_active=True).first()
-    return None if user is None else [*live_groups(user), user_group(user_id)]
+    if user is None or not session.exists(session.session_key):
+        return None
+    return [*live_groups(user), user_group(user_id)], user.get_session_auth_hash()
 
 
 class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
     groups_joined: list[str] = []
+    standing: tuple[list[str], str] | None = None
 
     async def connect(self):
-        user = self.scope["user"]
-        groups = await database_sync_to_async(_groups)(user.pk) if user.is_authenticated else None
-        if groups is None:
+        user, session = self.scope["user"], self.scope["session"]
+        standing = None
+        if user.is_authenticated:
+            standing = await database_sync_to_async(_standing)(user.pk, session)
+        if standing is None:
             await self.close(code=4401)
             return
-        self.groups_joined = groups
-        for group in groups:
+        self.standing = standing
+        self.groups_joined = standing[0]
+        for group in self.groups_joined:
             await fanout.hub().join(group, self)
         await self.accept()
 
@@ -46,10 +53,12 @@ class LiveConsumer(DirectDispatch, AsyncJsonWebsocketConsumer):
         await self.send_json({"event": message["event"], "payload": message["payload"]})
 
     async def live_recheck(self, message):
-        """Live message to `user_group`: the user or their membership changed. A socket whose user
-        may no longer hear what it joined (deactivated, removed, moved to another tenant) hears
-        nothing more and is closed; the page reconnects with what the user may hear now."""
-        if await database_sync_to_async(_groups)(self.scope["user"].pk) != self.groups_joined:
+        """Live message to `user_group`: the user, their membership or their sessions changed.
+        A socket that may no longer hear what it joined (its user deactivated, removed, moved
+        to another tenant; its session signed out; the password changed since it opened) hears
+        nothing more and is closed; a page still signed in reconnects with what it may hear."""
+        user, session = self.scope["user"], self.scope["session"]
+        if await database_sync_to_async(_standing)(user.pk, session) != self.standing:
             await self.leave()
             await self.close(code=CLOSE_REVOKED)
 
@@ -58,6 +67,14 @@ def user_saved(sender, instance, created=False, update_fields=None, **kwargs):
     """post_save of a user (a sign-in's `last_login` aside): their sockets look again."""
     if not created and update_fields != frozenset({"last_login"}):
         recheck_user(instance.pk)
+
+
+def signed_out(sender, request, user, **kwargs):
+    """user_logged_out (sent before the session ends): end it now, then the session's
+    sockets close (the user's other sessions stay)."""
+    if user is not None:
+        request.session.flush()
+        recheck_user(user.pk)
 
 
 def membership_changed(sender, instance, created=False, **kwargs):

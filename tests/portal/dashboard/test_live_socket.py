@@ -1,5 +1,6 @@
 """A browser's open live socket follows its user: removed, deactivated or moved to another
-tenant, it hears nothing more of the tenant and is closed; a role change keeps it open."""
+tenant, signed out or with a changed password, it hears nothing more and is closed; a role
+change keeps it open."""
 
 import pytest
 from django.test import Client
@@ -57,3 +58,21 @@ def test_a_role_change_keeps_the_socket(live, acme, bob):
     probe(acme, 1)
     bobs.wait_for("probe")
     assert bobs.thread.is_alive()
+
+
+def test_signing_out_closes_that_sessions_socket_and_no_other(live, acme, bob):
+    here, elsewhere = live(bob), live(bob)
+    assert here.browser.post("/logout/").status_code == 302
+    wait_until(lambda: not here.thread.is_alive(), 10, "the signed-out socket to close")
+    assert here.socket.close_code == CLOSE_REVOKED
+    probe(acme, 1)
+    elsewhere.wait_for("probe")  # another browser of Bob's, still signed in
+
+
+def test_a_password_change_closes_every_socket_opened_before(live, acme, bob):
+    sockets = [live(bob), live(bob)]
+    bob.set_password("a-new-password-9")
+    bob.save()
+    for socket in sockets:
+        wait_until(lambda s=socket: not s.thread.is_alive(), 10, "the socket to close")
+        assert socket.socket.close_code == CLOSE_REVOKED
