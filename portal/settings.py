@@ -184,8 +184,10 @@ CELERY_TASK_ROUTES = {
     "portal.workloads.tasks.resync_agents": {"queue": "recovery"},
     "portal.services.tasks.autoscale": {"queue": "scheduling"},
     "portal.notifications.tasks.notify": {"queue": "notifications"},
-    "portal.notifications.tasks.deliver": {"queue": "notifications"},
-    "portal.notifications.tasks.resume_deliveries": {"queue": "notifications"},
+    # Webhook tries wait on receivers that tenants run: a queue and workers of their own, so a
+    # slow receiver never holds up a scheduling cycle.
+    "portal.notifications.tasks.deliver": {"queue": "webhooks"},
+    "portal.notifications.tasks.resume_deliveries": {"queue": "webhooks"},
     "portal.agents.tasks.mark_lost_nodes": {"queue": "recovery"},
     "portal.agents.tasks.detect_stalls": {"queue": "recovery"},
     "portal.agents.tasks.move_off_nodes": {"queue": "recovery"},

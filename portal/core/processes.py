@@ -47,12 +47,14 @@ class Process:
         return None if self.popen is None else self.popen.poll()
 
 
-def worker(name: str, queues: str, concurrency: int) -> list[str]:
-    """A Celery worker's command line for `queues`."""
+def worker(name: str, queues: str, concurrency: int, threads: bool = False) -> list[str]:
+    """A Celery worker's command line for `queues`; `threads`: a pool of threads, for tasks
+    that wait on the network (webhooks) rather than compute."""
     return [
         sys.executable,
         *f"-m celery -A portal worker -n {name}@%h -Q {queues}".split(),
         *f"--concurrency {concurrency} --loglevel INFO".split(),
+        *(["--pool", "threads"] if threads else []),
     ]
 
 

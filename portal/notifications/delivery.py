@@ -9,6 +9,7 @@ must not act twice), ``X-Wanka-Timestamp`` (Unix seconds) and ``X-Wanka-Signatur
 timestamps."""
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -17,6 +18,7 @@ import json
 import logging
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.mail import send_mail
 from django.utils import timezone
+from redis import RedisError
 
+from portal.core import redis
 from portal.notifications.choices import DeliveryStatus, Topic
 from portal.notifications.models import Delivery, MailPreference
 from portal.tenancy.models import Tenant
@@ -34,7 +38,10 @@ from portal.workloads.models import Workload
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 6
-TIMEOUT_S = 10.0
+TIMEOUT_S = 10.0  # for each step of a try: connecting, sending, each read
+DEADLINE_S = 20.0  # for the whole try: a receiver that answers a byte at a time is cut off
+PER_TENANT = 2  # one tenant's tries at once: slow receivers hold their own tenant up, no other
+BUSY_WAIT_S = 2.0  # a try over that count waits this long, uncounted
 # A host name's lookup is waited for this long at most: the page that adds a webhook waits for
 # it on one of its server's few answering threads, and a name server that never answers would
 # hold that thread for the resolver's own timeouts. The lookup runs on a thread of its own, as
@@ -114,11 +121,41 @@ def _letter(topic: str, p: dict) -> tuple[str, str]:
 
 def send(delivery_id: int) -> float | None:
     """Try a delivery once. Returns the seconds until the next try, None when done. The try is
-    claimed first (a conditional update), so two workers never send it at once."""
+    claimed first (a conditional update), so two workers never send it at once; it waits,
+    uncounted, while its tenant has PER_TENANT tries under way; it takes DEADLINE_S at most.
+    A delivery whose tries are spent (the last one cut off) fails without another."""
     delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
     if delivery.status != DeliveryStatus.PENDING:
         return None
-    claim = timezone.now() + timedelta(seconds=TIMEOUT_S + 60)  # overdue only if this one died
+    if delivery.attempts >= MAX_ATTEMPTS:  # its last try was cut off (a worker died in it)
+        delivery.status, delivery.next_attempt_at = DeliveryStatus.FAILED, None
+        delivery.error = delivery.error or "the last try was cut off"
+        delivery.save(update_fields=["status", "next_attempt_at", "error"])
+        return None
+    with tenant_slot(delivery.webhook.tenant_id) as free:
+        return _try(delivery) if free else BUSY_WAIT_S
+
+
+@contextlib.contextmanager
+def tenant_slot(tenant_id: int):
+    """One of the tenant's PER_TENANT slots for a try, counted in Redis (yields whether one was
+    free); without Redis, the try goes ahead."""
+    key = f"wanka:webhooks:busy:{tenant_id}"
+    try:
+        with redis.client().pipeline() as pipe:
+            taken, _ = pipe.incr(key).expire(key, int(DEADLINE_S) + 60).execute()
+    except RedisError:
+        yield True
+        return
+    try:
+        yield taken <= PER_TENANT
+    finally:
+        with contextlib.suppress(RedisError):
+            redis.client().decr(key)
+
+
+def _try(delivery: Delivery) -> float | None:
+    claim = timezone.now() + timedelta(seconds=DEADLINE_S + 60)  # overdue only if this one died
     claimed = Delivery.objects.filter(
         pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts
     ).update(attempts=delivery.attempts + 1, next_attempt_at=claim)
@@ -188,13 +225,29 @@ def post(url: str, body: bytes, headers: dict) -> int:
     else:
         connection = http.client.HTTPConnection(address, port, timeout=TIMEOUT_S)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # Past the deadline the socket is shut, which ends any read or write in progress.
+    cut = threading.Event()
+    watchdog = threading.Timer(DEADLINE_S, _cut, (connection, cut))
+    watchdog.start()
     try:
         connection.request("POST", path, body, {**headers, **_host_and_auth(parts, port)})
         answer = connection.getresponse()
         answer.read(64 * 1024)
         return answer.status
+    except (OSError, http.client.HTTPException) as error:
+        if cut.is_set():
+            raise TimeoutError(f"no whole answer within {DEADLINE_S:g} s") from error
+        raise
     finally:
+        watchdog.cancel()
         connection.close()
+
+
+def _cut(connection: http.client.HTTPConnection, cut: threading.Event) -> None:
+    cut.set()
+    if connection.sock is not None:
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
 
 
 def _host_and_auth(parts, port: int) -> dict[str, str]:

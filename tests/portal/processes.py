@@ -101,7 +101,7 @@ def start_server() -> tuple[Child, int]:
 
 
 def start_worker() -> Child:
-    queues = "scheduling,recovery,telemetry,notifications,whatif"
+    queues = "scheduling,recovery,telemetry,notifications,webhooks,whatif"
     command = f"-m celery -A portal worker -Q {queues} --pool threads --concurrency 4"
     worker = Child("worker", [sys.executable, *command.split(), "--loglevel", "INFO"])
     worker.wait_for_output("ready.")

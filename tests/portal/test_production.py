@@ -33,7 +33,7 @@ def test_the_production_topology_serves_on_one_port_and_heals(clean_redis, tmp_p
     production = Child(
         "production",
         [sys.executable, "manage.py", "production", "--port", str(port), "--web", "2",
-         "--workers", "scheduling=1,recovery=1,telemetry=0,notifications=0,whatif=0",
+         "--workers", "scheduling=1,recovery=1,telemetry=0,notifications=0,webhooks=0,whatif=0",
          "--no-beat", "--no-migrate"],
         WANKA_DATA_DIR=str(tmp_path),
     )  # fmt: skip

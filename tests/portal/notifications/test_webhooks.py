@@ -3,9 +3,11 @@ HTTP server): signed deliveries of a tenant's events, retries of a failing recei
 the members who asked, and nothing of one tenant reaching another's."""
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -224,3 +226,61 @@ def test_a_urls_user_and_password_go_as_basic_auth_never_in_the_host(receiver):
     [(headers, _)] = hook.received
     assert headers["Host"] == f"127.0.0.1:{hook.server.server_port}"
     assert headers["Authorization"] == "Basic " + base64.b64encode(b"ops:s:cret").decode()
+
+
+class Dripping:
+    """A receiver that answers one byte a second: each read within the socket's timeout, the
+    whole answer never."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/hook"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        connection, _ = self.server.accept()
+        connection.recv(65536)
+        with contextlib.suppress(OSError):
+            for byte in b"HTTP/1.1 200 OK\r\n" * 10:
+                connection.send(bytes([byte]))
+                time.sleep(1)
+
+
+@pytest.mark.django_db
+def test_a_try_is_cut_off_at_its_deadline_and_counts(acme_llm, clean_redis, monkeypatch):
+    monkeypatch.setattr(delivery, "DEADLINE_S", 2.0)
+    slow = Dripping()
+    Webhook.objects.create(tenant=acme_llm.tenant, url=slow.url, topics=["quota"])
+    [pk] = delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["quota"], "payload": {}})
+    started = time.monotonic()
+    assert delivery.send(pk) == 0.5  # tried again later, with backoff
+    assert time.monotonic() - started < 5
+    cut = Delivery.objects.get(pk=pk)
+    assert (cut.attempts, cut.status, cut.error) == (1, "pending", "no answer in time")
+
+
+@pytest.mark.django_db
+def test_a_delivery_whose_last_try_was_cut_off_fails_without_another(acme_llm, receiver):
+    hook = receiver()
+    Webhook.objects.create(tenant=acme_llm.tenant, url=hook.url, topics=["quota"])
+    [pk] = delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["quota"], "payload": {}})
+    Delivery.objects.filter(pk=pk).update(attempts=delivery.MAX_ATTEMPTS)  # a worker died in it
+    assert delivery.send(pk) is None
+    assert Delivery.objects.get(pk=pk).status == "failed" and hook.received == []
+
+
+@pytest.mark.django_db
+def test_a_tenant_with_its_tries_under_way_waits_and_no_other_does(
+    acme_llm, globex, receiver, clean_redis
+):
+    ours, theirs = receiver(), receiver()
+    Webhook.objects.create(tenant=acme_llm.tenant, url=ours.url, topics=["quota"])
+    Webhook.objects.create(tenant=globex, url=theirs.url, topics=["quota"])
+    [mine] = delivery.fan_out({"tenant_id": acme_llm.tenant_id, "topics": ["quota"], "payload": {}})
+    [other] = delivery.fan_out({"tenant_id": globex.pk, "topics": ["quota"], "payload": {}})
+    clean_redis.set(f"wanka:webhooks:busy:{acme_llm.tenant_id}", delivery.PER_TENANT)
+    assert delivery.send(mine) == delivery.BUSY_WAIT_S  # waits, uncounted
+    assert Delivery.objects.get(pk=mine).attempts == 0 and ours.received == []
+    assert delivery.send(other) is None and len(theirs.received) == 1
+    clean_redis.delete(f"wanka:webhooks:busy:{acme_llm.tenant_id}")
+    assert delivery.send(mine) is None and len(ours.received) == 1

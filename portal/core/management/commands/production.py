@@ -20,7 +20,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from portal.core import processes
 
-QUEUES = {"scheduling": 2, "recovery": 2, "telemetry": 1, "notifications": 1, "whatif": 1}
+QUEUES = {
+    "scheduling": 2,
+    "recovery": 2,
+    "telemetry": 1,
+    "notifications": 1,
+    "webhooks": 8,  # threads: they wait on tenants' receivers
+    "whatif": 1,
+}
 
 
 def parse_workers(text: str) -> dict[str, int]:
@@ -74,7 +81,9 @@ class Command(BaseCommand):
         ]
         children += [
             processes.Process(
-                f"worker-{queue}", processes.worker(queue, queue, count), logs / f"{queue}.log"
+                f"worker-{queue}",
+                processes.worker(queue, queue, count, threads=queue == "webhooks"),
+                logs / f"{queue}.log",
             )
             for queue, count in concurrency.items()
             if count

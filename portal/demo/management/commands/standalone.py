@@ -48,6 +48,7 @@ class Command(BaseCommand):
             "worker": processes.worker("worker", "scheduling,recovery,telemetry,notifications", 2),
             # What-if runs take up to an hour: a worker of their own keeps them off the rest.
             "whatif": processes.worker("whatif", "whatif", 1),
+            "webhooks": processes.worker("webhooks", "webhooks", 8, threads=True),
             "beat": processes.beat(settings.DATA_DIR / "celerybeat-schedule"),
         }
         if not no_fleet:
