@@ -155,6 +155,8 @@ def clean_redis():
         ROLLUPS,
         SEEN_SINCE,
         TELEMETRY,
+        WEB_BEAT,
+        WEB_UP_SINCE,
     )
     from portal.core.redis import client
     from portal.workloads.cycle import AGAIN, LOCK
@@ -168,6 +170,8 @@ def clean_redis():
         BUSY,
         LAST_SEEN,
         SEEN_SINCE,
+        WEB_BEAT,
+        WEB_UP_SINCE,
         HISTORY,
         ROLLED,
         *(key for key, *_ in ROLLUPS.values()),

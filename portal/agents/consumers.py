@@ -16,7 +16,7 @@ from portal.cluster import commands, gpu_history
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
-from portal.cluster.summary import LAST_SEEN, REPORTED, write_heartbeat
+from portal.cluster.summary import LAST_SEEN, REPORTED, listening, write_heartbeat
 from portal.core.collector import Freezer
 from portal.core.consumers import DirectDispatch, GroupCommit
 from portal.core.redis import aclient, client
@@ -109,6 +109,26 @@ async def _read(layer, name: str) -> None:
                 log.exception("node %s: failed to deliver %s", consumer.node.name, message["type"])
 
 
+_beating_loops: dict[int, asyncio.Task] = {}  # event loop -> its `_listen`
+
+
+def keep_listening() -> None:
+    """Have a task of this event loop say, every second, that this process hears agents (the
+    lost-node sweep judges no silence from before the web tier was up), unless one does."""
+    key = id(asyncio.get_running_loop())
+    if key not in _beating_loops or _beating_loops[key].done():
+        _beating_loops[key] = asyncio.create_task(_listen())
+
+
+async def _listen() -> None:
+    while True:
+        try:
+            await asyncio.to_thread(listening, client(), time.time())
+        except Exception:  # Redis down: said again in a second
+            log.warning("cannot say the web tier is up", exc_info=True)
+        await asyncio.sleep(1)
+
+
 @contextlib.contextmanager
 def _reported(seen: set, run: tuple[int, int]):
     """Count `run` as reported (the heartbeats that repeat it cost nothing) unless writing it
@@ -148,6 +168,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         CONNECTED[self.channel_name] = self
         FROZEN.opened()
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
+        keep_listening()
         await self.accept()
 
     async def disconnect(self, code):

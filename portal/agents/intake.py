@@ -14,7 +14,7 @@ from portal.cluster import checks, commands
 from portal.cluster import faults as fleet_faults
 from portal.cluster.choices import CommandState, Health
 from portal.cluster.models import FaultEvent, Node, NodeCommand
-from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE, deaf_since
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.redis import client
 from portal.workloads import checkpoints, recovery
@@ -99,14 +99,16 @@ def mark_lost_nodes() -> list[int]:
     """Nodes silent for 3 heartbeats are no longer scheduled, and a heartbeat-loss fault says
     so and recovers their jobs: connected nodes that stopped beating, and nodes whose agent
     disconnected and did not come back within the same grace while they hold running work.
-    A heartbeat Redis never saw (it restarted empty) is not silence: nobody is judged until
-    Redis has kept heartbeats for the whole window. Returns the ids of the nodes lost."""
+    Silence the control plane could not have heard is not silence: nobody is judged until
+    Redis has kept heartbeats (it may have restarted empty) and the web tier has been up (it may
+    have been down, every agent cut off) for the whole window. Returns the ids of the nodes
+    lost."""
     window = MISSED_HEARTBEATS * settings.WANKA["HEARTBEAT_S"]
     now = time.time()
     cutoff = now - window
     redis = client()
     redis.set(SEEN_SINCE, now, nx=True)
-    if float(redis.get(SEEN_SINCE)) > cutoff:
+    if max(float(redis.get(SEEN_SINCE)), deaf_since(redis, now)) > cutoff:
         return []
     beats = {int(n): t for n, t in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf", withscores=True)}
     _still_beating(beats)

@@ -37,6 +37,32 @@ LAST_SEEN = "wanka:heartbeats"  # Redis sorted set: node id by time of its last 
 # Since when LAST_SEEN has been kept (set by the lost-node check when missing): a Redis that
 # restarted empty knows no heartbeat from before then, which is not silence.
 SEEN_SINCE = "wanka:heartbeats:since"
+# The web tier's own heartbeat: each ASGI process that serves agents writes the time here every
+# second (`listening`); when it finds the last one over WEB_GAP_S old (every process was down,
+# or Redis restarted empty), it writes the time in WEB_UP_SINCE too. Silence from before then is
+# the control plane's deafness, not the nodes'.
+WEB_BEAT = "wanka:web:beat"
+WEB_UP_SINCE = "wanka:web:since"
+WEB_GAP_S = 3.0
+
+
+def listening(redis, now: float) -> None:
+    """An ASGI process serving agents is up at `now` (a synchronous Redis client)."""
+    last = redis.getset(WEB_BEAT, now)
+    if last is None or now - float(last) > WEB_GAP_S:
+        redis.set(WEB_UP_SINCE, now)
+
+
+def deaf_since(redis, now: float) -> float:
+    """Since when the control plane could hear heartbeats without a break: when Redis began
+    keeping them and the web tier came back, whichever is later; `now` while the web tier is
+    down. 0 where no web process has ever said (nothing known)."""
+    beat, since = redis.mget(WEB_BEAT, WEB_UP_SINCE)
+    if beat is None:
+        return 0.0
+    return now if now - float(beat) > WEB_GAP_S else float(since or now)
+
+
 REPORTED = "wanka:reported_generation"  # Redis hash: node id -> the generation its agent reached
 
 

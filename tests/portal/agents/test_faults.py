@@ -7,7 +7,7 @@ from django.utils import timezone
 from portal.agents.intake import LOST, mark_lost_nodes
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
-from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE, WEB_BEAT, WEB_UP_SINCE, listening
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from tests.builders import api_client, make_workload
@@ -46,6 +46,23 @@ def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(
     assert mark_lost_nodes() == []  # already marked: no second fault
     # Should its connection still be open, its next heartbeat takes it back (no message needed).
     assert clean_redis.sismember(LOST, node.id)
+
+
+def test_silence_while_the_web_tier_was_down_is_not_the_nodes(stale, clean_redis, acme_llm):
+    """Every ASGI process down 20 s (a deploy, a crash): no agent could be heard, so no node is
+    lost for it, nor until the web tier has been back for the whole grace."""
+    workload = make_workload(acme_llm, "on-first", gpus=8)
+    scheduling_cycle()
+    node = workload.allocations.first().node
+    now = time.time()
+    listening(clean_redis, now - 3600)  # up an hour ago, its last word 20 s ago
+    clean_redis.set(WEB_BEAT, now - 20)
+    assert mark_lost_nodes() == []
+    listening(clean_redis, now)  # back, after the gap
+    assert float(clean_redis.get(WEB_UP_SINCE)) == now
+    assert mark_lost_nodes() == []  # back for less than three heartbeats
+    clean_redis.set(WEB_UP_SINCE, now - 3600)  # and once it has been up long enough
+    assert node.id in mark_lost_nodes()
 
 
 def test_a_lost_node_is_not_scheduled(stale, acme_llm):
