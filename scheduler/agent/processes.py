@@ -9,8 +9,10 @@ the workloads. Each workload:
 - writes stdout and stderr to ``output.log`` there. The file, not a pipe, so that the process
   outlives the agent's own process; the last lines of the run go with the `workload_exited`
   event (`log_tail`);
-- gets the environment of the agent (without its own ``WANKA_AGENT_*`` variables), then its
-  assignment's `env`, then the launch variables below, which win;
+- gets of the agent's environment only what a program needs to run on this machine
+  (`INHERITED`: the search paths, the locale, the time zone, CUDA's and NCCL's settings),
+  never the agent's token or any other secret it was started with; then its assignment's
+  `env`, then the launch variables below, which win;
 - is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
   main process ends, anything left in its group is killed, so no stray rank holds a GPU.
 
@@ -30,6 +32,7 @@ since torchrun takes its defaults from the ``PET_*`` variables):
 ``WANKA_WORKLOAD_ID``        the workload's id
 ``WANKA_CHECKPOINT_DIR``     see `scheduler.agent.contract` (kept if the assignment sets it);
                              a ``WANKA_PARALLEL_PLAN`` is also written there as a file
+``HOME``                     its working directory, unless the assignment says otherwise
 ``PYTHONUNBUFFERED``         ``1`` unless the assignment says otherwise, so Python output
                              reaches the log as it is written
 ``PORT``                     an inference replica's port, to serve HTTP on
@@ -257,6 +260,7 @@ class ProcessBackend:
         if ENV_PARALLEL_PLAN in assignment.env:
             write_plan(checkpoint_dir, assignment.env[ENV_PARALLEL_PLAN])
         env = launch_env(assignment, checkpoint_dir, self._base_env)
+        env.setdefault("HOME", str(workdir))  # its own, not the agent's
         if assignment.serve_port:
             env[ENV_LOAD_FILE] = str(workdir / LOAD_FILE)
         env[ENV_PROGRESS_FILE] = str(workdir / PROGRESS_FILE)
@@ -487,11 +491,22 @@ class ProcessBackend:
         return True
 
 
+# What a workload keeps of the agent's environment: names, or prefixes ending in "_".
+INHERITED = (
+    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LANGUAGE", "LC_", "TZ", "TMPDIR",
+    "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_",
+)  # fmt: skip
+
+
+def inherited(name: str) -> bool:
+    return any(name.startswith(i) if i.endswith("_") else name == i for i in INHERITED)
+
+
 def launch_env(
     assignment: Assignment, checkpoint_dir: Path, base: Mapping[str, str]
 ) -> dict[str, str]:
     """The environment a workload starts with; see the module docstring."""
-    env = {k: v for k, v in base.items() if not k.startswith("WANKA_AGENT_")}
+    env = {k: v for k, v in base.items() if inherited(k)}
     # Python output straight to the log, in the order it was written, unless told otherwise.
     env["PYTHONUNBUFFERED"] = "1"
     env.update(assignment.env)

@@ -77,7 +77,10 @@ DUMP_ENV = python(
 
 def test_a_workload_gets_the_launch_environment_in_its_own_directory(tmp_path: Path) -> None:
     async def scenario() -> None:
-        backend, _ = make_backend(tmp_path, WANKA_AGENT_TOKEN="secret", HOME="/home/x")
+        backend, _ = make_backend(
+            tmp_path, WANKA_AGENT_TOKEN="secret", HOME="/root", AWS_SECRET_ACCESS_KEY="k",
+            NCCL_SOCKET_IFNAME="eth0", LC_ALL="C.UTF-8",
+        )  # fmt: skip
         assignment = Assignment(
             7, (1, 3), DUMP_ENV, {"NCCL_DEBUG": "WARN", "WORLD_SIZE": "999"},
             nnodes=2, node_rank=1, master_addr="node-a", master_port=29500,
@@ -91,8 +94,10 @@ def test_a_workload_gets_the_launch_environment_in_its_own_directory(tmp_path: P
         assert {k: env[k] for k in LAUNCH} == LAUNCH | {
             "WANKA_CHECKPOINT_DIR": str(workdir / "checkpoints")
         }
-        assert env["NCCL_DEBUG"] == "WARN" and env["HOME"] == "/home/x"
-        assert "WANKA_AGENT_TOKEN" not in env  # the agent's secret stays with the agent
+        assert env["NCCL_DEBUG"] == "WARN" and env["HOME"] == str(workdir)
+        # What a program needs of the machine, nothing else of the agent's: not its secrets.
+        assert (env["NCCL_SOCKET_IFNAME"], env["LC_ALL"]) == ("eth0", "C.UTF-8")
+        assert "WANKA_AGENT_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
 
     asyncio.run(scenario())
 
