@@ -1,6 +1,6 @@
 """Soak: the whole stack under a stream of jobs and chaos, held to its invariants.
 
-    python -m bench.soak [--minutes 10] [--nodes 200] [--seed 1]
+    python -m bench.soak [--minutes 10] [--nodes 200] [--seed 1] [--backend processes]
 
 A fresh throwaway PostgreSQL database (the one `DATABASE_URL` names, else the settings') and a
 Redis server of its own; `nodes` simulated H800 nodes (two pods, a hot spare in each) whose
@@ -23,6 +23,13 @@ jobs_submitted, jobs_finished, jobs_open (pending or running at the end), faults
 preemptions, resizes, kills, restarts (of exited processes, by name), invariant_violations
 (persistent ones), gpus_leaked (GPUs held by jobs that hold none).
 reference_s is the reference loop (`bench.reference`) timed first.
+
+With `--backend processes` the agents are real (`wanka-agent --backend processes`, one process
+a node, 6 nodes unless told) and every job runs `examples/train_tiny.py` on the CPU, 2 to 16
+GPUs of it and 30 to 120 s long, so that a two-core machine carries them: a dropped agent is
+killed with -9, its jobs left running until the agent started again fences them, and a hang
+is SIGSTOP of a job's processes. The invariants then include the GPU-process check (no
+process on a GPU its workload does not hold).
 Targets: no violation, no GPU leaked, every job finished or accounted for. Past `--timeout`
 seconds (the soak and its settling, plus 15 minutes, unless given) it says what it was waiting
 for and exits 1; its processes are stopped then, on failure and on SIGTERM.
@@ -47,6 +54,7 @@ from bench import processes
 from bench.reference import reference_s
 
 SIZES = [1, 1, 2, 4, 8, 8, 8, 16, 16, 32, 64]  # Philly's mix of sizes, roughly
+REAL_SIZES = [2, 4, 8, 8, 16]  # with real processes: a few PyTorch processes a node
 CHAOS = ["xid-79", "xid-13", "hang", "drop-agent", "kill-worker", "kill-daphne", "kill-redis"]
 
 
@@ -151,9 +159,10 @@ def build(nodes: int, seed: int):
     from portal.tenancy.models import Tenant
     from scheduler.agent.fleet import NodeSpec
 
-    leaves = max(1, nodes // 2 // 25)
+    per_leaf = min(25, max(2, nodes // 2))
+    leaves = max(1, nodes // 2 // per_leaf)
     built = installation.build_cluster(
-        {"soak": {"p1": ("H800", leaves), "p2": ("H800", leaves)}}, nodes_per_leaf=25
+        {"soak": {"p1": ("H800", leaves), "p2": ("H800", leaves)}}, nodes_per_leaf=per_leaf
     )
     Pod.objects.update(hot_spares=1)
     for pod in Pod.objects.all():
@@ -179,12 +188,16 @@ def arrivals(rng: random.Random, rate: float) -> int:
     return count
 
 
-def submit(rng: random.Random, queues, model, number: int):
+def submit(rng: random.Random, queues, model, number: int, real: bool = False):
+    """A job of the stream; with `real` agents, a smaller one running train_tiny (a step a
+    second), so that a two-core machine carries the processes."""
+    from bench.real_agents import train_tiny
     from portal.core.triggers import trigger_cycle
     from portal.workloads.models import Workload
 
-    gpus = rng.choice(SIZES)
+    gpus = rng.choice(REAL_SIZES if real else SIZES)
     elastic = gpus >= 16 and rng.random() < 1 / 3
+    duration = rng.uniform(30, 120 if real else 240)
     Workload.objects.create(
         tenant=(queue := rng.choice(queues)).tenant,
         queue=queue,
@@ -196,7 +209,8 @@ def submit(rng: random.Random, queues, model, number: int):
         checkpoint_policy=rng.choice(["async", "triggered", "periodic", "none"]),
         checkpoint_interval_s=rng.choice([None, 20, 60]),
         topology="pod",
-        simulated_duration_s=rng.uniform(30, 240),
+        simulated_duration_s=duration,
+        command=train_tiny(int(duration), gpus) if real else "",
     )
     trigger_cycle()
 
@@ -319,6 +333,17 @@ class Fleet:
         self.agents[name] = self._agent(name)
         self.tasks[name] = asyncio.create_task(self.agents[name].run())
 
+    async def drop(self, name: str, away_s: float) -> None:
+        """The agent goes away for `away_s`, then comes back (its simulated work with it)."""
+        await self.agents[name].stop()
+        await asyncio.sleep(away_s)
+        await self.restart(name)
+
+    async def hang(self, node_id: int) -> None:
+        from portal.cluster.commands import send_command
+
+        await db(lambda: send_command(node_id, "inject_fault", code="hang", gpu_index=0))
+
     async def repair(self) -> int:
         """What the on-call does: a node a fault took down is rebooted and, once its agent is
         back, asked back to service (a health check, which returns it once passed). Returns how
@@ -334,6 +359,44 @@ class Fleet:
         await asyncio.gather(*(agent.stop() for agent in self.agents.values()))
         for task in self.tasks.values():
             task.cancel()
+
+
+class ProcessFleet(Fleet):
+    """Real agents (`wanka-agent --backend processes`, a process each) running real PyTorch
+    jobs: dropped with kill -9 (their jobs left running, to be fenced by the agent started
+    again), hung with SIGSTOP."""
+
+    def __init__(self, specs, urls: list[str], heartbeat_s: float, logs: Path):
+        from bench.real_agents import AgentProcesses
+
+        self.specs = {spec.hostname: spec for spec in specs}
+        self.agents = AgentProcesses(urls[0], logs, heartbeat_s, grace_s=5.0)
+        processes.on_stop(self.agents.end_orphans)
+
+    async def start(self, stagger_s: float = 0.01) -> None:
+        await self.agents.start(self.specs.values())
+
+    async def restart(self, name: str) -> None:
+        await self.agents.restart(name)
+
+    async def drop(self, name: str, away_s: float) -> None:
+        await self.agents.kill(name, away_s)
+
+    async def hang(self, node_id: int) -> None:
+        from portal.workloads.models import Allocation
+
+        held = await db(
+            lambda: (
+                Allocation.objects.filter(node_id=node_id)
+                .values_list("node__name", "workload_id")
+                .first()
+            )
+        )
+        if held:
+            self.agents.hang(*held)
+
+    async def stop(self) -> None:
+        await self.agents.stop(list(self.agents.children))
 
 
 class Watch:
@@ -367,7 +430,13 @@ async def restart_exited(children: dict[str, Child], restarts: Counter) -> None:
 
 
 def soak(
-    minutes: float, nodes: int, seed: int, logs: Path, database_url: str, redis_port: int
+    minutes: float,
+    nodes: int,
+    seed: int,
+    logs: Path,
+    database_url: str,
+    redis_port: int,
+    backend: str = "simulated",
 ) -> dict:
     from portal.cluster.commands import send_command
     from portal.workloads.models import Allocation
@@ -375,7 +444,9 @@ def soak(
     rng = random.Random(seed)
     queues, model, specs = build(nodes, seed)
     children, port = start_stack(logs, database_url, redis_port)
-    fleet = Fleet(specs, [f"ws://127.0.0.1:{port}/ws/agent/"], 2.0)
+    urls = [f"ws://127.0.0.1:{port}/ws/agent/"]
+    real = backend == "processes"
+    fleet = ProcessFleet(specs, urls, 2.0, logs) if real else Fleet(specs, urls, 2.0)
     watch, kills, restarts = Watch(), 0, Counter()
 
     def busy_node():
@@ -384,15 +455,17 @@ def soak(
 
     async def chaos(kind: str) -> None:
         nonlocal kills
-        if kind in ("xid-79", "xid-13", "hang"):
+        if kind in ("xid-79", "xid-13"):
             node = await db(busy_node)
             if node:
                 await db(lambda: send_command(node[0], "inject_fault", code=kind, gpu_index=0))
+        elif kind == "hang":
+            node = await db(busy_node)
+            if node:
+                await fleet.hang(node[0])
         elif kind == "drop-agent":
-            name = rng.choice(list(fleet.agents))
-            await fleet.agents[name].stop()
-            await asyncio.sleep(rng.uniform(8, 14))  # beyond the 6 s grace: lost
-            await fleet.restart(name)
+            # Beyond the 6 s grace: lost. A real agent is killed with -9, its jobs left running.
+            await fleet.drop(rng.choice(list(fleet.specs)), rng.uniform(8, 14))
         else:
             child = children[kind.removeprefix("kill-")]
             await asyncio.to_thread(child.kill)
@@ -407,10 +480,11 @@ def soak(
         next_repair = time.monotonic() + 30
         while time.monotonic() < end:
             now = time.monotonic()
-            for _ in range(arrivals(rng, nodes / 100)):  # about as busy at any size
+            # About as busy at any size (real jobs are smaller and shorter: more of them).
+            for _ in range(arrivals(rng, nodes / (30 if real else 100))):
                 number += 1
                 try:
-                    await db(submit, rng, queues, model, number)
+                    await db(submit, rng, queues, model, number, real)
                 except Exception as error:  # its cycle trigger found Redis down: beat runs one
                     print(f"submit: {error!r}", file=sys.stderr)
             if now >= next_chaos:
@@ -472,10 +546,17 @@ def soak(
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10)
-    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--nodes", type=int, help="200, or 6 with real agents")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, help="seconds in all")
+    parser.add_argument(
+        "--backend",
+        choices=["simulated", "processes"],
+        default="simulated",
+        help="processes: real agents running real PyTorch jobs",
+    )
     args = parser.parse_args(argv)
+    nodes = args.nodes or (6 if args.backend == "processes" else 200)
     processes.supervise(args.timeout or 60 * args.minutes + 120 + 900)
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
@@ -493,7 +574,9 @@ def main(argv=None) -> None:
 
     test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        result = soak(args.minutes, args.nodes, args.seed, logs, database_url(), redis_port)
+        result = soak(
+            args.minutes, nodes, args.seed, logs, database_url(), redis_port, args.backend
+        )
     finally:
         connection.close()
         connection.creation.destroy_test_db(test_db, verbosity=0)
