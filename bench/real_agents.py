@@ -23,7 +23,8 @@ def train_tiny(steps: int, gpus: int) -> str:
     replicas), as simulated agents run a shrunk job."""
     pause = f'"$(( {gpus} * 1000 / WORLD_SIZE ))e-3"'  # seconds, from the launch variables
     arguments = f"--steps {steps} --device cpu --sleep-s {pause}"
-    script = f'exec "$0" {shlex.quote(str(TRAIN_TINY))} {arguments}'
+    # One thread each: many PyTorch processes share the benchmark machine's cores.
+    script = f'OMP_NUM_THREADS=1 exec "$0" {shlex.quote(str(TRAIN_TINY))} {arguments}'
     return shlex.join(["sh", "-c", script, sys.executable])
 
 

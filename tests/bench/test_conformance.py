@@ -3,11 +3,11 @@ training command's pace on fewer GPUs, and which scenario a violation belongs to
 
 import shlex
 import subprocess
-from dataclasses import replace
 
 import pytest
 
-from bench.conformance import MODELS, SCENARIOS, TRAIN, command, for_processes, owns, simulate
+from bench.conformance import MODELS, SCENARIOS, for_processes, owns, simulate
+from bench.real_agents import train_tiny
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 MOVED = ["running", "recovering (spare)", "running", "succeeded"]
@@ -28,7 +28,9 @@ MOVED = ["running", "recovering (spare)", "running", "succeeded"]
                      id="the job moves to the second spare when the first is down"),
     ],
 )  # fmt: skip
-def test_new_scenarios_simulate_as_the_portal_recovers(backend, name, job, history, lowest, highest):
+def test_new_scenarios_simulate_as_the_portal_recovers(
+    backend, name, job, history, lowest, highest
+):
     scenario = BY_NAME[name]
     scenario = for_processes(scenario) if backend == "processes" else scenario
     predicted = simulate(scenario, MODELS[backend])[job]
@@ -46,7 +48,7 @@ def test_the_hung_job_saves_nothing_with_real_processes_and_starts_again_from_sc
 
 @pytest.mark.parametrize(("world", "pause"), [(16, "1000e-3"), (8, "2000e-3"), (24, "666e-3")])
 def test_the_training_steps_slow_in_proportion_on_fewer_gpus(world, pause):
-    sh, flag, script, _python = shlex.split(command(replace(TRAIN, gpus=16)))
+    sh, flag, script, _python = shlex.split(train_tiny(90, 16))
     shown = subprocess.run(
         [sh, flag, script, "echo"], env={"WORLD_SIZE": str(world)}, capture_output=True, text=True
     ).stdout.split()
