@@ -108,11 +108,11 @@ def mark_lost_nodes() -> list[int]:
     cutoff = now - window
     redis = client()
     redis.set(SEEN_SINCE, now, nx=True)
-    if max(float(redis.get(SEEN_SINCE)), deaf_since(redis, now)) > cutoff:
-        return []
     beats = {int(n): t for n, t in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf", withscores=True)}
     _still_beating(beats)
     _record_last_seen(beats)
+    if max(float(redis.get(SEEN_SINCE)), deaf_since(redis, now)) > cutoff:
+        return []
     fresh = set(beats)
     holding = Q(allocations__workload__state__in=recovery.RECOVERABLE)
     candidates = Node.objects.filter(Q(connected=True) | holding).distinct()

@@ -4,11 +4,7 @@ one's place stops that orphan before it says hello, so the job does not run twic
 than the outage, and the node comes back with its GPUs free. What fencing misses is reported:
 a stranger on a GPU fails the invariants and the node's health check."""
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -21,13 +17,14 @@ from portal.agents.intake import mark_lost_nodes
 from portal.cluster import checks
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
-from portal.cluster.summary import LAST_SEEN, SEEN_SINCE
+from portal.cluster.summary import LAST_SEEN, SEEN_SINCE, WEB_UP_SINCE
 from portal.workloads import invariants
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
 from scheduler.agent.processes import recorded_group
 from tests.builders import make_cluster, make_queue, make_workload
+from tests.leftovers import left_behind
 from tests.portal.processes import SLEEPER, start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,12 +51,14 @@ def _pgid(state: Path, workload) -> int | None:
 
 
 def _fall_silent(node, redis) -> None:
-    """The node's last heartbeat a minute ago, in Redis and the database, which has kept
-    heartbeats for an hour: the lost-node sweep's view of an agent killed a minute ago."""
+    """The node's last heartbeat a minute ago, in Redis and the database; Redis has kept
+    heartbeats, and the web tier been up, for an hour: the lost-node sweep's view of an agent
+    killed a minute ago."""
     long_ago = time.time() - 60
     Node.objects.filter(pk=node.pk).update(last_seen_at=timezone.now() - timedelta(minutes=1))
     redis.zadd(LAST_SEEN, {node.pk: long_ago})
     redis.set(SEEN_SINCE, time.time() - 3600)
+    redis.set(WEB_UP_SINCE, time.time() - 3600)
 
 
 def test_a_restarted_agent_stops_the_orphan_of_the_one_killed(
@@ -106,37 +105,22 @@ def test_a_process_no_workload_started_fails_the_invariants_and_the_health_check
     invariant checker names it, and the node does not pass its health check until it is gone."""
     [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
     agent = start_agent(portal_server, node, tmp_path / "state")
-    workdir = tmp_path / "state" / "workloads" / "99"
-    workdir.mkdir(parents=True)
-    stranger = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
-        env={**os.environ, "WANKA_WORKLOAD_ID": "99"},
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
     try:
-        assert stranger.stdout.readline() == b"up\n"
-        (workdir / "pgid").write_text(json.dumps({"pgid": stranger.pid, "gpus": [2]}))
-        said = f"node {node.name} GPU 2: pid {stranger.pid} is no workload's"
-        wait_until(
-            lambda: any(v.startswith(said) for v in invariants.stranger_processes()),
-            30,
-            "the agent to report the stranger",
-        )
-        Node.objects.get(pk=node.pk).set_health(Health.DOWN, "by the operator")
-        _ask_ready(node)
-        wait_until(lambda: _health(node) == Health.DOWN, 30, "the health check to fail")
-        assert f"pid {stranger.pid} on GPU 2" in Node.objects.get(pk=node.pk).health_reason
-
-        stranger.kill()
-        stranger.wait()
-        _ask_ready(node)
+        with left_behind(tmp_path / "state" / "workloads" / "99", [2], "99") as stranger:
+            said = f"node {node.name} GPU 2: pid {stranger.pid} is no workload's"
+            wait_until(
+                lambda: any(v.startswith(said) for v in invariants.stranger_processes()),
+                30,
+                "the agent to report the stranger",
+            )
+            Node.objects.get(pk=node.pk).set_health(Health.DOWN, "by the operator")
+            _ask_ready(node)
+            wait_until(lambda: _health(node) == Health.DOWN, 30, "the health check to fail")
+            assert f"pid {stranger.pid} on GPU 2" in Node.objects.get(pk=node.pk).health_reason
+        _ask_ready(node)  # it is gone now
         wait_until(lambda: _health(node) == Health.READY, 30, "the health check to pass")
         wait_until(lambda: not invariants.stranger_processes(), 30, "the next heartbeat")
     finally:
-        stranger.kill()
-        stranger.wait()
-        stranger.stdout.close()
         agent.stop()
 
 

@@ -9,7 +9,6 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from scheduler.agent.processes import (
 )
 from scheduler.agent.protocol import AGENT, LOG_LINE_CHARS, encode, parse
 from scheduler.agent.simulated import SimulatedGpus
+from tests.leftovers import left_behind
 
 REPO = Path(__file__).resolve().parents[3]
 PROGRESS_WAIT_S = 3 * PROGRESS_EVERY_S
@@ -381,50 +381,24 @@ def test_a_leftover_of_an_earlier_agent_is_stopped_before_the_workload_starts_ag
 ) -> None:
     async def scenario() -> None:
         workdir = tmp_path / "state" / "workloads" / "9"
-        workdir.mkdir(parents=True)
-        leftover = subprocess.Popen(
-            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
-            env={**os.environ, "WANKA_WORKLOAD_ID": "9"},
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            assert leftover.stdout.readline() == b"up\n"  # past exec: its own environment
-            (workdir / "pgid").write_text(json.dumps({"pgid": leftover.pid, "gpus": [0]}))
+        with left_behind(workdir, [0], workload_id="9") as leftover:
             started = time.monotonic()
             backend, _ = make_backend(tmp_path)
             await backend.start(Assignment(9, (0,), python("print('fresh')")))
             assert leftover.wait(timeout=5) == -signal.SIGTERM
             assert time.monotonic() - started < 2.0  # it ended on SIGTERM, within the grace
             assert (await backend.wait(9)).log_tail == ("fresh",)
-        finally:
-            leftover.kill()
-            leftover.wait()
-            leftover.stdout.close()
 
     run(scenario())
 
 
 def test_an_unrelated_process_under_a_stale_pid_file_is_left_alone(tmp_path: Path) -> None:
     async def scenario() -> None:
-        workdir = tmp_path / "state" / "workloads" / "9"
-        workdir.mkdir(parents=True)
-        stranger = subprocess.Popen(
-            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            assert stranger.stdout.readline() == b"up\n"
-            (workdir / "pgid").write_text(json.dumps({"pgid": stranger.pid, "gpus": [0]}))
+        with left_behind(tmp_path / "state" / "workloads" / "9", [0]) as stranger:
             backend, _ = make_backend(tmp_path)
             await backend.start(Assignment(9, (0,), python("pass")))
             await backend.wait(9)
             assert stranger.poll() is None
-        finally:
-            stranger.kill()
-            stranger.wait()
-            stranger.stdout.close()
 
     run(scenario())
 
@@ -614,30 +588,19 @@ def test_the_gpus_report_their_processes_and_the_health_check_fails_on_a_strange
         rank = await _first_line(backend, 3)
         backend._machine.compute_processes = lambda: {2: [int(rank)]}
         workdir = tmp_path / "state" / "workloads" / "9"
-        workdir.mkdir(parents=True)
-        leftover = subprocess.Popen(
-            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
-            env={**os.environ, "WANKA_WORKLOAD_ID": "9"},
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
         try:
-            assert leftover.stdout.readline() == b"up\n"
-            (workdir / "pgid").write_text(json.dumps({"pgid": leftover.pid, "gpus": [0]}))
-            seen = {s.index: s.processes for s in backend.telemetry()}
-            main = backend._procs[3].process.pid
-            assert seen[0] == (GpuProcess(leftover.pid, None),)
-            assert seen[1] == (GpuProcess(main, 3),)
-            assert seen[2] == (GpuProcess(main, 3),)  # the rank is the workload's, once
-            assert seen[3] == ()
-            with pytest.raises(RuntimeError, match=f"pid {leftover.pid} on GPU 0"):
-                await backend.health_check()
-            assert await backend.fence() == [9]
-            assert "no stray processes" in await backend.health_check()
+            with left_behind(workdir, [0], workload_id="9") as leftover:
+                seen = {s.index: s.processes for s in backend.telemetry()}
+                main = backend._procs[3].process.pid
+                assert seen[0] == (GpuProcess(leftover.pid, None),)
+                assert seen[1] == (GpuProcess(main, 3),)
+                assert seen[2] == (GpuProcess(main, 3),)  # the rank is the workload's, once
+                assert seen[3] == ()
+                with pytest.raises(RuntimeError, match=f"pid {leftover.pid} on GPU 0"):
+                    await backend.health_check()
+                assert await backend.fence() == [9]
+                assert "no stray processes" in await backend.health_check()
         finally:
-            leftover.kill()
-            leftover.wait()
-            leftover.stdout.close()
             await backend.stop(3)
             await backend.wait(3)
             os.kill(int(rank), signal.SIGKILL)
