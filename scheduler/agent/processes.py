@@ -13,8 +13,12 @@ the workloads. Each workload:
   (`INHERITED`: the search paths, the locale, the time zone, CUDA's and NCCL's settings),
   never the agent's token or any other secret it was started with; then its assignment's
   `env`, then the launch variables below, which win;
+- runs, where the machine has a cgroup v2 hierarchy the agent may write, in a cgroup of its own
+  (``wanka-<hostname>/workload-<id>``), which holds every process it starts, a rank in a
+  session of its own included;
 - is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
-  main process ends, anything left in its group is killed, so no stray rank holds a GPU.
+  main process ends, anything left in its group or its cgroup is killed, so no stray rank holds
+  a GPU.
 
 Launch variables, as `torchrun` means them (a launch of ``torchrun train.py`` needs no flags,
 since torchrun takes its defaults from the ``PET_*`` variables):
@@ -53,6 +57,8 @@ and a new agent process does not adopt processes an earlier one left behind (one
 it stops every such process group before it first says hello (`fence`), so the node returns to
 service with its GPUs free even where the control plane has meanwhile moved the job elsewhere,
 and a workload the control plane still wants there starts afresh from its newest checkpoint.
+What it records of each run (``pgid`` in the working directory: the process group, the GPUs,
+the cgroup) is what it stops, all of the cgroup included.
 Ranks a launcher such as torchrun starts in sessions of their own are ended by the launcher on
 SIGTERM, not by the group's SIGKILL.
 """
@@ -166,6 +172,7 @@ class ProcessBackend:
         self._procs: dict[int, _Proc] = {}
         self._logs: dict[int, tuple[Path, int]] = {}  # workload -> its newest run's log, start
         self._listener: EventListener | None = None
+        self._cgroups = cgroup_home(machine.inventory().hostname)
 
     def inventory(self) -> NodeInventory:
         """The machine's inventory."""
@@ -197,7 +204,7 @@ class ProcessBackend:
                 if owner is None or all(p.workload_id != owner for p in seen[index]):
                     seen[index].append(GpuProcess(pid, owner))
         for _wid, record in self._leftovers():
-            if _group_alive(record["pgid"]):
+            if _group_alive(record["pgid"]) or _cgroup_pids(record):
                 for index in record["gpus"]:
                     seen[index].append(GpuProcess(record["pgid"], None))
         return seen
@@ -236,8 +243,12 @@ class ProcessBackend:
         return self._machine.inject_fault(code, gpu_index, args)
 
     def close(self) -> None:
-        """Release the machine. Running workloads are left running."""
+        """Release the machine, and the agent's cgroup once no run is in it. Running workloads
+        are left running."""
         self._machine.close()
+        if self._cgroups:
+            with contextlib.suppress(OSError):  # runs left in it: it stays, for the next agent
+                Path(self._cgroups).rmdir()
 
     async def stop_all(self) -> list[int]:
         """Stop every running workload (with the grace period); return their ids."""
@@ -267,7 +278,8 @@ class ProcessBackend:
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         process, log_start = await _spawn(argv, workdir, env)
-        record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices)}
+        cgroup = _enter_cgroup(self._cgroups, wid, process.pid)
+        record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices), "cgroup": cgroup}
         (workdir / PGID_FILE).write_text(json.dumps(record))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
         newest = latest_complete(checkpoint_dir)
@@ -292,6 +304,7 @@ class ProcessBackend:
             proc.watcher.cancel()
         self._read_manifest(proc)  # the saves it made just before it ended
         _signal_group(proc.process.pid, signal.SIGKILL)
+        _end_cgroup(recorded_group(proc.workdir))  # ranks in sessions of their own too
         for request_id, waiter in proc.waiters.items():
             if not waiter.done():
                 waiter.set_exception(
@@ -468,7 +481,9 @@ class ProcessBackend:
             if wid is None or wid in self._procs:
                 continue
             record = recorded_group(path.parent)
-            if record is not None and _is_workload_group(record["pgid"], wid):
+            if record is not None and (
+                _is_workload_group(record["pgid"], wid) or _cgroup_pids(record)
+            ):
                 found.append((wid, record))
         return found
 
@@ -477,18 +492,21 @@ class ProcessBackend:
         whether there was one."""
         workdir = self._state_dir / "workloads" / str(wid)
         record = recorded_group(workdir)
-        if record is None or not _is_workload_group(record["pgid"], wid):
+        if record is None:
             return False
-        pgid = record["pgid"]
-        logger.warning("workload %s: stopping the processes an earlier agent left", wid)
-        _signal_group(pgid, signal.SIGTERM)
-        deadline = asyncio.get_running_loop().time() + self.grace_s
-        while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.1)
-        _signal_group(pgid, signal.SIGKILL)
+        pgid, stopped = record["pgid"], bool(_cgroup_pids(record))
+        if _is_workload_group(pgid, wid):
+            logger.warning("workload %s: stopping the processes an earlier agent left", wid)
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = asyncio.get_running_loop().time() + self.grace_s
+            while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+            _signal_group(pgid, signal.SIGKILL)
+            stopped = True
+        _end_cgroup(record)  # what escaped the group (ranks in sessions of their own)
         with contextlib.suppress(FileNotFoundError):
             (workdir / PGID_FILE).unlink()
-        return True
+        return stopped
 
 
 # What a workload keeps of the agent's environment: names, or prefixes ending in "_".
@@ -678,9 +696,76 @@ def _state(proc_dir: Path) -> str:
     return stat[stat.rfind(")") + 2 :].split()[0]
 
 
+def cgroup_home(name: str) -> str | None:
+    """A cgroup (v2) of this agent's own, `wanka-<name>` at the top of the hierarchy, for its
+    workloads' cgroups (created); None where the machine has no cgroup v2 hierarchy the agent
+    may write (not root, or cgroup v1 only): then process groups alone say what a run is."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for fields in (line.split() for line in mounts):
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            home = Path(fields[1]) / f"wanka-{name}"
+            try:
+                home.mkdir(exist_ok=True)
+            except OSError:
+                return None
+            return str(home)
+    return None
+
+
+def _enter_cgroup(home: str | None, wid: int, pid: int) -> str | None:
+    """Put the run's main process (and so all it starts, whatever session) in a cgroup of its
+    own under `home`; the cgroup's path, or None without one."""
+    if home is None:
+        return None
+    cgroup = Path(home) / f"workload-{wid}"
+    try:
+        cgroup.mkdir(exist_ok=True)
+        (cgroup / "cgroup.procs").write_text(str(pid))
+    except OSError as exc:
+        logger.warning("workload %s: runs without a cgroup: %s", wid, exc)
+        return None
+    return str(cgroup)
+
+
+def _cgroup_pids(record: Mapping[str, Any]) -> list[int]:
+    """The processes still in the run's cgroup (none without one)."""
+    if not record.get("cgroup"):
+        return []
+    try:
+        return [int(pid) for pid in (Path(record["cgroup"]) / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _end_cgroup(record: Mapping[str, Any] | None) -> None:
+    """Kill whatever is left in the run's cgroup (cgroup.kill, else each process), and remove
+    it once empty."""
+    if not record or not record.get("cgroup"):
+        return
+    cgroup = Path(record["cgroup"])
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+    except OSError:
+        for pid in _cgroup_pids(record):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    for _ in range(50):  # the kernel empties it within a few milliseconds
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
 def recorded_group(workdir: Path) -> dict[str, Any] | None:
     """What the agent recorded of the run in a workload's working directory while it runs:
-    {"pgid": its process group, "gpus": the GPUs it was given}; None when there is none."""
+    {"pgid": its process group, "gpus": the GPUs it was given, "cgroup": its cgroup or None};
+    None when there is none."""
     try:
         record = json.loads((workdir / PGID_FILE).read_text())
     except (OSError, ValueError):

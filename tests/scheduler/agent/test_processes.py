@@ -21,6 +21,7 @@ from scheduler.agent.contract import PROGRESS_EVERY_S
 from scheduler.agent.processes import (
     OUTPUT_BEHIND_BYTES,
     ProcessBackend,
+    cgroup_home,
     log_tail,
     read_output,
     recorded_group,
@@ -621,5 +622,56 @@ def test_a_gpu_off_the_bus_fails_the_health_check(tmp_path: Path) -> None:
         backend.inject_fault("xid-79", 2, {})
         with pytest.raises(NodeFault, match="GPU 2 has fallen off the bus"):
             await backend.health_check()
+
+    run(scenario())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+ESCAPE = (  # a rank that a launcher starts in a session of its own, and that outlives it
+    "import subprocess, sys; "
+    "r = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+    "start_new_session=True); print(r.pid, flush=True)"
+)
+
+
+@pytest.mark.skipif(cgroup_home("node-a") is None, reason="no cgroup v2 this process may write")
+def test_a_rank_in_a_session_of_its_own_ends_with_its_run_through_the_cgroup(
+    tmp_path: Path,
+) -> None:
+    """Outside the run's process group, the rank is still in its cgroup: when the run's main
+    process ends, the rank ends too, and no process holds the GPU."""
+
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        await backend.start(Assignment(4, (0,), python(ESCAPE + "; import time; time.sleep(1)")))
+        rank = int(await _first_line(backend, 4))  # started: it sleeps a minute
+        assert (await backend.wait(4)).exit_code == 0
+        await wait_for(lambda: not _alive(rank), "the escaped rank to end")
+
+    run(scenario())
+
+
+@pytest.mark.skipif(cgroup_home("node-a") is None, reason="no cgroup v2 this process may write")
+def test_fencing_ends_what_a_crashed_agent_left_in_a_runs_cgroup(tmp_path: Path) -> None:
+    """The agent died; its run's main process has ended since, but a rank in a session of its
+    own runs on, in the run's cgroup: a new agent's fence ends it, and says so."""
+
+    async def scenario() -> None:
+        crashed, _ = make_backend(tmp_path)
+        await crashed.start(Assignment(5, (0,), python(ESCAPE)))
+        rank = int(await _first_line(crashed, 5))
+        record = recorded_group(tmp_path / "state" / "workloads" / "5")
+        await crashed._procs[5].process.wait()  # the main process ended; the agent never saw
+        assert _alive(rank) and record["cgroup"]
+        successor, _ = make_backend(tmp_path)
+        assert await successor.fence() == [5]
+        await wait_for(lambda: not _alive(rank), "the fenced rank to end")
+        assert not Path(record["cgroup"]).exists()
 
     run(scenario())
