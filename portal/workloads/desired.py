@@ -175,6 +175,7 @@ def _assignment(workload, indices, rank, gang, env) -> dict:
         "master_addr": master,
         # GPUs are exclusive, so the master's first GPU index makes the port unique there.
         "master_port": MASTER_PORT_BASE + first_gpu,
+        "tenant": workload.tenant_id,
     } | ({"serve_port": workload.serve_port} if workload.serve_port else {})
 
 

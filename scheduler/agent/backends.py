@@ -175,6 +175,7 @@ class Assignment:
     master_port: int = 0
     attempt: int = 0  # which run: a new attempt of a listed workload restarts it
     serve_port: int | None = None  # an inference replica: it serves HTTP on this port
+    tenant: int | None = None  # whose work: an agent that can runs each tenant's as its own user
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -192,6 +193,7 @@ class Assignment:
             master_port=item["master_port"],
             attempt=item.get("attempt", 0),
             serve_port=item.get("serve_port"),
+            tenant=item.get("tenant"),
         )
 
 

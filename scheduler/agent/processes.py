@@ -70,10 +70,12 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import time
 import uuid
 from collections import defaultdict
@@ -162,9 +164,19 @@ class ProcessBackend:
         log_lines: int = DEFAULT_LOG_LINES,
         poll_s: float = 0.5,
         base_env: Mapping[str, str] | None = None,
+        job_users: bool | None = None,
     ) -> None:
         self._machine = machine
         self._state_dir = Path(state_dir)
+        # Each tenant's work as a user of its own: where the agent can (root, and its state
+        # directory reachable by other users), unless told.
+        can = os.geteuid() == 0 and _reachable(self._state_dir)
+        self.job_users = can if job_users is None else job_users
+        if job_users is None and not can:
+            logger.warning(
+                "jobs run as the agent's own user: %s",
+                "it is not root" if os.geteuid() else f"{state_dir} is not reachable by others",
+            )
         self.grace_s = grace_s
         self._log_lines = log_lines
         self._poll_s = poll_s
@@ -277,7 +289,8 @@ class ProcessBackend:
         env[ENV_PROGRESS_FILE] = str(workdir / PROGRESS_FILE)
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
-        process, log_start = await _spawn(argv, workdir, env)
+        user = self._box(assignment, workdir, checkpoint_dir)
+        process, log_start = await _spawn(argv, workdir, env, user)
         cgroup = _enter_cgroup(self._cgroups, wid, process.pid)
         record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices), "cgroup": cgroup}
         (workdir / PGID_FILE).write_text(json.dumps(record))
@@ -294,6 +307,21 @@ class ProcessBackend:
         )
         proc.watcher = asyncio.create_task(self._follow(proc), name=f"manifest {wid}")
         logger.info("workload %s: started %s as pid %s", wid, argv[0], process.pid)
+
+    def _box(self, assignment: Assignment, workdir: Path, checkpoint_dir: Path):
+        """The (uid, gid) the run starts as: its tenant's own user, owning its working and
+        checkpoint directories (0700: no other tenant's job, nor the agent's state, reads
+        them); None, as the agent's own user, without `job_users` or a tenant."""
+        if not self.job_users or assignment.tenant is None:
+            return None
+        uid, gid = tenant_user(assignment.tenant)
+        for path in (self._state_dir, self._state_dir / "workloads"):
+            path.chmod(0o711)  # each user reaches its own directories, lists nothing
+        for path in (workdir, checkpoint_dir):
+            if path == workdir or path.is_relative_to(workdir):
+                os.chown(path, uid, gid)
+                path.chmod(0o700)
+        return uid, gid
 
     async def wait(self, workload_id: int) -> WorkloadExit:
         """Wait for the workload's main process to end; kill what is left of its group."""
@@ -646,10 +674,32 @@ def _argv(assignment: Assignment) -> list[str]:
     return argv
 
 
+def _reachable(state_dir: Path) -> bool:
+    """Whether other users may pass through every directory above `state_dir` (to reach their
+    own working directories under it)."""
+    parents = [p for p in Path(state_dir).resolve().parents if p.exists()]
+    return all(parent.stat().st_mode & 0o001 for parent in parents)
+
+
+def tenant_user(tenant: int) -> tuple[int, int]:
+    """The uid and gid of the tenant's user on this machine, `wanka-t<tenant>`: a system user
+    with no home and no shell, created the first time (the agent runs as root)."""
+    name = f"wanka-t{tenant}"
+    if name not in {entry.pw_name for entry in pwd.getpwall()}:
+        create = ["useradd", "--system", "--no-create-home", "--user-group",
+                  "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]  # fmt: skip
+        done = subprocess.run(create, capture_output=True, text=True)
+        if done.returncode not in (0, 9):  # 9: another start created it meanwhile
+            raise ValueError(f"cannot create the user {name}: {done.stderr.strip()}")
+    entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
 async def _spawn(
-    argv: list[str], workdir: Path, env: Mapping[str, str]
+    argv: list[str], workdir: Path, env: Mapping[str, str], user: tuple[int, int] | None
 ) -> tuple[asyncio.subprocess.Process, int]:
     log_path = workdir / LOG_FILE
+    run_as = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
     with open(log_path, "ab") as log:
         start = log.tell()
         try:
@@ -661,6 +711,7 @@ async def _spawn(
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own process group, to signal as one
+                **run_as,
             )
         except OSError as exc:
             raise ValueError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None

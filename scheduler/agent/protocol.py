@@ -304,11 +304,13 @@ _ASSIGNMENT = record(
         "master_port": integer(low=0, high=65535),
     },
     # A new attempt of a listed workload means: stop the old run, start afresh. A simulated
-    # workload runs at `simulated_speed` of its pace (the share of its GPUs it holds).
+    # workload runs at `simulated_speed` of its pace (the share of its GPUs it holds). `tenant`:
+    # whose work it is, so that a node runs each tenant's as a user of its own.
     optional={
         "attempt": _COUNT,
         "simulated_speed": number(low=0),
         "serve_port": integer(low=1, high=65535),
+        "tenant": _ID,
     },
 )
 

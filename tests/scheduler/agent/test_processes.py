@@ -7,9 +7,11 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from scheduler.agent.processes import (
     log_tail,
     read_output,
     recorded_group,
+    tenant_user,
 )
 from scheduler.agent.protocol import AGENT, LOG_LINE_CHARS, encode, parse
 from scheduler.agent.simulated import SimulatedGpus
@@ -675,3 +678,66 @@ def test_fencing_ends_what_a_crashed_agent_left_in_a_runs_cgroup(tmp_path: Path)
         assert not Path(record["cgroup"]).exists()
 
     run(scenario())
+
+
+PEEK = """import json, os, sys
+results = {}
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        open(path, "rb").read()
+        results[name] = "read"
+    except OSError as error:
+        results[name] = type(error).__name__
+print(json.dumps(results), flush=True)
+"""
+
+
+# An interpreter any user may run (this one may live in root's home).
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent makes each tenant's user as root")
+@pytest.mark.skipif(SYSTEM_PYTHON is None, reason="no python3 other users may run")
+def test_two_tenants_jobs_on_one_node_cannot_read_each_other_nor_the_agent() -> None:
+    """Tenant 1's job keeps a secret in its files and its environment; tenant 2's job on the
+    same node tries to read them, its output, the agent's token and the agent's environment.
+    (The state directory is where other users can reach their own, as under /var/lib.)"""
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    home.chmod(0o711)
+    state = home / "state"
+    state.mkdir()
+    (state / "token").write_text("wn_the-nodes-token")
+    (state / "token").chmod(0o600)
+
+    async def scenario() -> None:
+        machine = SimulatedGpus("node-a", "H100-SXM-80GB", 4, 81559, seed=1)
+        backend = ProcessBackend(machine, state, grace_s=5.0, poll_s=0.05,
+                                 base_env={"PATH": os.environ["PATH"]})  # fmt: skip
+        assert backend.job_users
+        keep = "open('secret.txt', 'w').write('mine'); print('kept', flush=True); " + (
+            "import time; time.sleep(60)"
+        )
+        keep = shlex.join([SYSTEM_PYTHON, "-c", keep])
+        await backend.start(Assignment(1, (0,), keep, {"SECRET": "s3"}, tenant=1))
+        assert await _first_line(backend, 1) == "kept"
+        mine = state / "workloads" / "1"
+        targets = {
+            "file": str(mine / "secret.txt"),
+            "output": str(mine / "output.log"),
+            "environ": f"/proc/{backend._procs[1].process.pid}/environ",
+            "token": str(state / "token"),
+            "agent": f"/proc/{os.getpid()}/environ",
+        }
+        command = shlex.join([SYSTEM_PYTHON, "-c", PEEK, json.dumps(targets)])
+        await backend.start(Assignment(2, (1,), command, tenant=2))
+        assert (await backend.wait(2)).exit_code == 0
+        seen = json.loads(backend.output(2, 0, 4096).lines[0])
+        assert seen == dict.fromkeys(targets, "PermissionError")
+        assert (mine.stat().st_uid, mine.stat().st_mode & 0o777) == (tenant_user(1)[0], 0o700)
+        await backend.stop(1)
+        await backend.wait(1)
+
+    try:
+        run(scenario())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
