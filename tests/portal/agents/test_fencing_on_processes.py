@@ -4,6 +4,8 @@ one's place stops that orphan before it says hello, so the job does not run twic
 than the outage, and the node comes back with its GPUs free. What fencing misses is reported:
 a stranger on a GPU fails the invariants and the node's health check."""
 
+import contextlib
+import os
 import signal
 import time
 from datetime import timedelta
@@ -67,34 +69,38 @@ def test_a_restarted_agent_stops_the_orphan_of_the_one_killed(
     first, second = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=2, connected=False)
     states = {first.pk: tmp_path / "first", second.pk: tmp_path / "second"}
     agents = {n.pk: start_agent(portal_server, n, states[n.pk]) for n in (first, second)}
-    queue = make_queue(acme, "llm", h800=8)
-    job = make_workload(queue, "job", gpus=8, command=SLEEPER, checkpoint_policy="none")
-    scheduling_cycle()
-    wait_until(lambda: _state(job) == State.RUNNING, 30, "the job to run")
-    node = Workload.objects.get(pk=job.pk).allocations.first().node
-    other = second if node.pk == first.pk else first
-    orphan = _pgid(states[node.pk], job)
-
-    agents[node.pk].process.send_signal(signal.SIGKILL)
-    agents[node.pk].process.wait()
-    wait_until(lambda: not Node.objects.get(pk=node.pk).connected, 30, "the server to notice")
-    _fall_silent(node, clean_redis)
-    assert mark_lost_nodes() == [node.pk]
-
-    def moved():
-        scheduling_cycle()
-        return _state(job) == State.RUNNING and _pgid(states[other.pk], job) is not None
-
-    wait_until(moved, 60, "the job to run on the other node")
-    assert _running_in(orphan), "a killed agent's job outlives it: two copies run now"
-
-    successor = start_agent(portal_server, node, states[node.pk])
+    orphan = None
     try:
+        queue = make_queue(acme, "llm", h800=8)
+        job = make_workload(queue, "job", gpus=8, command=SLEEPER, checkpoint_policy="none")
+        scheduling_cycle()
+        wait_until(lambda: _state(job) == State.RUNNING, 30, "the job to run")
+        node = Workload.objects.get(pk=job.pk).allocations.first().node
+        other = second if node.pk == first.pk else first
+        orphan = _pgid(states[node.pk], job)
+
+        agents[node.pk].process.send_signal(signal.SIGKILL)
+        agents[node.pk].process.wait()
+        wait_until(lambda: not Node.objects.get(pk=node.pk).connected, 30, "the server to notice")
+        _fall_silent(node, clean_redis)
+        assert mark_lost_nodes() == [node.pk]
+
+        def moved():
+            scheduling_cycle()
+            return _state(job) == State.RUNNING and _pgid(states[other.pk], job) is not None
+
+        wait_until(moved, 60, "the job to run on the other node")
+        assert _running_in(orphan), "a killed agent's job outlives it: two copies run now"
+
+        agents[node.pk] = start_agent(portal_server, node, states[node.pk])  # its successor
         assert not _running_in(orphan)  # stopped before the hello that made the node connected
         assert _running_in(_pgid(states[other.pk], job))  # the one copy left
     finally:
-        successor.stop()
-        agents[other.pk].stop()
+        for agent in agents.values():
+            agent.stop()
+        if orphan is not None:  # should the test fail before the successor stops it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(orphan, signal.SIGKILL)
 
 
 def test_a_process_no_workload_started_fails_the_invariants_and_the_health_check(
