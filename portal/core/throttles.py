@@ -6,9 +6,10 @@ rather than fail.
 - `enrol`: the unauthenticated enrolment endpoint, per client address.
 - `api`: every authenticated request, per API token (per person for a browser's session).
 - `token-guess`: failed bearer authentications per token presented (a hash of it); past it,
-  that token gets a 429 until the window ends, without a trip to the database. Not per client
-  address: everyone behind one proxy or NAT shares it, and one script's stale token locked them
-  all out; guessing a 32-byte random token is hopeless anyway. A valid token is never counted.
+  that token is refused (401, as before) until the window ends without a trip to the
+  database. Not per client address: everyone behind one proxy or NAT shares it, and one
+  script's stale token locked them all out; guessing a 32-byte random token is hopeless
+  anyway. A valid token is never counted, and a token that failed never becomes valid.
 """
 
 import hashlib
@@ -96,7 +97,8 @@ class TokenGuesses(throttling.SimpleRateThrottle):
 
 class GuardedTokenAuthentication(ApiTokenAuthentication):
     """Bearer tokens, with each failing token counted: past the `token-guess` rate, that token
-    is refused (429) until the window ends; other tokens, from anywhere, are not."""
+    is refused without a look in the database until the window ends; other tokens, from
+    anywhere, are looked up as ever."""
 
     def authenticate(self, request):
         parts = authentication.get_authorization_header(request).split()
@@ -105,9 +107,9 @@ class GuardedTokenAuthentication(ApiTokenAuthentication):
         guesses = TokenGuesses()
         presented = hashlib.sha256(b" ".join(parts[1:])).hexdigest()[:32]
         key = f"{guesses.scope}:{presented}"
-        if wait := over(key, guesses.num_requests):
-            raise exceptions.Throttled(
-                wait, "This API token failed too often; try again later with a valid one."
+        if over(key, guesses.num_requests):
+            raise exceptions.AuthenticationFailed(
+                "Invalid or revoked API token (it failed too often to be looked up again soon)."
             )
         try:
             return super().authenticate(request)

@@ -5,11 +5,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
+from portal.core.processes import STEADY_S
 from tests.portal.processes import ROOT, free_port, wait_until
 
 
@@ -73,6 +75,7 @@ def test_a_worker_that_dies_is_started_again_and_the_cycle_goes_on(standalone):
     """A Celery worker exits when its Redis restarts at the wrong moment (killed here): the
     standalone portal starts it again, and the scheduling cycle runs again within seconds."""
     data, process, output = standalone
+    time.sleep(STEADY_S)  # a child that dies sooner after its start is failing, not restarted
     worker = next(pid for pid in _children(process.pid) if b"scheduling," in _cmdline(pid))
     os.kill(worker, signal.SIGKILL)
     wait_until(lambda: "worker exited with code -9; starting it again" in output.read_text(), 15)
