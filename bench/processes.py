@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a child's group
 EXIT_S = 60.0  # past the deadline, how long the benchmark may take to unwind before it is ended
@@ -112,3 +113,37 @@ def _watch(timeout: float) -> None:
     os.kill(os.getpid(), signal.SIGALRM)
     time.sleep(EXIT_S)
     os._exit(1)
+
+
+class Child:
+    """A process the soak starts, kills and starts again with the same command line."""
+
+    def __init__(
+        self, name: str, command: list[str], env: dict, logs: Path, ready: str, port: int = 0
+    ):
+        self.name, self.command, self.env, self.ready = name, command, env, ready
+        self.port = port  # where it listens, for a server
+        self.log = logs / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            mark = self.log.stat().st_size
+            self.process = start(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while self.ready not in self.log.read_text(errors="replace")[mark:]:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{self.name} did not start; see {self.log}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

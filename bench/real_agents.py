@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench.soak import Child
+from bench.processes import Child
 from scheduler.agent.processes import recorded_group
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,9 +41,7 @@ import json
 import math
 import os
 import random
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +49,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench import processes
+from bench.processes import Child
 from bench.reference import reference_s
 
 SIZES = [1, 1, 2, 4, 8, 8, 8, 16, 16, 32, 64]  # Philly's mix of sizes, roughly
@@ -62,42 +61,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-class Child:
-    """A process the soak starts, kills and starts again with the same command line."""
-
-    def __init__(
-        self, name: str, command: list[str], env: dict, logs: Path, ready: str, port: int = 0
-    ):
-        self.name, self.command, self.env, self.ready = name, command, env, ready
-        self.port = port  # where it listens, for a server
-        self.log = logs / f"{name}.log"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            mark = self.log.stat().st_size
-            self.process = processes.start(
-                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + 60
-        while self.ready not in self.log.read_text(errors="replace")[mark:]:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{self.name} did not start; see {self.log}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
 
 
 # What the soak's processes, this one included, run with: heartbeats every 2 s, so that the

@@ -469,6 +469,9 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     if node.facts != facts:
         node.facts = facts
         fields.append("facts")
+    if node.single_tenant != (facts.get("isolates_tenants") is False):
+        node.single_tenant = not node.single_tenant
+        fields.append("single_tenant")
     node.save(update_fields=fields)
     known = {gpu.index: gpu for gpu in node.gpus.all()}
     new, changed = [], []

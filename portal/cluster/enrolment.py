@@ -44,7 +44,8 @@ def enrol(raw_token: str, hostname: str, facts: dict) -> tuple[Node, str]:
             "it a new token or remove it first.",
         )
     node.leaf, node.gpu_model, node.gpu_count, node.facts = (leaf, model, facts["gpu_count"], facts)
-    node.save(update_fields=["leaf", "gpu_model", "gpu_count", "facts"])
+    node.single_tenant = facts.get("isolates_tenants") is False
+    node.save(update_fields=["leaf", "gpu_model", "gpu_count", "facts", "single_tenant"])
     raw = node.issue_token()
     token.used_at, token.node = timezone.now(), node
     token.save(update_fields=["used_at", "node"])

@@ -136,6 +136,8 @@ class Node(models.Model):
     )
     # What the agent reports of itself: driver, CUDA, NVLink, CPU, memory, NICs, labels.
     facts = models.JSONField(default=dict, blank=True, editable=False)
+    # Its agent cannot keep tenants apart (it is not root): it runs one tenant's work at a time.
+    single_tenant = models.BooleanField(default=False, editable=False)
     # Agent connection.
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     agent_version = models.CharField(max_length=32, blank=True)

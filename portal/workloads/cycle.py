@@ -75,12 +75,19 @@ def build_snapshot(now=None) -> engine.Snapshot:
         "health",
         "connected",
         "spare",
+        "single_tenant",
         "leaf__name",
         "leaf__pod__name",
         "leaf__pod__datacenter__name",
         "leaf__pod__datacenter__region__name",
     )
     rows = Node.objects.values_list(*columns)
+    # Whose work each single-tenant node holds (few nodes, if any).
+    tenant_on = dict(
+        Allocation.objects.filter(node__single_tenant=True).values_list(
+            "node_id", "workload__tenant_id"
+        )
+    )
     # Tuples, not model instances: at 12,500 nodes the difference is most of the load time.
     nodes = tuple(
         engine.Node(
@@ -93,10 +100,12 @@ def build_snapshot(now=None) -> engine.Snapshot:
             pod=f"{dc}/{pod}",
             leaf=f"{dc}/{pod}/{leaf}",
             free=tuple(i for i in range(gpus) if i not in busy[node_id]),
+            single_tenant=single,
+            tenant=tenant_on.get(node_id),
             # Hot spares wait for recoveries (`recovery._spare_near`); no cycle places work there.
-            schedulable=health == Health.READY and connected and not spare,
+            schedulable=health == Health.READY and up and not spare,
         )
-        for node_id, name, model, gpus, health, connected, spare, leaf, pod, dc, region in rows
+        for node_id, name, model, gpus, health, up, spare, single, leaf, pod, dc, region in rows
     )
     budget = parallel.Budget()
     resized = dict(
@@ -130,7 +139,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
 COLUMNS = (
     "id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority", "topology",
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
-    "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy",
+    "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
 )  # fmt: skip
 
 
@@ -160,6 +169,7 @@ def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Wo
         throughput=_throughput(w, placed, budget),
         resized_at=_seconds(resized),
         spread=w["spread"] or None,
+        tenant=w["tenant_id"],
     )
 
 

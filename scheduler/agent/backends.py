@@ -72,6 +72,9 @@ class NodeFacts:
     memory_mb: int = 0
     nics: tuple[Nic, ...] = ()
     labels: TopologyLabels = field(default_factory=TopologyLabels)
+    # Whether the agent runs each tenant's jobs as a user of its own (None: it runs no
+    # processes, as the simulated backend). False: one tenant's work at a time on this node.
+    isolates_tenants: bool | None = None
 
     def to_message(self) -> dict[str, Any]:
         """The `facts` field of a hello's `node`."""
@@ -86,6 +89,7 @@ class NodeFacts:
             "datacenter": self.labels.datacenter,
             "pod": self.labels.pod,
             "leaf": self.labels.leaf,
+            "isolates_tenants": self.isolates_tenants,
         }
 
 

@@ -13,9 +13,15 @@ the workloads. Each workload:
   (`INHERITED`: the search paths, the locale, the time zone, CUDA's and NCCL's settings),
   never the agent's token or any other secret it was started with; then its assignment's
   `env`, then the launch variables below, which win;
+- runs, where the agent is root, as its tenant's own user (``wanka-t<tenant>``), its working
+  and checkpoint directories 0700 and that user's: no other tenant's job reads its files, its
+  output or its ``/proc`` entries, nor the agent's token. An agent that cannot (not root) runs
+  one tenant's work at a time: it refuses a second tenant's job, and its facts say so
+  (``isolates_tenants``), for the scheduler to know;
 - runs, where the machine has a cgroup v2 hierarchy the agent may write, in a cgroup of its own
   (``wanka-<hostname>/workload-<id>``), which holds every process it starts, a rank in a
-  session of its own included;
+  session of its own included, and bounds its memory and CPU to the job's share of the node
+  (its GPUs of the node's) where the memory and cpu controllers are there;
 - is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
   main process ends, anything left in its group or its cgroup is killed, so no stray rank holds
   a GPU.
@@ -80,7 +86,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +180,12 @@ class ProcessBackend:
         self.job_users = can if job_users is None else job_users
         if job_users is None and not can:
             logger.warning(
-                "jobs run as the agent's own user: %s",
+                "jobs run as the agent's own user, one tenant's at a time: %s",
                 "it is not root" if os.geteuid() else f"{state_dir} is not reachable by others",
+            )
+        if self.job_users and not _proc_hidden():
+            logger.warning(
+                "/proc is not mounted with hidepid: jobs see other tenants' command lines"
             )
         self.grace_s = grace_s
         self._log_lines = log_lines
@@ -187,8 +197,10 @@ class ProcessBackend:
         self._cgroups = cgroup_home(machine.inventory().hostname)
 
     def inventory(self) -> NodeInventory:
-        """The machine's inventory."""
-        return self._machine.inventory()
+        """The machine's inventory, with whether this agent keeps tenants apart."""
+        inventory = self._machine.inventory()
+        facts = replace(inventory.facts, isolates_tenants=self.job_users)
+        return replace(inventory, facts=facts)
 
     def telemetry(self) -> list[GpuSample]:
         """The machine's telemetry, told which GPUs the running workloads hold, with the
@@ -275,6 +287,7 @@ class ProcessBackend:
             raise ValueError(f"workload {wid} is already running")
         argv = _argv(assignment)
         self._check_gpus(assignment)
+        self._check_tenant(assignment)
         workdir = self._state_dir / "workloads" / str(wid)
         workdir.mkdir(parents=True, exist_ok=True)
         await self._stop_leftover(wid)
@@ -291,7 +304,7 @@ class ProcessBackend:
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         user = self._box(assignment, workdir, checkpoint_dir)
         process, log_start = await _spawn(argv, workdir, env, user)
-        cgroup = _enter_cgroup(self._cgroups, wid, process.pid)
+        cgroup = _enter_cgroup(self._cgroups, wid, process.pid, self._bounds(assignment))
         record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices), "cgroup": cgroup}
         (workdir / PGID_FILE).write_text(json.dumps(record))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
@@ -449,6 +462,24 @@ class ProcessBackend:
                 raise ValueError(f"GPU index {index} does not exist on a node with {count} GPUs")
             if self._machine.lost(index):
                 raise lost_gpu(index)
+
+    def _check_tenant(self, assignment: Assignment) -> None:
+        """An agent that runs every job as its own user keeps one tenant's work at a time."""
+        if self.job_users or assignment.tenant is None:
+            return
+        others = {p.assignment.tenant for p in self._procs.values()} - {assignment.tenant}
+        if others:
+            raise ValueError(
+                "this node runs another tenant's work and cannot keep tenants apart "
+                "(its agent is not root)"
+            )
+
+    def _bounds(self, assignment: Assignment) -> Bounds:
+        """The job's share of the node's memory and CPUs: its GPUs of the node's (one GPU's
+        share for a job of none)."""
+        inventory = self.inventory()
+        share = max(1, len(assignment.gpu_indices)) / max(1, len(inventory.gpus))
+        return Bounds(inventory.facts.memory_mb * share, inventory.facts.cpu_count * share)
 
     async def _follow(self, proc: _Proc) -> None:
         while proc.process.returncode is None:
@@ -681,6 +712,22 @@ def _reachable(state_dir: Path) -> bool:
     return all(parent.stat().st_mode & 0o001 for parent in parents)
 
 
+def _proc_hidden() -> bool:
+    """Whether /proc hides other users' processes (mounted with hidepid 1 or 2)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    for fields in (line.split() for line in mounts):
+        if len(fields) > 3 and fields[1] == "/proc" and fields[2] == "proc":
+            options = fields[3].split(",")
+            return any(o in options for o in HIDEPID)
+    return False
+
+
+HIDEPID = ("hidepid=1", "hidepid=2", "hidepid=noaccess", "hidepid=invisible")
+
+
 def tenant_user(tenant: int) -> tuple[int, int]:
     """The uid and gid of the tenant's user on this machine, `wanka-t<tenant>`: a system user
     with no home and no shell, created the first time (the agent runs as root)."""
@@ -762,18 +809,62 @@ def cgroup_home(name: str) -> str | None:
                 home.mkdir(exist_ok=True)
             except OSError:
                 return None
+            _enable_controllers(home)
             return str(home)
     return None
 
 
-def _enter_cgroup(home: str | None, wid: int, pid: int) -> str | None:
+@dataclass(frozen=True)
+class Bounds:
+    """What a run's cgroup lets it use: memory (MiB) and CPUs."""
+
+    memory_mb: float
+    cpus: float
+
+    def files(self) -> dict[str, str]:
+        """The cgroup v2 files that say so (none for an unknown amount)."""
+        found = {}
+        if self.memory_mb > 0:
+            found["memory.max"] = str(int(self.memory_mb * 2**20))
+        if self.cpus > 0:  # microseconds per period of 100 ms, at least a hundredth of a CPU
+            found["cpu.max"] = f"{max(1000, int(self.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}"
+        return found
+
+
+CPU_PERIOD_US = 100_000
+
+
+def _enable_controllers(home: Path) -> None:
+    """Let the runs' cgroups under `home` bound memory and CPU; where the hierarchy has not
+    those controllers (they are on cgroup v1, say), runs are not bounded, and the log says so."""
+    try:
+        offered = set((home / "cgroup.controllers").read_text().split())
+        for controller in CONTROLLERS & offered:
+            (home / "cgroup.subtree_control").write_text(f"+{controller}")
+    except OSError as exc:
+        offered = set()
+        logger.warning("cannot enable cgroup controllers in %s: %s", home, exc)
+    if missing := sorted(CONTROLLERS - offered):
+        logger.warning(
+            "runs are not bounded in %s: no such cgroup v2 controller", ", ".join(missing)
+        )
+
+
+CONTROLLERS = {"memory", "cpu"}
+
+
+def _enter_cgroup(home: str | None, wid: int, pid: int, bounds: Bounds) -> str | None:
     """Put the run's main process (and so all it starts, whatever session) in a cgroup of its
-    own under `home`; the cgroup's path, or None without one."""
+    own under `home`, bounded where the controllers are there; the cgroup's path, or None
+    without one."""
     if home is None:
         return None
     cgroup = Path(home) / f"workload-{wid}"
     try:
         cgroup.mkdir(exist_ok=True)
+        for name, value in bounds.files().items():
+            with contextlib.suppress(OSError):  # no such controller: said once, at the start
+                (cgroup / name).write_text(value)
         (cgroup / "cgroup.procs").write_text(str(pid))
     except OSError as exc:
         logger.warning("workload %s: runs without a cgroup: %s", wid, exc)

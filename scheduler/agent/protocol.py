@@ -258,7 +258,10 @@ _FACTS = record(
         "datacenter": nullable(string()),
         "pod": nullable(string()),
         "leaf": nullable(string()),
-    }
+    },
+    # Whether its agent runs each tenant's jobs as a user of its own (false: one tenant at a
+    # time on the node; null: it runs no processes).
+    optional={"isolates_tenants": nullable(boolean())},
 )
 
 _NODE = record(

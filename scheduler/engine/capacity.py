@@ -265,6 +265,11 @@ class Pool:
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
         self._changes = 0  # bumped whenever a node's free GPUs change
         self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
+        # Single-tenant nodes are never in `_partial`: partly free, they are offered only to
+        # the tenant whose work they hold (node -> tenant, tenant -> its nodes), empty to anyone.
+        self._single: set[int] = set()
+        self._owner: dict[int, int] = {}
+        self._owned: dict[int, set[int]] = defaultdict(set)
         whole = self._add_all(sorted(nodes, key=attrgetter("name", "id")))
         self._wholes = WholeCounts(whole)
         self._whole = self._wholes.count  # free whole nodes per domain
@@ -314,9 +319,13 @@ class Pool:
             domains_of_node[node_id] = leaf[0]
             leaf[3].append(node)
             leaf[1] += count
+            if node.single_tenant:
+                self._single.add(node_id)
+                if node.tenant is not None:
+                    self._claim(node_id, node.tenant)
             if whole:
                 leaf[2] += 1
-            elif count:
+            elif count and (not node.single_tenant or count == node.gpus):
                 heapq.heappush(self._partial[count], (node.name, node_id))
         counts: Counter[Domain] = Counter()
         for domains, free_gpus, whole, _ in leaves.values():
@@ -338,6 +347,8 @@ class Pool:
         pool._whole = pool._wholes.count
         pool._partial = defaultdict(list, {n: list(h) for n, h in self._partial.items() if h})
         pool._held, pool.held_by, pool._small_failed = {}, {}, {}
+        pool._owner = dict(self._owner)
+        pool._owned = defaultdict(set, {t: set(n) for t, n in self._owned.items()})
         return pool
 
     def refresh(self, node: Node) -> None:
@@ -357,7 +368,7 @@ class Pool:
             self._partial = defaultdict(list)
             for node_id, free in self._free.items():
                 node = self._nodes[node_id]
-                if free and not self.is_whole(node):
+                if free and not self.is_whole(node) and self._offered(node_id, None):
                     self._partial[len(free)].append((node.name, node_id))
             for heap in self._partial.values():
                 heapq.heapify(heap)
@@ -487,22 +498,26 @@ class Pool:
         gpus = workload.gpus if gpus is None else gpus
         self.check_shape(gpus)
         if gpus < self.node_size:
-            no_room = self.known_no_room(gpus)
+            no_room = self.known_no_room(gpus, workload.tenant)
             if no_room is not None:
                 raise Inadmissible(no_room)
             try:
-                node = self._best_partial(gpus) or self._break_whole_node(gpus)
+                node = self._best_partial(gpus, workload.tenant) or self._break_whole_node(gpus)
             except Inadmissible as why:
-                self._small_failed[gpus] = (self._changes, str(why))
+                if not self._owned.get(workload.tenant):  # said of every tenant's job
+                    self._small_failed[gpus] = (self._changes, str(why))
                 raise
             return (Placement(node.id, tuple(sorted(self._free[node.id])[:gpus])),)
         count = gpus // self.node_size
         nodes = self._pick_whole(self._tightest_domain(count, widest_level(workload)), count)
         return tuple(Placement(node.id, tuple(sorted(self._free[node.id]))) for node in nodes)
 
-    def known_no_room(self, gpus: int) -> str | None:
+    def known_no_room(self, gpus: int, tenant: int | None = None) -> str | None:
         """Why a job of `gpus` GPUs, fewer than a node, found no room (`find`) if no GPU was
-        taken or given back since; else None."""
+        taken or given back since; else None (also for a tenant with single-tenant nodes of
+        its own here, which others' jobs do not see)."""
+        if self._owned.get(tenant):
+            return None
         failed = self._small_failed.get(gpus)
         return failed[1] if failed is not None and failed[0] == self._changes else None
 
@@ -519,7 +534,7 @@ class Pool:
         leaves = {self._domains[n][-1] for n in used if n in self._domains}
         best: tuple[tuple, int] | None = None
         for node_id, free in self._free.items():
-            if len(free) < gpus or node_id in used:
+            if len(free) < gpus or node_id in used or not self._offered(node_id, workload.tenant):
                 continue
             key = (self._domains[node_id][-1] in leaves, len(free), self._nodes[node_id].name)
             if best is None or key < best[0]:
@@ -528,8 +543,9 @@ class Pool:
             return ()
         return (Placement(best[1], tuple(sorted(self._free[best[1]])[:gpus])),)
 
-    def take(self, placement: Placement) -> None:
-        """Mark the placement's GPUs used and update the counters of every domain above."""
+    def take(self, placement: Placement, tenant: int | None = None) -> None:
+        """Mark the placement's GPUs used and update the counters of every domain above; a
+        single-tenant node's are `tenant`'s from then on (None: nobody's)."""
         node = self._nodes.get(placement.node_id)
         if node is None:
             return
@@ -539,7 +555,17 @@ class Pool:
         was_whole = self.is_whole(node)
         before = len(free)
         free.difference_update(placement.gpu_indices)
+        if node.id in self._single and tenant is not None:
+            self._claim(node.id, tenant)
         self._recount(node, before, was_whole)
+
+    def _claim(self, node_id: int, tenant: int) -> None:
+        """The single-tenant node holds `tenant`'s work now."""
+        before = self._owner.get(node_id)
+        if before is not None:
+            self._owned[before].discard(node_id)
+        self._owner[node_id] = tenant
+        self._owned[tenant].add(node_id)
 
     def give(self, placement: Placement) -> None:
         """Mark the placement's GPUs free again (the inverse of `take`)."""
@@ -569,6 +595,8 @@ class Pool:
             self._free_gpus[domain] += after - before
             if whole_change:
                 self._wholes.change(domain, whole_change)
+        if not self._offered(node.id, None):
+            return  # partly free single-tenant: its tenant's only (`_owned`)
         if 0 < after < node.gpus or (after and node.gpus != self.node_size):
             heapq.heappush(self._partial[after], (node.name, node.id))
 
@@ -612,15 +640,29 @@ class Pool:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _best_partial(self, gpus: int) -> Node | None:
-        """The partly free node with the fewest free GPUs that still has `gpus`."""
+    def _best_partial(self, gpus: int, tenant: int | None = None) -> Node | None:
+        """The partly free node with the fewest free GPUs that still has `gpus`: of the shared
+        nodes, and of the single-tenant nodes holding `tenant`'s work."""
+        found = None
         for count in range(gpus, self.node_size):
             heap = self._partial[count]
             while heap and len(self._free[heap[0][1]]) != count:
                 heapq.heappop(heap)
             if heap:
-                return self._nodes[heap[0][1]]
-        return None
+                found = self._nodes[heap[0][1]]
+                break
+        own = [self._nodes[n] for n in self._owned.get(tenant, ()) if gpus <= len(self._free[n])]
+        key = lambda node: (len(self._free[node.id]), node.name)  # noqa: E731
+        return min([*own, found] if found else own, key=key, default=None)
+
+    def _offered(self, node_id: int, tenant: int | None) -> bool:
+        """Whether the node's free GPUs are offered to `tenant`'s work: a shared node's, an
+        empty one's, or a single-tenant node's that holds that tenant's work."""
+        return (
+            node_id not in self._single
+            or len(self._free[node_id]) == self._nodes[node_id].gpus
+            or node_id in self._owned.get(tenant, ())
+        )
 
     def _break_whole_node(self, gpus: int) -> Node:
         """A whole free node for a small job, from the leaf with the fewest whole nodes."""
@@ -648,17 +690,17 @@ class Pool:
         nodes = self._pick_whole(domain, min(count, self._whole[domain]))
         return tuple(Placement(n.id, tuple(sorted(self._free[n.id]))) for n in nodes)
 
-    def most_free(self) -> int:
-        """The most GPUs free on one node: whole nodes' too."""
+    def most_free(self, tenant: int | None = None) -> int:
+        """The most GPUs free on one node for `tenant`'s work: whole nodes' too."""
         return (
             self.node_size
             if self._wholes.best(DEPTH[TopologyLevel.ANY])
-            else self._most_free_on_a_node()
+            else self._most_free_on_a_node(tenant)
         )
 
-    def _most_free_on_a_node(self) -> int:
+    def _most_free_on_a_node(self, tenant: int | None = None) -> int:
         for count in range(self.node_size - 1, 0, -1):
-            if self._best_partial(count) is not None:
+            if self._best_partial(count, tenant) is not None:
                 return count
         return 0
 

@@ -296,7 +296,7 @@ class Cycle:
         if not workload.is_elastic or workload.fewest_gpus >= workload.gpus:
             return False
         node, widest = pool.node_size, max(widest_level(workload), TopologyLevel.LEAF)
-        largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free())
+        largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free(workload.tenant))
         tries = 3  # placing can still fail (reservations keep it off): a few sizes more
         for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
             if not self.ledger.allows(queue, workload.gpu_model, gpus):
@@ -367,7 +367,7 @@ class Cycle:
         if not added:
             return
         for placement in added:
-            pool.take(placement)
+            pool.take(placement, workload.tenant)
         extra = sum(len(p.gpu_indices) for p in added)
         self.ledger.charge(queue.id, workload.gpu_model, extra)
         self.budgets.charge(queue.id, workload.gpu_model, extra, seconds)
@@ -387,7 +387,7 @@ class Cycle:
     def admit(self, pool: Pool, queue: Queue, workload: Workload) -> str | None:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
         charge the quota. The reason when there is no room, else None."""
-        no_room = pool.known_no_room(workload.gpus)  # then no node has room, apart or not
+        no_room = pool.known_no_room(workload.gpus, workload.tenant)  # none has room
         if no_room is None:
             try:
                 placements = self._apart(pool, workload) or pool.find(workload)
@@ -457,7 +457,7 @@ class Cycle:
         self, pool: Pool, queue: Queue, workload: Workload, placements: tuple[Placement, ...]
     ) -> None:
         for placement in placements:
-            pool.take(placement)
+            pool.take(placement, workload.tenant)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)
         self.budgets.charge(queue.id, workload.gpu_model, workload.gpus, workload.time_limit_s)
         self.occupancy.add_admitted(workload, placements)

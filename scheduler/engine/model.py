@@ -44,6 +44,10 @@ class Node:
     free: tuple[int, ...]
     schedulable: bool = True  # False when cordoned, draining or down
     region: str = ""
+    # Its agent cannot keep tenants apart: it takes one tenant's work at a time, `tenant`'s
+    # while that holds some of it (None: nobody's).
+    single_tenant: bool = False
+    tenant: int | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,7 @@ class Workload:
     # Workloads of one group (the replicas of a service) are placed apart where free room
     # allows: on a node, then a leaf, no other member holds (`Pool.find_apart`).
     spread: str | None = None
+    tenant: int | None = None  # whose work: what a single-tenant node asks of it
 
     @property
     def is_running(self) -> bool:

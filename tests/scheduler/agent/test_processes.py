@@ -741,3 +741,56 @@ def test_two_tenants_jobs_on_one_node_cannot_read_each_other_nor_the_agent() -> 
         run(scenario())
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+SLEEP = python("import time; time.sleep(60)")
+
+
+def test_an_agent_that_cannot_keep_tenants_apart_runs_one_tenants_work_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Without users of their own (the agent is not root), tenants are kept apart by node: the
+    facts say so, a second tenant's job is refused while another's runs, and taken after."""
+    backend, _ = make_backend(tmp_path)
+    backend.job_users = False
+    assert backend.inventory().facts.isolates_tenants is False
+    node = backend.inventory().to_message()
+    hello = encode("hello", agent_version="1", generation=0, node=node, workloads=[])
+    assert parse(hello, AGENT)["node"]["facts"]["isolates_tenants"] is False
+
+    async def scenario() -> None:
+        await backend.start(Assignment(1, (0,), SLEEP, tenant=1))
+        await backend.start(Assignment(2, (1,), SLEEP, tenant=1))  # the same tenant's: taken
+        with pytest.raises(ValueError, match="another tenant's work and cannot keep tenants apart"):
+            await backend.start(Assignment(3, (2,), SLEEP, tenant=2))
+        for wid in (1, 2):
+            await backend.stop(wid)
+            await backend.wait(wid)
+        await backend.start(Assignment(3, (2,), SLEEP, tenant=2))  # the node is free of tenant 1
+        await backend.stop(3)
+        await backend.wait(3)
+
+    run(scenario())
+
+
+def test_a_runs_cgroup_bounds_memory_and_cpu_to_the_jobs_share_of_the_node(tmp_path: Path) -> None:
+    """A job of 2 of the node's 4 GPUs may use half its memory and half its CPUs. A plain folder
+    stands in for the agent's cgroup here: this machine's cgroup v2 hierarchy has not the memory
+    and cpu controllers (they are on v1), so the files the kernel would read are read back."""
+    backend, _ = make_backend(tmp_path)
+    home = tmp_path / "cgroup"
+    home.mkdir()
+    backend._cgroups = str(home)
+    facts = backend.inventory().facts
+    assert facts.memory_mb > 0 and facts.cpu_count > 0
+
+    async def scenario() -> None:
+        await backend.start(Assignment(1, (0, 1), SLEEP))
+        group = home / "workload-1"
+        assert (group / "memory.max").read_text() == str(int(facts.memory_mb / 2 * 2**20))
+        assert (group / "cpu.max").read_text() == f"{int(facts.cpu_count / 2 * 100_000)} 100000"
+        assert (group / "cgroup.procs").read_text() == str(backend._procs[1].process.pid)
+        await backend.stop(1)
+        await backend.wait(1)
+
+    run(scenario())

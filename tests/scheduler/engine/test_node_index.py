@@ -124,6 +124,7 @@ def test_a_copy_owns_all_a_cycle_changes() -> None:
         "_leaves_of",
         "_largest",
         "_domains_at",
+        "_single",
     }
     assert shared == static
     assert copied._wholes.count is not pool._wholes.count
