@@ -1,5 +1,7 @@
-"""Chaos of the control plane itself: PostgreSQL and Redis restarted, an ASGI process and a
-Celery worker killed, one after another on one working stack; how long until it has recovered.
+"""Chaos of the control plane itself and of what tenants' jobs do to their node: PostgreSQL and
+Redis restarted, the web tier down, an ASGI process and a Celery worker killed, a replica writing
+bad load values, five large jobs on one node, one after another on one working stack; how long
+until it has recovered, and what it cost healthy nodes and jobs.
 
     python -m bench.chaos [--agents 1000] [--short] [--seed 1]
 
@@ -7,15 +9,24 @@ The stack of `bench.soak` with two daphne processes, on a PostgreSQL cluster of 
 own (initdb in a temporary folder, run as the postgres user when this is root; fsync off) and
 a Redis server of its own: `agents` simulated H800 nodes (two pods, a hot spare in each), half
 of their agents on each daphne, heartbeats every 5 s as in production (so the lost-node grace
-is 15 s), one Celery worker and beat. A Philly-shaped stream of jobs (`bench.soak.submit`, one
-a second per 400 nodes) keeps the scheduler busy. Then, in turn:
+is 15 s), one Celery worker and beat; and one real agent (`wanka-agent --backend processes`)
+on a node of H20 GPUs of its own, where tenants' jobs run as processes. A Philly-shaped stream of
+jobs (`bench.soak.submit`, one a second per 400 nodes) keeps the scheduler busy. Then, in turn:
 
-1. postgres: the cluster is stopped as a crash stops it (`pg_ctl stop -m immediate`) and
+1. replica: an inference replica on the real node serves on its port and writes a bad load
+   value to its load file every second (-1 in flight, NaN and infinite rates, 2^64, not
+   JSON); the node keeps beating for `--replica-s`, its report of the replica without a load;
+2. large: five 1-GPU jobs on the real node, each near the most the API takes (a command of
+   60,000 characters, 27,000 Chinese ones of environment: 222 kB as sent): the node's desired
+   state is over a megabyte, sent in parts; all five run.
+   These six jobs run on through the faults below, and are cancelled at the end;
+3. postgres: the cluster is stopped as a crash stops it (`pg_ctl stop -m immediate`) and
    started again 2 s later;
-2. redis: the server is killed (SIGKILL) and started again, empty, 2 s later;
-3. daphne: the first ASGI process, with half the agents on it, is killed and started again on
+4. redis, five times: the server is killed (SIGKILL) and started again, empty, 2 s later;
+5. web: both ASGI processes are killed, every agent cut off, and started again 30 s later;
+6. daphne: the first ASGI process, with half the agents on it, is killed and started again on
    its port 2 s later (systemd's RestartSec=2); its agents come back to it;
-4. worker: the worker is killed while a scheduling cycle runs, several times: the bench
+7. worker: the worker is killed while a scheduling cycle runs, several times: the bench
    submits a burst of jobs, watches Redis for the cycle lock of a cycle it has not killed, and
    sends SIGKILL a random 0-50 ms into it; a kill counts as mid-cycle when the lock is still
    held once the worker is dead. The worker is started again 2 s after each.
@@ -23,7 +34,9 @@ a second per 400 nodes) keeps the scheduler busy. Then, in turn:
 From each fault's moment: agents_back_s, until every node is connected in the database and
 has been heard from (a heartbeat) since the fault (at most one heartbeat period when no agent
 lost its socket); job_running_s, until a 16-GPU probe job, submitted just after the fault
-(again and again while the database refuses it), is admitted and reported running by its nodes.
+(again and again while the database refuses it), is admitted and reported running by its nodes;
+cycle_resumed_s, from the moment what the fault stopped is started again until a scheduling
+cycle has finished (the cycles' histogram in Redis counts one more).
 Throughout, every 5 s, the invariant checker (`portal.workloads.invariants`), as the soak runs
 it: a violation counts when it is still there at the next check; and every agent's own view:
 a GPU that two workloads run on at once is double-booked. Nodes that a fault left silent past
@@ -33,14 +46,19 @@ stack settles for 30 s: a job still admitted or starting after a minute, running
 simulated end, or preempting or recovering with no change for three minutes is stuck.
 
 One line a fault, then the last line, JSON: faults (a list of {fault, agents_back_s,
-job_running_s, invariant_violations, nodes_lost}; the worker's also kills and kills_mid_cycle),
+job_running_s, cycle_resumed_s, invariant_violations, nodes_lost}; the worker's also kills and
+kills_mid_cycle; the tenants' faults {fault, job_running_s, heard_s (since the real node's last
+heartbeat, at the end), load_ignored}), nodes_lost_healthy (nodes declared lost in all: every
+node is healthy throughout), jobs_hit (jobs a fault interrupted: a recovery, a failure),
+cycle_resumed_s (the longest),
 agents, agents_on_killed_daphne, heartbeat_s, processes (by kind), restarts (processes that
 exited on their own and were started again), jobs_submitted, invariant_violations (persistent,
 in all), gpus_double_booked, jobs_stuck, reference_s (the reference loop, `bench.reference`,
 timed first) and wall_s. Targets: no invariant violation, no GPU double-booked, no job stuck,
-every fault recovered within its timeout (`--recover-s`, 120 s); otherwise it says what it was
-waiting for and exits 1. `--short` (CI): 100 agents, three kills of the worker, shorter
-pauses, about three minutes. Its processes and the PostgreSQL cluster are stopped, and the
+no healthy node lost, no job hit, the cycle resumed within 10 s of each fault, every fault
+recovered within its timeout (`--recover-s`, 120 s); otherwise it says what it was waiting for
+and exits 1. `--short` (CI): 100 agents, three kills of the worker, shorter pauses, about six
+minutes. Its processes and the PostgreSQL cluster are stopped, and the
 cluster's folder removed, at the end, on failure, on SIGTERM and past `--timeout`.
 """
 
@@ -50,6 +68,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -59,13 +78,33 @@ from collections import Counter
 from pathlib import Path
 
 from bench import processes
+from bench.real_agents import AgentProcesses
 from bench.reference import reference_s
 from bench.soak import Fleet, Watch, arrivals, build, db, free_port, restart_exited, start_stack
 from bench.soak import submit as submit_job
 
-FAULTS = ("postgres", "redis", "daphne", "worker")
+TENANT_FAULTS = ("replica", "large")
+FAULTS = (*TENANT_FAULTS, "postgres", *("redis",) * 5, "web", "daphne", "worker")
 HEARTBEAT_S = 5.0  # production's
 DOWN_S = 2.0  # from a crash to the start again (systemd's RestartSec=2 in deploy/systemd)
+WEB_DOWN_S = 30.0
+STOPPED = {"redis": ("redis",), "daphne": ("daphne",), "web": ("daphne", "daphne-2")}
+CYCLE_RESUMED_S = 10.0  # the target
+# A replica that serves on $PORT and writes a bad load value every second.
+BAD_LOAD = """
+import http.server, os, threading, time
+port = int(os.environ["PORT"])
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+bad = ['{"in_flight": -1}', '{"in_flight": 1, "requests_per_s": NaN}', "not json",
+       '{"in_flight": 18446744073709551616}', '{"in_flight": 0, "requests_per_s": Infinity}']
+while True:
+    for text in bad:
+        with open(os.environ["WANKA_LOAD_FILE"], "w") as load:
+            load.write(text)
+        time.sleep(1)
+"""
+SLEEP = "import time; time.sleep(3600)"
 STUCK_S = {"admitted": 60, "starting": 60, "preempting": 180, "recovering": 180}
 SETTINGS = {"DJANGO_SETTINGS_MODULE": "portal.settings", "WANKA_HEARTBEAT_S": str(HEARTBEAT_S)}
 
@@ -136,6 +175,100 @@ def probe(queues, model, fault: str) -> int:
     with contextlib.suppress(Exception):  # Redis is down: beat's next cycle takes it
         trigger_cycle()
     return job.pk
+
+
+def real_node(queue):
+    """One node of 8 H20 GPUs, in a data center of its own, for the real agent; `queue` may
+    use it."""
+    from portal.demo import installation
+    from portal.quotas.models import QueueQuota
+    from scheduler.agent.fleet import NodeSpec
+
+    [node] = installation.build_cluster({"real": {"p1": ("H20", 1)}}, nodes_per_leaf=1)
+    QueueQuota.objects.create(queue=queue, gpu_model=node.gpu_model, nominal=8)
+    return NodeSpec(hostname=node.name, token=node.issue_token(), gpu_model="H20")
+
+
+def tenant_jobs(queue, fault: str) -> list[int]:
+    """The jobs of a tenant's fault, on the real node: the replica, or the five large jobs."""
+    from bench.soak import free_port
+    from portal.core.triggers import trigger_cycle
+    from portal.workloads.models import Workload
+
+    common = {
+        "tenant": queue.tenant,
+        "queue": queue,
+        "gpu_model_id": queue.quotas.get(gpu_model__name="H20").gpu_model_id,
+        "gpus": 1,
+        "checkpoint_policy": "none",
+    }
+    if fault == "replica":
+        made = [Workload.objects.create(name="replica", kind="inference", serve_port=free_port(),
+                                        command=shlex.join([sys.executable, "-c", BAD_LOAD]),
+                                        **common)]  # fmt: skip
+    else:
+        # Near what the API takes: a command of 60,000 characters, 27,000 Chinese ones of
+        # environment (222 kB as the protocol writes it).
+        command = shlex.join([sys.executable, "-c", SLEEP, "x" * 60_000])
+        env = {"NOTE": "中" * 27_000}
+        made = [
+            Workload.objects.create(name=f"large-{i}", command=command, env=env, **common)
+            for i in range(5)
+        ]
+    trigger_cycle()
+    return [job.pk for job in made]
+
+
+def all_running(job_ids: list[int]) -> bool:
+    from portal.workloads.models import Workload
+
+    return Workload.objects.filter(pk__in=job_ids, state="running").count() == len(job_ids)
+
+
+def replica_report(job_id: int, node_name: str) -> dict:
+    """What the real node last said: seconds since its last heartbeat, and whether its report
+    of the replica carries a load (it must not: every value it wrote was bad)."""
+    from portal.cluster.models import Node
+    from portal.cluster.summary import LAST_SEEN
+    from portal.core.redis import client
+    from portal.services.load import serving
+
+    node = Node.objects.get(name=node_name)
+    beat = client().zscore(LAST_SEEN, node.pk)
+    record = serving([job_id]).get(job_id, {})
+    return {
+        "heard_s": round(time.time() - beat, 1) if beat else None,
+        "load_ignored": bool(record) and record.get("in_flight") is None,
+    }
+
+
+def cancel_all(job_ids: list[int]) -> None:
+    from portal.workloads.lifecycle import cancel
+    from portal.workloads.models import Workload
+
+    for job in Workload.objects.filter(pk__in=job_ids, state="running"):
+        cancel(job, reason="the chaos is over")
+
+
+def cycles() -> int:
+    """Scheduling cycles finished, as the cycles' histogram in Redis counts them."""
+    from portal.core.measure import CYCLE
+    from portal.core.redis import client
+
+    return int(client().hget(CYCLE, "count") or 0)
+
+
+def hit_since(moment: float) -> int:
+    """Jobs interrupted since `moment`: recovered from a fault, or failed."""
+    from datetime import UTC, datetime
+
+    from django.db.models import Q
+
+    from portal.workloads.models import Workload
+
+    after = datetime.fromtimestamp(moment, UTC)
+    hit = Q(recoveries__started_at__gte=after) | Q(state="failed", finished_at__gte=after)
+    return Workload.objects.filter(hit).distinct().count()
 
 
 def running(job_id: int) -> bool:
@@ -275,10 +408,15 @@ class Chaos:
         self.args, self.logs, self.postgres = args, logs, postgres
         self.rng = random.Random(args.seed)
         self.queues, self.model, specs = build(args.agents, args.seed)
+        self.real_spec = real_node(self.queues[0])
         self.children, _ = start_stack(logs, url, redis_port, daphnes=2)
         ports = [self.children[name].port for name in ("daphne", "daphne-2")]
-        self.fleet = Fleet(specs, [f"ws://127.0.0.1:{p}/ws/agent/" for p in ports], HEARTBEAT_S)
-        self.nodes = len(specs)
+        urls = [f"ws://127.0.0.1:{p}/ws/agent/" for p in ports]
+        self.fleet = Fleet(specs, urls, HEARTBEAT_S)
+        self.real = AgentProcesses(urls[0], logs, HEARTBEAT_S, grace_s=5.0)
+        self.nodes = len(specs) + 1
+        self.tenant_jobs: list[int] = []  # the replica and the large jobs, on the real node
+        self.back: tuple[float, int] | None = None  # when the fault's part was started again
         self.watch, self.restarts, self.jobs = Watch(), Counter(), 0
         self.doubles: set[tuple[str, int]] = set()
         self.busy = asyncio.Lock()  # held while a fault kills and starts processes
@@ -316,14 +454,20 @@ class Chaos:
                 return await self.kill_worker(crashed)
             if fault == "postgres":
                 await asyncio.to_thread(self.postgres.crash)
-            else:
-                await asyncio.to_thread(self.children[fault].kill)
+            for name in STOPPED.get(fault, ()):
+                await asyncio.to_thread(self.children[name].kill)
             crashed.set()
-            await asyncio.sleep(DOWN_S)
-            await asyncio.to_thread(
-                self.postgres.start if fault == "postgres" else self.children[fault].start
-            )
+            await asyncio.sleep(WEB_DOWN_S if fault == "web" else DOWN_S)
+            if fault == "postgres":
+                await asyncio.to_thread(self.postgres.start)
+            for name in STOPPED.get(fault, ()):
+                await asyncio.to_thread(self.children[name].start)
+            await self.started_again()
         return {}
+
+    async def started_again(self) -> None:
+        """What the fault stopped is up again: from now, and the cycles counted so far."""
+        self.back = (time.time(), await retried(cycles))
 
     async def kill_worker(self, crashed: asyncio.Event) -> dict:
         """SIGKILL the worker in the middle of cycles, `--kills` times, starting it again after
@@ -343,6 +487,7 @@ class Chaos:
                 crashed.set()
             await asyncio.sleep(DOWN_S)
             await asyncio.to_thread(self.children["worker"].start)
+        await self.started_again()
         return {"kills": kills, "kills_mid_cycle": mid_cycle}
 
     def kill_in_cycle(self, killed: set[str]) -> bool | None:
@@ -361,8 +506,34 @@ class Chaos:
         killed.add(token)
         return redis.get(LOCK) == token
 
+    async def tenant_fault(self, fault: str) -> dict:
+        """A tenant's jobs on the real node (`tenant_jobs`), from their submission until they
+        run; the replica's then watched for `--replica-s`."""
+        before, started = set(self.watch.persistent), time.time()
+        jobs = await retried(tenant_jobs, self.queues[0], fault)
+        self.tenant_jobs += jobs
+        runs = await until(
+            lambda: all_running(jobs),
+            f"the {fault} jobs to run on the real node",
+            self.args.recover_s,
+            lambda: job_state(jobs[0]),
+        )
+        extra = {}
+        if fault == "replica":
+            await asyncio.sleep(self.args.replica_s)
+            extra = await retried(replica_report, jobs[0], self.real_spec.hostname)
+        return {
+            "fault": fault,
+            "job_running_s": round(runs - started, 1),
+            **extra,
+            "invariant_violations": len(self.watch.persistent - before),
+            "nodes_lost": await retried(lost_since, started),
+        }
+
     async def fault(self, fault: str) -> dict:
         """One fault, from its moment until the agents are back and scheduling works again."""
+        if fault in TENANT_FAULTS:
+            return await self.tenant_fault(fault)
         before, started = set(self.watch.persistent), time.time()
         crashed = asyncio.Event()
         producing = asyncio.create_task(self.produce(fault, crashed))
@@ -373,7 +544,7 @@ class Chaos:
             await producing  # it failed: say why
         moment, limit = time.time(), self.args.recover_s
         job = await retried(probe, self.queues, self.model, fault)  # submitted in the outage
-        back, runs = await asyncio.gather(
+        back, runs, resumed = await asyncio.gather(
             until(
                 lambda: heard_from(moment, self.nodes),
                 f"all {self.nodes} agents to be back after the {fault} fault",
@@ -386,6 +557,7 @@ class Chaos:
                 limit,
                 lambda: job_state(job),
             ),
+            self.cycle_resumed(fault, producing),
         )
         extra = await producing
         await asyncio.sleep(self.args.pause)  # a late lost-node verdict, violations seen twice
@@ -395,10 +567,22 @@ class Chaos:
             "fault": fault,
             "agents_back_s": round(back - moment, 1),
             "job_running_s": round(runs - moment, 1),
+            "cycle_resumed_s": resumed,
             "invariant_violations": len(self.watch.persistent - before),
             "nodes_lost": lost,
             **extra,
         }
+
+    async def cycle_resumed(self, fault: str, producing: asyncio.Task) -> float:
+        """Seconds from when what the fault stopped is up again until a cycle has finished."""
+        await producing
+        up, base = self.back
+        at = await until(
+            lambda: cycles() > base,
+            f"a scheduling cycle after the {fault} fault",
+            self.args.recover_s,
+        )
+        return round(max(0.0, at - up), 1)
 
     def missing(self, since: float) -> str:
         """Which agents are not back, as the database, Redis and the agents themselves see
@@ -406,13 +590,19 @@ class Chaos:
         absent = not_back(since)
         lines = [
             f"{name} (connected in the database: {connected}, last heartbeat {age} s ago, "
-            f"{health}; its socket open: {self.fleet.agents[name].connected})"
+            f"{health}; its socket open: {self._open(name)})"
             for name, (connected, age, health) in sorted(absent.items())[:5]
         ]
         return f"{len(absent)} not back, e.g. " + "; ".join(lines)
 
+    def _open(self, name: str) -> str:
+        agent = self.fleet.agents.get(name)
+        return str(agent.connected) if agent else "a real agent's, see its log"
+
     async def run(self) -> None:
+        self.started = time.time()
         await self.fleet.start(stagger_s=0.02)  # the fleet's ramp: 50 connections a second
+        await self.real.start([self.real_spec])
         background = asyncio.create_task(self.background())
         try:
             await until(
@@ -428,6 +618,7 @@ class Chaos:
                 print(f"{fault}: {figures}", file=sys.stderr, flush=True)
                 self.results.append(result)
             self.streaming = False
+            await retried(cancel_all, self.tenant_jobs)
             with processes.waiting_for("the stack to settle"):
                 await asyncio.sleep(self.args.settle)
                 await self.fleet.repair()
@@ -435,6 +626,8 @@ class Chaos:
         finally:
             background.cancel()
             await self.fleet.stop()
+            await self.real.stop(list(self.real.children))
+            self.real.end_orphans()
 
     def stop(self) -> None:
         for child in reversed(list(self.children.values())):
@@ -453,6 +646,8 @@ def chaos(args, logs: Path, postgres: Postgres, redis_port: int) -> dict:
             failure = str(error)
         stuck = [] if failure else asyncio.run(retried(stuck_jobs))
         doubles = len(stack.doubles) + asyncio.run(retried(booked_twice))
+        lost = asyncio.run(retried(lost_since, stack.started))
+        hit = asyncio.run(retried(hit_since, stack.started))
     finally:
         stack.stop()
     for violation in sorted(stack.watch.persistent):
@@ -467,6 +662,11 @@ def chaos(args, logs: Path, postgres: Postgres, redis_port: int) -> dict:
             [u for u in stack.fleet.urls.values() if f":{stack.children['daphne'].port}/" in u]
         ),
         "heartbeat_s": HEARTBEAT_S,
+        "nodes_lost_healthy": lost,
+        "jobs_hit": hit,
+        "cycle_resumed_s": max(
+            (f["cycle_resumed_s"] for f in stack.results if "cycle_resumed_s" in f), default=None
+        ),
         "processes": {"postgres": 1, **Counter(n.partition("-")[0] for n in stack.children)},
         "restarts": dict(stack.restarts),
         "jobs_submitted": stack.jobs,
@@ -482,6 +682,7 @@ def main(argv=None) -> None:
     parser.add_argument("--agents", type=int, help="simulated nodes (default 1000; short 100)")
     parser.add_argument("--kills", type=int, help="mid-cycle kills of the worker (5; short 3)")
     parser.add_argument("--recover-s", type=float, default=120, help="a fault's timeout")
+    parser.add_argument("--replica-s", type=float, default=30, help="the bad replica's watch")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, help="seconds in all")
     args = parser.parse_args(argv)
@@ -489,7 +690,7 @@ def main(argv=None) -> None:
     args.kills = args.kills or (3 if args.short else 5)
     args.warmup, args.pause, args.settle = (10, 5, 20) if args.short else (30, 10, 30)
     started = time.monotonic()
-    processes.supervise(args.timeout or (420 if args.short else 1200))
+    processes.supervise(args.timeout or (720 if args.short else 1800))
     reference = reference_s()
     print(f"reference loop: {reference} s", file=sys.stderr, flush=True)
     logs = Path(tempfile.mkdtemp(prefix="wanka-chaos-"))
@@ -521,6 +722,10 @@ def main(argv=None) -> None:
         raise SystemExit(f"a fault did not recover: {failure}")
     if result["invariant_violations"] or result["gpus_double_booked"] or result["jobs_stuck"]:
         raise SystemExit("the chaos broke an invariant, double-booked a GPU or left a job stuck")
+    if result["nodes_lost_healthy"] or result["jobs_hit"]:
+        raise SystemExit("the chaos cost healthy nodes or jobs")
+    if (result["cycle_resumed_s"] or 0) > CYCLE_RESUMED_S:
+        raise SystemExit(f"scheduling resumed later than {CYCLE_RESUMED_S:g} s after a fault")
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ class Fleet:
         back, asked back to service (a health check, which returns it once passed). Returns how
         many were rebooted."""
         await db(check_repaired)
-        names = await db(down_nodes)
+        names = [name for name in await db(down_nodes) if name in self.specs]  # its own
         for name in names:
             await self.restart(name)
             await db(rebooted, name)

@@ -12,6 +12,7 @@ import dj_database_url
 import plotly
 
 from portal import redis_server
+from scheduler.agent.protocol import RECONNECT_CAP_S
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -384,6 +385,9 @@ SPECTACULAR_SETTINGS = {
 WANKA = {
     # Seconds between agent heartbeats; a node missing 3 in a row gets a heartbeat-loss fault.
     "HEARTBEAT_S": float(os.environ.get("WANKA_HEARTBEAT_S", "5")),
+    # How long agents may take to come back once the web tier is up again (their reconnect
+    # backoff's ceiling): silence within it, after an outage, is not a node's.
+    "RECONNECT_S": float(os.environ.get("WANKA_RECONNECT_S", str(RECONNECT_CAP_S))),
     # How long a fault-triggered save may take before recovery falls back to the newest
     # complete checkpoint.
     "TRIGGERED_SAVE_TIMEOUT_S": float(os.environ.get("WANKA_TRIGGERED_SAVE_TIMEOUT_S", "60")),

@@ -13,4 +13,6 @@ from portal.settings import *  # noqa: E402, F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Webhook receivers in tests listen on 127.0.0.1, and a failed delivery is tried again soon.
-WANKA = {**WANKA, "WEBHOOK_PRIVATE_OK": True, "WEBHOOK_BACKOFF_S": 0.5}  # noqa: F405
+# Silence is judged 2 s after the web tier is back, not after the agents' 30 s backoff ceiling:
+# tests that stop the web tier under their agents say how long they wait.
+WANKA = {**WANKA, "WEBHOOK_PRIVATE_OK": True, "WEBHOOK_BACKOFF_S": 0.5, "RECONNECT_S": 2.0}  # noqa: F405

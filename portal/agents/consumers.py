@@ -2,7 +2,9 @@
 
 import asyncio
 import contextlib
+import hmac
 import logging
+import secrets
 import time
 
 from channels.db import DatabaseSyncToAsync
@@ -226,7 +228,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_hello(self, message):
         try:
-            state, unanswered = await _hello(self.node.id, self.channel_name, message)
+            state, unanswered, session = await _hello(self.node.id, self.channel_name, message)
         except protocol.ProtocolError as error:
             log.warning(
                 "node %s: hello refused, connection closed: %s (from %s)",
@@ -239,7 +241,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             await self.close(code=protocol.CLOSE_TAKEN if taken else protocol.CLOSE_REFUSED)
             return
         self.greeted = True
-        await self.send_state(state)
+        await self.send_state(state, session)
         for command in unanswered:
             await self.send(protocol.encode("command", **command))
         await self.on_workloads(message["workloads"])
@@ -389,9 +391,11 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
             state = await in_db(_desired_state)(self.node.id)
         await self.send_state(state)
 
-    async def send_state(self, state):
+    async def send_state(self, state, session: str | None = None):
         self.sent_generation = state["generation"]
         self.attempts.update((a["workload_id"], a["attempt"]) for a in state["assignments"])
+        if session:  # the answer to a hello
+            state = {**state, "session": session}
         for frame in protocol.split_state(state):  # in parts when large
             await self.send(frame)
 
@@ -434,19 +438,21 @@ def _desired_state(node_id: int) -> dict:
 
 
 @in_db
-def _hello(node_id: int, channel_name: str, message: dict) -> tuple[dict, list[dict]]:
-    """Record the hello; return the node's desired state and the commands it has not acked:
-    one trip to the database."""
-    _record_hello(node_id, channel_name, message)
-    return _desired_state(node_id), commands.unanswered(node_id)
+def _hello(node_id: int, channel_name: str, message: dict) -> tuple[dict, list[dict], str]:
+    """Record the hello; return the node's desired state, the commands it has not acked and the
+    agent's new session: one trip to the database."""
+    session = _record_hello(node_id, channel_name, message)
+    return _desired_state(node_id), commands.unanswered(node_id), session
 
 
 @transaction.atomic
-def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
+def _record_hello(node_id: int, channel_name: str, message: dict) -> str:
     """This connection now speaks for the node; record the inventory it reports (GPU uuids and
     memory, and its facts over the enrolled ones), writing only what changed so a fleet
-    reconnecting at once costs little. Raises ProtocolError, and records nothing, when the
-    inventory cannot be this node's (`_not_this_node`)."""
+    reconnecting at once costs little; return the agent's new session (its proof at its next
+    hello). Raises ProtocolError, and records nothing, when the inventory cannot be this node's
+    (`_not_this_node`), or the node's agent is connected on another connection and beating and
+    this one does not prove it is that agent."""
     node = (
         Node.objects.select_for_update(of=("self",))
         .select_related("gpu_model", "leaf__pod__datacenter")
@@ -456,13 +462,17 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
     if refusal := _not_this_node(node, reported):
         raise refusal
     if node.connected and node.agent_channel != channel_name and _beating(node.pk):
-        raise AlreadyConnected(
-            "node", f"Node {node.name}'s agent is connected and beating: one node, one agent."
-        )
+        if not _proven(node, message.get("session")):
+            raise AlreadyConnected(
+                "node", f"Node {node.name}'s agent is connected and beating: one node, one agent."
+            )
+        log.info("node %s: its agent is back on a new connection (session proven)", node.name)
+    session = secrets.token_urlsafe(24)
     node.connected, node.agent_channel = True, channel_name
     node.last_seen_at, node.agent_version = timezone.now(), message["agent_version"]
-    node.reported_generation = message["generation"]
-    fields = ["connected", "agent_channel", "last_seen_at", "agent_version", "reported_generation"]
+    node.reported_generation, node.agent_session = message["generation"], hash_token(session)
+    fields = ["connected", "agent_channel", "last_seen_at", "agent_version", "reported_generation",
+              "agent_session"]  # fmt: skip
     # What the hello does not know (None) keeps what enrolment recorded.
     reported_facts = {k: v for k, v in reported.get("facts", {}).items() if v is not None}
     facts = _placed(node, {**node.facts, **reported_facts})
@@ -486,6 +496,14 @@ def _record_hello(node_id: int, channel_name: str, message: dict) -> None:
             changed.append(gpu)
     Gpu.objects.bulk_create(new)
     Gpu.objects.bulk_update(changed, ["uuid", "memory_mb"])
+    return session
+
+
+def _proven(node: Node, session: str | None) -> bool:
+    """Whether a hello's session is the one the node's agent was last given."""
+    return bool(session and node.agent_session) and hmac.compare_digest(
+        hash_token(session), node.agent_session
+    )
 
 
 class AlreadyConnected(protocol.ProtocolError):

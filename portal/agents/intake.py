@@ -100,9 +100,9 @@ def mark_lost_nodes() -> list[int]:
     so and recovers their jobs: connected nodes that stopped beating, and nodes whose agent
     disconnected and did not come back within the same grace while they hold running work.
     Silence the control plane could not have heard is not silence: nobody is judged until
-    Redis has kept heartbeats (it may have restarted empty) and the web tier has been up (it may
-    have been down, every agent cut off) for the whole window. Returns the ids of the nodes
-    lost."""
+    Redis has kept heartbeats (it may have restarted empty) for the whole window, and the web
+    tier has been up (it may have been down, every agent cut off) for the window and the agents'
+    reconnect backoff. Returns the ids of the nodes lost."""
     window = MISSED_HEARTBEATS * settings.WANKA["HEARTBEAT_S"]
     now = time.time()
     cutoff = now - window
@@ -111,7 +111,9 @@ def mark_lost_nodes() -> list[int]:
     beats = {int(n): t for n, t in redis.zrangebyscore(LAST_SEEN, cutoff, "+inf", withscores=True)}
     _still_beating(beats)
     _record_last_seen(beats)
-    if max(float(redis.get(SEEN_SINCE)), deaf_since(redis, now)) > cutoff:
+    reconnect = settings.WANKA["RECONNECT_S"]
+    heard_since = max(float(redis.get(SEEN_SINCE)), deaf_since(redis, now) + reconnect)
+    if heard_since > cutoff:
         return []
     fresh = set(beats)
     holding = Q(allocations__workload__state__in=recovery.RECOVERABLE)

@@ -143,6 +143,8 @@ class Node(models.Model):
     agent_version = models.CharField(max_length=32, blank=True)
     connected = models.BooleanField(default=False)
     # The agent's current connection, so a late disconnect of an old one changes nothing.
+    # The hash of the session its hello was answered with: the same agent proves it with it.
+    agent_session = models.CharField(max_length=64, blank=True, editable=False)
     agent_channel = models.CharField(max_length=100, blank=True, editable=False)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     # Level-triggered desired state: bumped whenever the node's assignments change.

@@ -56,7 +56,14 @@ from scheduler.agent.backends import (
     NodeFault,
     WorkloadExit,
 )
-from scheduler.agent.protocol import CLOSE_REFUSED, SERVER, ProtocolError, encode, parse
+from scheduler.agent.protocol import (
+    CLOSE_REFUSED,
+    RECONNECT_CAP_S,
+    SERVER,
+    ProtocolError,
+    encode,
+    parse,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +139,7 @@ class Agent:
         heartbeat_s: float = 5.0,
         output_s: float = 2.0,
         backoff_base_s: float = 0.5,
-        backoff_cap_s: float = 30.0,
+        backoff_cap_s: float = RECONNECT_CAP_S,
         reconnect_spread_s: float = 5.0,
         refused_retry_s: float = 300.0,
         open_timeout_s: float = 30.0,
@@ -155,6 +162,9 @@ class Agent:
         self._hostname = backend.inventory().hostname
         self._generation = 0
         self._parts: tuple[int, dict[int, list[dict[str, Any]]]] = (-1, {})  # generation, parts
+        # What the server answered the last hello with: this process's proof, at the next hello,
+        # that it is the agent whose old connection the server may still hold (in memory only).
+        self._proof: str | None = None
         self._workloads: dict[int, _Workload] = {}
         self._answered: OrderedDict[str, _Outcome] = OrderedDict()
         self._commands: dict[str, asyncio.Task[None]] = {}
@@ -284,6 +294,7 @@ class Agent:
                 generation=self._generation,
                 node=self._backend.inventory().to_message(),
                 workloads=self.workload_report(),
+                **({"session": self._proof} if self._proof else {}),
             )
             self._after_hello()
             async for frame in ws:
@@ -441,6 +452,7 @@ class Agent:
 
     async def _dispatch(self, message: dict[str, Any]) -> bool:
         if message["type"] == "desired_state":
+            self._proof = message.get("session", self._proof)
             assignments = self._assemble(message)
             if assignments is not None:
                 await self._converge(message["generation"], assignments)

@@ -35,8 +35,14 @@ SERVER = "server"
 CLOSE_REFUSED = 4003
 # The close code of a second connection with a node's token while the node's agent is connected
 # and beating: one node, one agent. The agent tries again with its usual backoff (its own old
-# connection, half-open, is soon dropped).
+# connection, half-open, is soon dropped). An agent that proves it is the same one (the session
+# the server gave it at its last hello, which it keeps in memory only) is taken at once, its old
+# connection dropped: its web process died, say, and never saw it go.
 CLOSE_TAKEN = 4008
+# An agent that lost its connection tries again within this many seconds (its backoff's
+# ceiling): a control plane back from an outage waits as long again before it takes an agent's
+# silence for its node's.
+RECONNECT_CAP_S = 30.0
 # A node's desired state larger than this goes in parts (`split_state`): a WebSocket server
 # sends, and an agent takes, frames of up to 1 MiB. The whole state is bounded by
 # DESIRED_STATE_BYTES (each assignment at most a 64th of it).
@@ -445,7 +451,12 @@ VARIANTS: dict[str, tuple[str, str, Mapping[str, Check]]] = {
 # in `parts` messages of one generation, `part` 0 to parts - 1; the agent acts once it holds
 # them all.
 OPTIONAL_FIELDS: dict[str, Mapping[str, Check]] = {
-    "desired_state": {"part": _COUNT, "parts": integer(low=1, high=1024)},
+    "desired_state": {
+        "part": _COUNT,
+        "parts": integer(low=1, high=1024),
+        "session": string(non_empty=True, max_length=64),  # the answer to a hello
+    },
+    "hello": {"session": string(non_empty=True, max_length=64)},  # the last one it was given
 }
 
 _TABLES = {AGENT: AGENT_MESSAGES, SERVER: SERVER_MESSAGES}
@@ -486,8 +497,9 @@ def encode(type: str, **fields: Any) -> str:
 
 
 def split_state(state: Mapping[str, Any]) -> list[str]:
-    """A `desired_state` (generation, assignments) as frames of about PART_BYTES at most: one
-    frame when it fits, else parts of whole assignments, each marked with `part` and `parts`."""
+    """A `desired_state` (generation, assignments, and a session when it answers a hello) as
+    frames of about PART_BYTES at most: one frame when it fits, else parts of whole
+    assignments, each marked with `part` and `parts` and carrying the rest."""
     whole = encode("desired_state", **state)
     if len(whole) <= PART_BYTES:
         return [whole]
@@ -500,9 +512,9 @@ def split_state(state: Mapping[str, Any]) -> list[str]:
             size = 0
         groups[-1].append(assignment)
         size += item
-    generation, parts = state["generation"], len(groups)
+    rest = {key: value for key, value in state.items() if key != "assignments"}  # each part's
     return [
-        encode("desired_state", generation=generation, assignments=group, part=i, parts=parts)
+        encode("desired_state", **rest, assignments=group, part=i, parts=len(groups))
         for i, group in enumerate(groups)
     ]
 

@@ -1,3 +1,4 @@
+import json
 import re
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import actions, parallel
 from portal.workloads.choices import Kind, PriorityClass, Topology
+from portal.workloads.desired import MAX_ASSIGNMENT_BYTES
 from portal.workloads.models import (
     Checkpoint,
     LogChunk,
@@ -57,6 +59,9 @@ MAX_COMMAND = 64 * 1024  # characters
 MAX_ENV = 256  # variables
 MAX_ENV_CHARS = 64 * 1024  # names and values together
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Of an assignment's bound, what a job's command and environment may take; the rest is the
+# portal's (launch variables, a parallel plan).
+MAX_CARRIED_BYTES = MAX_ASSIGNMENT_BYTES - 32 * 1024
 
 
 class ModelSpecField(serializers.JSONField):
@@ -207,9 +212,25 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
                 {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
             )
         self._validate_model(attrs, model.name, lo)
+        self._validate_carried(attrs)
         if "topology" not in attrs and queue.spans_datacenters:
             attrs["topology"] = Topology.ANY  # the queue's default: any data center
         return attrs
+
+    def _validate_carried(self, attrs) -> None:
+        """The command and environment, as the agent protocol writes them, leave room in the
+        job's assignment for what the portal adds (launch variables, a parallel plan): a job
+        accepted is one its node can always be sent."""
+        carried = {"command": attrs.get("command", ""), "env": attrs.get("env", {})}
+        size = len(json.dumps(carried, separators=(",", ":")))
+        if size > MAX_CARRIED_BYTES:
+            raise serializers.ValidationError(
+                {
+                    "env": f"The command and environment take {size:,} bytes as sent to the node "
+                    f"(a character beyond ASCII takes up to six); at most "
+                    f"{MAX_CARRIED_BYTES:,}."
+                }  # fmt: skip
+            )
 
     def _validate_model(self, attrs, gpu: str, fewest: int) -> None:
         """A model comes with its global batch, on a training job, and fits its size, its

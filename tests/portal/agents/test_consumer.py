@@ -190,9 +190,9 @@ def test_a_node_cannot_speak_for_another(agent_url, acme_llm, cluster):
     assert workload.allocations.count() == 8
 
 
-def say_hello(ws, node, **inventory):
-    """Say hello as the node's agent (no GPUs, unless `inventory` says otherwise); its answer
-    (the desired state)."""
+def say_hello(ws, node, session=None, **inventory):
+    """Say hello as the node's agent (no GPUs, unless `inventory` says otherwise), with the
+    session it was last given if any; its answer (the desired state)."""
     ws.send(
         protocol.encode(
             "hello",
@@ -200,6 +200,7 @@ def say_hello(ws, node, **inventory):
             generation=0,
             workloads=[],
             node={"hostname": node.name, "gpu_model": "H800", "gpus": [], **inventory},
+            **({"session": session} if session else {}),
         )
     )
     return protocol.parse(ws.recv(timeout=10), "server")
@@ -319,6 +320,36 @@ def test_a_second_agent_with_a_beating_nodes_token_is_refused_and_speaks_for_not
     log = _server_log()
     assert f"node {node.name}: hello refused, connection closed: node:" in log
     assert f"node {node.name}: rejected a report of workload {other.pk}, not its own" in log
+
+
+def test_an_agent_whose_old_connection_the_server_still_holds_is_taken_back_by_its_session(
+    agent_url, cluster
+):
+    """The web process of an agent's connection dies unseen (kill -9): the node still looks
+    connected and beating. The agent, on a new connection, proves it is the same one with the
+    session its last hello was answered with, and is taken at once; the session is then a new
+    one, so an old one said again (a copy) is refused, as is a hello without any."""
+    from websockets.exceptions import ConnectionClosed
+
+    node = cluster[0]
+    auth = {"Authorization": f"Bearer {node.issue_token()}"}
+    with connect(agent_url, additional_headers=auth) as ghost:  # held open: as if dead, unseen
+        first = say_hello(ghost, node)["session"]
+        ghost.send(protocol.encode("heartbeat", generation=0, gpus=[], workloads=[]))
+        wait_until(lambda: _beat(node), 10, "the first heartbeat")
+        with connect(agent_url, additional_headers=auth) as back:
+            answer = say_hello(back, node, session=first)
+            assert answer["type"] == "desired_state" and answer["session"] != first
+            assert _refreshed(node).agent_channel != ""
+            for session in (first, None):
+                with connect(agent_url, additional_headers=auth) as copy:
+                    assert say_hello(copy, node, session=session)["type"] == "error"
+                    with pytest.raises(ConnectionClosed) as closed:
+                        copy.recv(timeout=10)
+                    assert closed.value.rcvd.code == protocol.CLOSE_TAKEN
+    assert f"node {node.name}: its agent is back on a new connection (session proven)" in (
+        _server_log()
+    )
 
 
 def _beat(node) -> bool:

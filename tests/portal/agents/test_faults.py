@@ -48,9 +48,13 @@ def test_nodes_that_missed_three_heartbeats_are_lost_with_a_fault(
     assert clean_redis.sismember(LOST, node.id)
 
 
-def test_silence_while_the_web_tier_was_down_is_not_the_nodes(stale, clean_redis, acme_llm):
+def test_silence_while_the_web_tier_was_down_is_not_the_nodes(
+    stale, clean_redis, acme_llm, settings
+):
     """Every ASGI process down 20 s (a deploy, a crash): no agent could be heard, so no node is
-    lost for it, nor until the web tier has been back for the whole grace."""
+    lost for it, nor until the web tier has been back for the whole grace and the agents'
+    reconnect backoff."""
+    settings.WANKA = {**settings.WANKA, "RECONNECT_S": 30.0}  # production's
     workload = make_workload(acme_llm, "on-first", gpus=8)
     scheduling_cycle()
     node = workload.allocations.first().node
@@ -61,6 +65,9 @@ def test_silence_while_the_web_tier_was_down_is_not_the_nodes(stale, clean_redis
     listening(clean_redis, now)  # back, after the gap
     assert float(clean_redis.get(WEB_UP_SINCE)) == now
     assert mark_lost_nodes() == []  # back for less than three heartbeats
+    grace = 3 * settings.WANKA["HEARTBEAT_S"]
+    clean_redis.set(WEB_UP_SINCE, now - grace - 20)  # agents in backoff may still come back
+    assert mark_lost_nodes() == []
     clean_redis.set(WEB_UP_SINCE, now - 3600)  # and once it has been up long enough
     assert node.id in mark_lost_nodes()
 

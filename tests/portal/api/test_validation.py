@@ -120,6 +120,12 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
             "'1X' is not a variable name (letters, digits and _, not first a digit, up to 128).",
         ),
         ({"env": {"A": {"b": 1}}}, "env", "A: a value is a string or a number."),
+        (
+            {"command": "x" * 60_000, "env": {"NOTE": "中" * 30_000}},  # 6 bytes each, escaped
+            "env",
+            "The command and environment take 240,032 bytes as sent to the node (a character "
+            "beyond ASCII takes up to six); at most 229,376.",
+        ),
     ],
     ids=[
         "more GPUs than the queue could ever get",
@@ -140,6 +146,7 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         "an environment too large",
         "a variable name that is not one",
         "a variable whose value is an object",
+        "a command and environment that would not fit in an assignment",
     ],
 )
 def test_bad_workloads_are_refused(acme_llm, bob, change, field, reason):

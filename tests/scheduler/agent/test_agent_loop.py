@@ -272,6 +272,24 @@ def test_after_the_server_drops_it_the_agent_reconnects_and_reports_what_happene
     run(scenario())
 
 
+def test_a_reconnecting_agent_proves_itself_with_the_session_its_last_hello_was_given(
+    agent_server: Any,
+) -> None:
+    """The server answers a hello with a session; the agent, in memory, says it again at its next
+    hello, so a server still holding its old connection knows the new one is the same agent."""
+
+    async def scenario() -> None:
+        async with agent_server() as server, running_agent(server) as (agent, peer, first):
+            assert "session" not in first  # a fresh process has none
+            await peer.send("desired_state", generation=1, assignments=[], session="s-1")
+            await peer.expect("heartbeat", at_generation(1))
+            await peer.close()
+            again = await server.next_connection()
+            assert (await again.expect("hello"))["session"] == "s-1"
+
+    run(scenario())
+
+
 def test_stop_and_cancel_end_an_agent_that_cannot_reach_its_server(closed_port: int) -> None:
     async def scenario() -> None:
         url = f"ws://127.0.0.1:{closed_port}/ws/agent/"

@@ -629,12 +629,12 @@ def test_a_large_desired_state_goes_in_parts_of_whole_assignments():
                 "simulated_duration_s": None, "nnodes": 1, "node_rank": 0,
                 "master_addr": "", "master_port": 0}  # fmt: skip
 
-    state = {"generation": 7, "assignments": [assignment(w) for w in range(5)]}
+    state = {"generation": 7, "assignments": [assignment(w) for w in range(5)], "session": "s"}
     frames = split_state(state)
     parts = [parse(frame, SERVER) for frame in frames]
     assert len(frames) > 1 and all(len(frame) <= PART_BYTES for frame in frames)
-    assert [(p["generation"], p["part"], p["parts"]) for p in parts] == [
-        (7, i, len(frames)) for i in range(len(frames))
+    assert [(p["generation"], p["part"], p["parts"], p["session"]) for p in parts] == [
+        (7, i, len(frames), "s") for i in range(len(frames))
     ]
     assert [a for p in parts for a in p["assignments"]] == state["assignments"]
     small = {"generation": 8, "assignments": [assignment(0)]}
