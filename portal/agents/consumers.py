@@ -123,9 +123,11 @@ def keep_listening() -> None:
 
 
 async def _listen() -> None:
+    started = True  # this process's agents, should it replace one that died, are coming back
     while True:
         try:
-            await asyncio.to_thread(listening, client(), time.time())
+            await asyncio.to_thread(listening, client(), time.time(), started)
+            started = False
         except Exception:  # Redis down: said again in a second
             log.warning("cannot say the web tier is up", exc_info=True)
         await asyncio.sleep(1)

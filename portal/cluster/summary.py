@@ -39,17 +39,19 @@ LAST_SEEN = "wanka:heartbeats"  # Redis sorted set: node id by time of its last 
 SEEN_SINCE = "wanka:heartbeats:since"
 # The web tier's own heartbeat: each ASGI process that serves agents writes the time here every
 # second (`listening`); when it finds the last one over WEB_GAP_S old (every process was down,
-# or Redis restarted empty), it writes the time in WEB_UP_SINCE too. Silence from before then is
-# the control plane's deafness, not the nodes'.
+# or Redis restarted empty), or it has just started (the agents of the process it replaces are
+# coming back to it), it writes the time in WEB_UP_SINCE too. Silence from before then is the
+# control plane's deafness, not the nodes'.
 WEB_BEAT = "wanka:web:beat"
 WEB_UP_SINCE = "wanka:web:since"
 WEB_GAP_S = 3.0
 
 
-def listening(redis, now: float) -> None:
-    """An ASGI process serving agents is up at `now` (a synchronous Redis client)."""
+def listening(redis, now: float, started: bool = False) -> None:
+    """An ASGI process serving agents is up at `now` (a synchronous Redis client); `started`:
+    it has just started."""
     last = redis.getset(WEB_BEAT, now)
-    if last is None or now - float(last) > WEB_GAP_S:
+    if started or last is None or now - float(last) > WEB_GAP_S:
         redis.set(WEB_UP_SINCE, now)
 
 

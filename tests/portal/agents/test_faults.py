@@ -70,6 +70,10 @@ def test_silence_while_the_web_tier_was_down_is_not_the_nodes(
     assert mark_lost_nodes() == []
     clean_redis.set(WEB_UP_SINCE, now - 3600)  # and once it has been up long enough
     assert node.id in mark_lost_nodes()
+    # One ASGI process of several starts again (it died, its agents are coming back to it):
+    # the others' beat never stopped, yet silence is judged again only from its start.
+    listening(clean_redis, now, started=True)
+    assert float(clean_redis.get(WEB_UP_SINCE)) == now
 
 
 def test_a_lost_node_is_not_scheduled(stale, acme_llm):
