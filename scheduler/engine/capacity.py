@@ -651,7 +651,10 @@ class Pool:
             if heap:
                 found = self._nodes[heap[0][1]]
                 break
-        own = [self._nodes[n] for n in self._owned.get(tenant, ()) if gpus <= len(self._free[n])]
+        owned = self._owned.get(tenant)
+        if not owned:  # no single-tenant node of its: the common case
+            return found
+        own = [self._nodes[n] for n in owned if gpus <= len(self._free[n])]
         key = lambda node: (len(self._free[node.id]), node.name)  # noqa: E731
         return min([*own, found] if found else own, key=key, default=None)
 
