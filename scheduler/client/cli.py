@@ -22,7 +22,8 @@ kept in ``$WANKA_CONFIG`` (default ``~/.config/wanka/config.json``, readable by 
 Exit codes: 0 done (for `wait`: the job succeeded, or runs with ``--until running``); 1 the API
 refused (its field and reason are printed) or the job failed or was cancelled; 2 a wrong
 command line or file; 3 not signed in, or the token was refused; 4 the portal cannot be
-reached or failed; 5 `wait` timed out.
+reached or failed; 5 `wait` timed out; 141 its reader went away (``wanka ls | head``), as any
+command killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from scheduler.agent.protocol import printable
 from scheduler.client.api import ApiError, Client, Unreachable
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_TIMEOUT = range(6)
+EXIT_PIPE = 128 + 13  # SIGPIPE's, as the shell reports a command it killed
 FINISHED = {"succeeded", "failed", "cancelled"}
 WAIT_POLL_S = 2.0
 
@@ -54,6 +56,14 @@ class UsageError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader is gone (`wanka ls | head`): so is what was left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing to flush at exit
+        return EXIT_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args) or EXIT_OK

@@ -55,6 +55,17 @@ def wanka(tmp_path, *args, stdin=None):
     return done.returncode, done.stdout, done.stderr
 
 
+def wanka_into_a_closed_pipe(tmp_path, *args):
+    """Run `wanka ARGS` writing into a pipe whose reader has gone; (exit code, stderr)."""
+    env = {**child_env(), "WANKA_CONFIG": str(tmp_path / "wanka.json")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.client.cli", *map(str, args)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    child.stdout.close()  # before it has written: its first write breaks the pipe
+    return child.wait(timeout=120), child.stderr.read()
+
+
 def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
     _, key = ApiToken.issue(bob, "laptop")
     assert wanka(tmp_path, "ls")[0] == 3  # not signed in yet
@@ -92,6 +103,7 @@ def test_a_researchers_day_from_the_terminal(portal, tmp_path, bob):
         "WHY",
     ]
     assert [line.split()[1] for line in out.splitlines()[1:]] == ["long", "short"]
+    assert wanka_into_a_closed_pipe(tmp_path, "ls") == (141, "")  # `wanka ls | head`: quietly
     code, out, _ = wanka(tmp_path, "quota")
     assert code == 0 and out.splitlines()[1].split()[:5] == ["llm", "H800", "0", "8", "8"]
     code, out, _ = wanka(tmp_path, "usage", "--json")
