@@ -27,6 +27,7 @@ class GpuModel(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name, verbose_name_plural = _("GPU model"), _("GPU models")
 
     def __str__(self):
         return self.name

@@ -572,6 +572,7 @@ class GpuRate(models.Model):
 
     class Meta:
         ordering = ["gpu_model__name"]
+        verbose_name, verbose_name_plural = _("GPU rate"), _("GPU rates")
 
     def __str__(self):
         return f"{self.gpu_model}: weight {self.weight:g}, {self.price} per GPU-hour"

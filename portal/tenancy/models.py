@@ -103,6 +103,9 @@ class ApiToken(models.Model):
     scope = models.CharField(max_length=8, choices=list(SCOPES.items()), default="write")
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never")
 
+    class Meta:
+        verbose_name, verbose_name_plural = _("API token"), _("API tokens")
+
     def __str__(self):
         return f"{self.name} (…{self.hint})"
 

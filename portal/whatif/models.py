@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 
@@ -35,6 +36,7 @@ class WhatIfRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        verbose_name, verbose_name_plural = _("what-if simulation"), _("what-if simulations")
 
     def __str__(self):
         return f"what-if {self.pk}: {self.get_trace_display()}"

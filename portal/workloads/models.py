@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from portal.cluster.models import GpuModel, Node
 from portal.core.errors import Conflict
@@ -332,6 +333,7 @@ class Recovery(models.Model):
 
     class Meta:
         ordering = ["-started_at", "-id"]
+        verbose_name, verbose_name_plural = _("recovery"), _("recoveries")
         constraints = [
             models.UniqueConstraint(
                 fields=["workload"],
