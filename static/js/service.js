@@ -11,6 +11,7 @@
     const line = (name, key, extra) => ({
       type: "scatter", mode: "lines", name, x, y: samples.map((s) => s[key]), ...extra,
     });
+    const most = Math.max(1, ...samples.map((s) => Math.max(s.ready || 0, s.desired || 0)));
     Plotly.react(chart, [
       line(gettext("requests in flight"), "in_flight", { fill: "tozeroy", line: { color: "#9ab" } }),
       line(gettext("replicas ready"), "ready", { yaxis: "y2", line: { shape: "hv", color: "#16a" } }),
@@ -20,7 +21,10 @@
     ], {
       height: 320, margin: { t: 10, r: 60, b: 40, l: 60 },
       yaxis: { title: { text: gettext("requests in flight") }, rangemode: "tozero" },
-      yaxis2: { title: { text: gettext("replicas") }, overlaying: "y", side: "right", rangemode: "tozero" },
+      yaxis2: {
+        title: { text: gettext("replicas") }, overlaying: "y", side: "right", rangemode: "tozero",
+        tick0: 0, dtick: Math.max(1, Math.ceil(most / 5)),  // whole replicas, five ticks or so
+      },
       legend: { orientation: "h", y: -0.2 },
     }, { displaylogo: false, modeBarButtons: [["toImage"]], responsive: true });
   }

@@ -37,5 +37,7 @@ def test_a_service_is_created_from_its_form_and_charted(portal_server, page, acm
     page.wait_for_selector("#service-chart.js-plotly-plot")
     wanted = page.evaluate("document.getElementById('service-chart').data[2].y")
     assert wanted == [2]
+    ticks = page.locator("#service-chart .y2tick text").all_text_contents()  # the replica axis
+    assert ticks and all(tick.isdigit() for tick in ticks)  # whole replicas, never 0.5
     page.click("nav >> text=Services")
     assert page.locator("#services tbody tr").inner_text().split("\t")[3].startswith("2 / 2")
