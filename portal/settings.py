@@ -92,6 +92,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.core.security.ContentSecurityPolicyMiddleware",
+    "portal.core.errors.MethodPageMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"

@@ -152,3 +152,17 @@ def test_an_environment_line_without_a_value_is_refused_on_its_field(acme_llm, b
     )  # fmt: skip
     assert page.status_code == 200 and not Workload.objects.exists()
     assert "Must be an object of variable names to values." in page.content.decode()
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_an_action_url_opened_with_get_says_so_on_the_portals_page(alice, bob, client, language):
+    """A bookmarked or reloaded action URL (only its form POSTs there): the portal's page, in
+    the person's language, not the browser's empty 405; the API keeps its JSON."""
+    client.force_login(alice)
+    membership = alice.membership
+    page = client.get(f"/members/{membership.pk}/role/", headers={"accept-language": language})
+    assert page.status_code == 405 and page["Allow"] == "POST"
+    text = page.content.decode()
+    assert "<nav" in text and ("Not done from a link" if language == "en" else "不能") in text
+    api = api_client(bob).get("/api/v1/workloads/1/cancel/")
+    assert api.status_code == 405 and api.json()["errors"]
