@@ -20,8 +20,10 @@ the workloads. Each workload:
   (``isolates_tenants``), for the scheduler to know;
 - runs, where the machine has a cgroup v2 hierarchy the agent may write, in a cgroup of its own
   (``wanka-<hostname>/workload-<id>``), which holds every process it starts, a rank in a
-  session of its own included, and bounds its memory and CPU to the job's share of the node
-  (its GPUs of the node's) where the memory and cpu controllers are there;
+  session of its own included (it is moved there just after it starts: a process it forks in
+  its very first moments, before any launcher would, escapes it), and bounds its memory and
+  CPU to the job's share of the node (its GPUs of the node's) where the memory and cpu
+  controllers are there;
 - is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
   main process ends, anything left in its group or its cgroup is killed, so no stray rank holds
   a GPU.
@@ -862,10 +864,10 @@ def _enter_cgroup(home: str | None, wid: int, pid: int, bounds: Bounds) -> str |
     cgroup = Path(home) / f"workload-{wid}"
     try:
         cgroup.mkdir(exist_ok=True)
+        (cgroup / "cgroup.procs").write_text(str(pid))  # first: before it starts a rank
         for name, value in bounds.files().items():
             with contextlib.suppress(OSError):  # no such controller: said once, at the start
                 (cgroup / name).write_text(value)
-        (cgroup / "cgroup.procs").write_text(str(pid))
     except OSError as exc:
         logger.warning("workload %s: runs without a cgroup: %s", wid, exc)
         return None

@@ -636,8 +636,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-ESCAPE = (  # a rank that a launcher starts in a session of its own, and that outlives it
-    "import subprocess, sys; "
+ESCAPE = (  # a rank that a launcher starts in a session of its own, and that outlives it (as
+    # a launcher does, once it has started: the agent moves the run into its cgroup just after
+    # it is started, so a process it forks in its very first moments can escape it)
+    "import subprocess, sys, time; time.sleep(0.5); "
     "r = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
     "start_new_session=True); print(r.pid, flush=True)"
 )
