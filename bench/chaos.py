@@ -259,8 +259,8 @@ def cycles() -> int:
     return int(client().hget(CYCLE, "count") or 0)
 
 
-def hit_since(moment: float) -> int:
-    """Jobs interrupted since `moment`: recovered from a fault, or failed."""
+def hit_since(moment: float) -> list[str]:
+    """Jobs interrupted since `moment` (recovered from a fault, or failed), each with why."""
     from datetime import UTC, datetime
 
     from django.db.models import Q
@@ -269,7 +269,12 @@ def hit_since(moment: float) -> int:
 
     after = datetime.fromtimestamp(moment, UTC)
     hit = Q(recoveries__started_at__gte=after) | Q(state="failed", finished_at__gte=after)
-    return Workload.objects.filter(hit).distinct().count()
+    return [
+        f"job {job.pk}: "
+        + "; ".join(f"{e.at:%H:%M:%S} {e.to_state} ({e.reason})" for e in job.events.all())
+        + "".join(f"; recovery: {r.fault or r.detail}" for r in job.recoveries.all())
+        for job in Workload.objects.filter(hit).distinct()
+    ]
 
 
 def running(job_id: int) -> bool:
@@ -655,6 +660,8 @@ def chaos(args, logs: Path, postgres: Postgres, redis_port: int) -> dict:
         print(f"violation: {violation}", file=sys.stderr)
     for line in stuck:
         print(f"stuck: {line}", file=sys.stderr)
+    for line in hit:
+        print(f"hit: {line}", file=sys.stderr)
     return {
         "faults": stack.results,
         "failure": failure,
@@ -664,7 +671,7 @@ def chaos(args, logs: Path, postgres: Postgres, redis_port: int) -> dict:
         ),
         "heartbeat_s": HEARTBEAT_S,
         "nodes_lost_healthy": lost,
-        "jobs_hit": hit,
+        "jobs_hit": len(hit),
         "cycle_resumed_s": max(
             (f["cycle_resumed_s"] for f in stack.results if "cycle_resumed_s" in f), default=None
         ),

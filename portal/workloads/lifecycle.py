@@ -76,7 +76,8 @@ def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
 
     The nodes' rows are marked without locking the workload, so reports gathered in other
     processes do not queue behind one lock; the batch that commits last sees every node started
-    and makes the transition under the lock."""
+    and makes the transition under the lock. A report the database lost halfway (its nodes
+    marked, the transition not made) is whole again when the heartbeat repeats it."""
     nodes = defaultdict(set)
     for workload_id, node_id, attempt in reports:
         nodes[workload_id, attempt].add(node_id)
@@ -85,11 +86,11 @@ def mark_started_many(reports: list[tuple[int, int, int]]) -> list[None]:
         workload = workloads.get(workload_id)
         if not _startable(workload, attempt):
             continue
-        marked = Allocation.objects.filter(
-            workload_id=workload_id, node_id__in=node_ids, started=False
-        ).update(started=True)
+        held = Allocation.objects.filter(workload_id=workload_id, node_id__in=node_ids).update(
+            started=True
+        )
         left = Allocation.objects.filter(workload_id=workload_id, started=False).exists()
-        if not marked or (left and workload.state != State.ADMITTED):
+        if not held or (left and workload.state != State.ADMITTED):
             continue
         with transaction.atomic():
             workload = Workload.objects.select_for_update().filter(pk=workload_id).first()

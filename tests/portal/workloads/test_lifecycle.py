@@ -161,3 +161,14 @@ def test_submits_and_cancels_are_audited_with_who_and_for_which_tenant(acme_llm,
         ("workload.cancelled", bob.pk, tenant),
         ("workload.submitted", bob.pk, tenant),
     ]
+
+
+def test_a_start_report_the_database_lost_halfway_is_whole_when_repeated(gang):
+    """The nodes' rows were marked, then the database went away before the transition (a
+    crash between the two statements, written here as the first alone): the heartbeat's
+    repeat of the report makes it."""
+    workload, (a, b) = gang
+    workload.allocations.update(started=True)
+    assert _state(workload) == State.ADMITTED
+    lifecycle.mark_started_many([(workload.pk, a, 0), (workload.pk, b, 0)])
+    assert _state(workload) == State.RUNNING
