@@ -26,8 +26,9 @@ from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import BUSY, STALE_S, node_live
 from portal.core.models import AuditEvent
 from portal.core.redis import client
+from portal.dashboard import nodes
 from portal.dashboard.views import RANGE_NAMES
-from portal.workloads.models import Allocation, Workload
+from portal.workloads.models import Allocation
 
 HEALTH = list(Health.values)  # a cell's health is its index here
 
@@ -104,11 +105,6 @@ def node_page(request, pk):
     )
     span = request.GET.get("range")
     span = span if span in gpu_history.SPANS else "1h"
-    workloads = (
-        Workload.objects.filter(allocations__node=node)
-        .annotate(here=Count("allocations"))
-        .select_related("tenant", "queue")
-    )
     history = AuditEvent.objects.filter(object_type="cluster.node", object_id=str(node.pk))
     live = node_live(node.pk)
     return render(
@@ -118,7 +114,8 @@ def node_page(request, pk):
             "node": node,
             "live": live,
             "seen": datetime.fromtimestamp(live["ts"], UTC) if live else None,
-            "workloads": workloads,
+            "workloads": nodes.jobs_here(node),
+            "moves": nodes.allowed(node),
             "faults": node.faults.all()[:50],
             "history": history.select_related("actor").order_by("-at", "-id")[:50],
             "telemetry": gpu_history.by_gpu(gpu_history.node_history(node.pk, span)),

@@ -30,6 +30,13 @@ INVITE_LINK = "wanka_invite_link"  # in the session between the invite and the p
 _LAST_ADMIN = gettext_lazy("%(user)s is the tenant's last admin: make another first.")
 
 
+ROLE_IMPACTS = {
+    Role.ADMIN: gettext_lazy("As a tenant admin they also request quota and manage members."),
+    Role.MEMBER: gettext_lazy("As a member they submit and cancel jobs, but manage no one."),
+    Role.VIEWER: gettext_lazy("As a viewer they only read: no submitting or cancelling."),
+}
+
+
 @login_required
 def members(request):
     membership = _membership(request, "admin")
@@ -43,6 +50,7 @@ def members(request):
         {
             "people": people,
             "roles": Role.choices,
+            "role_impacts": [(role.value, role.label, ROLE_IMPACTS[role]) for role in Role],
             "invite_link": request.session.pop(INVITE_LINK, None),
         },
     )

@@ -3,6 +3,7 @@ REST API accept and refuse exactly the same things."""
 
 import csv
 import re
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from asgiref.sync import sync_to_async
@@ -31,7 +32,7 @@ from portal.dashboard.usage import budget_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_allowing, membership_of
-from portal.workloads import cycle, lifecycle, logs
+from portal.workloads import actions, cycle, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.charts import SPAN_NAMES, SPANS, day_charts
@@ -45,7 +46,13 @@ from portal.workloads.choices import (
 )
 from portal.workloads.ettr import job_report
 from portal.workloads.filtersets import SortedWorkloadFilterSet
-from portal.workloads.models import IllegalTransition, Recovery, Workload, with_version
+from portal.workloads.models import (
+    Allocation,
+    IllegalTransition,
+    Recovery,
+    Workload,
+    with_version,
+)
 from portal.workloads.reasons import Reader
 from portal.workloads.usage import booked, gpu_hours, held_now
 from scheduler import faults, parallelism
@@ -164,6 +171,7 @@ def workload_context(workload: Workload) -> dict:
             (phase.value, PHASE_NAMES[phase.value], seconds)
             for phase, seconds in report["seconds"].items()
         ],
+        "cancel_impact": [] if workload.is_finished else actions.impact(workload, "cancel"),
         "checkpoints": workload.checkpoints.all()[:20],
         "recoveries": workload.recoveries.select_related("fault__node")[:20],
         "advice": advice_report(workload.gpus),
@@ -397,6 +405,33 @@ def token_revoke(request, pk):
     return redirect("tokens")
 
 
+def _say_drill_impact(nodes: list[Node]) -> None:
+    """Each node's `impact`: the jobs a drill there would hit, with their tenants."""
+    jobs = defaultdict(list)
+    held = (
+        Allocation.objects.filter(node__in=nodes)
+        .values("node_id", "workload__name", "workload__tenant__name")
+        .annotate(gpus=Count("id"))
+        .order_by("node_id", "workload__name")
+    )
+    for row in held:
+        jobs[row["node_id"]].append(
+            _("%(job)s of %(tenant)s (%(gpus)d GPUs)")
+            % {
+                "job": row["workload__name"],
+                "tenant": row["workload__tenant__name"],
+                "gpus": row["gpus"],
+            }
+        )
+    for node in nodes:
+        node.impact = (
+            _("It hits the jobs there: %(jobs)s. A fault that takes out a GPU or the node "
+              "restarts them from their newest save.") % {"jobs": ", ".join(jobs[node.pk])}
+            if jobs[node.pk]
+            else _("No job runs there.")
+        )  # fmt: skip
+
+
 @staff_member_required
 def fault_drill(request):
     """Operators inject a chosen fault on a simulated node and watch the recovery live."""
@@ -418,13 +453,17 @@ def fault_drill(request):
             request, _("%(code)s sent to %(node)s; watch below.") % {"code": code, "node": node}
         )
         return redirect("fault-drill")
+    nodes = list(
+        Node.objects.filter(connected=True)
+        .annotate(busy=Count("allocations"))
+        .order_by("-busy", "name")[:200]
+    )
+    _say_drill_impact(nodes)
     return render(
         request,
         "dashboard/fault_drill.html",
         {
-            "nodes": Node.objects.filter(connected=True)
-            .annotate(busy=Count("allocations"))
-            .order_by("-busy", "name")[:200],
+            "nodes": nodes,
             "kinds": sorted(
                 (k for k in faults.CATALOGUE.values() if k.code not in faults.OPERATOR_KINDS),
                 key=lambda k: (k.xid is None, k.xid, k.code),

@@ -90,7 +90,8 @@ def impact(workload: Workload, action: str, now=None) -> list[str]:
             )
             % {"priority": PriorityClass(workload.priority).label}
         ]
-    return [_("It ends for good and does not run again."), frees]
+    ends = _("It ends for good and does not run again.")
+    return [ends, frees] if held else [ends]
 
 
 def perform(workload: Workload, action: str, actor, reason: str, priority=None) -> Workload:
