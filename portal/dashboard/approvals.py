@@ -5,13 +5,13 @@ request and the check and asks for a note (required to reject), then decides it
 
 import django_filters
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Case, F, IntegerField, Value, When
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
+from portal.core.access import operator_page
 from portal.dashboard.paging import paged
 from portal.quotas.choices import RequestStatus
 from portal.quotas.models import CapacityCheck, QuotaRequest
@@ -40,7 +40,7 @@ class QuotaRequestFilterSet(django_filters.FilterSet):
         return queryset if value == "all" else queryset.filter(status=value)
 
 
-@staff_member_required
+@operator_page
 @require_GET
 def quota_requests(request):
     """Pending requests first, those waiting longest at the top, then the decided ones, the
@@ -109,7 +109,7 @@ def _done(quota_request, approve: bool) -> str:
     return text % facts
 
 
-@staff_member_required
+@operator_page
 def quota_request_decide(request, pk, decision):
     """GET: the request, its capacity check now, and the note; POST: the decision."""
     if decision not in DECISIONS:

@@ -7,13 +7,13 @@ of what changed, and is handed to the next scheduling cycle."""
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import models, transaction
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from portal.core.access import operator_page
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
 from portal.quotas.api.serializers import QUEUE_CHANGES
@@ -231,13 +231,13 @@ def _saved(request, owner, changed: dict, impact: list[str]) -> None:
         messages.warning(request, line)
 
 
-@staff_member_required
+@operator_page
 def queue_edit(request, pk):
     queue = get_object_or_404(Queue.objects.select_related("tenant", "region"), pk=pk)
     return _edit(request, queue, QueueForm, QueueQuotas, {"queue": queue})
 
 
-@staff_member_required
+@operator_page
 def cohort_edit(request, pk):
     cohort = get_object_or_404(Cohort.objects.select_related("parent"), pk=pk)
     context = {

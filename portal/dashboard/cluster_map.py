@@ -13,7 +13,6 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Sum
 from django.http import Http404, HttpResponse, JsonResponse
@@ -24,6 +23,7 @@ from portal.cluster import gpu_history
 from portal.cluster.choices import Health
 from portal.cluster.models import Gpu, Node
 from portal.cluster.summary import BUSY, STALE_S, node_live
+from portal.core.access import operator_page
 from portal.core.models import AuditEvent
 from portal.core.redis import client
 from portal.dashboard import nodes
@@ -87,7 +87,7 @@ def _figures(raw: str | None, fresh_after: float, memory_mb: int | None) -> dict
     }
 
 
-@staff_member_required
+@operator_page
 def cluster_map_page(request):
     labels = [str(Health(value).label) for value in HEALTH]  # in the reader's language
     return render(
@@ -95,7 +95,7 @@ def cluster_map_page(request):
     )
 
 
-@staff_member_required
+@operator_page
 def node_page(request, pk):
     """One node: where it sits and its state, each GPU's latest figures and its history over
     `?range=` (1 h by default), the workloads on it, its faults and its lifecycle (the audit

@@ -6,7 +6,6 @@ import statistics
 from datetime import timedelta
 
 import django_filters
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db.models import Count, F, Prefetch, Q
 from django.shortcuts import render
 from django.utils import timezone
@@ -14,6 +13,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from portal.cluster.models import DataCenter, FaultEvent
+from portal.core.access import operator_page
 from portal.dashboard.paging import paged
 from portal.dashboard.templatetags.words import fault_title
 from portal.workloads.choices import RecoveryStep
@@ -83,7 +83,7 @@ def _summary(found, count: int) -> dict:
     }
 
 
-@staff_member_required
+@operator_page
 @require_GET
 def fault_list(request):
     faults = FaultEvent.objects.select_related("node__leaf__pod__datacenter").prefetch_related(

@@ -5,7 +5,6 @@ the node's lifecycle); `cluster.checks.move` makes it, as the API's does."""
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,6 +15,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from portal.cluster import checks
 from portal.cluster.choices import HEALTH_MOVES, Health
 from portal.cluster.models import Node
+from portal.core.access import operator_page
 from portal.core.errors import Conflict
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import CheckpointPolicy
@@ -101,7 +101,7 @@ def _job_line(job: Workload, now, saves_first: bool) -> str:
     }
 
 
-@staff_member_required
+@operator_page
 def node_move(request, pk, move):
     node = get_object_or_404(Node.objects.select_related("leaf__pod__datacenter"), pk=pk)
     if move not in MOVES:

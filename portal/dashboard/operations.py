@@ -5,12 +5,12 @@ audited); and the audit trail, filtered and read only."""
 
 import django_filters
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
+from portal.core.access import operator_page
 from portal.core.errors import Conflict
 from portal.core.models import AuditEvent
 from portal.core.ordering import stable
@@ -42,7 +42,7 @@ class OperatorWorkloadFilterSet(WorkloadFilterSet):
         fields = ["tenant", *WorkloadFilterSet.Meta.fields]
 
 
-@staff_member_required
+@operator_page
 def workload_list(request):
     workloads = with_version(Workload.objects.select_related("tenant", "queue", "gpu_model"))
     filterset = OperatorWorkloadFilterSet(request.GET, queryset=workloads)
@@ -63,7 +63,7 @@ def workload_list(request):
     )
 
 
-@staff_member_required
+@operator_page
 def workload_page(request, pk):
     workload = get_object_or_404(Workload.objects.select_related("queue", "gpu_model"), pk=pk)
     context = workload_context(workload)
@@ -71,7 +71,7 @@ def workload_page(request, pk):
     return render(request, "dashboard/workload_detail.html", context)
 
 
-@staff_member_required
+@operator_page
 def workload_action(request, pk, action):
     workload = get_object_or_404(Workload.objects.select_related("tenant", "queue"), pk=pk)
     if action not in actions.ACTIONS:
@@ -126,7 +126,7 @@ class AuditFilterSet(django_filters.FilterSet):
         fields = ["action", "tenant", "actor", "object_type", "object_id"]
 
 
-@staff_member_required
+@operator_page
 @require_GET
 def audit_log(request):
     """The audit trail, newest first, filtered and paged; read only, here as in the admin."""

@@ -8,7 +8,6 @@ from collections import defaultdict
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
@@ -17,6 +16,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from portal.cluster.models import USABLE, Node, Pod
+from portal.core.access import operator_page
 from portal.core.errors import Conflict
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
@@ -45,7 +45,7 @@ def pool_counts() -> dict[int, dict]:
     return counts
 
 
-@staff_member_required
+@operator_page
 @require_GET
 def spare_pools(request):
     counts = pool_counts()
@@ -73,7 +73,7 @@ class PodTargetForm(forms.ModelForm):
         labels = {"hot_spares": gettext_lazy("Target: hot spares kept")}
 
 
-@staff_member_required
+@operator_page
 def pod_target(request, pk):
     """GET: the pod's pool and its target; POST: a new target, with a reason, audited."""
     pod = get_object_or_404(Pod.objects.select_related("datacenter"), pk=pk)
@@ -123,7 +123,7 @@ class NodeSpareForm(ReasonForm):
         return name
 
 
-@staff_member_required
+@operator_page
 def node_spare(request):
     """GET: the form, filled from the query (a spare's row links here); POST: the change, or
     the reason it cannot be made."""

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -25,6 +24,7 @@ from django.views.decorators.http import require_POST
 from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
 from portal.cluster.summary import RANGES, cluster_summary, heartbeats, history, reported_steps
+from portal.core.access import operator_page
 from portal.core.api import form_fields
 from portal.core.models import audit
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
@@ -432,7 +432,7 @@ def _say_drill_impact(nodes: list[Node]) -> None:
         )  # fmt: skip
 
 
-@staff_member_required
+@operator_page
 def fault_drill(request):
     """Operators inject a chosen fault on a simulated node and watch the recovery live."""
     if request.method == "POST":

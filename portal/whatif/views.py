@@ -1,13 +1,13 @@
 """The operators' what-if page: start a simulation, watch its progress, read its report."""
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.db import transaction
 from django.http import FileResponse, Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
+from portal.core.access import operator_page
 from portal.core.models import audit
 from portal.core.security import SANDBOXED_REPORT
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
@@ -18,7 +18,7 @@ from scheduler.sim.policies import POLICIES
 MAX_UPLOAD = 20 * 1024 * 1024
 
 
-@staff_member_required
+@operator_page
 def whatif_list(request):
     errors = {}
     if request.method == "POST":
@@ -87,13 +87,13 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
     return whatif, errors
 
 
-@staff_member_required
+@operator_page
 def whatif_detail(request, pk):
     whatif = get_object_or_404(WhatIfRun.objects.defer("trace_csv", "cluster_json"), pk=pk)
     return render(request, "whatif/detail.html", {"run": whatif, "done": RunState.DONE})
 
 
-@staff_member_required
+@operator_page
 @xframe_options_sameorigin  # the run's page shows the report in an iframe
 def whatif_report(request, pk):
     whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state"), pk=pk)
@@ -104,7 +104,7 @@ def whatif_report(request, pk):
     return response
 
 
-@staff_member_required
+@operator_page
 def whatif_results(request, pk):
     whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "results"), pk=pk)
     if whatif.state != RunState.DONE:
@@ -114,7 +114,7 @@ def whatif_results(request, pk):
     return response
 
 
-@staff_member_required
+@operator_page
 def whatif_status(request, pk):
     """Where the run stands, for a page that opened its live connection after an event."""
     whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "progress", "message"), pk=pk)

@@ -67,7 +67,7 @@ def test_every_node_has_its_cell_and_its_figures(
 
 def test_only_operators_see_the_map(acme_llm, client, bob, operator):
     client.force_login(bob)
-    assert client.get("/ops/cluster/").status_code == 302  # to the console's sign-in
+    assert client.get("/ops/cluster/").status_code == 403
     client.force_login(operator)
     page = client.get("/ops/cluster/")
     assert page.status_code == 200 and b"cluster-map-data" in page.content

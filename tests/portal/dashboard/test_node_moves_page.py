@@ -92,6 +92,6 @@ def test_a_move_the_lifecycle_forbids_changes_nothing_and_tenants_are_sent_away(
     node.refresh_from_db()
     assert node.health == Health.READY
     client.force_login(alice)
-    assert client.post(f"/ops/nodes/{node.pk}/down/", {"reason": "x"}).status_code == 302
+    assert client.post(f"/ops/nodes/{node.pk}/down/", {"reason": "x"}).status_code == 403
     node.refresh_from_db()
     assert node.health == Health.READY

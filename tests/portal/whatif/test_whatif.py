@@ -34,7 +34,7 @@ def staff(client, operator):
 
 def test_only_operators_reach_the_page(client, bob):
     client.force_login(bob)
-    assert client.get("/ops/whatif/").status_code == 302
+    assert client.get("/ops/whatif/").status_code == 403
 
 
 def test_a_philly_run_from_the_page_to_its_report(staff):

@@ -98,7 +98,7 @@ def test_the_job_page_shows_its_time_recoveries_and_advice(recovered, bob, clien
 
 def test_the_fault_drill_is_for_operators_and_sends_the_fault(cluster, operator, bob, client):
     client.force_login(bob)
-    assert client.get("/ops/drill/").status_code == 302  # to the admin sign-in
+    assert client.get("/ops/drill/").status_code == 403  # the portal's refusal
     client.force_login(operator)
     assert client.get("/ops/drill/").status_code == 200
     response = client.post("/ops/drill/", {"node": cluster[0].pk, "code": "xid-79", "gpu_index": 2})
