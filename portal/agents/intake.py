@@ -72,13 +72,17 @@ def _announce(fault: FaultEvent, kind: faults.FaultKind, hit: list[Workload]) ->
         "node_health": fault.node.health,
         "jobs_hit": len(hit),
     }
+
     # Feeds of faults show only those that hit the reader's tenant (its own group) or, for
     # operators, all; the node's health reaches everyone with the next utilization roll-up.
-    publish(OPS_GROUP, "fault", {**payload, "workloads": [w.name for w in hit]})
+    def jobs(hit):
+        return {"workloads": [w.name for w in hit], "workload_ids": [w.pk for w in hit]}
+
+    publish(OPS_GROUP, "fault", {**payload, **jobs(hit)})
     for tenant_id in {w.tenant_id for w in hit}:
-        names = [w.name for w in hit if w.tenant_id == tenant_id]
         # Its own jobs only, named and counted: not how many of others' the fault hit.
-        publish_tenant(tenant_id, "fault", {**payload, "workloads": names, "jobs_hit": len(names)})
+        mine = [w for w in hit if w.tenant_id == tenant_id]
+        publish_tenant(tenant_id, "fault", {**payload, **jobs(mine), "jobs_hit": len(mine)})
 
 
 def record_acks(acks: list[tuple[int, str, bool, str]]) -> list[bool]:

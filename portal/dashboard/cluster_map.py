@@ -11,17 +11,17 @@ import csv
 import json
 import time
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Sum
+from django.db.models import Count, F, Sum
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.translation import gettext as _
 
 from portal.cluster import gpu_history
 from portal.cluster.choices import Health
-from portal.cluster.models import Gpu, Node
+from portal.cluster.models import FaultEvent, Gpu, Node
 from portal.cluster.summary import BUSY, STALE_S, node_live
 from portal.core.access import operator_page
 from portal.core.models import AuditEvent
@@ -29,8 +29,11 @@ from portal.core.redis import client
 from portal.dashboard import nodes
 from portal.dashboard.views import RANGE_NAMES
 from portal.workloads.models import Allocation
+from scheduler import faults
 
-HEALTH = list(Health.values)  # a cell's health is its index here
+# A cell's health is its index here; "failed": down because a fault took it down (drawn apart
+# from a node an operator took down or that drained empty).
+HEALTH = [*Health.values, "failed"]
 
 
 def cluster_map() -> dict:
@@ -53,6 +56,7 @@ def cluster_map() -> dict:
     jobs = defaultdict(set)
     for node_id, name in Allocation.objects.values_list("node_id", "workload__name").distinct():
         jobs[node_id].add(name)
+    failed = _failed()
     beats = client().hgetall(BUSY)
     fresh_after = time.time() - STALE_S
     rows, columns = [], defaultdict(list)
@@ -64,12 +68,23 @@ def cluster_map() -> dict:
         figures = _figures(beats.get(str(node_id)), fresh_after, memory.get(node_id))
         for key, value in (
             ("id", node_id), ("row", len(rows) - 1), ("col", place), ("name", name),
-            ("health", HEALTH.index(health)), ("gpus", gpus), ("held", held.get(node_id, 0)),
+            ("health", HEALTH.index("failed" if node_id in failed else health)),
+            ("gpus", gpus), ("held", held.get(node_id, 0)),
             *figures.items(), ("jobs", ", ".join(sorted(jobs.get(node_id, ())))),
         ):  # fmt: skip
             columns[key].append(value)
         place += 1
     return {"rows": rows, "health_names": HEALTH, **columns}
+
+
+def _failed() -> set[int]:
+    """Down nodes a fault took down: one it recorded as it moved them (a second before)."""
+    took_down = FaultEvent.objects.filter(
+        node__health=Health.DOWN,
+        occurred_at__lte=F("node__health_changed_at"),
+        occurred_at__gte=F("node__health_changed_at") - timedelta(seconds=1),
+    ).exclude(kind__in=faults.OPERATOR_KINDS)
+    return set(took_down.values_list("node_id", flat=True))
 
 
 def _figures(raw: str | None, fresh_after: float, memory_mb: int | None) -> dict:
@@ -89,7 +104,8 @@ def _figures(raw: str | None, fresh_after: float, memory_mb: int | None) -> dict
 
 @operator_page
 def cluster_map_page(request):
-    labels = [str(Health(value).label) for value in HEALTH]  # in the reader's language
+    # In the reader's language.
+    labels = [str(Health(value).label) for value in HEALTH[:-1]] + [_("Failed")]
     return render(
         request, "dashboard/cluster_map.html", {"map": {**cluster_map(), "health_labels": labels}}
     )

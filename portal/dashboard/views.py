@@ -160,7 +160,6 @@ def workload_context(workload: Workload) -> dict:
     return {
         "workload": workload,
         "events": events,
-        "version": max((e.pk for e in events), default=0),
         "parallel_plans": list(workload.parallel_plans.all()),
         "nodes": sorted({a.node.name for a in allocations}),
         "held": len(allocations),

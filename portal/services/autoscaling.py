@@ -16,6 +16,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from portal.core.live import publish_tenant
 from portal.services import load
 from portal.services.models import Replica, Service, ServiceSample
 from portal.workloads import lifecycle
@@ -66,6 +67,9 @@ def scale(service: Service, now) -> int:
     scaler = Autoscaler(settings_of(service), service.autoscaler_state)
     scaler.observe(now.timestamp(), in_flight)
     decision = scaler.decide(now.timestamp(), len(ready))
+    said = (service.desired_replicas, service.panic, service.scale_reason)
+    if said != (decision.replicas, decision.panic, decision.reason):  # its page draws it again
+        publish_tenant(service.tenant_id, "service.scaled", {"id": service.pk})
     service.desired_replicas, service.panic = decision.replicas, decision.panic
     service.scale_reason, service.autoscaler_state = decision.reason, scaler.state()
     service.save(update_fields=["desired_replicas", "panic", "scale_reason", "autoscaler_state"])

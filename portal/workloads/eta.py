@@ -3,11 +3,13 @@
 refreshes them outside the scheduling cycle, one refresh at a time across workers."""
 
 import time
+from collections import defaultdict
 from datetime import UTC, datetime
 
 from django.utils import timezone
 from redis import RedisError
 
+from portal.core.live import publish_tenant
 from portal.core.redis import client
 from portal.workloads.choices import HOLDING, State
 from portal.workloads.cycle import build_snapshot
@@ -15,7 +17,7 @@ from portal.workloads.models import Workload
 from scheduler.sim.eta import Bounds, History, estimate
 
 LOCK = "wanka:eta:lock"
-UNTIL = "wanka:eta:until"  # the last refresh's `Estimates.until`, as a Unix time
+UNTIL = "wanka:eta:until"  # the last refresh's time and its `Estimates.until`, Unix times
 HISTORY_JOBS = 5000  # the newest finished jobs the guesses are made from
 BOUNDS = Bounds()
 
@@ -47,10 +49,10 @@ def refresh(now=None) -> int:
         if guess is not None:
             guesses[workload_id] = guess
     result = estimate(snapshot, now.timestamp(), guesses, BOUNDS, clock=time.perf_counter)
-    client().set(UNTIL, result.until, ex=int(BOUNDS.horizon_s))
+    client().set(UNTIL, f"{now.timestamp()} {result.until}", ex=int(BOUNDS.horizon_s))
     changed = []
     for workload in Workload.objects.filter(state=State.PENDING).only(
-        "estimated_start", "estimated_start_p90"
+        "tenant_id", "estimated_start", "estimated_start_p90"
     ):
         start = _moment(result.start.get(workload.pk))
         p90 = _moment(result.p90.get(workload.pk))
@@ -58,18 +60,33 @@ def refresh(now=None) -> int:
             workload.estimated_start, workload.estimated_start_p90 = start, p90
             changed.append(workload)
     Workload.objects.bulk_update(changed, ["estimated_start", "estimated_start_p90"])
+    _announce(changed)
     stale = Workload.objects.exclude(state=State.PENDING).exclude(estimated_start=None)
     return len(changed) + stale.update(estimated_start=None, estimated_start_p90=None)
 
 
-def until() -> datetime | None:
-    """How far the last refresh saw: a pending workload without an estimate starts later
-    (or is behind the first `BOUNDS.per_queue` of its queue); None when unknown."""
+def _announce(changed: list[Workload]) -> None:
+    """Tell each tenant which of its jobs' estimates moved, in one event (their pages draw
+    them again)."""
+    ids = defaultdict(list)
+    for workload in changed:
+        ids[workload.tenant_id].append(workload.pk)
+    for tenant_id, mine in ids.items():
+        publish_tenant(tenant_id, "workload.estimate", {"ids": mine})
+
+
+def last_refresh() -> tuple[datetime, datetime] | None:
+    """When the estimates were last refreshed, and how far that refresh saw: a pending
+    workload it saw without an estimate starts later (or is behind the first
+    `BOUNDS.per_queue` of its queue); None when unknown."""
     try:
         seen = client().get(UNTIL)
     except RedisError:
         return None
-    return None if seen is None else _moment(float(seen))
+    if seen is None:
+        return None
+    at, until = seen.split()
+    return datetime.fromtimestamp(float(at), UTC), _moment(float(until))
 
 
 def runtimes() -> History:

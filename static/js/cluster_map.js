@@ -1,48 +1,51 @@
 // The cluster map: one heatmap cell per node, one row per leaf; the buttons choose the figure
-// the colour shows. Cells without a figure (no fresh heartbeat) stay blank.
+// the colour shows. Cells without a figure (no fresh heartbeat) stay blank. Each figure has a
+// fixed scale (a cool GPU is pale whatever the others are), and the map is drawn again each
+// time its data is (parts.js, every 15 s).
 (function () {
-  const data = JSON.parse(document.getElementById("cluster-map-data").textContent);
   const chart = document.getElementById("cluster-map");
-  const width = Math.max(1, ...(data.col || []).map((c) => c + 1));
   const METRICS = {
     health: { title: gettext("Health"), discrete: true },
-    held: { title: gettext("GPUs held"), unit: "" },
-    util: { title: gettext("Utilization"), unit: " %" },
-    memory: { title: gettext("Memory"), unit: " %" },
-    temperature: { title: gettext("Temperature"), unit: " °C" },
-    power: { title: gettext("Power"), unit: " W" },
+    held: { title: gettext("GPUs held"), unit: "", range: (data) => [0, Math.max(1, ...data.gpus)] },
+    util: { title: gettext("Utilization"), unit: " %", range: () => [0, 100] },
+    memory: { title: gettext("Memory"), unit: " %", range: () => [0, 100] },
+    // From a cool idle GPU to one at its slowdown temperature (about 90 °C on H100/H800).
+    temperature: { title: gettext("Temperature"), unit: " °C", range: () => [25, 90] },
+    power: { title: gettext("Power"), unit: " W", range: () => [0, null] },
   };
-  const HEALTH_COLOURS = ["#16a34a", "#f59e0b", "#ea580c", "#dc2626", "#7c3aed", "#6b7280"];
+  // ready, cordoned, draining, down (out of service), repairing, failed (a fault took it down)
+  const HEALTH_COLOURS = ["#16a34a", "#f59e0b", "#ea580c", "#64748b", "#7c3aed", "#dc2626"];
+  let metric = "health";
 
-  function grid(values) {
-    const z = data.rows.map(() => new Array(width).fill(null));
-    values.forEach((v, i) => { z[data.row[i]][data.col[i]] = v; });
-    return z;
-  }
-
-  const healthName = (i) => data.health_labels[i];
-  const text = grid((data.name || []).map((name, i) => {
-    const jobs = data.jobs[i] ? `<br>${data.jobs[i]}` : "";
-    return `${name} · ${healthName(data.health[i])}${jobs}`;
-  }));
-
-  function draw(metric) {
+  function draw() {
+    const data = JSON.parse(document.getElementById("cluster-map-data").textContent);
+    const width = Math.max(1, ...(data.col || []).map((c) => c + 1));
+    const grid = (values) => {
+      const z = data.rows.map(() => new Array(width).fill(null));
+      values.forEach((v, i) => { z[data.row[i]][data.col[i]] = v; });
+      return z;
+    };
+    const text = grid((data.name || []).map((name, i) => {
+      const jobs = data.jobs[i] ? `<br>${data.jobs[i]}` : "";
+      return `${name} · ${data.health_labels[data.health[i]]}${jobs}`;
+    }));
     const spec = METRICS[metric];
     const trace = {
       type: "heatmap", z: grid(data[metric] || []), y: data.rows, x: [...Array(width).keys()],
       text, hovertemplate: `%{text}<br>${spec.title}: %{z}${spec.unit || ""}<extra></extra>`,
-      xgap: 1, ygap: 1, hoverongaps: false,
+      xgap: 1, ygap: 1, hoverongaps: false, customdata: grid(data.id || []),
     };
     if (spec.discrete) {
       const n = data.health_names.length;
       trace.zmin = -0.5; trace.zmax = n - 0.5;
       trace.colorscale = HEALTH_COLOURS.slice(0, n).flatMap((c, i) => [[i / n, c], [(i + 1) / n, c]]);
-      trace.colorbar = {
-        tickvals: [...Array(n).keys()], ticktext: data.health_names.map((_, i) => healthName(i)),
-      };
+      trace.colorbar = { tickvals: [...Array(n).keys()], ticktext: data.health_labels };
       trace.hovertemplate = "%{text}<extra></extra>";
     } else {
+      const [low, high] = spec.range(data);
       trace.colorscale = "YlOrRd";
+      trace.zmin = low;
+      if (high !== null) trace.zmax = high;
       trace.colorbar = { title: { text: spec.title } };
     }
     Plotly.react(chart, [trace], {
@@ -54,14 +57,16 @@
     });
   }
 
-  // A cell opens its node's page.
-  const ids = grid(data.id || []);
   document.querySelectorAll("#map-metrics button").forEach((button) => {
-    button.addEventListener("click", () => draw(button.dataset.metric));
+    button.addEventListener("click", () => { metric = button.dataset.metric; draw(); });
   });
-  draw("health");
+  draw();
+  document.addEventListener("wanka:parts", ({ detail }) => {
+    if (detail.includes("map-data")) draw();
+  });
+  // A cell opens its node's page.
   chart.on("plotly_click", ({ points }) => {
-    const id = points.length && ids[points[0].pointIndex[0]][points[0].pointIndex[1]];
+    const id = points.length && points[0].customdata;
     if (id) location.href = `/ops/nodes/${id}/`;
   });
 })();

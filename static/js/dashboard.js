@@ -32,6 +32,7 @@
     for (const g of summary.groups) {
       const row = document.querySelector(`[data-group="${g.datacenter}/${g.gpu_model}"]`);
       if (!row) continue;
+      row.querySelector('[data-k="ready"]').textContent = `${g.ready_nodes}/${g.nodes}`;
       row.querySelector('[data-k="allocated"]').textContent = g.allocated;
       row.querySelector('[data-k="busy"]').textContent = g.busy;
     }

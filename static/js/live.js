@@ -2,13 +2,12 @@
 // re-dispatched on `document` as a "wanka:<event>" CustomEvent for page scripts, and
 // "wanka:resync" each time the socket (re)opens.
 //
-// What the page shows of workloads is trusted only as far as its versions: each workload event
-// carries the version of the workload it leaves (its newest event's id), and the page applies
-// only what is newer than it shows. Whenever the socket opens, the page asks the API where
-// things stand now, so an event sent before it listened (or lost while it was away) never
-// leaves it wrong: a job page that is behind reloads; a workload list reconciles its rows with
-// the API's answer for the same filter, in the same order (newest first), inserting, updating
-// and removing rows.
+// What a workload list shows is trusted only as far as its versions: each workload event
+// carries the version of the workload it leaves (its newest event's id), and the list applies
+// only what is newer than it shows. Whenever the socket opens, the list reconciles its rows
+// with the API's answer for the same filter, in the same order (newest first), inserting,
+// updating and removing rows, so an event sent before it listened (or lost while it was away)
+// never leaves it wrong. Other parts of pages are drawn again by parts.js.
 (function () {
   const dot = document.getElementById("live-status");
   let delay = 500;
@@ -61,29 +60,6 @@
   }
 
   const newer = (element, version) => version > Number(element.dataset.version || 0);
-
-  // -- one job's page -------------------------------------------------------------------------
-  const detail = document.querySelector("[data-live-detail]");
-  if (detail) {
-    document.addEventListener("wanka:resync", async () => {
-      const now = await api(`/api/v1/workloads/${detail.dataset.workload}/`).catch(() => null);
-      if (now && newer(detail, now.version)) location.reload(); // the server draws it whole
-    });
-    document.addEventListener("wanka:workload.state", ({ detail: event }) => {
-      if (String(event.id) !== detail.dataset.workload || !newer(detail, event.version)) return;
-      detail.dataset.version = event.version;
-      detail.querySelectorAll("[data-state]").forEach((el) => setState(el, event.state));
-      detail.querySelectorAll("[data-reason]").forEach((el) => {
-        if (event.state !== "pending") el.textContent = "";
-      });
-      const timeline = document.getElementById("timeline");
-      const item = document.createElement("li");
-      item.innerHTML = `<time>${new Date().toISOString().slice(0, 19).replace("T", " ")}</time> → <b></b> `;
-      item.querySelector("b").textContent = wankaWord(event.state);
-      item.append(event.reason);
-      timeline.append(item);
-    });
-  }
 
   // -- workload lists ---------------------------------------------------------------------------
   function ago(iso) {
@@ -170,11 +146,6 @@
       }
       soon(); // new rows, rows that leave the filter, and the order: as the API has them
     });
-  });
-
-  document.addEventListener("wanka:quota.decided", ({ detail: event }) => {
-    document.querySelectorAll(`[data-request="${event.id}"] [data-state]`)
-      .forEach((el) => setState(el, event.status));
   });
 
   connect();

@@ -109,7 +109,8 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     cohort = Cohort.objects.create(name="zh-cohort")
     data.add("zh-cohort")
     paths = ["/", "/usage/", "/queues/", "/tokens/", "/ops/drill/", "/ops/cluster/",
-             f"/ops/nodes/{node.pk}/", f"/ops/nodes/{node.pk}/drain/", "/ops/whatif/", f"/ops/whatif/{run.pk}/",
+             f"/ops/nodes/{node.pk}/", f"/ops/nodes/{node.pk}/drain/", "/ops/whatif/",
+             f"/ops/whatif/{run.pk}/",
              "/ops/workloads/", f"/ops/workloads/{job.pk}/", f"/ops/workloads/{job.pk}/priority/",
              "/ops/audit/", "/ops/faults/", "/ops/quota-requests/",
              f"/ops/queues/{job.queue_id}/", f"/ops/queues/cohorts/{cohort.pk}/", "/ops/spares/",

@@ -72,6 +72,7 @@ def test_a_job_hit_by_xid_79_runs_again_on_the_spare_from_its_triggered_save(
         )
         fault = live.wait_for("fault", lambda p: p["workloads"], timeout=10)
         assert fault["kind"] == "xid-79" and fault["workloads"] == ["llama-70b"]
+        assert fault["workload_ids"] == [workload.pk]  # what its job page listens for
         live.wait_for("recovery", lambda p: p["step"] == RecoveryStep.DONE, timeout=10)
         steps = [p["step"] for p in live.of("recovery")]
     finally:

@@ -13,13 +13,17 @@ UNREAD = object()
 
 
 @register.simple_tag(takes_context=True)
-def no_estimate(context) -> str:
+def no_estimate(context, workload=None) -> str:
+    """Why there is no estimate; for `workload`, "Estimating…" until a refresh has seen it."""
     request = context.get("request")
-    until = getattr(request, "eta_until", UNREAD)
-    if until is UNREAD:
-        until = eta.until()
+    seen = getattr(request, "eta_seen", UNREAD)
+    if seen is UNREAD:
+        seen = eta.last_refresh()
         if request is not None:
-            request.eta_until = until
+            request.eta_seen = seen
+    if seen is not None and workload is not None and workload.submitted_at > seen[0]:
+        return _("Estimating…")
+    until = seen and seen[1]
     if until is None or until <= timezone.now():
         return _("no estimate yet")
     return _("no estimate: not within %(ahead)s, or behind the first %(cap)s of its queue") % {

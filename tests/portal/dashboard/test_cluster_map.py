@@ -43,7 +43,7 @@ def test_every_node_has_its_cell_and_its_figures(
     beat(clean_redis, busy, time.time())
     beat(clean_redis, stale, time.time() - 600)
 
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         found = cluster_map()
     nodes = Node.objects.count()
     assert len(found["name"]) == nodes and len(found["rows"]) == 4  # the builders' four leaves
@@ -93,3 +93,18 @@ def test_a_nodes_page_has_its_gpus_workloads_faults_and_lifecycle(
     assert "224 × Simulated Xeon Platinum 8480+ · 2048 GiB of memory" in page
     assert "eth0 100 Gb/s, ib0 400 Gb/s" in page
     assert client.get("/ops/nodes/999999/").status_code == 404
+
+
+def test_a_node_a_fault_took_down_is_drawn_apart_from_one_taken_out_of_service(
+    cluster, clean_redis
+):
+    """Red for a failure; grey for a node an operator took down or that drained empty."""
+    failed, drained = cluster[0], cluster[1]
+    record_fault(failed.pk, faults.lookup("xid-79"), "fell off the bus")
+    drained.set_health(Health.DRAINING, "by an operator")
+    drained.set_health(Health.DOWN, "drained: it holds no more work")
+    found = cluster_map()
+    at = {name: i for i, name in enumerate(found["name"])}
+    health = {node.name: found["health_names"][found["health"][at[node.name]]] for node in cluster}
+    assert health[failed.name] == "failed" and health[drained.name] == Health.DOWN
+    assert health[cluster[2].name] == Health.READY

@@ -63,9 +63,7 @@ def test_a_drain_says_who_saves_first_and_a_cordon_leaves_jobs_running(
     assert _moves(client, node) == ["drain", "down", "ready"]
 
 
-def test_a_repaired_node_returns_through_a_health_check_or_says_why_not(
-    cluster, operator, client
-):
+def test_a_repaired_node_returns_through_a_health_check_or_says_why_not(cluster, operator, client):
     node = cluster[0]
     node.set_health(Health.DOWN, "broken")
     node.set_health(Health.REPAIRING, "fixed")

@@ -94,3 +94,14 @@ def test_without_an_estimate_the_pages_say_how_far_the_last_one_looked(waiting, 
     assert re.search(told, page), "the page says how far ahead the refresh looked: a day"
     listed = browser.get("/workloads/").content.decode()
     assert re.search(f'data-no-estimate="{told}"', listed)
+
+
+def test_a_job_submitted_since_the_last_refresh_is_being_estimated(waiting, clean_redis):
+    """Not "not within a day" for a job the last refresh never saw: it is being estimated."""
+    eta.refresh()
+    later = make_workload(waiting.queue, "later", gpus=8)
+    browser = Client()
+    browser.force_login(waiting.submitted_by)
+    assert "Estimating…" in browser.get(f"/workloads/{later.pk}/").content.decode()
+    eta.refresh()
+    assert "Estimating" not in browser.get(f"/workloads/{later.pk}/").content.decode()
