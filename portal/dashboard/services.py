@@ -8,9 +8,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.cluster.models import GpuModel
 from portal.core.api import form_fields
 from portal.core.models import audit
+from portal.dashboard.choices import queue_choices, with_defaults
 from portal.services import autoscaling
 from portal.services.api.serializers import ServiceSerializer
 from portal.services.models import Service, with_live_replicas
@@ -51,15 +51,23 @@ def service_list(request):
     services = with_live_replicas(
         Service.objects.visible_to(request.user).select_related("queue", "gpu_model")
     )
+    queues = (
+        membership.tenant.queues.order_by("name")
+        .select_related("region")
+        .prefetch_related("quotas__gpu_model")
+    )
+    choices = queue_choices(queues)
+    data, offered = with_defaults(request.POST if serializer else DEFAULTS, choices, not serializer)
     return render(
         request,
         "dashboard/services.html",
         {
             "services": services,
-            "data": request.POST if serializer else DEFAULTS,
+            "data": data,
             "errors": serializer.errors if serializer else {},
-            "queues": membership.tenant.queues.all(),
-            "gpu_models": GpuModel.objects.all(),
+            "queues": queues,
+            "choices": choices,
+            "gpu_choices": offered,
             "priorities": PriorityClass.choices,
         },
     )

@@ -22,11 +22,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
-from portal.cluster.models import FaultEvent, GpuModel, Node, NodeCommand, Region
+from portal.cluster.models import FaultEvent, Node, NodeCommand
 from portal.cluster.summary import RANGES, cluster_summary, heartbeats, history, reported_steps
 from portal.core.access import operator_page
 from portal.core.api import form_fields
 from portal.core.models import audit
+from portal.dashboard.choices import queue_choices, with_defaults
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
 from portal.dashboard.usage import budget_bars
 from portal.quotas.api.serializers import QuotaRequestSerializer
@@ -214,17 +215,21 @@ def workload_cancel(request, pk):
     return redirect("workload-detail", pk=pk)
 
 
-def _form_context(membership, data, serializer=None):
+def _form_context(membership, data, serializer=None, quota_request=False):
+    """A form whose queue drives the GPU model and the region (`dashboard.choices`)."""
+    queues = list(
+        membership.tenant.queues.select_related("region", "cohort")
+        .prefetch_related("quotas__gpu_model")
+        .order_by("name")
+    )
+    choices = queue_choices(queues, quota_request)
+    data, offered = with_defaults(data, choices, fill=serializer is None)
     return {
         "data": data,
         "errors": serializer.errors if serializer else {},
-        "queues": list(
-            membership.tenant.queues.select_related("region", "cohort")
-            .prefetch_related("quotas__gpu_model")
-            .order_by("name")
-        ),
-        "gpu_models": GpuModel.objects.all(),
-        "regions": Region.objects.all(),
+        "queues": queues,
+        "choices": choices,
+        "gpu_choices": offered,
     }
 
 
@@ -240,7 +245,6 @@ def workload_new(request):
             "gpus": 16,
             "kind": Kind.TRAINING,
             "priority": PriorityClass.NORMAL,
-            "topology": Topology.POD,
             "checkpoint_policy": CheckpointPolicy.ASYNC,
         }
     serializer = preview = None
@@ -279,7 +283,7 @@ def quota(request):
             QuotaRequest.file(serializer, request.user)
             messages.success(request, _("Quota request sent to the operators."))
             return redirect("quota")
-    context = _form_context(membership, data, serializer)
+    context = _form_context(membership, data, serializer, quota_request=True)
     context["requests"] = membership.tenant.quota_requests.select_related(
         "queue", "gpu_model", "region"
     )[:50]

@@ -16,6 +16,7 @@
   // ready, cordoned, draining, down (out of service), repairing, failed (a fault took it down)
   const HEALTH_COLOURS = ["#16a34a", "#f59e0b", "#ea580c", "#64748b", "#7c3aed", "#dc2626"];
   let metric = "health";
+  let ids = [];  // the node id of each cell, as drawn
 
   function draw() {
     const data = JSON.parse(document.getElementById("cluster-map-data").textContent);
@@ -33,8 +34,9 @@
     const trace = {
       type: "heatmap", z: grid(data[metric] || []), y: data.rows, x: [...Array(width).keys()],
       text, hovertemplate: `%{text}<br>${spec.title}: %{z}${spec.unit || ""}<extra></extra>`,
-      xgap: 1, ygap: 1, hoverongaps: false, customdata: grid(data.id || []),
+      xgap: 1, ygap: 1, hoverongaps: false,
     };
+    ids = grid(data.id || []);
     if (spec.discrete) {
       const n = data.health_names.length;
       trace.zmin = -0.5; trace.zmax = n - 0.5;
@@ -66,7 +68,8 @@
   });
   // A cell opens its node's page.
   chart.on("plotly_click", ({ points }) => {
-    const id = points.length && points[0].customdata;
+    const [row, col] = points.length ? points[0].pointIndex : [];
+    const id = points.length && ids[row][col];
     if (id) location.href = `/ops/nodes/${id}/`;
   });
 })();

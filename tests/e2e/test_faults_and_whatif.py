@@ -73,13 +73,16 @@ def test_a_fault_drill_watched_live_then_the_job_page_tells_the_member(
     open_live(page, f"{base}/ops/drill/")
     page.eval_on_selector("select[name=node]", "(s) => { s.add(new Option('gone', '0')); }")
     page.select_option("select[name=node]", "0")
-    page.click("button:has-text('Inject')")  # a node that has gone meanwhile
+    page.click("#drill-form button[type=submit]")  # a node that has gone meanwhile
+    page.click("#confirm-dialog button[value=yes]")
     expect(page.locator(".flash.error")).to_have_text(
         "Not sent: the portal answered 404.", timeout=LOAD_MS
     )
     page.select_option("select[name=node]", str(victim.pk))
     page.select_option("select[name=code]", "xid-79")
-    page.click("button:has-text('Inject')")
+    page.click("#drill-form button[type=submit]")
+    expect(page.locator("#confirm-dialog")).to_contain_text("llama-8b of Acme (8 GPUs)")
+    page.click("#confirm-dialog button[value=yes]")
     expect(page.locator(".flash")).to_have_text(
         f"xid-79 sent to {victim.name}; watch below.", timeout=LOAD_MS
     )

@@ -77,10 +77,10 @@ def test_the_nodes_list_counts_each_nodes_allocated_gpus(many_workloads, bob):
     [
         ("/", 16),  # with the tide: booked stretches and GPUs held, by kind
         ("/workloads/", 14),
-        ("/quota/", 18),  # with the bars: every queue and cohort, GPUs held, pending work
+        ("/quota/", 19),  # with the bars: every queue and cohort, GPUs held, pending work
         ("/queues/", 24),  # and GPU-hours this week and month
         ("/workloads/new/", 14),
-        ("/services/", 8),
+        ("/services/", 11),  # and each queue's models, quota left and GPUs free
     ],
 )
 def test_pages(many_workloads, bob, client, url, budget, django_assert_max_num_queries):
@@ -91,7 +91,8 @@ def test_pages(many_workloads, bob, client, url, budget, django_assert_max_num_q
 
 def test_workload_page(many_workloads, bob, client, django_assert_max_num_queries):
     """Constant, whatever the job's history: the state, ETTR (events, stalls, losses),
-    checkpoints, recoveries, parallel plans, and the cluster's failure rate for the advisor."""
+    checkpoints, recoveries, parallel plans, the cluster's failure rate for the advisor, and
+    what a cancel would cost."""
     client.force_login(bob)
-    with django_assert_max_num_queries(19):
+    with django_assert_max_num_queries(22):
         assert client.get(f"/workloads/{many_workloads[0].pk}/").status_code == 200
