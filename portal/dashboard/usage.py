@@ -8,11 +8,16 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.timesince import timeuntil
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from portal.quotas.choices import BudgetWindow
+from portal.quotas.models import Budget
 from portal.tenancy.models import membership_of
 from portal.workloads import usage as usage_report
 from portal.workloads.api.serializers import UsageQuerySerializer
@@ -92,3 +97,58 @@ def usage(request):
 def budget_bars(tenant) -> list:
     """Where each budget of the tenant stands, for the quota page."""
     return standings(tenant.budgets.select_related("tenant", "queue"))
+
+
+def budget_notes(tenant_id: int, queue_id: int | None = None) -> list[str]:
+    """What a tenant's members should hear of its budgets (of those covering `queue_id`, where
+    given): each one spent, past its first warning or running out before its window ends, in
+    a sentence that says what it means for their jobs."""
+    budgets = Budget.objects.filter(tenant_id=tenant_id).select_related("tenant", "queue")
+    if queue_id is not None:
+        budgets = budgets.filter(Q(queue_id=queue_id) | Q(queue__isnull=True))
+    return [_note(s) for s in standings(budgets) if _worth_saying(s)]
+
+
+def _worth_saying(standing) -> bool:
+    first = min(standing.budget.thresholds or [100])
+    return standing.left <= 0 or standing.percent >= first or not standing.lasts
+
+
+def _note(standing) -> str:
+    budget = standing.budget
+    if budget.queue_id:
+        whose = gettext("Budget of queue %(queue)s") % {"queue": budget.queue.name}
+    else:
+        whose = gettext("Budget of %(tenant)s") % {"tenant": budget.tenant.name}
+    if budget.window == BudgetWindow.MONTH:
+        window = gettext("this month")
+    else:
+        window = ngettext(
+            "in the last %(days)d day", "in the last %(days)d days", budget.window_days
+        ) % {"days": budget.window_days}
+    figures = {
+        "whose": whose,
+        "used": f"{standing.used:,.0f}",
+        "hours": f"{budget.gpu_hours:,}",
+        "window": window,
+        "percent": f"{standing.percent:.0f}",
+    }
+    if standing.left <= 0:
+        said = gettext("%(whose)s spent: %(used)s of %(hours)s GPU-hours %(window)s.") % figures
+        if budget.hard:
+            return said + " " + gettext("Jobs that would use more wait until it renews.")
+        return (
+            said
+            + " "
+            + gettext(
+                "Jobs still start, but its queues borrow no more and get a quarter of their fair "
+                "share."
+            )
+        )
+    said = gettext("%(whose)s: %(percent)s %% used %(window)s (%(used)s of %(hours)s GPU-hours).")
+    said %= figures
+    if not standing.lasts:
+        said += " " + gettext("At the last day's rate it runs out in %(ahead)s.") % {
+            "ahead": timeuntil(standing.runs_out_at, standing.now, depth=1)
+        }
+    return said

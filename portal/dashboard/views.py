@@ -29,7 +29,7 @@ from portal.core.api import form_fields
 from portal.core.models import audit
 from portal.dashboard.choices import queue_choices, with_defaults
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
-from portal.dashboard.usage import budget_bars
+from portal.dashboard.usage import budget_bars, budget_notes
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_allowing, membership_of
@@ -86,6 +86,7 @@ def dashboard(request):
         holding = workloads.filter(state__in=HOLDING)
         context["active_gpus"], running = held_now(holding)
         context["gpu_hours"] = booked(membership.tenant.usage) + running
+        context["budget_notes"] = budget_notes(membership.tenant_id)
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_scope"] = membership.tenant.name if membership else _("the cluster")
     scope = membership.tenant_id if membership else ("all" if request.user.is_staff else None)
@@ -254,12 +255,14 @@ def workload_new(request):
         if serializer.is_valid() and "preview" in request.POST:
             draft = Workload(tenant=membership.tenant, **serializer.validated_data)
             preview = cycle.preview(draft, Reader.for_request(request))
+            preview["budgets"] = budget_notes(membership.tenant_id, draft.queue_id)
         elif serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
     context["preview"] = preview
+    context["budget_notes"] = [] if preview else budget_notes(membership.tenant_id)
     context.update(
         kinds=Kind.choices,
         priorities=PriorityClass.choices,

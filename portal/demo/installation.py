@@ -1,12 +1,13 @@
 """The demo installation standalone mode starts with: a two-data-center cluster, two tenants
-with queues in cohorts, a few jobs, an inference service whose valleys fine-tuning borrows, and
-a pending quota request."""
+with queues in cohorts, a few jobs, an inference service whose valleys fine-tuning borrows, a
+pending quota request, GPU prices, and budgets (one that the demo's traffic runs through in
+about two hours, so that its warnings show)."""
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal.cluster.models import DataCenter, GpuModel, Leaf, Node, Pod, Region
-from portal.quotas.models import Cohort, Queue, QueueQuota, QuotaRequest
+from portal.quotas.models import Budget, Cohort, GpuRate, Queue, QueueQuota, QuotaRequest
 from portal.services.models import Service
 from portal.tenancy.choices import Role
 from portal.tenancy.models import Membership, Tenant
@@ -60,6 +61,14 @@ SERVICE = {
     "command": "vllm serve Qwen/Qwen2.5-72B-Instruct --tensor-parallel-size 8 --port $PORT",
 }
 DEMO_DAY_S = 1440
+# GPU model -> (what a GPU-hour counts against budgets, its price per hour in WANKA_CURRENCY):
+# an operator's list prices, made up for the demo.
+RATES = {"H800": (1.0, "2.80"), "H20": (0.4, "1.20")}
+BUDGETS = [
+    # tenant, queue (None: the whole tenant), weighted GPU-hours, window, days, thresholds
+    ("Acme", None, 60_000, "month", 30, [80, 100]),
+    ("Acme", "llm", 150, "rolling", 1, [50, 80, 100]),
+]
 
 
 @transaction.atomic
@@ -106,6 +115,19 @@ def seed() -> bool:
     Pod.objects.update(hot_spares=1)
     for pod in Pod.objects.all():
         Node.objects.filter(pk=pod.leaves.last().nodes.last().pk).update(spare=True)
+    for model, (weight, price) in RATES.items():
+        GpuRate.objects.create(
+            gpu_model=GpuModel.objects.get(name=model), weight=weight, price=price
+        )
+    for tenant, queue, hours, window, days, thresholds in BUDGETS:
+        Budget.objects.create(
+            tenant=tenants[tenant],
+            queue=queues[tenant, queue] if queue else None,
+            gpu_hours=hours,
+            window=window,
+            window_days=days,
+            thresholds=thresholds,
+        )
     QuotaRequest.objects.create(
         tenant=tenants["Acme"],
         queue=queues["Acme", "llm"],

@@ -176,3 +176,32 @@ def test_members_are_warned_once_per_threshold_and_window_with_the_forecast(acme
         assert len(told) == 3 and told[-1][2]["threshold"] == 100
     finally:
         tenant_event.disconnect(hear)
+
+
+def test_members_see_a_spent_budget_on_the_dashboard_the_form_and_the_preview(
+    acme_llm, alice, bob, client
+):
+    """Where people act: the dashboard and the submit form say what a budget past its warning
+    means for their jobs, the preview says it of the queue it previews, and a tenant admin is
+    pointed to where more is asked for."""
+    other = make_queue(acme_llm.tenant, "other", h800=8)
+    Budget.objects.create(tenant=acme_llm.tenant, queue=acme_llm, gpu_hours=100)  # soft
+    Budget.objects.create(tenant=acme_llm.tenant, queue=other, gpu_hours=100_000, thresholds=[80])
+    book(acme_llm, 102, 2)
+    book(other, 500, 5)  # far from its warning, and it lasts the month: nothing to say
+    client.force_login(bob)
+    spent = "Budget of queue llm spent: 102 of 100 GPU-hours this month."
+    dashboard = client.get("/").content.decode()
+    assert spent in dashboard and "borrow no more" in dashboard
+    assert "Budget of queue other" not in dashboard
+    assert "Ask the operators for more" not in dashboard  # a member asks no one
+    form = client.get("/workloads/new/").content.decode()
+    assert spent in form
+    job = {"name": "next", "queue": "llm", "gpu_model": "H800", "gpus": "8", "preview": "1",
+           "kind": "training", "priority": "0", "checkpoint_policy": "none"}  # fmt: skip
+    preview = client.post("/workloads/new/", job).content.decode()
+    assert "It would start in the next cycle" in preview and spent in preview
+    quiet = client.post("/workloads/new/", {**job, "queue": "other"}).content.decode()
+    assert "It would start in the next cycle" in quiet and "Budget of queue" not in quiet
+    client.force_login(alice)
+    assert "Ask the operators for more" in client.get("/").content.decode()
