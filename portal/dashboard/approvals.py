@@ -1,7 +1,8 @@
-"""The operators' pages for quota requests: every tenant's requests, pending first, each pending
-one with its region's capacity check; and for each decision a confirmation that shows the
-request and the check and asks for a note (required to reject), then decides it
-(`QuotaRequest.decide`: atomic, audited, published to the tenant)."""
+"""The operators' pages for quota and budget requests: every tenant's quota requests, pending
+first, each pending one with its region's capacity check, and the pending budget requests, each
+with where its budget stands; for each decision a confirmation that shows the request and asks
+for a note (required to reject), then decides it (`QuotaRequest.decide`,
+`BudgetRequest.decide`: atomic, audited, published to the tenant)."""
 
 import django_filters
 from django.contrib import messages
@@ -14,8 +15,9 @@ from django.views.decorators.http import require_GET
 from portal.core.access import operator_page
 from portal.dashboard.paging import paged
 from portal.quotas.choices import RequestStatus
-from portal.quotas.models import CapacityCheck, QuotaRequest
+from portal.quotas.models import BudgetRequest, CapacityCheck, QuotaRequest
 from portal.tenancy.models import Tenant
+from portal.workloads.budgets import standings
 
 DECISIONS = {"approve": gettext_lazy("Approve"), "reject": gettext_lazy("Reject")}
 RELATED = ["tenant", "queue__tenant", "gpu_model", "region", "requested_by", "decided_by"]
@@ -68,8 +70,21 @@ def quota_requests(request):
     return render(
         request,
         "dashboard/ops_quota_requests.html",
-        {"filter": filterset, "page": page, "query": query},
+        {"filter": filterset, "page": page, "query": query, "budget_requests": _budget_requests()},
     )
+
+
+def _budget_requests() -> list[BudgetRequest]:
+    """The pending budget requests, oldest first, each with its budget's `standing` now."""
+    rows = list(
+        BudgetRequest.objects.filter(status=RequestStatus.PENDING)
+        .select_related("tenant", "budget__tenant", "budget__queue", "requested_by")
+        .order_by("requested_at", "id")[:100]
+    )
+    now = {s.budget.pk: s for s in standings([row.budget for row in rows], burn=False)}
+    for row in rows:
+        row.standing = now[row.budget_id]
+    return rows
 
 
 def _refused(quota_request, approve: bool) -> str:
@@ -139,6 +154,45 @@ def quota_request_decide(request, pk, decision):
             "pending": quota_request.status == RequestStatus.PENDING,
             "check": check,
             "check_words": str(check),
+            "errors": errors,
+            "data": request.POST,
+        },
+    )
+
+
+@operator_page
+def budget_request_decide(request, pk, decision):
+    """GET: the request and where its budget stands, and the note; POST: the decision."""
+    if decision not in DECISIONS:
+        return redirect("ops-quota-requests")
+    asked = get_object_or_404(
+        BudgetRequest.objects.select_related("tenant", "budget__tenant", "budget__queue"), pk=pk
+    )
+    approve = decision == "approve"
+    errors = {}
+    if request.method == "POST":
+        note = request.POST.get("note", "").strip()
+        if not approve and not note:
+            errors["note"] = [_("Say why: the tenant reads it with the decision.")]
+        else:
+            if asked.decide(request.user, approve, note):
+                done = _("%(decision)s: %(hours)s GPU-hours for %(budget)s.")
+                facts = {"decision": DECISIONS[decision], "hours": asked.gpu_hours}
+                messages.success(request, done % {**facts, "budget": asked.budget.scope})
+            else:
+                messages.error(request, _("Nothing changed: this request was already decided."))
+            return redirect("ops-quota-requests")
+    [standing] = standings([asked.budget], burn=False)
+    return render(
+        request,
+        "dashboard/ops_budget_decide.html",
+        {
+            "asked": asked,
+            "standing": standing,
+            "decision": decision,
+            "decision_name": DECISIONS[decision],
+            "approve": approve,
+            "pending": asked.status == RequestStatus.PENDING,
             "errors": errors,
             "data": request.POST,
         },

@@ -3,6 +3,7 @@ from django.urls import path, reverse_lazy
 
 from portal.dashboard import (
     approvals,
+    budget_requests,
     capacity,
     cluster_map,
     faults,
@@ -22,6 +23,12 @@ urlpatterns = [
     path("utilization.csv", views.utilization_csv, name="utilization-csv"),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("workloads/", views.workload_list, name="workload-list"),
     path("workloads/new/", views.workload_new, name="workload-new"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
@@ -31,6 +38,7 @@ urlpatterns = [
     path("services/<int:pk>/", services.service_detail, name="service-detail"),
     path("services/<int:pk>/stop/", services.service_stop, name="service-stop"),
     path("quota/", views.quota, name="quota"),
+    path("quota/budget/", budget_requests.ask, name="budget-ask"),
     path("queues/", queues.queues_page, name="queues"),
     path("usage/", usage.usage, name="usage-page"),
     path("tokens/", views.tokens, name="tokens"),
@@ -66,6 +74,11 @@ urlpatterns = [
     path("ops/spares/nodes/", spares.node_spare, name="ops-spare-node"),
     path("ops/nodes/<int:pk>/gpus.<str:fmt>", cluster_map.node_telemetry, name="node-telemetry"),
     path("ops/quota-requests/", approvals.quota_requests, name="ops-quota-requests"),
+    path(
+        "ops/budget-requests/<int:pk>/<slug:decision>/",
+        approvals.budget_request_decide,
+        name="ops-budget-decide",
+    ),
     path(
         "ops/quota-requests/<int:pk>/<slug:decision>/",
         approvals.quota_request_decide,

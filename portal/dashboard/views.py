@@ -27,6 +27,7 @@ from portal.cluster.summary import RANGES, cluster_summary, heartbeats, history,
 from portal.core.access import operator_page
 from portal.core.api import form_fields
 from portal.core.models import audit
+from portal.dashboard.attention import attention
 from portal.dashboard.choices import queue_choices, with_defaults
 from portal.dashboard.queues import Tree, gpus_held, queue_rows
 from portal.dashboard.usage import budget_bars, budget_notes
@@ -87,6 +88,8 @@ def dashboard(request):
         context["active_gpus"], running = held_now(holding)
         context["gpu_hours"] = booked(membership.tenant.usage) + running
         context["budget_notes"] = budget_notes(membership.tenant_id)
+    elif request.user.is_staff:
+        context["attention"] = attention()
     context["faults"] = FaultEvent.objects.visible_to(request.user).select_related("node")[:10]
     context["ettr_scope"] = membership.tenant.name if membership else _("the cluster")
     scope = membership.tenant_id if membership else ("all" if request.user.is_staff else None)
@@ -290,9 +293,11 @@ def quota(request):
     context["requests"] = membership.tenant.quota_requests.select_related(
         "queue", "gpu_model", "region"
     )[:50]
+    asked = membership.tenant.budget_requests.select_related("tenant", "budget__queue")
     context.update(
         bars=queue_rows(context["queues"], Tree(gpus_held())),
         budgets=budget_bars(membership.tenant),
+        budget_requests=asked[:20],
     )
     return render(request, "dashboard/quota.html", context)
 

@@ -537,6 +537,66 @@ class Budget(models.Model):
 THRESHOLDS_ARE_PERCENTAGES = "A list of whole percentages between 1 and 1000, e.g. [80, 100]."
 
 
+class BudgetRequest(models.Model):
+    """A tenant admin's request for a larger budget, decided by an operator."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budget_requests")
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="requests")
+    gpu_hours = models.PositiveIntegerField(help_text="The budget asked for, per window")
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
+    )
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        verbose_name, verbose_name_plural = _("budget request"), _("budget requests")
+
+    def __str__(self):
+        return f"{self.gpu_hours} GPU-hours for {self.budget.scope}"
+
+    def decide(self, operator, approve: bool, note: str = "") -> bool:
+        """Approve (the budget becomes what was asked) or reject; False when it was already
+        decided."""
+        status = RequestStatus.APPROVED if approve else RequestStatus.REJECTED
+        with transaction.atomic():
+            claimed = BudgetRequest.objects.filter(pk=self.pk, status=RequestStatus.PENDING).update(
+                status=status, decided_by=operator, decided_at=timezone.now(), decision_note=note
+            )
+            if not claimed:
+                return False
+            before = self.budget.gpu_hours
+            if approve:
+                Budget.objects.filter(pk=self.budget_id).update(gpu_hours=self.gpu_hours)
+            self.refresh_from_db()
+            audit(
+                f"budget_request.{status}",
+                self,
+                actor=operator,
+                tenant=self.tenant,
+                budget=self.budget.facts()["owner"],
+                before=before,
+                asked=self.gpu_hours,
+            )
+            publish_tenant(
+                self.tenant_id,
+                "budget.decided",
+                {"id": self.pk, "status": self.status, "gpu_hours": self.gpu_hours},
+            )
+        return True
+
+
 class BudgetAlert(models.Model):
     """A budget's use crossing one of its thresholds in one window: members are told once."""
 

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_the_map_draws_every_node_and_switches_figure(portal_server, page, cluster, operator):
     base = f"http://127.0.0.1:{portal_server}"
     sign_in(page, base, "operator", "pw-operator")
+    page.click("nav summary:has-text('Fleet')")
     page.click("nav >> text=Cluster map")
     page.wait_for_selector("#cluster-map.js-plotly-plot")
     heatmap = "document.getElementById('cluster-map').data[0]"

@@ -23,17 +23,22 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def off_the_browser_thread(work):
     """Run `work` on a thread of its own: this one runs the browser's event loop, and what
-    tells browsers (the channel layer) cannot run inside it."""
+    tells browsers (the channel layer) cannot run inside it. What it raises is raised here."""
+    failed = []
 
     def run():
         try:
             work()
+        except BaseException as error:
+            failed.append(error)
         finally:
             connection.close()
 
     thread = threading.Thread(target=run)
     thread.start()
     thread.join(30)
+    if failed:
+        raise failed[0]
 
 
 def _move(workload, *states):
