@@ -190,6 +190,7 @@ def pages(objects: dict) -> list[tuple[str, str, str]]:
         ("cluster map", "/ops/cluster/"), ("node", f"/ops/nodes/{node}/"),
         ("all workloads", "/ops/workloads/"), ("all pending", "/ops/workloads/?state=pending"),
         ("workload", f"/ops/workloads/{job}/"), ("preempt", f"/ops/workloads/{job}/preempt/"),
+        ("drain", f"/ops/nodes/{node}/drain/"), ("requests", "/ops/quota-requests/"),
         ("fault drill", "/ops/drill/"),
         ("what-if", "/ops/whatif/"),
     ]  # fmt: skip
