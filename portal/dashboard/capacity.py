@@ -52,6 +52,8 @@ class QueueForm(forms.ModelForm):
             "preempt_by_fair_share": gettext_lazy("Preempt by fair share"),
             "preemption_grace_s": gettext_lazy("Grace to save when preempted (s)"),
             "reclaim_deadline_s": gettext_lazy("Reclaim deadline (s)"),
+            "straggler_policy": gettext_lazy("A straggler brings"),
+            "spans_datacenters": gettext_lazy("Jobs may span data centers"),
         }
         # The model's words for these name other fields by their names in code.
         help_texts = {

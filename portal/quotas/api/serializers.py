@@ -29,6 +29,8 @@ QUEUE_CHANGES = [
     *Queue.PREEMPTION_FIELDS,
     "preemption_grace_s",
     "reclaim_deadline_s",
+    "straggler_policy",
+    "spans_datacenters",
 ]
 
 
@@ -44,7 +46,6 @@ class QueueSerializer(KnownFields, serializers.ModelSerializer):
             "name",
             "region",
             *QUEUE_CHANGES,
-            "spans_datacenters",
             "quotas",
         ]
 

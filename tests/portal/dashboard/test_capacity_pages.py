@@ -18,7 +18,7 @@ from portal.quotas.models import THRESHOLD_NEEDS_BORROWING, Cohort, CohortQuota,
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Allocation
-from tests.builders import make_cluster, make_queue, make_workload
+from tests.builders import api_client, make_cluster, make_queue, make_workload
 
 # cn-east (tests.builders.make_cluster): dc1/p1 8 H800 nodes, dc2/p1 4 H800 nodes, dc2/p2 4 H20
 # nodes, 8 GPUs each, every agent connected.
@@ -329,3 +329,21 @@ def test_the_spare_page_costs_the_same_queries_for_more_pods(
         nodes[::5]
     )
     assert len(more.captured_queries) == len(few.captured_queries)
+
+
+def test_an_operator_sets_the_straggler_policy_and_cross_dc_default_in_the_portal(
+    small, bob, operator, client
+):
+    """Not in Django's admin: the queue's page sets them, audited; the next job that names no
+    topology gets the queue's new default, through the API as through the submit form."""
+    client.force_login(operator)
+    url = f"/ops/queues/{small.pk}/"
+    done = edit(client, url, "span both halls", straggler_policy="replace", spans_datacenters="on")
+    assert done.status_code == 302
+    small.refresh_from_db()
+    assert (small.straggler_policy, small.spans_datacenters) == ("replace", True)
+    changed = AuditEvent.objects.get(action="queue.changed").data["changed"]
+    assert changed == {"straggler_policy": ["alert", "replace"], "spans_datacenters": [False, True]}
+    job = {"name": "spread", "queue": "small", "gpu_model": "H800", "gpus": 8}
+    answer = api_client(bob).post("/api/v1/workloads/", job, format="json")
+    assert answer.json()["topology"] == "any"
