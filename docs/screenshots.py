@@ -1,11 +1,13 @@
 """The README's screenshots, taken from a standalone installation in Chromium, in English and
-in Chinese: a member's dashboard, queues and job page, the operators' cluster map.
+in Chinese: a member's dashboard, queues and job page; the operators' dashboard (what needs
+them), cluster map, and a node and a job of it during a recovery (a drill's fault).
 
     python docs/screenshots.py [--settle 120]
 
 Starts `manage.py standalone` on a fresh data directory, lets the simulated fleet and the demo
 jobs run for `--settle` seconds (so that the charts have a history), signs in as bob and as
-the operator and writes `docs/screenshots/<page>.<language>.jpg`; stops the portal at the end.
+the operator, injects an XID 79 on the busiest node through the fault drill, and writes
+`docs/screenshots/<page>.<language>.jpg`; stops the portal at the end.
 Needs Chromium and Chinese fonts (`apt-get install chromium fonts-noto-cjk`) and the dev
 install (Playwright).
 """
@@ -76,6 +78,27 @@ def shoot(browser, base: str, username: str, shots: list[tuple[str, str, str | N
         context.close()
 
 
+def drill(browser, base: str) -> tuple[str, str]:
+    """Inject an XID 79 (a GPU off the bus) on the busiest node; its page and the page of a
+    job it hit, once its recovery shows."""
+    page = browser.new_page()
+    page.goto(f"{base}/login/")
+    page.fill("input[name=username]", "operator")
+    page.fill("input[name=password]", "wanka-demo")
+    page.click("button[type=submit]")
+    page.goto(f"{base}/ops/drill/")
+    node = page.locator("select[name=node] option").first.get_attribute("value")
+    page.select_option("select[name=code]", "xid-79")
+    page.click("#drill-form button[type=submit]")
+    page.click("#confirm-dialog button[value=yes]")
+    page.goto(f"{base}/ops/nodes/{node}/")
+    job = page.locator("#node-workloads tbody a").first.get_attribute("href")
+    page.goto(base + job)
+    page.locator("#job-recoveries abbr").first.wait_for(timeout=30_000)  # its recovery
+    page.close()
+    return f"/ops/nodes/{node}/", job
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settle", type=float, default=120, help="seconds of history first")
@@ -96,7 +119,10 @@ def main(argv=None) -> None:
             member = [("dashboard", "/", None), ("queues", "/queues/", None), ("job", "job", None)]
             shoot(browser, base, "bob", member)
             utilization = "[data-metric=util]"
-            shoot(browser, base, "operator", [("cluster-map", "/ops/cluster/", utilization)])
+            operator = [("cockpit", "/", None), ("cluster-map", "/ops/cluster/", utilization)]
+            shoot(browser, base, "operator", operator)
+            node, job = drill(browser, base)
+            shoot(browser, base, "operator", [("node", node, None), ("recovery", job, None)])
             browser.close()
     finally:
         portal.send_signal(signal.SIGTERM)
