@@ -122,7 +122,8 @@ def main(argv=None) -> None:
             operator = [("cockpit", "/", None), ("cluster-map", "/ops/cluster/", utilization)]
             shoot(browser, base, "operator", operator)
             node, job = drill(browser, base)
-            shoot(browser, base, "operator", [("node", node, None), ("recovery", job, None)])
+            recoveries = "#job-recoveries h2"  # scrolled to its recoveries
+            shoot(browser, base, "operator", [("node", node, None), ("recovery", job, recoveries)])
             browser.close()
     finally:
         portal.send_signal(signal.SIGTERM)

@@ -25,6 +25,7 @@
       `<th>${at}</th></tr></thead><tbody>${rows.join("")}</tbody></table><small></small>`;
     box.querySelector("small").textContent =
       interpolate(gettext("Failure rate: %(source)s."), advice, true);
+    wankaScrolling();
   }
 
   gpus.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(show, 250); });
