@@ -60,6 +60,6 @@ def attention(now=None) -> list[tuple[str, str]]:
         (ngettext("%(n)d node in repair", "%(n)d nodes in repair", nodes["repairing"]),
          nodes["repairing"], map_),
         (ngettext("%(n)d budget spent", "%(n)d budgets spent", spent), spent,
-         reverse("admin:quotas_budget_changelist")),
+         reverse("ops-budgets")),
     ]  # fmt: skip
     return [(text % {"n": n}, where) for text, n, where in found if n]

@@ -4,6 +4,7 @@ from django.urls import path, reverse_lazy
 from portal.dashboard import (
     approvals,
     budget_requests,
+    budgets,
     capacity,
     cluster_map,
     faults,
@@ -74,6 +75,9 @@ urlpatterns = [
     path("ops/spares/nodes/", spares.node_spare, name="ops-spare-node"),
     path("ops/nodes/<int:pk>/gpus.<str:fmt>", cluster_map.node_telemetry, name="node-telemetry"),
     path("ops/quota-requests/", approvals.quota_requests, name="ops-quota-requests"),
+    path("ops/budgets/", budgets.budgets, name="ops-budgets"),
+    path("ops/budgets/<int:pk>/", budgets.budget_edit, name="ops-budget"),
+    path("ops/budgets/rates/<int:pk>/", budgets.rate, name="ops-gpu-rate"),
     path(
         "ops/budget-requests/<int:pk>/<slug:decision>/",
         approvals.budget_request_decide,

@@ -164,14 +164,9 @@ class BudgetAdmin(admin.ModelAdmin):
     inlines = [BudgetAlertInline]
 
     def save_model(self, request, obj, form, change):
-        before = {} if obj.pk is None else Budget.objects.get(pk=obj.pk).facts()
+        before = Budget.objects.get(pk=obj.pk).facts() if change else None
         super().save_model(request, obj, form, change)
-        after = obj.facts()
-        if change:
-            changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
-            audit("budget.changed", obj, actor=request.user, tenant=obj.tenant, changed=changed)
-        else:
-            audit("budget.created", obj, actor=request.user, tenant=obj.tenant, **after)
+        obj.record(request.user, before)
 
     def delete_model(self, request, obj):
         audit("budget.deleted", obj, actor=request.user, tenant=obj.tenant, **obj.facts())

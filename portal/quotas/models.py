@@ -512,6 +512,16 @@ class Budget(models.Model):
         end = (start + timedelta(days=32)).replace(day=1)
         return start, end
 
+    def record(self, actor, before: dict | None = None, reason: str = "") -> None:
+        """Audit the budget just saved: created when `before` is None, else what changed since
+        `before` (its `facts` then)."""
+        after, why = self.facts(), {"reason": reason} if reason else {}
+        if before is None:
+            audit("budget.created", self, actor=actor, tenant=self.tenant, **after, **why)
+        else:
+            changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
+            audit("budget.changed", self, actor=actor, tenant=self.tenant, changed=changed, **why)
+
     def facts(self) -> dict:
         """What the budget says, for its audit events."""
         return {

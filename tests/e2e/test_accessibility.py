@@ -50,7 +50,7 @@ def test_an_operators_pages_have_no_serious_violations(pages, page, operator):  
              f"/ops/workloads/{job.pk}/preempt/", "/ops/audit/", "/ops/faults/", "/ops/cluster/",
              f"/ops/nodes/{node.pk}/", f"/ops/nodes/{node.pk}/drain/", "/ops/drill/",
              "/ops/whatif/",
-             "/ops/quota-requests/", f"/ops/queues/{job.queue_id}/",
+             "/ops/quota-requests/", "/ops/budgets/", f"/ops/queues/{job.queue_id}/",
              f"/ops/queues/cohorts/{Cohort.objects.create(name='research').pk}/", "/ops/spares/",
              f"/ops/spares/pods/{Pod.objects.first().pk}/", "/ops/spares/nodes/"]  # fmt: skip
     assert audit(page, base, paths) == {}

@@ -112,7 +112,7 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
              f"/ops/nodes/{node.pk}/", f"/ops/nodes/{node.pk}/drain/", "/ops/whatif/",
              f"/ops/whatif/{run.pk}/",
              "/ops/workloads/", f"/ops/workloads/{job.pk}/", f"/ops/workloads/{job.pk}/priority/",
-             "/ops/audit/", "/ops/faults/", "/ops/quota-requests/",
+             "/ops/audit/", "/ops/faults/", "/ops/quota-requests/", "/ops/budgets/",
              f"/ops/queues/{job.queue_id}/", f"/ops/queues/cohorts/{cohort.pk}/", "/ops/spares/",
              f"/ops/spares/pods/{Pod.objects.first().pk}/", "/ops/spares/nodes/",
              f"/workloads/{job.pk}/"]  # fmt: skip

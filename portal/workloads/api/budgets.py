@@ -145,24 +145,12 @@ class BudgetViewSet(IdempotentCreateModelMixin, viewsets.ModelViewSet, TenantVie
 
     @transaction.atomic
     def perform_create(self, serializer):
-        budget = serializer.save()
-        audit(
-            "budget.created",
-            budget,
-            actor=self.request.user,
-            tenant=budget.tenant,
-            **budget.facts(),
-        )
+        serializer.save().record(self.request.user)
 
     @transaction.atomic
     def perform_update(self, serializer):
         before = serializer.instance.facts()
-        budget = serializer.save()
-        after = budget.facts()
-        changed = {k: [before[k], after[k]] for k in after if before[k] != after[k]}
-        audit(
-            "budget.changed", budget, actor=self.request.user, tenant=budget.tenant, changed=changed
-        )
+        serializer.save().record(self.request.user, before)
 
     @transaction.atomic
     def perform_destroy(self, instance):

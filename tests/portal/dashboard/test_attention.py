@@ -34,7 +34,7 @@ def test_each_thing_wrong_is_counted_with_where_to_deal_with_it(acme_llm, operat
         ("1 job recovering", "/ops/workloads/?state=recovering"),
         ("1 job failed in the last day", "/ops/workloads/?state=failed"),
         (f"{pods} pods short of hot spares", "/ops/spares/"),
-        ("1 budget spent", "/admin/quotas/budget/"),
+        ("1 budget spent", "/ops/budgets/"),
     ]:
         assert f'<a href="{where}">{said}</a>' in page, said
     assert "Nothing needs you now." not in page
