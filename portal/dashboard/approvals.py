@@ -176,9 +176,9 @@ def budget_request_decide(request, pk, decision):
             errors["note"] = [_("Say why: the tenant reads it with the decision.")]
         else:
             if asked.decide(request.user, approve, note):
-                done = _("%(decision)s: %(hours)s GPU-hours for %(budget)s.")
+                done = _("%(decision)s: a budget of %(hours)s GPU-hours for %(tenant)s.")
                 facts = {"decision": DECISIONS[decision], "hours": asked.gpu_hours}
-                messages.success(request, done % {**facts, "budget": asked.budget.scope})
+                messages.success(request, done % {**facts, "tenant": asked.tenant.name})
             else:
                 messages.error(request, _("Nothing changed: this request was already decided."))
             return redirect("ops-quota-requests")

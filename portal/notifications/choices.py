@@ -8,7 +8,7 @@ class Topic(models.TextChoices):
     JOB_FINISHED = "job.finished", _("Jobs that end (succeeded, failed, cancelled)")
     JOB_STATE = "job.state", _("Every change of a job's state")
     FAULT = "fault", _("Faults that hit the tenant's jobs")
-    QUOTA = "quota", _("Decisions on quota requests")
+    QUOTA = "quota", _("Decisions on quota and budget requests")
     BUDGET = "budget", _("Budgets crossing a warning threshold, with when they run out")
 
 

@@ -115,6 +115,9 @@ def _letter(topic: str, p: dict) -> tuple[str, str]:
             f"({p['used']:g} of {p['gpu_hours']} GPU-hours). It runs out: {out}.\n"
         )
         return f"budget of {p['scope']} at {p['threshold']} %", text
+    if "gpu_hours" in p:  # a budget request
+        text = f"A budget of {p['gpu_hours']} GPU-hours for {p['budget']}: {p['status']}.\n"
+        return f"budget request {p['status']}", text
     text = f"{p['count']} {p['gpu_model']} GPUs for queue {p['queue']}: {p['status']}.\n"
     return f"quota request {p['status']}", text
 

@@ -23,7 +23,7 @@ def topics_of(event: str, payload: dict) -> list[str]:
         return [Topic.JOB_STATE]
     if event == "fault":
         return [Topic.FAULT]
-    if event == "quota.decided":
+    if event in ("quota.decided", "budget.decided"):
         return [Topic.QUOTA]
     if event == "budget.threshold":
         return [Topic.BUDGET]

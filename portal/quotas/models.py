@@ -587,8 +587,10 @@ class BudgetRequest(models.Model):
             if not claimed:
                 return False
             before = self.budget.gpu_hours
-            if approve:
-                Budget.objects.filter(pk=self.budget_id).update(gpu_hours=self.gpu_hours)
+            if approve:  # never lower: an operator may have raised it since
+                Budget.objects.filter(pk=self.budget_id, gpu_hours__lt=self.gpu_hours).update(
+                    gpu_hours=self.gpu_hours, updated_at=timezone.now()
+                )
             self.refresh_from_db()
             audit(
                 f"budget_request.{status}",
@@ -602,7 +604,12 @@ class BudgetRequest(models.Model):
             publish_tenant(
                 self.tenant_id,
                 "budget.decided",
-                {"id": self.pk, "status": self.status, "gpu_hours": self.gpu_hours},
+                {
+                    "id": self.pk,
+                    "status": self.status,
+                    "budget": self.budget.facts()["owner"],
+                    "gpu_hours": self.gpu_hours,
+                },
             )
         return True
 

@@ -53,7 +53,11 @@ class Standing:
 
     @property
     def lasts(self) -> bool:
-        """Whether it lasts until its window ends at the current burn (a calendar month)."""
+        """Whether it holds at the current burn: a calendar month until it ends; a rolling
+        window (which always ends now) while a window's worth of that burn fits in it."""
+        if self.budget.window == BudgetWindow.ROLLING:
+            hours = self.budget.window_days * 24
+            return not self.burn or self.burn * hours <= self.budget.gpu_hours
         out = self.runs_out_at
         return out is None or (self.until > self.now and out >= self.until)
 

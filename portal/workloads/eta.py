@@ -83,9 +83,10 @@ def last_refresh() -> tuple[datetime, datetime] | None:
         seen = client().get(UNTIL)
     except RedisError:
         return None
-    if seen is None:
+    parts = (seen or "").split()
+    if len(parts) != 2:  # none yet, or written by an older release
         return None
-    at, until = seen.split()
+    at, until = parts
     return datetime.fromtimestamp(float(at), UTC), _moment(float(until))
 
 

@@ -122,13 +122,14 @@ def _restart_crashed(workload: Workload | None, attempt: int) -> bool:
 
 def _startable(workload: Workload | None, attempt: int) -> bool:
     """Whether a start report counts: about the current attempt of a workload being started.
-    (A recovering workload's attempt is bumped only when its restart is pushed, so a report
-    about the current attempt of one is about the restart.)"""
-    return _current(workload, attempt) and workload.state in (
-        State.ADMITTED,
-        State.STARTING,
-        State.RECOVERING,
-    )
+    A recovering workload's attempt is bumped only when its restart is pushed: until then a
+    report about its current attempt is its old run's, still running while it saves or waits
+    for a spare, and must not end the recovery."""
+    if not _current(workload, attempt):
+        return False
+    if workload.state == State.RECOVERING:
+        return workload.recoveries.filter(step=RecoveryStep.RESTARTING).exists()
+    return workload.state in (State.ADMITTED, State.STARTING)
 
 
 def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> None:

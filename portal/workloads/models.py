@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.cluster.models import GpuModel, Node
 from portal.core.errors import Conflict
-from portal.core.live import publish_tenant
+from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.quotas.models import Queue
 from portal.tenancy.models import Tenant, TenantQuerySet
 from portal.workloads.choices import (
@@ -167,8 +167,10 @@ def note(workload: Workload, reason: str, actor=None) -> None:
 
 
 def _announce(workload: Workload, event: "WorkloadEvent") -> None:
-    """Tell the tenant's browsers. `version` (the event's id) grows with every event of the
+    """Tell the tenant's browsers, and the operators' (which job, no more: their open job
+    pages draw themselves again). `version` (the event's id) grows with every event of the
     workload, so a page applies only what is newer than what it shows."""
+    publish(OPS_GROUP, "workload.state", {"id": workload.pk, "version": event.pk})
     publish_tenant(
         workload.tenant_id,
         "workload.state",

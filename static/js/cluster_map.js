@@ -6,12 +6,15 @@
   const chart = document.getElementById("cluster-map");
   const METRICS = {
     health: { title: gettext("Health"), discrete: true },
-    held: { title: gettext("GPUs held"), unit: "", range: (data) => [0, Math.max(1, ...data.gpus)] },
+    held: { title: gettext("GPUs held"), unit: "", range: (data) => [0, Math.max(1, ...(data.gpus || []))] },
     util: { title: gettext("Utilization"), unit: " %", range: () => [0, 100] },
     memory: { title: gettext("Memory"), unit: " %", range: () => [0, 100] },
     // From a cool idle GPU to one at its slowdown temperature (about 90 °C on H100/H800).
     temperature: { title: gettext("Temperature"), unit: " °C", range: () => [25, 90] },
-    power: { title: gettext("Power"), unit: " W", range: () => [0, null] },
+    power: {
+      title: gettext("Power"), unit: " W",
+      range: (data) => [0, Math.max(1, ...(data.power || []).filter((w) => w !== null))],
+    },
   };
   // ready, cordoned, draining, down (out of service), repairing, failed (a fault took it down)
   const HEALTH_COLOURS = ["#16a34a", "#f59e0b", "#ea580c", "#64748b", "#7c3aed", "#dc2626"];
@@ -44,10 +47,8 @@
       trace.colorbar = { tickvals: [...Array(n).keys()], ticktext: data.health_labels };
       trace.hovertemplate = "%{text}<extra></extra>";
     } else {
-      const [low, high] = spec.range(data);
+      [trace.zmin, trace.zmax] = spec.range(data);
       trace.colorscale = "YlOrRd";
-      trace.zmin = low;
-      if (high !== null) trace.zmax = high;
       trace.colorbar = { title: { text: spec.title } };
     }
     Plotly.react(chart, [trace], {

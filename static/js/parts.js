@@ -21,6 +21,7 @@
     fault: (p) => p.workload_ids || [],
   };
   const drawn = new Map();  // part id -> the server's HTML it was last drawn from
+  const CSRF = /name="csrfmiddlewaretoken" value="[^"]*"/g;
   let busy = false, again = false, last = 0;
 
   async function refresh() {
@@ -28,11 +29,17 @@
       again = true;
       return;
     }
+    if (document.querySelector("dialog[open]")) {  // a confirmation keeps its form in place
+      setTimeout(refresh, 2000);
+      return;
+    }
     busy = true;
     await new Promise((done) => setTimeout(done, Math.max(0, last + gap - Date.now())));
     last = Date.now();
     try {
-      const response = await fetch(location.href, { headers: { Accept: "text/html" } });
+      // The header keeps the page's one-time messages for the next page drawn whole.
+      const headers = { Accept: "text/html", "X-Wanka-Part": "1" };
+      const response = await fetch(location.href, { headers });
       if (response.ok) swap(new DOMParser().parseFromString(await response.text(), "text/html"));
     } catch (error) {
       // Offline or restarting: the next event, reconnect or tick tries again.
@@ -49,8 +56,10 @@
     const changed = [];
     document.querySelectorAll("[data-part]").forEach((part) => {
       const now = fresh.getElementById(part.id);
-      if (!now || drawn.get(part.id) === now.outerHTML) return;
-      drawn.set(part.id, now.outerHTML);
+      const html = now && now.outerHTML.replace(CSRF, "");  // a new token each time it is drawn
+      if (!now || drawn.get(part.id) === html) return;
+      drawn.set(part.id, html);
+      if (window.Plotly) part.querySelectorAll(".js-plotly-plot").forEach((plot) => Plotly.purge(plot));
       const copy = document.importNode(now, true);
       wankaLocalTimes(copy);
       part.replaceWith(copy);

@@ -76,3 +76,14 @@ def test_a_rejection_needs_a_reason_and_members_and_strangers_cannot_ask(
         "not this month",
         100,
     )
+
+
+def test_an_approval_never_lowers_a_budget_raised_since(acme_llm, alice, operator, client):
+    budget = Budget.objects.create(tenant=acme_llm.tenant, gpu_hours=100)
+    client.force_login(alice)
+    client.post("/quota/budget/", {"budget": budget.pk, "gpu_hours": 200, "reason": "more"})
+    Budget.objects.filter(pk=budget.pk).update(gpu_hours=500)  # an operator raised it meanwhile
+    client.force_login(operator)
+    client.post(f"/ops/budget-requests/{BudgetRequest.objects.get().pk}/approve/", {"note": ""})
+    budget.refresh_from_db()
+    assert budget.gpu_hours == 500

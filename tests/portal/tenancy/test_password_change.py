@@ -39,3 +39,13 @@ def test_a_member_changes_their_password(bob, client):
 
 def test_signed_out_people_sign_in_first(client):
     assert client.get("/password/").url == "/login/?next=/password/"
+
+
+def test_a_pages_live_refresh_leaves_its_messages_for_the_next_page(bob, client):
+    """A part of a page drawn again in the background (`X-Wanka-Part`) must not take the
+    one-time message a form's redirect left for the page the person goes to next."""
+    client.force_login(bob)
+    client.post("/tokens/", {"name": "", "scope": "read", "expires_in_days": "30"})
+    said = "Give the token a name."
+    assert said not in client.get("/", headers={"X-Wanka-Part": "1"}).content.decode()
+    assert said in client.get("/").content.decode()

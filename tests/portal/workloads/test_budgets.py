@@ -205,3 +205,20 @@ def test_members_see_a_spent_budget_on_the_dashboard_the_form_and_the_preview(
     assert "It would start in the next cycle" in quiet and "Budget of queue" not in quiet
     client.force_login(alice)
     assert "Ask the operators for more" in client.get("/").content.decode()
+
+
+def test_a_rolling_budget_is_said_only_when_a_windows_worth_of_its_burn_overruns_it(
+    acme_llm, bob, client
+):
+    """A rolling window always ends now: whether it holds is whether a window of the last
+    day's burn fits in it, not whether it "lasts until the window ends"."""
+    Budget.objects.create(
+        tenant=acme_llm.tenant, queue=acme_llm, gpu_hours=1000, window="rolling", window_days=7
+    )
+    book(acme_llm, 24, 1)  # 24 GPU-hours in the last day: 168 a week, of 1,000
+    client.force_login(bob)
+    assert "Budget of queue llm" not in client.get("/").content.decode()
+    book(acme_llm, 200, 2)  # 224 in the last day: 1,568 a week
+    said = client.get("/").content.decode()
+    assert "Budget of queue llm: 22 % used in the last 7 days" in said
+    assert "At the last day&#x27;s rate it runs out in" in said

@@ -92,6 +92,12 @@ def test_triggered_save_then_restart_on_a_spare_of_the_same_pod(triggered):
     command = NodeCommand.objects.get(workload=workload)
     assert (command.node_id, command.action) == (master, "checkpoint")  # healthy ranks only
     assert recovery.advance(rec.pk) == rec.save_deadline  # waits for the save, until then
+    # The old run, still running while it saves, says so again (a reconnect, a retried write):
+    # that is no restart, and the recovery goes on.
+    lifecycle.mark_started_many([(workload.pk, master, 0)])
+    workload.refresh_from_db()
+    rec.refresh_from_db()
+    assert (workload.state, rec.step) == (State.RECOVERING, RecoveryStep.SAVING)
 
     saved(workload, master, step=130, kind="triggered")
     record_acks([(master, str(command.pk), True, "saved")])
