@@ -322,14 +322,9 @@ class CapacityCheck:
         }
 
 
-class QuotaRequest(models.Model):
-    """A tenant admin's request for more GPU quota on one queue, decided by an operator."""
+class Request(models.Model):
+    """What a tenant admin asks of the operators: why, who asked and when, and their decision."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_requests")
-    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
-    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
-    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
-    count = models.PositiveIntegerField()
     reason = models.TextField()
     status = models.CharField(
         max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
@@ -347,7 +342,18 @@ class QuotaRequest(models.Model):
     objects = TenantQuerySet.as_manager()
 
     class Meta:
+        abstract = True
         ordering = ["-requested_at", "-id"]
+
+
+class QuotaRequest(Request):
+    """A tenant admin's request for more GPU quota on one queue, decided by an operator."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_requests")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
+    count = models.PositiveIntegerField()
 
     def __str__(self):
         return f"{self.count} x {self.gpu_model} for {self.queue}"
@@ -547,30 +553,14 @@ class Budget(models.Model):
 THRESHOLDS_ARE_PERCENTAGES = "A list of whole percentages between 1 and 1000, e.g. [80, 100]."
 
 
-class BudgetRequest(models.Model):
+class BudgetRequest(Request):
     """A tenant admin's request for a larger budget, decided by an operator."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budget_requests")
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="requests")
     gpu_hours = models.PositiveIntegerField(help_text="The budget asked for, per window")
-    reason = models.TextField()
-    status = models.CharField(
-        max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING
-    )
-    requested_by = models.ForeignKey(
-        "auth.User", null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    requested_at = models.DateTimeField(auto_now_add=True)
-    decided_by = models.ForeignKey(
-        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
-    decision_note = models.TextField(blank=True)
 
-    objects = TenantQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-requested_at", "-id"]
+    class Meta(Request.Meta):
         verbose_name, verbose_name_plural = _("budget request"), _("budget requests")
 
     def __str__(self):
