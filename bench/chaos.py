@@ -49,7 +49,8 @@ One line a fault, then the last line, JSON: faults (a list of {fault, agents_bac
 job_running_s, cycle_resumed_s, invariant_violations, nodes_lost}; the worker's also kills and
 kills_mid_cycle; the tenants' faults {fault, job_running_s, heard_s (since the real node's last
 heartbeat, at the end), load_ignored}), nodes_lost_healthy (nodes declared lost in all: every
-node is healthy throughout), jobs_hit (jobs a fault interrupted: a recovery, a failure),
+node is healthy throughout), jobs_hit (jobs a fault interrupted: a recovery from a fault, a
+failure; a resize the scheduler decides is not one),
 cycle_resumed_s (the longest),
 agents, agents_on_killed_daphne, heartbeat_s, processes (by kind), restarts (processes that
 exited on their own and were started again), jobs_submitted, invariant_violations (persistent,
@@ -260,7 +261,8 @@ def cycles() -> int:
 
 
 def hit_since(moment: float) -> list[str]:
-    """Jobs interrupted since `moment` (recovered from a fault, or failed), each with why."""
+    """Jobs interrupted since `moment` (recovered from a fault, or failed), each with why. A
+    resize the scheduler decides (a shrink to make room, a grow) is no fault: not counted."""
     from datetime import UTC, datetime
 
     from django.db.models import Q
@@ -268,7 +270,8 @@ def hit_since(moment: float) -> list[str]:
     from portal.workloads.models import Workload
 
     after = datetime.fromtimestamp(moment, UTC)
-    hit = Q(recoveries__started_at__gte=after) | Q(state="failed", finished_at__gte=after)
+    faulted = Q(recoveries__started_at__gte=after, recoveries__fault__isnull=False)
+    hit = faulted | Q(state="failed", finished_at__gte=after)
     return [
         f"job {job.pk}: "
         + "; ".join(f"{e.at:%H:%M:%S} {e.to_state} ({e.reason})" for e in job.events.all())
