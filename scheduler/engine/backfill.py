@@ -32,6 +32,7 @@ from scheduler.engine.capacity import (
     plural,
     widest_level,
 )
+from scheduler.engine.explain import HOURS
 from scheduler.engine.model import (
     Queue,
     ReclaimWithinCohort,
@@ -41,8 +42,21 @@ from scheduler.engine.model import (
 )
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
+from scheduler.words import phrase
 
 MAX_PER_POOL = 4
+
+RESERVED = phrase("reserved {where} for it: {free} of the {nodes} it needs free now")
+RESERVED_UNTIMED = phrase(
+    "reserved {where} for it: {free} of the {nodes} it needs free now, the rest busy with work "
+    "that has no time limit"
+)
+RESERVED_UNTIL = phrase(
+    "reserved {where} for it: {free} of the {nodes} it needs free now, the rest expected free "
+    "in {after}"
+)
+
+SECONDS, MINUTES = phrase("{n} s"), phrase("{n} min")
 
 
 @dataclass(slots=True)
@@ -134,22 +148,21 @@ def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, .
 
 
 def _reason(level, domain, count: int, free_now: int, start_at: float | None, now: float) -> str:
-    where = describe(level, domain)
-    head = f"reserved {where} for it: {free_now} of the {plural(count, 'node')} it needs free now"
+    fields = {"where": describe(level, domain), "free": free_now, "nodes": plural(count, "node")}
     if free_now >= count:
-        return head
+        return RESERVED.format(**fields)
     if start_at is None:
-        return f"{head}, the rest busy with work that has no time limit"
-    return f"{head}, the rest expected free in {duration(start_at - now)}"
+        return RESERVED_UNTIMED.format(**fields)
+    return RESERVED_UNTIL.format(after=duration(start_at - now), **fields)
 
 
 def duration(seconds: float) -> str:
     """A span in words: "45 s", "12 min", "3.5 h"."""
     if seconds < 90:
-        return f"{seconds:.0f} s"
+        return SECONDS.format(n=f"{seconds:.0f}")
     if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+        return MINUTES.format(n=f"{seconds / 60:.0f}")
+    return HOURS.format(hours=f"{seconds / 3600:.1f}")
 
 
 class KeptOut:

@@ -32,6 +32,7 @@ from operator import attrgetter, is_not
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Node, Placement, TopologyLevel, Workload
+from scheduler.words import phrase
 
 Domain = tuple[str, ...]
 
@@ -43,11 +44,32 @@ DEPTH = {
     TopologyLevel.ANY: 0,
 }
 DOMAIN_NAME = {
-    TopologyLevel.LEAF: "leaf",
-    TopologyLevel.POD: "pod",
-    TopologyLevel.DATACENTER: "data center",
-    TopologyLevel.ANY: "cluster",
+    TopologyLevel.LEAF: phrase("leaf"),
+    TopologyLevel.POD: phrase("pod"),
+    TopologyLevel.DATACENTER: phrase("data center"),
+    TopologyLevel.ANY: phrase("cluster"),
 }
+# A domain in words: "pod dc1/p2".
+DOMAIN = {
+    TopologyLevel.LEAF: phrase("leaf {name}"),
+    TopologyLevel.POD: phrase("pod {name}"),
+    TopologyLevel.DATACENTER: phrase("data center {name}"),
+}
+THE_CLUSTER = phrase("the cluster")
+NO_POOL = phrase("{where} has no {model} nodes")
+REGION = phrase("region {region}")
+NO_GPUS = phrase("asks for {gpus} GPUs; a workload needs at least one")
+WHOLE_NODES_ONLY = phrase(
+    "needs {gpus} GPUs; jobs of {size} GPUs or more must use whole nodes of {size} GPUs"
+)
+NO_NODE_FREE = phrase(
+    "no schedulable {model} node has {gpus} free GPUs (the most on one node is {most}; {free} "
+    "free in all)"
+)
+TOO_BIG_FOR_NODE = phrase("needs {gpus} GPUs on one node, but {model} nodes have {size}")
+WHOLE_NODES = phrase("{count} whole {model} node"), phrase("{count} whole {model} nodes")
+NO_ROOM_ANYWHERE = phrase("needs {nodes}; the cluster has {most} free")
+NO_ROOM_IN_ONE = phrase("needs {nodes} in one {domain}; the best {domain} has {most} free")
 
 
 def domains_of(node: Node) -> tuple[Domain, ...]:
@@ -81,9 +103,8 @@ def levels_up_to(widest: TopologyLevel) -> list[TopologyLevel]:
 def describe(level: TopologyLevel, domain: Domain) -> str:
     """A domain in words, e.g. "pod dc1/p2"; names that already hold their path stay as is."""
     if not domain:
-        return "the cluster"
-    name = domain[-1] if "/" in domain[-1] else "/".join(domain)
-    return f"{DOMAIN_NAME[level]} {name}"
+        return THE_CLUSTER
+    return DOMAIN[level].format(name=domain[-1] if "/" in domain[-1] else "/".join(domain))
 
 
 def plural(count: int, word: str) -> str:
@@ -167,8 +188,8 @@ class Capacity:
         try:
             return self._pools[region, gpu_model]
         except KeyError:
-            where = f"region {region}" if region else "the cluster"
-            raise Inadmissible(f"{where} has no {gpu_model} nodes") from None
+            where = REGION.format(region=region) if region else THE_CLUSTER
+            raise Inadmissible(NO_POOL.format(where=where, model=gpu_model)) from None
 
     def pool_keys(self) -> Collection[tuple[str, str]]:
         """(region, GPU model) of every pool."""
@@ -482,12 +503,9 @@ class Pool:
         """Raise Inadmissible when no placement could ever give exactly `gpus` GPUs."""
         size = self.node_size
         if gpus < 1:
-            raise Inadmissible(f"asks for {gpus} GPUs; a workload needs at least one")
+            raise Inadmissible(NO_GPUS.format(gpus=gpus))
         if gpus >= size and gpus % size:
-            raise Inadmissible(
-                f"needs {gpus} GPUs; jobs of {size} GPUs or more must use "
-                f"whole nodes of {size} GPUs"
-            )
+            raise Inadmissible(WHOLE_NODES_ONLY.format(gpus=gpus, size=size))
 
     def find(self, workload: Workload, gpus: int | None = None) -> tuple[Placement, ...]:
         """GPUs for the workload (`gpus` of them, by default all it asks for), all or nothing,
@@ -671,8 +689,12 @@ class Pool:
         """A whole free node for a small job, from the leaf with the fewest whole nodes."""
         if self._whole[()] == 0:
             raise Inadmissible(
-                f"no schedulable {self.gpu_model} node has {gpus} free GPUs (the most on one "
-                f"node is {self._most_free_on_a_node()}; {self._free_gpus[()]} free in all)"
+                NO_NODE_FREE.format(
+                    model=self.gpu_model,
+                    gpus=gpus,
+                    most=self._most_free_on_a_node(),
+                    free=self._free_gpus[()],
+                )
             )
         return self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
 
@@ -712,8 +734,9 @@ class Pool:
         if widest == TopologyLevel.NODE:
             if count > 1:
                 raise Inadmissible(
-                    f"needs {count * self.node_size} GPUs on one node, but "
-                    f"{self.gpu_model} nodes have {self.node_size}"
+                    TOO_BIG_FOR_NODE.format(
+                        gpus=count * self.node_size, model=self.gpu_model, size=self.node_size
+                    )
                 )
             widest = TopologyLevel.LEAF  # a single node always sits within one leaf
         for level in levels_up_to(widest):
@@ -724,12 +747,11 @@ class Pool:
 
     def no_domain_reason(self, count: int, widest: TopologyLevel) -> str:
         """Why a gang of `count` whole nodes finds no domain up to `widest`."""
-        nodes = plural(count, f"whole {self.gpu_model} node")
+        nodes = WHOLE_NODES[count != 1].format(count=count, model=self.gpu_model)
         most = self.best_whole(DEPTH[widest])
         if widest == TopologyLevel.ANY:
-            return f"needs {nodes}; the cluster has {most} free"
-        name = DOMAIN_NAME[widest]
-        return f"needs {nodes} in one {name}; the best {name} has {most} free"
+            return NO_ROOM_ANYWHERE.format(nodes=nodes, most=most)
+        return NO_ROOM_IN_ONE.format(nodes=nodes, domain=DOMAIN_NAME[widest], most=most)
 
     def _pick_whole(self, domain: Domain, count: int) -> list[Node]:
         """`count` whole free nodes of the domain, spanning as few children as possible.

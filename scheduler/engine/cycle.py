@@ -48,13 +48,18 @@ from scheduler.engine.moves import Claim, Claimant, MoveKind
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
-from scheduler.engine.quota import QuotaLedger
+from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.words import phrase
 
 
 class Clock(Protocol):
     """Where step timings come from (e.g. `time.perf_counter`); the plan never depends on it."""
 
     def __call__(self) -> float: ...
+
+
+BEHIND_HEAD = phrase("waits behind workload {workload}, the head of strict-FIFO queue {queue}")
+AND_SO = phrase("{reason}; {then}")
 
 
 class Outcome(IntEnum):
@@ -107,7 +112,7 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
     with timer("2. queue"):
         heads = Heads(cycle.ledger, cycle.pending)
         for workload in heads.unknown():
-            cycle.wait(workload, f"queue {workload.queue_id} is not in the snapshot")
+            cycle.wait(workload, NOT_IN_SNAPSHOT.format(queue=workload.queue_id))
     # 3. Nominate the best head across queues (fair-share order), then
     # 4. admit it, make room for it by preemption, or reserve room; strict FIFO queues stop
     #    at a head that waits.
@@ -233,7 +238,7 @@ class Cycle:
         for workload in rest:
             self.wait(
                 workload,
-                f"waits behind workload {head.id}, the head of strict-FIFO queue {queue.name}",
+                BEHIND_HEAD.format(workload=head.id, queue=queue.name),
             )
 
     def number_in_queues(self) -> list[Pending]:
@@ -672,7 +677,7 @@ class Cycle:
         self.occupancy.hold(pool, workload.id, reservation.nodes)
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         self.holds[workload.id] = Hold(reservation, workload, queue, within)
-        return f"{reason}; {reservation.reason}"
+        return AND_SO.format(reason=reason, then=reservation.reason)
 
 
 def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:

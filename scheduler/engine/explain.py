@@ -8,81 +8,175 @@ import math
 from scheduler.engine.capacity import describe, plural
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
-from scheduler.engine.quota import QuotaLedger
+from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.words import phrase
+
+COHORT_ROOM = phrase(
+    "cohort {cohort} of queue {queue} has room in its {model} quota ({used}/{quota} in use, "
+    "job needs {gpus})"
+)
+UNDER_QUOTA = phrase(
+    "queue {queue} is under its {model} nominal quota ({used}/{nominal} in use, job needs {gpus})"
+)
+UNDER_QUOTA_OWN = phrase(
+    "queue {queue} is under its {model} nominal quota ({used}/{nominal} in use, job needs "
+    "{gpus}, with its own lower-priority work stopped)"
+)
+PRIORITY = phrase("it has priority {priority} in queue {queue}")
+NEWER = phrase(
+    "it has priority {priority} in queue {queue} and was submitted first "
+    "(LowerOrNewerEqualPriority)"
+)
+BORROW_FAIR = phrase(
+    "queue {queue} may borrow over others' borrowed work by fair share (its share with the "
+    "job: {share})"
+)
+BORROW_BELOW = phrase(
+    "queue {queue} may borrow over work below priority {ceiling} and it has priority {priority}"
+)
+STOPPING = phrase("the work there is already stopping")
+BORROWS = phrase("queue {queue} borrows {borrowed} {model} GPUs beyond its nominal {nominal}")
+RECLAIMED = phrase("reclaimed for workload {workload}: {cause}, and {borrows}")
+PREEMPTED_NEWER = phrase(
+    "preempted for workload {workload} of the same queue {queue} and the same priority "
+    "{priority}, submitted before this workload"
+)
+PREEMPTED_PRIORITY = phrase(
+    "preempted for workload {workload} of the same queue {queue}, whose priority {priority} "
+    "is above this workload's {own}"
+)
+PREEMPTED = phrase(
+    "preempted for workload {workload}: {cause}; this workload has priority {own} and {borrows}"
+)
+SHRUNK = phrase(
+    "shrunk from {held} to {keep} GPUs (its minimum is {fewest}) to make room for workload "
+    "{workload}: {cause}"
+)
+SHRUNK_KEEPING = phrase(
+    "shrunk from {held} to {keep} GPUs (its minimum is {fewest}, keeping {share} of its "
+    "throughput) to make room for workload {workload}: {cause}"
+)
+GROWN = phrase(
+    "grown from {held} to {gpus} GPUs: they were free and no work waits for {model} GPUs"
+)
+GROWN_MORE = phrase(
+    "grown from {held} to {gpus} GPUs, {more} more throughput: they were free and no work "
+    "waits for {model} GPUs"
+)
+GROWN_IN = phrase(
+    "grown from {held} to {gpus} GPUs: they were free and no work waits for {model} GPUs in "
+    "{region}"
+)
+GROWN_MORE_IN = phrase(
+    "grown from {held} to {gpus} GPUs, {more} more throughput: they were free and no work "
+    "waits for {model} GPUs in {region}"
+)
+SHRINKING = phrase("shrinking {workloads}")
+PREEMPTING = phrase("preempting {workloads} (queue {queues})")
+WAITING_FOR = phrase("waiting for {workloads} to stop")
+BOTH = phrase("{one} and {other}")
+MAKING_ROOM = phrase("{moves} to make room; it starts once they have stopped")
+MAKING_ROOM_IN = phrase("{moves} to make room in {domain}; it starts once they have stopped")
+MAKING_ROOM_WHY = phrase("{moves} to make room ({cause}); it starts once they have stopped")
+MAKING_ROOM_IN_WHY = phrase(
+    "{moves} to make room in {domain} ({cause}); it starts once they have stopped"
+)
+NOUNS = (
+    phrase("{count} elastic workload"), phrase("{count} elastic workloads"),
+    phrase("{count} workload"), phrase("{count} workloads"),
+    phrase("{count} preempted workload"), phrase("{count} preempted workloads"),
+    phrase("{count} node"), phrase("{count} nodes"),
+)  # fmt: skip
+KEPT_OFF = phrase(
+    "{no_room}; {nodes} with free GPUs {verb} reserved for waiting {gangs}, usable only by "
+    "work that ends before they start or that they could preempt"
+)
+GANG = phrase("gang (workload {owners})")
+GANGS = phrase("gangs (workloads {owners})")
+IS, ARE = phrase("is"), phrase("are")
+BUDGET = phrase(
+    "budget of {budget}: {left} GPU-hours left {window}, this job needs up to {need} ({gpus} "
+    "{model} GPUs for {span}{weighted}), {over} more than is left"
+)
+BUDGET_HELD = phrase(
+    "budget of {budget}: {left} GPU-hours left {window} after its running jobs' time limits, "
+    "this job needs up to {need} ({gpus} {model} GPUs for {span}{weighted}), {over} more than "
+    "is left"
+)
+WEIGHTED = phrase(", weighted {weight}")
+TO_THE_END = phrase("the {duration} left {window}")
+UNTIMED = phrase(
+    "budget of {budget} is hard and this job has no time limit: only jobs with one start under "
+    "it ({left} GPU-hours left {window})"
+)
+SOFT_SPENT = phrase(
+    "budget of {budget} is spent {window} ({used} of {limit} GPU-hours used): its jobs start "
+    "only within their queue's nominal {model} quota, and this one would borrow"
+)
+HOURS = phrase("{hours} h")
 
 
 def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> str:
     """The rule that lets `workload` of `queue` make room, in words."""
-    model = workload.gpu_model
+    model, gpus = workload.gpu_model, workload.gpus
     if rule == Rule.RECLAIM:
         used, nominal = ledger.usage[queue.id, model], queue.quota(model).nominal
-        gpus = workload.gpus
         cohort = None if used + gpus <= nominal else ledger.lowest_fit(queue, model, gpus)
         if cohort is not None:
             name, in_use, quota = cohort
-            return (
-                f"cohort {name} of queue {queue.name} has room in its {model} quota "
-                f"({in_use}/{quota} in use, job needs {gpus})"
+            return COHORT_ROOM.format(
+                cohort=name, queue=queue.name, model=model, used=in_use, quota=quota, gpus=gpus
             )
-        own = ", with its own lower-priority work stopped" if used + gpus > nominal else ""
-        return (
-            f"queue {queue.name} is under its {model} nominal quota ({used}/{nominal} in "
-            f"use, job needs {gpus}{own})"
-        )
+        template = UNDER_QUOTA_OWN if used + gpus > nominal else UNDER_QUOTA
+        return template.format(queue=queue.name, model=model, used=used, nominal=nominal, gpus=gpus)
     if rule == Rule.PRIORITY:
-        return f"it has priority {workload.priority} in queue {queue.name}"
+        return PRIORITY.format(priority=workload.priority, queue=queue.name)
     if rule == Rule.NEWER:
-        return (
-            f"it has priority {workload.priority} in queue {queue.name} and was submitted "
-            "first (LowerOrNewerEqualPriority)"
-        )
+        return NEWER.format(priority=workload.priority, queue=queue.name)
     if rule == Rule.BORROW:
         ceiling = queue.preemption.borrow_ceiling(workload.priority)
         if ceiling == math.inf:
             share = ledger.share(queue, workload.gpu_model, workload.gpus)
-            return (
-                f"queue {queue.name} may borrow over others' borrowed work by fair share "
-                f"(its share with the job: {share:.2f})"
-            )
-        return (
-            f"queue {queue.name} may borrow over work below priority {ceiling} and it has "
-            f"priority {workload.priority}"
-        )
-    return "the work there is already stopping"
+            return BORROW_FAIR.format(queue=queue.name, share=f"{share:.2f}")
+        return BORROW_BELOW.format(queue=queue.name, ceiling=ceiling, priority=workload.priority)
+    return STOPPING
 
 
 def _borrows(ledger: QuotaLedger, victim: Workload) -> str:
     queue = ledger.queue_or_none(victim.queue_id)
     if queue is None:
-        return f"queue {victim.queue_id} is not in the snapshot"
+        return NOT_IN_SNAPSHOT.format(queue=victim.queue_id)
     model = victim.gpu_model
-    return (
-        f"queue {queue.name} borrows {ledger.borrowing(queue, model)} {model} GPUs beyond "
-        f"its nominal {queue.quota(model).nominal}"
+    return BORROWS.format(
+        queue=queue.name,
+        borrowed=ledger.borrowing(queue, model),
+        model=model,
+        nominal=queue.quota(model).nominal,
     )
 
 
 def preemption_reason(ledger: QuotaLedger, move: Move, queue: Queue, workload: Workload) -> str:
     """Why `move.workload` is preempted for `workload`; read before the ledger changes."""
-    victim = move.workload
+    victim, claimant = move.workload, workload.id
     if move.rule == Rule.RECLAIM:
-        return (
-            f"reclaimed for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
-            f", and {_borrows(ledger, victim)}"
+        return RECLAIMED.format(
+            workload=claimant,
+            cause=cause(ledger, move.rule, queue, workload),
+            borrows=_borrows(ledger, victim),
         )
     if move.rule == Rule.NEWER:
-        return (
-            f"preempted for workload {workload.id} of the same queue {queue.name} and the same "
-            f"priority {workload.priority}, submitted before this workload"
+        return PREEMPTED_NEWER.format(
+            workload=claimant, queue=queue.name, priority=workload.priority
         )
     if move.rule == Rule.PRIORITY:
-        return (
-            f"preempted for workload {workload.id} of the same queue {queue.name}, whose "
-            f"priority {workload.priority} is above this workload's {victim.priority}"
+        return PREEMPTED_PRIORITY.format(
+            workload=claimant, queue=queue.name, priority=workload.priority, own=victim.priority
         )
-    return (
-        f"preempted for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}; "
-        f"this workload has priority {victim.priority} and {_borrows(ledger, victim)}"
+    return PREEMPTED.format(
+        workload=claimant,
+        cause=cause(ledger, move.rule, queue, workload),
+        own=victim.priority,
+        borrows=_borrows(ledger, victim),
     )
 
 
@@ -91,27 +185,27 @@ def shrink_reason(
 ) -> str:
     """Why an elastic workload shrinks to `keep` GPUs for `workload`."""
     victim = move.workload
-    kept = ""
+    fields = {
+        "held": victim.held,
+        "keep": keep,
+        "fewest": victim.fewest_gpus,
+        "workload": workload.id,
+        "cause": cause(ledger, move.rule, queue, workload),
+    }
     if victim.throughput:
         share = victim.rate(keep) / victim.rate(victim.held)
-        kept = f", keeping {share:.0%} of its throughput"
-    return (
-        f"shrunk from {victim.held} to {keep} GPUs (its minimum is {victim.fewest_gpus}{kept}) "
-        f"to make room for workload {workload.id}: {cause(ledger, move.rule, queue, workload)}"
-    )
+        return SHRUNK_KEEPING.format(share=f"{share:.0%}", **fields)
+    return SHRUNK.format(**fields)
 
 
 def grow_reason(workload: Workload, gpus: int, region: str) -> str:
     """Why an elastic workload grows to `gpus` GPUs."""
-    gained = ""
+    fields = {"held": workload.held, "gpus": gpus, "model": workload.gpu_model}
     if workload.throughput:
         more = workload.rate(gpus) / workload.rate(workload.held) - 1
-        gained = f", {more:.0%} more throughput"
-    where = f" in {region}" if region else ""
-    return (
-        f"grown from {workload.held} to {gpus} GPUs{gained}: they were free and no work waits "
-        f"for {workload.gpu_model} GPUs{where}"
-    )
+        template = GROWN_MORE_IN if region else GROWN_MORE
+        return template.format(more=f"{more:.0%}", region=region, **fields)
+    return (GROWN_IN if region else GROWN).format(region=region, **fields)
 
 
 def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Workload) -> str:
@@ -133,16 +227,28 @@ def claim_reason(ledger: QuotaLedger, claim: Claim, queue: Queue, workload: Work
     shrunk -= gone  # an eviction supersedes a shrink
     parts = []
     if shrunk:
-        parts.append(f"shrinking {plural(len(shrunk), 'elastic workload')}")
+        parts.append(SHRINKING.format(workloads=plural(len(shrunk), "elastic workload")))
     if evicted:
         count = sum(evicted.values())
         of = ", ".join(f"{name}: {n}" for name, n in sorted(evicted.items()))
-        parts.append(f"preempting {plural(count, 'workload')} (queue {of})")
+        parts.append(PREEMPTING.format(workloads=plural(count, "workload"), queues=of))
     if stopping:
-        parts.append(f"waiting for {plural(len(stopping), 'preempted workload')} to stop")
-    where = f" in {describe(claim.level, claim.domain)}" if claim.domain else ""
-    why = f" ({cause(ledger, rule, queue, workload)})" if rule is not None else ""
-    return f"{' and '.join(parts)} to make room{where}{why}; it starts once they have stopped"
+        parts.append(WAITING_FOR.format(workloads=plural(len(stopping), "preempted workload")))
+    moves = parts[0]
+    for part in parts[1:]:
+        moves = BOTH.format(one=moves, other=part)
+    fields = {"moves": moves}
+    if claim.domain:
+        fields["domain"] = describe(claim.level, claim.domain)
+    if rule is not None:
+        fields["cause"] = cause(ledger, rule, queue, workload)
+    template = {
+        (False, False): MAKING_ROOM,
+        (True, False): MAKING_ROOM_IN,
+        (False, True): MAKING_ROOM_WHY,
+        (True, True): MAKING_ROOM_IN_WHY,
+    }[bool(claim.domain), rule is not None]
+    return template.format(**fields)
 
 
 def _queue_name(ledger: QuotaLedger, workload: Workload) -> str:
@@ -158,12 +264,11 @@ def kept_off_reason(no_room: str, held: dict[int, int]) -> str:
         return no_room
     nodes = sum(held.values())
     owners = ", ".join(str(owner) for owner in held)
-    gangs = f"gang (workload {owners})" if len(held) == 1 else f"gangs (workloads {owners})"
-    verb = "is" if nodes == 1 else "are"
-    return (
-        f"{no_room}; {plural(nodes, 'node')} with free GPUs {verb} reserved for waiting "
-        f"{gangs}, usable only by work that ends before they start or that they could "
-        f"preempt"
+    return KEPT_OFF.format(
+        no_room=no_room,
+        nodes=plural(nodes, "node"),
+        verb=IS if nodes == 1 else ARE,
+        gangs=(GANG if len(held) == 1 else GANGS).format(owners=owners),
     )
 
 
@@ -182,30 +287,33 @@ def budget_reason(
     `seconds` left of the window, less than its time limit), and the difference."""
     left = max(0.0, left)
     weight = budget.weight(gpu_model)
-    weighted = f", weighted {weight:g}" if weight != 1 else ""
-    after = " after its running jobs' time limits" if held else ""
-    span = f"the {duration(seconds)} left {budget.window}" if to_the_end else duration(seconds)
-    return (
-        f"budget of {budget.name}: {gpu_hours(left)} GPU-hours left {budget.window}{after}, "
-        f"this job needs up to {gpu_hours(need)} ({gpus} {gpu_model} GPUs for "
-        f"{span}{weighted}), {gpu_hours(need - left)} more than is left"
+    span = duration(seconds)
+    return (BUDGET_HELD if held else BUDGET).format(
+        budget=budget.name,
+        left=gpu_hours(left),
+        window=budget.window,
+        need=gpu_hours(need),
+        gpus=gpus,
+        model=gpu_model,
+        span=TO_THE_END.format(duration=span, window=budget.window) if to_the_end else span,
+        weighted=WEIGHTED.format(weight=f"{weight:g}") if weight != 1 else "",
+        over=gpu_hours(need - left),
     )
 
 
 def untimed_reason(budget: Budget, left: float) -> str:
     """Why a workload without a time limit waits under a hard budget."""
-    return (
-        f"budget of {budget.name} is hard and this job has no time limit: only jobs with one "
-        f"start under it ({gpu_hours(max(0.0, left))} GPU-hours left {budget.window})"
-    )
+    return UNTIMED.format(budget=budget.name, left=gpu_hours(max(0.0, left)), window=budget.window)
 
 
 def soft_budget_reason(budget: Budget, gpu_model: str) -> str:
     """Why a workload that would borrow waits while its soft budget is spent."""
-    return (
-        f"budget of {budget.name} is spent {budget.window} ({gpu_hours(budget.used)} of "
-        f"{gpu_hours(budget.limit)} GPU-hours used): its jobs start only within their "
-        f"queue's nominal {gpu_model} quota, and this one would borrow"
+    return SOFT_SPENT.format(
+        budget=budget.name,
+        window=budget.window,
+        used=gpu_hours(budget.used),
+        limit=gpu_hours(budget.limit),
+        model=gpu_model,
     )
 
 
@@ -216,4 +324,4 @@ def gpu_hours(hours: float) -> str:
 
 def duration(seconds: float) -> str:
     """A time limit in hours: "96 h", "1.5 h", "0.25 h"."""
-    return f"{seconds / 3600:,.2f}".rstrip("0").rstrip(".") + " h"
+    return HOURS.format(hours=f"{seconds / 3600:,.2f}".rstrip("0").rstrip("."))

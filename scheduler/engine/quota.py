@@ -26,9 +26,24 @@ from collections.abc import Iterable
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Cohort, Queue, Quota
+from scheduler.words import phrase
 
 # A node of the quota tree: ("q", queue id) or ("c", cohort name).
 TreeNode = tuple[str, int | str]
+
+NOT_IN_SNAPSHOT = phrase("queue {queue} is not in the snapshot")
+NO_COHORT = phrase(
+    "queue {queue} would exceed its {model} quota ({used}/{nominal} in use, job needs {gpus}; "
+    "the queue is in no cohort, so it cannot borrow)"
+)
+COHORT_IDLE = phrase(
+    "queue {queue} would exceed its {model} quota ({used}/{nominal} in use, job needs {gpus}; "
+    "cohort {cohort} has {idle} idle to lend)"
+)
+AT_BORROWING_LIMIT = phrase(
+    "queue {queue} is at its borrowing limit for {model} ({borrowed}/{limit} borrowed beyond "
+    "its quota of {nominal}; the job needs {gpus}, which would make {would})"
+)
 
 
 class QuotaLedger:
@@ -108,7 +123,7 @@ class QuotaLedger:
         try:
             return self._queues[queue_id]
         except KeyError:
-            raise Inadmissible(f"queue {queue_id} is not in the snapshot") from None
+            raise Inadmissible(NOT_IN_SNAPSHOT.format(queue=queue_id)) from None
 
     def queue_or_none(self, queue_id: int) -> Queue | None:
         """The queue with this id, or None."""
@@ -368,21 +383,19 @@ class QuotaLedger:
             return None
         used, available = over
         nominal = queue.quota(gpu_model).nominal
-        over_quota = (
-            f"queue {queue.name} would exceed its {gpu_model} quota "
-            f"({used}/{nominal} in use, job needs {gpus}"
-        )
+        fields = {"queue": queue.name, "model": gpu_model, "used": used, "nominal": nominal}
         if queue.cohort is None:
-            return f"{over_quota}; the queue is in no cohort, so it cannot borrow)"
+            return NO_COHORT.format(gpus=gpus, **fields)
         if available is None:
-            limit = queue.quota(gpu_model).borrowing_limit
-            return (
-                f"queue {queue.name} is at its borrowing limit for {gpu_model} "
-                f"({max(0, used - nominal)}/{limit} borrowed beyond its quota of {nominal}; the "
-                f"job needs {gpus}, which would make {used + gpus - nominal})"
+            return AT_BORROWING_LIMIT.format(
+                borrowed=max(0, used - nominal),
+                limit=queue.quota(gpu_model).borrowing_limit,
+                gpus=gpus,
+                would=used + gpus - nominal,
+                **fields,
             )
         idle = max(0, available - max(0, nominal - used))
-        return f"{over_quota}; cohort {queue.cohort} has {idle} idle to lend)"
+        return COHORT_IDLE.format(gpus=gpus, cohort=queue.cohort, idle=idle, **fields)
 
     def _over(self, queue: Queue, gpu_model: str, gpus: int) -> tuple[int, int | None] | None:
         """None when the queue may use `gpus` more GPUs of `gpu_model`; else (GPUs it uses,
