@@ -13,6 +13,7 @@ class TraceSource(models.TextChoices):
     PHILLY = "philly", _("Microsoft Philly (2017), on its own cluster")
     SYNTHETIC = "synthetic", _("Synthetic month: training, fine-tuning and inference")
     CSV = "csv", _("Generic trace CSV (uploaded)")
+    HISTORY = "history", _("This cluster's last days: its own jobs, replayed on it")
 
 
 class ClusterSource(models.TextChoices):

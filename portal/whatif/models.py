@@ -13,13 +13,17 @@ class WhatIfRun(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     trace = models.CharField(max_length=16, choices=TraceSource.choices)
-    trace_csv = models.TextField(blank=True)
+    trace_csv = models.TextField(blank=True)  # uploaded, or this cluster's history, exported
     cluster = models.CharField(
         max_length=16, choices=ClusterSource.choices, default=ClusterSource.TRACE
     )
     cluster_json = models.TextField(blank=True)
     policies = models.JSONField(default=list)
-    days = models.FloatField(null=True, blank=True, help_text="Only the trace's first days")
+    days = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Only the trace's first days; of this cluster's history, the last days",
+    )
     gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Synthetic site size")
     seed = models.PositiveIntegerField(default=1)
     service_percent = models.FloatField(

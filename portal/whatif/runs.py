@@ -1,22 +1,26 @@
 """Running a what-if simulation for the portal: inputs from the run's row (or this cluster's
-own nodes and queues), progress on the row and live to operators, the report on disk."""
+own nodes, queues and history), progress on the row and live to operators, the report on
+disk."""
 
 import json
 import logging
+import statistics
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from portal.core.live import OPS_GROUP, publish, send_now
 from portal.core.redis import client
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
+from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine import Node
 from scheduler.sim.philly import load_philly
 from scheduler.sim.report import write_html
@@ -24,7 +28,7 @@ from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
 from scheduler.sim.synthetic import mixed_month
-from scheduler.sim.trace import TraceError, TraceJob, read_csv
+from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +78,17 @@ def _plain(queues) -> tuple:
     )
 
 
+class Mismatch(TraceError):
+    """A trace that asks for queues or GPU models its cluster lacks: it could never run."""
+
+
 def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
-    """The trace and cluster the run names. Raises TraceError or SpecError naming the fault."""
+    """The trace and cluster the run names. Raises TraceError or SpecError naming the fault,
+    Mismatch when the trace does not fit the cluster."""
     own = None
-    if whatif.trace == TraceSource.CSV and whatif.cluster == ClusterSource.TRACE:
+    if whatif.trace in (TraceSource.CSV, TraceSource.HISTORY) and (
+        whatif.cluster == ClusterSource.TRACE
+    ):
         raise SpecError("a trace CSV needs a cluster: this cluster or a spec JSON")
     if whatif.trace == TraceSource.PHILLY:
         jobs, own = load_philly()
@@ -85,7 +96,7 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
         jobs, own = mixed_month(
             gpus=whatif.gpus or 100_000, days=whatif.days or 30.0, seed=whatif.seed
         )
-    else:
+    else:  # uploaded, or this cluster's history as `take_history` exported it
         jobs = read_csv(whatif.trace_csv.splitlines())
     if whatif.cluster == ClusterSource.CURRENT:
         spec = current_cluster()
@@ -98,15 +109,143 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
             ) from None
     else:
         spec = own
-    if whatif.days and whatif.trace != TraceSource.SYNTHETIC:
+    if whatif.days and whatif.trace in (TraceSource.PHILLY, TraceSource.CSV):
         first = min((job.submit_s for job in jobs), default=0.0)
         jobs = [job for job in jobs if job.submit_s - first < whatif.days * 86400]
+    check_fits(jobs, spec)
+    return jobs, spec
+
+
+def check_fits(jobs: list[TraceJob], spec: ClusterSpec) -> None:
+    """Raise Mismatch when a job names a queue the cluster lacks, or a GPU model of which its
+    queue's region has no nodes (the engine runs a queue's work only in its own region)."""
     missing = sorted({job.queue for job in jobs} - set(spec.queue_ids))
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if missing[5:] else "")
         has = ", ".join(sorted(spec.queue_ids)[:10]) or "none"
-        raise TraceError(f"the trace submits to queues the cluster lacks: {shown} (it has {has})")
-    return jobs, spec
+        raise Mismatch(
+            f"the trace submits to queues the cluster lacks: {_some(missing)} (it has {has})"
+        )
+    region = {queue.name: queue.region for queue in spec.queues}
+    models = defaultdict(set)
+    for node in spec.nodes:
+        models[node.region].add(node.gpu_model)
+    lacking = sorted(
+        {
+            f"{job.gpu_model} in {job.queue}"
+            for job in jobs
+            if job.gpu_model not in models[region[job.queue]]
+        }
+    )
+    if lacking:
+        has = ", ".join(sorted(spec.capacity)) or "none"
+        raise Mismatch(
+            f"the trace asks for GPU models its queues' regions lack: {_some(lacking)} "
+            f"(the cluster has {has})"
+        )
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if names[5:] else "")
+
+
+HISTORY_DAYS = 7  # a history run's window when the form leaves it empty
+MAX_HISTORY_DAYS = 30  # the longest window the form takes
+TYPICAL_S = 3600.0  # a pending job's run time when nothing says it and no job finished
+
+
+def take_history(whatif: WhatIfRun, now=None) -> int:
+    """Export this cluster's last `whatif.days` days (default `HISTORY_DAYS`) into the run's
+    trace CSV, once, when the run is asked for: a worker that runs it later, or again, replays
+    the same jobs. Its own cluster is this one. Returns how many jobs were exported."""
+    whatif.days = whatif.days or HISTORY_DAYS
+    if whatif.cluster == ClusterSource.TRACE:
+        whatif.cluster = ClusterSource.CURRENT
+    jobs = history(whatif.days, now)
+    whatif.trace_csv = write_csv(jobs)
+    return len(jobs)
+
+
+def history(days: float, now=None) -> list[TraceJob]:
+    """The workloads submitted to this cluster in the `days` before `now` (default now), as a
+    trace for `current_cluster()`: submit times in seconds from the window's start, the GPUs
+    it asked for (an elastic job's most, and its fewest), GPU model, queue (named as
+    `current_cluster` names it), priority, checkpoint policy, and its final state as status.
+
+    Its run time (`duration_s`, the time on its whole gang):
+
+    - one that ended after running: the GPU-hours booked to it over its GPUs, so that
+      preemptions' gaps do not count and a shrunk stretch counts in proportion (work redone
+      after a fault does count); its end less its first start when nothing was booked;
+    - one that ended without running (cancelled or failed while pending): left out, it held
+      nothing;
+    - one still pending or running: the run time it says it needs (its simulated duration, or
+      else its time limit), else the median of the window's ended jobs (an hour when none
+      ended); at least as long as it has run so far.
+    """
+    from portal.quotas.engine import queues
+    from portal.workloads.choices import TERMINAL
+    from portal.workloads.models import UsageRecord, Workload
+
+    now = now or timezone.now()
+    since = now - timedelta(days=days)
+    window = Workload.objects.filter(submitted_at__gte=since, submitted_at__lt=now)
+    booked = dict(
+        UsageRecord.objects.filter(workload__in=window)
+        .values("workload_id")
+        .annotate(hours=Sum("gpu_hours"))
+        .values_list("workload_id", "hours")
+    )
+    names = {queue.id: queue.name for queue in _plain(queues())}
+    rows = list(
+        window.order_by("submitted_at", "id").values(
+            "id", "queue_id", "gpu_model__name", "gpus", "min_gpus", "max_gpus", "priority",
+            "state", "submitted_at", "started_at", "finished_at", "simulated_duration_s",
+            "time_limit_s", "checkpoint_policy", "checkpoint_interval_s",
+        )
+    )  # fmt: skip
+    ended = {
+        row["id"]: _ran_s(row, booked.get(row["id"])) for row in rows if row["state"] in TERMINAL
+    }
+    typical = (
+        statistics.median([s for s in ended.values() if s]) if any(ended.values()) else TYPICAL_S
+    )
+    jobs = []
+    for row in rows:
+        if row["state"] in TERMINAL:
+            duration = ended[row["id"]]
+        else:
+            ran = (now - row["started_at"]).total_seconds() if row["started_at"] else 0.0
+            duration = max(ran, row["simulated_duration_s"] or row["time_limit_s"] or typical)
+        if duration:
+            jobs.append(
+                _trace_job(row, (row["submitted_at"] - since).total_seconds(), duration, names)
+            )
+    return jobs
+
+
+def _ran_s(row: dict, gpu_hours: float | None) -> float:
+    """How long an ended workload ran on its whole gang (see `history`); 0 if it never ran."""
+    if gpu_hours:
+        return gpu_hours * 3600 / (row["max_gpus"] or row["gpus"])
+    if row["started_at"] and row["finished_at"]:
+        return max(0.0, (row["finished_at"] - row["started_at"]).total_seconds())
+    return 0.0
+
+
+def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, str]) -> TraceJob:
+    gpus = row["max_gpus"] or row["gpus"]
+    return TraceJob(
+        id=row["id"],
+        submit_s=submit_s,
+        gpus=gpus,
+        gpu_model=row["gpu_model__name"],
+        duration_s=duration_s,
+        queue=names[row["queue_id"]],
+        priority=row["priority"],
+        status=row["state"],
+        min_gpus=row["min_gpus"] if row["min_gpus"] and row["min_gpus"] < gpus else None,
+        checkpoint=Policy(PolicyKind(row["checkpoint_policy"]), row["checkpoint_interval_s"]),
+    )
 
 
 def service_share(whatif: WhatIfRun) -> float | None:

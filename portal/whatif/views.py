@@ -12,8 +12,11 @@ from portal.core.models import audit
 from portal.core.security import SANDBOXED_REPORT
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
+from portal.whatif.runs import HISTORY_DAYS, MAX_HISTORY_DAYS, Mismatch, inputs, take_history
 from portal.whatif.tasks import run_whatif
 from scheduler.sim.policies import POLICIES
+from scheduler.sim.spec import SpecError
+from scheduler.sim.trace import TraceError
 
 MAX_UPLOAD = 20 * 1024 * 1024
 
@@ -42,6 +45,7 @@ def whatif_list(request):
             "chosen": request.POST.getlist("policies") if errors else list(POLICIES),
             "errors": errors,
             "data": request.POST,
+            "history_days": (HISTORY_DAYS, MAX_HISTORY_DAYS),
         },
     )
 
@@ -84,13 +88,54 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
             errors[field] = _("At most 20 MB.")
         elif wanted:
             setattr(whatif, field, upload.read().decode("utf-8", errors="replace"))
-    return whatif, errors
+    if whatif.trace == TraceSource.CSV and whatif.cluster == ClusterSource.TRACE:
+        errors["cluster"] = _(
+            "An uploaded trace has no cluster of its own: choose this cluster or a spec JSON."
+        )
+    if whatif.trace == TraceSource.HISTORY and not errors:
+        errors |= _history(whatif)
+    return whatif, errors or _unfit(whatif)
+
+
+def _history(whatif: WhatIfRun) -> dict:
+    """Export this cluster's last days into the run (see `runs.history`); errors for a window
+    too long or empty."""
+    if (whatif.days or 0) > MAX_HISTORY_DAYS:
+        return {"days": _("At most %(days)s days of history.") % {"days": MAX_HISTORY_DAYS}}
+    if not take_history(whatif):
+        return {
+            "trace": _("No workload was submitted to this cluster in the last %(days)s days.")
+            % {"days": f"{whatif.days:g}"}
+        }
+    return {}
+
+
+def _unfit(whatif: WhatIfRun) -> dict:
+    """Errors for inputs that could not run: a trace that does not read, or asks for queues or
+    GPU models the chosen cluster lacks. A trace on its own cluster always fits."""
+    if whatif.cluster == ClusterSource.TRACE:
+        return {}
+    try:
+        inputs(whatif)
+    except Mismatch as error:
+        return {
+            "cluster": _("The trace cannot run on the chosen cluster: %(why)s.") % {"why": error}
+        }
+    except TraceError as error:
+        return {"trace_csv": _("The trace cannot be read: %(why)s.") % {"why": error}}
+    except SpecError as error:
+        return {"cluster_json": _("The cluster spec cannot be read: %(why)s.") % {"why": error}}
+    return {}
 
 
 @operator_page
 def whatif_detail(request, pk):
     whatif = get_object_or_404(WhatIfRun.objects.defer("trace_csv", "cluster_json"), pk=pk)
-    return render(request, "whatif/detail.html", {"run": whatif, "done": RunState.DONE})
+    return render(
+        request,
+        "whatif/detail.html",
+        {"run": whatif, "done": RunState.DONE, "history": TraceSource.HISTORY},
+    )
 
 
 @operator_page

@@ -5,9 +5,10 @@ given, so every policy places gangs by the same rules and differs only where its
 says:
 
 - `wanka`: the cluster spec's queues, cohorts and preemption policies as they are.
-- `fifo`: one strict-FIFO queue holding the whole cluster: jobs start in submit order, a gang
-  that does not fit blocks everything behind it, and nothing is ever preempted or shrunk
-  (job priorities are ignored).
+- `fifo`: one strict-FIFO queue per region holding all of the region's GPUs (the engine runs a
+  queue's work only in its own region), each job in that of its own queue's region: jobs start
+  in submit order, a gang that does not fit blocks everything behind it in its region, and
+  nothing is ever preempted or shrunk (job priorities and budgets are ignored).
 - `static`: static partitions: each queue uses only its own nominal quota, in no cohort, so it
   neither borrows nor lends; within a queue, priorities still preempt as the queue says.
 - `no-reclaim`: priority with borrowing but without reclaim: queues borrow idle quota of their
@@ -17,7 +18,8 @@ says:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from scheduler.engine import (
@@ -36,7 +38,6 @@ from scheduler.engine import (
 from scheduler.sim.spec import ClusterSpec
 from scheduler.sim.trace import TraceJob
 
-FIFO_QUEUE_ID = 0
 NO_PREEMPTION = PreemptionPolicy(
     reclaim_within_cohort=ReclaimWithinCohort.NEVER,
     within_cluster_queue=WithinClusterQueue.NEVER,
@@ -51,13 +52,15 @@ class SchedulingPolicy:
     name: str
     queues: tuple[Queue, ...]
     cohorts: tuple[Cohort, ...]
-    one_queue: bool = False  # every job goes to FIFO_QUEUE_ID with priority 0
+    # The FIFO baseline's queue id for each of the spec's queues (that of the queue's region);
+    # its jobs then have priority 0 and no budgets. None: every job keeps its own queue.
+    fifo_of: Mapping[str, int] | None = None
 
     def queue_id(self, job: TraceJob, spec: ClusterSpec) -> int:
-        return FIFO_QUEUE_ID if self.one_queue else spec.queue_ids[job.queue]
+        return spec.queue_ids[job.queue] if self.fifo_of is None else self.fifo_of[job.queue]
 
     def priority(self, job: TraceJob) -> int:
-        return 0 if self.one_queue else job.priority
+        return job.priority if self.fifo_of is None else 0
 
     def plan(self, snapshot: Snapshot, now: float, index: NodeIndex | None = None) -> Plan:
         """The production engine's plan for the transformed snapshot."""
@@ -69,16 +72,25 @@ def wanka(spec: ClusterSpec) -> SchedulingPolicy:
 
 
 def fifo(spec: ClusterSpec) -> SchedulingPolicy:
-    quotas = tuple(Quota(model, gpus) for model, gpus in spec.capacity.items())
-    queue = Queue(
-        FIFO_QUEUE_ID,
-        "fifo",
-        quotas,
-        strategy=Strategy.STRICT_FIFO,
-        preemption=NO_PREEMPTION,
-        region=_only_region(spec),
+    """One strict-FIFO queue per region, numbered from 1 in region order, with all of the
+    region's GPUs as its quota; regions of queues without nodes get a queue with none."""
+    capacity: dict[str, Counter[str]] = {queue.region: Counter() for queue in spec.queues}
+    for node in spec.nodes:
+        capacity.setdefault(node.region, Counter())[node.gpu_model] += node.gpus
+    queues = tuple(
+        Queue(
+            number,
+            f"fifo {region}" if region else "fifo",
+            tuple(Quota(model, gpus) for model, gpus in sorted(capacity[region].items())),
+            strategy=Strategy.STRICT_FIFO,
+            preemption=NO_PREEMPTION,
+            region=region,
+        )
+        for number, region in enumerate(sorted(capacity), start=1)
     )
-    return SchedulingPolicy("fifo", (queue,), (), one_queue=True)
+    of_region = {queue.region: queue.id for queue in queues}
+    fifo_of = {queue.name: of_region[queue.region] for queue in spec.queues}
+    return SchedulingPolicy("fifo", queues, (), fifo_of=fifo_of)
 
 
 def static(spec: ClusterSpec) -> SchedulingPolicy:
@@ -115,10 +127,3 @@ def make_policy(name: str, spec: ClusterSpec) -> SchedulingPolicy:
         return POLICIES[name](spec)
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
-
-
-def _only_region(spec: ClusterSpec) -> str:
-    regions = sorted({node.region for node in spec.nodes})
-    if len(regions) > 1:
-        raise ValueError("the fifo baseline needs a cluster of one region")
-    return regions[0]

@@ -206,9 +206,9 @@ job was first admitted; overall weighted by GPUs.</li>
 duration: an empty cluster, no faults); 1 is ideal.</li>
 <li>Fragmented GPUs: free GPUs that no pending job of their GPU model could use, while work
 waits.</li>
-<li>Baselines: <b>fifo</b> one strict-FIFO queue, gangs, no preemption; <b>static</b> each queue
-only its own quota, no borrowing or lending; <b>no-reclaim</b> priority with borrowing, never
-reclaiming. All run the production engine.</li></ul>"""
+<li>Baselines: <b>fifo</b> one strict-FIFO queue per region, gangs, no preemption;
+<b>static</b> each queue only its own quota, no borrowing or lending; <b>no-reclaim</b>
+priority with borrowing, never reclaiming. All run the production engine.</li></ul>"""
 
 
 def summary_table(results: dict) -> str:

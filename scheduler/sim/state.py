@@ -133,7 +133,7 @@ class Workloads:
             tuple(self._objects.values()),
             self.policy.cohorts,
             self.grow_every_s,
-            () if self.policy.one_queue else budgets,
+            budgets if self.policy.fifo_of is None else (),
         )
 
     def workload(self, job: Job) -> Workload:

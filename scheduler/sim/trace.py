@@ -229,7 +229,8 @@ COLUMNS = (
 
 
 def write_csv(jobs: Iterable[TraceJob]) -> str:
-    """The jobs as a generic trace CSV (every column), for saving a synthetic trace."""
+    """The jobs as a generic trace CSV (every column), for saving a synthetic trace or an
+    exported history; times read back exactly."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
@@ -237,10 +238,10 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
         writer.writerow(
             [
                 job.id,
-                f"{job.submit_s:g}",
+                _seconds(job.submit_s),
                 job.gpus,
                 job.gpu_model,
-                f"{job.duration_s:g}",
+                _seconds(job.duration_s),
                 job.queue,
                 job.priority,
                 job.status,
@@ -251,3 +252,8 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
             ]
         )
     return out.getvalue()
+
+
+def _seconds(value: float) -> str:
+    """A time as short as it reads back the same: `3600`, `2591999.5` (not `:g`'s `2.592e+06`)."""
+    return str(int(value)) if value.is_integer() else repr(value)

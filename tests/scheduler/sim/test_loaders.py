@@ -49,6 +49,12 @@ def test_written_traces_read_back_the_same() -> None:
     assert read_csv(write_csv(jobs).splitlines()) == jobs
 
 
+def test_a_month_of_seconds_reads_back_to_the_second() -> None:
+    """Times past a million seconds kept their figures (`:g` wrote 2591999.5 as 2.592e+06)."""
+    jobs = [TraceJob(1, 2_591_999.5, 8, "H800", 1_234_567.25, "a")]
+    assert read_csv(write_csv(jobs).splitlines()) == jobs
+
+
 MODEL_HEADER = HEADER + ",model,global_batch"
 
 

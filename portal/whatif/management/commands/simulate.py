@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from portal.whatif.choices import ClusterSource, TraceSource
 from portal.whatif.models import WhatIfRun
-from portal.whatif.runs import inputs
+from portal.whatif.runs import inputs, take_history
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.report import write_html
 from scheduler.sim.runner import run
@@ -17,7 +17,8 @@ from scheduler.sim.trace import TraceError
 class Command(BaseCommand):
     help = (
         "Run a what-if simulation with the production engine and write a report. "
-        "--trace philly|synthetic|FILE.csv, --cluster trace|current|FILE.json."
+        "--trace philly|synthetic|history|FILE.csv, --cluster trace|current|FILE.json "
+        "(history: this cluster's last --days days, default 7, on this cluster)."
     )
 
     def add_arguments(self, parser):
@@ -48,6 +49,8 @@ class Command(BaseCommand):
             whatif.cluster = cluster or ClusterSource.TRACE
         else:
             whatif.cluster, whatif.cluster_json = ClusterSource.JSON, _read(cluster)
+        if whatif.trace == TraceSource.HISTORY and not take_history(whatif):
+            raise CommandError(f"no workload was submitted in the last {whatif.days:g} days")
         try:
             jobs, spec = inputs(whatif)
             results = run(
