@@ -490,12 +490,12 @@ def soak(
     finally:
         for child in reversed(list(children.values())):
             child.stop()
+    from portal.workloads.choices import TERMINAL, State
     from portal.workloads.invariants import stale_allocations
 
     for violation in sorted(watch.persistent):
         print(f"violation: {violation}", file=sys.stderr)
-    leaked = Allocation.objects.filter(workload__state__in=["pending", "succeeded", "failed",
-                                                             "cancelled"]).count()  # fmt: skip
+    leaked = Allocation.objects.filter(workload__state__in=[State.PENDING, *TERMINAL]).count()
     return {
         **result,
         "kills": kills,

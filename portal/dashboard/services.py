@@ -4,6 +4,7 @@ service's page (its replicas against its load, live from the samples endpoint; s
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -16,6 +17,7 @@ from portal.services.api.serializers import ServiceSerializer
 from portal.services.models import Service, with_live_replicas
 from portal.tenancy.models import membership_allowing
 from portal.workloads.choices import TERMINAL, PriorityClass
+from portal.workloads.models import WorkloadEvent
 
 DEFAULTS = {
     "gpus_per_replica": 8,
@@ -26,6 +28,12 @@ DEFAULTS = {
     "priority": PriorityClass.HIGH,
     "port": 8000,
 }
+# A service's page lists its live replicas and the newest ones that ended, each with the reason
+# it ended ("scaled down, drained"), so a scale-down reads as one.
+ENDED_SHOWN = 5
+_last_reason = (
+    WorkloadEvent.objects.filter(workload=OuterRef("workload")).order_by("-pk").values("reason")[:1]
+)
 
 
 @login_required
@@ -79,13 +87,17 @@ def service_detail(request, pk):
     service = get_object_or_404(
         Service.objects.visible_to(request.user).select_related("queue", "gpu_model"), pk=pk
     )
-    replicas = (
-        service.replicas.exclude(workload__state__in=TERMINAL)
-        .select_related("workload")
-        .order_by("workload_id")
+    replicas = service.replicas.select_related("workload")
+    live = replicas.exclude(workload__state__in=TERMINAL).order_by("workload_id")
+    ended = (
+        replicas.filter(workload__state__in=TERMINAL)
+        .annotate(end=Subquery(_last_reason))
+        .order_by("-workload__finished_at", "-workload_id")[:ENDED_SHOWN]
     )
     return render(
-        request, "dashboard/service_detail.html", {"service": service, "replicas": replicas}
+        request,
+        "dashboard/service_detail.html",
+        {"service": service, "replicas": live, "ended": ended},
     )
 
 
@@ -97,6 +109,6 @@ def service_stop(request, pk):
     autoscaling.stop(service, actor=request.user)
     audit("service.stopped", service, actor=request.user, tenant=service.tenant)
     messages.success(
-        request, _("%(service)s stopped; its replicas are cancelled.") % {"service": service}
+        request, _("%(service)s stopped; its replicas are stopped.") % {"service": service}
     )
     return redirect("service-detail", pk=service.pk)

@@ -11,6 +11,9 @@ from portal.notifications.choices import Topic
 from portal.notifications.models import MailPreference, Webhook
 
 SUBSCRIBERS_TTL_S = 10.0
+# A replica its service stopped (`stopped`: scaled down, or the service stopped) is no job
+# ending anyone should hear of as they would of a failure or a cancel: the autoscaler does it
+# every few minutes. It reaches only those who follow every change of state (job.state).
 FINISHED = {"succeeded", "failed", "cancelled"}
 _listening: dict[str, object] = {"tenants": frozenset(), "until": 0.0}
 

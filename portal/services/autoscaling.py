@@ -5,9 +5,12 @@ needs, and the replicas follow.
 More: new replicas are pending workloads of kind inference at the service's priority; the
 scheduling cycle places them, reclaiming GPUs its queue lent (elastic training shrinks first,
 else is preempted with a save, within the queue's reclaim deadline). Fewer: a replica not yet
-serving is cancelled at once; a serving one leaves the endpoints and drains, and is stopped once
+serving is stopped at once; a serving one leaves the endpoints and drains, and is stopped once
 it has nothing in flight (or after DRAIN_S), its GPUs going to waiting work at once. A replica
 that ended (a fault, a preemption) is replaced at the next tick.
+
+A replica scaled down, or stopped with its service, ends `stopped`, not `cancelled`: its
+service ended it, no person cancelled it.
 """
 
 import contextlib
@@ -137,7 +140,7 @@ def add(service: Service, count: int) -> None:
 
 
 def stop(service: Service, actor=None) -> None:
-    """The service is stopped: no more ticks, every replica cancelled."""
+    """The service is stopped: no more ticks, every replica stopped."""
     with transaction.atomic():
         Service.objects.filter(pk=service.pk).update(active=False, desired_replicas=0)
         for replica in service.replicas.exclude(workload__state__in=TERMINAL):
@@ -146,7 +149,7 @@ def stop(service: Service, actor=None) -> None:
 
 def _stop(replica: Replica, reason: str, actor=None) -> None:
     with contextlib.suppress(IllegalTransition):  # it ended meanwhile
-        lifecycle.cancel(replica.workload, actor=actor, reason=reason)
+        lifecycle.stop(replica.workload, reason, actor=actor)
 
 
 def _in_flight(serving: dict, replica: Replica) -> int:

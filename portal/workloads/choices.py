@@ -12,9 +12,12 @@ class State(models.TextChoices):
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
+    # A service's replica its autoscaler scaled down, or stopped with its service: an end its
+    # owner asked for through the service, neither a failure nor a person's cancel.
+    STOPPED = "stopped", _("Stopped")
 
 
-TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED, State.STOPPED})
 # States in which a workload holds GPUs.
 HOLDING = frozenset(
     {State.ADMITTED, State.STARTING, State.RUNNING, State.PREEMPTING, State.RECOVERING}
@@ -22,12 +25,13 @@ HOLDING = frozenset(
 
 # The workload state machine of the design: every legal move, nothing else.
 TRANSITIONS = {
-    State.PENDING: {State.ADMITTED, State.CANCELLED},
+    State.PENDING: {State.ADMITTED, State.CANCELLED, State.STOPPED},
     State.ADMITTED: {
         State.STARTING,
         State.RUNNING,
         State.FAILED,
         State.CANCELLED,
+        State.STOPPED,
         State.PREEMPTING,
         State.RECOVERING,
     },
@@ -35,6 +39,7 @@ TRANSITIONS = {
         State.RUNNING,
         State.FAILED,
         State.CANCELLED,
+        State.STOPPED,
         State.PREEMPTING,
         State.RECOVERING,
     },
@@ -42,14 +47,22 @@ TRANSITIONS = {
         State.SUCCEEDED,
         State.FAILED,
         State.CANCELLED,
+        State.STOPPED,
         State.PREEMPTING,
         State.RECOVERING,
     },
-    State.PREEMPTING: {State.PENDING, State.FAILED, State.CANCELLED},
-    State.RECOVERING: {State.RUNNING, State.PENDING, State.FAILED, State.CANCELLED},
+    State.PREEMPTING: {State.PENDING, State.FAILED, State.CANCELLED, State.STOPPED},
+    State.RECOVERING: {
+        State.RUNNING,
+        State.PENDING,
+        State.FAILED,
+        State.CANCELLED,
+        State.STOPPED,
+    },
     State.SUCCEEDED: set(),
     State.FAILED: set(),
     State.CANCELLED: set(),
+    State.STOPPED: set(),
 }
 
 

@@ -1,4 +1,4 @@
-"""What happens to a workload after submission: start, finish, cancel, and releasing its GPUs.
+"""What happens to a workload after submission: start, finish, cancel, stop, release its GPUs.
 
 Agents report per node; these functions turn those reports into state transitions, under a row
 lock on the workload so reports from a gang's nodes, the cycle and a user's cancel serialize.
@@ -15,7 +15,7 @@ from portal.cluster.commands import RESEND_WITHIN
 from portal.core.live import publish_tenant
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
-from portal.workloads import allocations, checkpoints, preemption, recovery
+from portal.workloads import allocations, checkpoints, preemption, recovery, words
 from portal.workloads.checkpoints import Answer, work_lost
 from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
 from portal.workloads.desired import nodes_changed
@@ -56,10 +56,10 @@ def _run_if_all_started(workload: Workload) -> None:
             recovery.restarted(workload)
         return
     if workload.state == State.ADMITTED:
-        transition(workload, State.STARTING, reason="processes starting")
+        transition(workload, State.STARTING, reason=words.PROCESSES_STARTING)
     if workload.state == State.STARTING and not workload.allocations.filter(started=False).exists():
         nodes = workload.allocations.values("node").distinct().count()
-        transition(workload, State.RUNNING, reason=f"running on {nodes} node(s)")
+        transition(workload, State.RUNNING, reason=words.RUNNING_ON.format(nodes=nodes))
 
 
 def _current(workload: Workload | None, attempt: int) -> bool:
@@ -152,7 +152,7 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
             return
         if exit_code != 0 and _restart_crashed(workload, attempt):
             transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code, workload.tenant_id))
-            transition(workload, State.FAILED, reason=f"its restart exited with code {exit_code}")
+            transition(workload, State.FAILED, reason=words.RESTART_EXITED.format(code=exit_code))
             nodes_changed(allocations.release(workload))
             return
         if not _ends(workload, attempt):
@@ -163,7 +163,10 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
         transaction.on_commit(lambda: streaks.job_ended(node_id, exit_code, workload.tenant_id))
         if exit_code != 0:
             transition(
-                workload, State.FAILED, reason=f"exited with code {exit_code}", exit_code=exit_code
+                workload,
+                State.FAILED,
+                reason=words.EXITED.format(code=exit_code),
+                exit_code=exit_code,
             )
             release(workload)
             return
@@ -172,17 +175,29 @@ def finish(workload_id: int, node_id: int, exit_code: int, attempt: int = 0) -> 
             workload.state == State.RUNNING
             and not workload.allocations.filter(exit_code__isnull=True).exists()
         ):
-            transition(workload, State.SUCCEEDED, reason="exited with code 0", exit_code=0)
+            transition(workload, State.SUCCEEDED, reason=words.EXITED.format(code=0), exit_code=0)
             release(workload)
 
 
-def cancel(workload: Workload, actor=None, reason: str = "cancelled by user") -> Workload:
+def cancel(workload: Workload, actor=None, reason: str = words.CANCELLED_BY_USER) -> Workload:
     """Cancel a workload that has not finished; raises IllegalTransition when it has."""
+    return _end(workload, State.CANCELLED, actor, reason)
+
+
+def stop(workload: Workload, reason: str, actor=None) -> Workload:
+    """Stop a service's replica that has not finished (scaled down, or its service stopped):
+    ended as its service asked, not cancelled by a person. Raises IllegalTransition when it
+    has finished."""
+    return _end(workload, State.STOPPED, actor, reason)
+
+
+def _end(workload: Workload, to: State, actor, reason: str) -> Workload:
+    """End a workload at a person's or its service's word: free its GPUs, tell its nodes."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        transition(workload, State.CANCELLED, reason=reason, actor=actor)
+        transition(workload, to, reason=reason, actor=actor)
         release(workload)
-        audit("workload.cancelled", workload, actor=actor, tenant=workload.tenant, reason=reason)
+        audit(f"workload.{to.value}", workload, actor=actor, tenant=workload.tenant, reason=reason)
     return workload
 
 
@@ -261,7 +276,7 @@ def expire_time_limits() -> list[int]:
                 transition(
                     workload,
                     State.FAILED,
-                    reason=f"ran past its time limit of {workload.time_limit_s} s",
+                    reason=words.PAST_TIME_LIMIT.format(seconds=workload.time_limit_s),
                 )
                 release(workload)
                 expired.append(workload.pk)

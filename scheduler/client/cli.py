@@ -13,17 +13,17 @@
     wanka services
     wanka service ID                                  # its fields and the replicas serving
     wanka scale ID [--min N] [--max N] [--target REQUESTS]
-    wanka unserve ID                                  # stop it: its replicas are cancelled
+    wanka unserve ID                                  # stop it: its replicas are stopped
 
 Tables for people; `--json` prints what the API answered, for scripts. The portal and token
 come from ``--url`` and ``--token``, else ``WANKA_URL`` and ``WANKA_TOKEN``, else what `login`
 kept in ``$WANKA_CONFIG`` (default ``~/.config/wanka/config.json``, readable by its owner only).
 
-Exit codes: 0 done (for `wait`: the job succeeded, or runs with ``--until running``); 1 the API
-refused (its field and reason are printed) or the job failed or was cancelled; 2 a wrong
-command line or file; 3 not signed in, or the token was refused; 4 the portal cannot be
-reached or failed; 5 `wait` timed out; 141 its reader went away (``wanka ls | head``), as any
-command killed by SIGPIPE.
+Exit codes: 0 done (for `wait`: the job succeeded, or a service's replica was stopped by its
+service, or the job runs with ``--until running``); 1 the API refused (its field and reason are
+printed) or the job failed or was cancelled; 2 a wrong command line or file; 3 not signed in, or
+the token was refused; 4 the portal cannot be reached or failed; 5 `wait` timed out; 141 its
+reader went away (``wanka ls | head``), as any command killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from scheduler.client.api import ApiError, Client, Unreachable
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_TIMEOUT = range(6)
 EXIT_PIPE = 128 + 13  # SIGPIPE's, as the shell reports a command it killed
-FINISHED = {"succeeded", "failed", "cancelled"}
+FINISHED = {"succeeded", "failed", "cancelled", "stopped"}
 WAIT_POLL_S = 2.0
 
 
@@ -253,7 +253,7 @@ def wait(args: argparse.Namespace) -> int:
         if state in FINISHED or (args.until == "running" and state == "running"):
             if args.json:
                 _print_json(workload)
-            return EXIT_OK if state in ("succeeded", "running") else EXIT_REFUSED
+            return EXIT_OK if state in ("succeeded", "stopped", "running") else EXIT_REFUSED
         if deadline is not None and time.monotonic() >= deadline:
             print(f"wanka: still {state} after {args.timeout:g} s", file=sys.stderr)
             return EXIT_TIMEOUT
@@ -355,7 +355,7 @@ def scale(args: argparse.Namespace) -> int:
 
 def unserve(args: argparse.Namespace) -> int:
     client(args).delete(f"/api/v1/services/{args.id}/")
-    print(f"Stopped service {args.id}; its replicas are cancelled.")
+    print(f"Stopped service {args.id}; its replicas are stopped.")
     return EXIT_OK
 
 

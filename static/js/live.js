@@ -44,13 +44,13 @@
     starting: pgettext("value", "starting"), running: pgettext("value", "running"),
     preempting: pgettext("value", "preempting"), recovering: pgettext("value", "recovering"),
     succeeded: pgettext("value", "succeeded"), failed: pgettext("value", "failed"),
-    cancelled: pgettext("value", "cancelled"), approved: pgettext("value", "approved"),
-    rejected: pgettext("value", "rejected"), saving: pgettext("value", "saving"),
-    replacing: pgettext("value", "replacing"), restarting: pgettext("value", "restarting"),
-    done: pgettext("value", "done"), in_place: pgettext("value", "in_place"),
-    spare: pgettext("value", "spare"), shrunk: pgettext("value", "shrunk"),
-    grown: pgettext("value", "grown"), requeued: pgettext("value", "requeued"),
-    ended: pgettext("value", "ended"),
+    cancelled: pgettext("value", "cancelled"), stopped: pgettext("value", "stopped"),
+    approved: pgettext("value", "approved"), rejected: pgettext("value", "rejected"),
+    saving: pgettext("value", "saving"), replacing: pgettext("value", "replacing"),
+    restarting: pgettext("value", "restarting"), done: pgettext("value", "done"),
+    in_place: pgettext("value", "in_place"), spare: pgettext("value", "spare"),
+    shrunk: pgettext("value", "shrunk"), grown: pgettext("value", "grown"),
+    requeued: pgettext("value", "requeued"), ended: pgettext("value", "ended"),
   };
   window.wankaWord = (value) => WORDS[value] || value;
 

@@ -196,9 +196,10 @@ def test_an_inference_service_from_the_terminal_runs_real_replicas(portal, tmp_p
     code, out, _ = wanka(tmp_path, "services")
     assert out.splitlines()[1].split()[1:5] == ["tiny-chat", "llm", "8", "×"]
     code, out, _ = wanka(tmp_path, "unserve", service.pk)
-    assert code == 0
+    assert (code, out) == (0, f"Stopped service {service.pk}; its replicas are stopped.\n")
     [replica] = Workload.objects.filter(replica__service=service)
-    assert replica.state == State.CANCELLED
+    assert replica.state == State.STOPPED
     assert "stopped" in replica.events.last().reason
+    assert wanka(tmp_path, "wait", replica.pk)[0] == 0  # its service ended it: no failure
     with pytest.raises(OSError):  # its process is gone
         wait_until(lambda: not ask(), 10, "the server to stop")

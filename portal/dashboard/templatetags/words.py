@@ -25,6 +25,7 @@ WORDS = {
     "succeeded": pgettext_lazy("value", "succeeded"),
     "failed": pgettext_lazy("value", "failed"),
     "cancelled": pgettext_lazy("value", "cancelled"),
+    "stopped": pgettext_lazy("value", "stopped"),
     # quota requests
     "approved": pgettext_lazy("value", "approved"),
     "rejected": pgettext_lazy("value", "rejected"),

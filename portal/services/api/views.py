@@ -40,7 +40,7 @@ class ServiceViewSet(
         audit("service.changed", service, actor=self.request.user, tenant=service.tenant)
 
     def perform_destroy(self, service):
-        """Stopped, not deleted: its replicas are cancelled, its record and chart stay."""
+        """Stopped, not deleted: its replicas are stopped, its record and chart stay."""
         autoscaling.stop(service, actor=self.request.user)
         audit("service.stopped", service, actor=self.request.user, tenant=service.tenant)
 

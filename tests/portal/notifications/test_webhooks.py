@@ -1,6 +1,7 @@
 """Webhooks and mail, every layer real for the webhooks (a Celery worker delivers to a local
 HTTP server): signed deliveries of a tenant's events, retries of a failing receiver, mail to
-the members who asked, and nothing of one tenant reaching another's."""
+the members who asked, and nothing of one tenant reaching another's. A replica its service
+stopped is no job finishing: only those following every change of state hear of it."""
 
 import base64
 import contextlib
@@ -11,6 +12,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from types import SimpleNamespace
 
 import pytest
 from django.core import mail
@@ -18,9 +20,11 @@ from django.core import mail
 from portal.core.models import AuditEvent
 from portal.notifications import delivery, events
 from portal.notifications.models import Delivery, MailPreference, Webhook
+from portal.services import autoscaling
+from portal.workloads import lifecycle
 from portal.workloads.choices import State
-from portal.workloads.models import transition
-from tests.builders import make_workload
+from portal.workloads.models import Workload, transition
+from tests.builders import api_client, make_workload
 from tests.portal.processes import wait_until
 
 
@@ -284,3 +288,37 @@ def test_a_tenant_with_its_tries_under_way_waits_and_no_other_does(
     assert delivery.send(other) is None and len(theirs.received) == 1
     clean_redis.delete(f"wanka:webhooks:busy:{acme_llm.tenant_id}")
     assert delivery.send(mine) is None and len(ours.received) == 1
+
+
+class InlineWorker:
+    """The notifications worker, in the test's process: a notice becomes its deliveries."""
+
+    def signature(self, name, args):
+        return SimpleNamespace(delay=lambda: delivery.fan_out(*args))
+
+
+@pytest.mark.django_db
+def test_a_scaled_down_replica_pages_no_one_a_cancelled_one_does(
+    acme_llm, bob, monkeypatch, django_capture_on_commit_callbacks
+):
+    tenant = acme_llm.tenant
+    ends = Webhook.objects.create(tenant=tenant, url="https://a.test/", topics=["job.finished"])
+    every = Webhook.objects.create(tenant=tenant, url="https://b.test/", topics=["job.state"])
+    events.forget_listeners()
+    monkeypatch.setattr(events, "current_app", InlineWorker())
+    spec = {"name": "chat", "queue": "llm", "gpu_model": "H800", "gpus_per_replica": 8,
+            "min_replicas": 2, "max_replicas": 2, "target_concurrency": 4}  # fmt: skip
+    api = api_client(bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        pk = api.post("/api/v1/services/", spec, format="json").json()["id"]
+        autoscaling.tick()
+        api.patch(f"/api/v1/services/{pk}/", {"min_replicas": 1}, format="json")
+        autoscaling.tick()  # one replica scaled down
+        kept = Workload.objects.get(replica__service_id=pk, state=State.PENDING)
+        lifecycle.cancel(kept, actor=bob)
+
+    def told(hook):
+        return [d.payload["data"]["state"] for d in hook.deliveries.order_by("pk")]
+
+    assert told(ends) == ["cancelled"]
+    assert told(every)[-2:] == ["stopped", "cancelled"]

@@ -1,13 +1,15 @@
 """The services API: create with clear errors, tenants apart, viewers read only, change and
-stop; the autoscaler's tick adds and cancels replicas as the bounds say (no fleet: the load is
-nothing, so the count sits at its minimum)."""
+stop; the autoscaler's tick adds and stops replicas as the bounds say (no fleet: the load is
+nothing, so the count sits at its minimum). A replica its service ends is `stopped`, one a
+person cancels `cancelled`."""
 
 import pytest
 
-from portal.services import autoscaling
+from portal.core.models import AuditEvent
+from portal.services import autoscaling, load
 from portal.services.models import Service
 from portal.workloads.choices import Kind, State
-from portal.workloads.models import Workload
+from portal.workloads.models import Workload, transition
 from tests.builders import api_client, make_queue
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +73,7 @@ def test_tenants_never_see_each_others_services(infer, bob, charlie, victor):
     assert Service.objects.get(tenant=charlie.membership.tenant).queue == elsewhere
 
 
-def test_the_tick_follows_the_bounds_and_a_stop_cancels_every_replica(infer, bob):
+def test_the_tick_follows_the_bounds_and_a_stop_stops_every_replica(infer, bob):
     api = api_client(bob)
     pk = api.post("/api/v1/services/", CHAT, format="json").json()["id"]
     autoscaling.tick()
@@ -86,19 +88,57 @@ def test_the_tick_follows_the_bounds_and_a_stop_cancels_every_replica(infer, bob
 
     changed = api.patch(f"/api/v1/services/{pk}/", {"min_replicas": 1}, format="json")
     assert changed.status_code == 200, changed.json()
-    autoscaling.tick()  # not serving yet: the surplus replica is cancelled at once
-    assert replicas.filter(state=State.CANCELLED).count() == 1
-    assert "before it served" in replicas.get(state=State.CANCELLED).events.last().reason
+    autoscaling.tick()  # not serving yet: the surplus replica is stopped at once
+    assert replicas.filter(state=State.STOPPED).count() == 1
+    surplus = replicas.get(state=State.STOPPED)
+    assert surplus.events.last().reason == "scaled down before it served"
+    shown = api.get(f"/api/v1/workloads/{surplus.pk}/").json()
+    assert (shown["state"], shown["finished_at"] is not None) == ("stopped", True)
+    assert [w["id"] for w in api.get("/api/v1/workloads/?state=stopped").json()["results"]] == [
+        surplus.pk
+    ]
     [listed] = api.get("/api/v1/services/").json()["results"]
     assert listed["replicas"] == 1  # the list counts live replicas only, as the detail does
 
     assert api.delete(f"/api/v1/services/{pk}/").status_code == 204
-    assert set(replicas.values_list("state", flat=True)) == {State.CANCELLED}
+    assert set(replicas.values_list("state", flat=True)) == {State.STOPPED}
+    last = replicas.exclude(pk=surplus.pk).get().events.last()
+    assert (last.reason, last.actor) == ("its service was stopped", bob)
+    assert not AuditEvent.objects.filter(action="workload.cancelled").exists()
     assert api.get(f"/api/v1/services/{pk}/").json()["active"] is False
     autoscaling.tick()
     assert replicas.count() == 2  # a stopped service gets no new replica
     samples = api.get(f"/api/v1/services/{pk}/samples/").json()
     assert [s["desired"] for s in samples] == [2, 1]
+
+
+def test_a_drained_replica_ends_stopped_with_its_reason(infer, bob, monkeypatch):
+    api = api_client(bob)
+    pk = api.post("/api/v1/services/", CHAT, format="json").json()["id"]
+    autoscaling.tick()
+    replicas = Workload.objects.filter(replica__service_id=pk).order_by("pk")
+    for replica in replicas:
+        for to in (State.ADMITTED, State.RUNNING):
+            transition(replica, to, "test")
+    idle = {"host": "n1", "port": 8000, "in_flight": 0, "requests_per_s": 0}
+    monkeypatch.setattr(load, "serving", lambda ids: dict.fromkeys(ids, idle))
+    api.patch(f"/api/v1/services/{pk}/", {"min_replicas": 1}, format="json")
+    autoscaling.tick()  # no load: down to one, the other drains at once, being idle
+    oldest, newest = replicas.all()
+    assert (oldest.state, newest.state) == (State.RUNNING, State.STOPPED)
+    assert newest.events.last().reason == "scaled down, drained"
+
+
+def test_a_person_cancelling_a_replica_still_cancels_it(infer, bob):
+    api = api_client(bob)
+    pk = api.post("/api/v1/services/", CHAT, format="json").json()["id"]
+    autoscaling.tick()
+    replica = Workload.objects.filter(replica__service_id=pk).first()
+    answer = api.post(f"/api/v1/workloads/{replica.pk}/cancel/")
+    assert (answer.status_code, answer.json()["state"]) == (200, "cancelled")
+    assert AuditEvent.objects.get(action="workload.cancelled").object_id == str(replica.pk)
+    autoscaling.tick()  # a replica that ended is replaced, as after a fault
+    assert Workload.objects.filter(replica__service_id=pk).count() == 3
 
 
 def test_the_list_costs_a_few_queries(infer, bob, django_assert_max_num_queries):

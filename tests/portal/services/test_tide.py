@@ -117,7 +117,7 @@ def test_a_burst_takes_back_lent_gpus_and_gives_them_back_after(fleet, acme, glo
         60,
         "training to run again",
     )
-    stopped = replicas(service, State.CANCELLED)
+    stopped = replicas(service, State.STOPPED)
     assert stopped.count() == 3
     assert all("scaled down" in w.events.last().reason for w in stopped)
     samples = api.get(f"/api/v1/services/{service.pk}/samples/").json()
