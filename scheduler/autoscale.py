@@ -26,6 +26,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.words import phrase
+
+# Why the service wants the replicas it wants.
+PANIC = phrase("panic: {window} s of load at {times}x capacity")
+STABLE = phrase("{window} s of load")
+IDLE = phrase("idle, {grace} s before scaling to zero")
+AT_MINIMUM, AT_MAXIMUM = phrase("at its minimum"), phrase("at its maximum")
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -103,21 +111,21 @@ class Autoscaler:
             self.panic_until = None
         if self.panic_until is not None:  # never down while in panic
             self.panic_high = wanted = max(hot, self.panic_high)
-            reason = f"panic: {s.panic_window_s:g} s of load at {s.panic_threshold:g}x capacity"
+            reason = PANIC.format(window=f"{s.panic_window_s:g}", times=f"{s.panic_threshold:g}")
         else:
-            wanted, reason = stable, f"{s.stable_window_s:g} s of load"
+            wanted, reason = stable, STABLE.format(window=f"{s.stable_window_s:g}")
         wanted = self._delayed(now, wanted)
         if wanted:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = now
         if not wanted and ready and now - self.idle_since < s.scale_to_zero_grace_s:
-            wanted, reason = 1, f"idle, {s.scale_to_zero_grace_s:g} s before scaling to zero"
+            wanted, reason = 1, IDLE.format(grace=f"{s.scale_to_zero_grace_s:g}")
         low = s.min_replicas if s.scale_to_zero else max(s.min_replicas, 1)
         if wanted < low:
-            return Decision(low, False, "at its minimum")
+            return Decision(low, False, AT_MINIMUM)
         if wanted > s.max_replicas:
-            return Decision(s.max_replicas, self.panic_until is not None, "at its maximum")
+            return Decision(s.max_replicas, self.panic_until is not None, AT_MAXIMUM)
         return Decision(wanted, self.panic_until is not None, reason)
 
     def _limited(self, pods: float, ready: int) -> int:

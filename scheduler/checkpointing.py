@@ -23,6 +23,26 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
+from scheduler.words import HOURS, MINUTES, SECONDS, phrase
+
+# What each policy costs, in words (`advise`).
+PERIODIC = phrase(
+    "Stop the world for {stall} every {every} (Daly's optimum for a job MTBF of {mtbf}); a "
+    "failure loses half an interval on average, plus a {restart} restart."
+)
+ASYNC = phrase(
+    "Copy to host memory ({stall} stall) every {every} and persist in the background "
+    "({persist}); a failure loses half an interval plus a persist on average, plus a {restart} "
+    "restart."
+)
+TRIGGERED = phrase(
+    "On a fault the healthy ranks save from memory ({save}, half a step lost), possible for "
+    "{success} of faults; otherwise fall back to {fallback}; plus a {restart} restart."
+)
+FALLBACK_ASYNC = phrase("an async checkpoint every {every}")
+FALLBACK_START = phrase("the start of the job")
+NONE = phrase("No checkpoints: every failure restarts the {hours} h job from the beginning.")
+
 
 class PolicyKind(StrEnum):
     """How a job protects its progress against failures."""
@@ -216,36 +236,35 @@ def advise(
 
 def _explain(policy: Policy, mtbf: float, costs: Costs, job_hours: float) -> str:
     every = duration(policy.interval_s) if policy.interval_s is not None else ""
-    restart = f"a {duration(costs.restart_s)} restart"
+    restart = duration(costs.restart_s)
     if policy.kind == PolicyKind.PERIODIC:
-        return (
-            f"Stop the world for {duration(costs.save_stall_s)} every {every} (Daly's optimum "
-            f"for a job MTBF of {duration(mtbf)}); a failure loses half an interval on average, "
-            f"plus {restart}."
+        return PERIODIC.format(
+            stall=duration(costs.save_stall_s), every=every, mtbf=duration(mtbf), restart=restart
         )
     if policy.kind == PolicyKind.ASYNC:
-        return (
-            f"Copy to host memory ({duration(costs.async_stall_s)} stall) every {every} and "
-            f"persist in the background ({duration(costs.async_persist_s)}); a failure loses "
-            f"half an interval plus a persist on average, plus {restart}."
+        return ASYNC.format(
+            stall=duration(costs.async_stall_s),
+            every=every,
+            persist=duration(costs.async_persist_s),
+            restart=restart,
         )
     if policy.kind == PolicyKind.TRIGGERED:
-        fallback = f"an async checkpoint every {every}" if every else "the start of the job"
-        return (
-            f"On a fault the healthy ranks save from memory ({duration(costs.triggered_save_s)}, "
-            f"half a step lost), possible for {costs.triggered_success:.0%} of faults; otherwise "
-            f"fall back to {fallback}; plus {restart}."
+        return TRIGGERED.format(
+            save=duration(costs.triggered_save_s),
+            success=f"{costs.triggered_success:.0%}",
+            fallback=FALLBACK_ASYNC.format(every=every) if every else FALLBACK_START,
+            restart=restart,
         )
-    return f"No checkpoints: every failure restarts the {job_hours:g} h job from the beginning."
+    return NONE.format(hours=f"{job_hours:g}")
 
 
 def duration(seconds: float) -> str:
     """A short human duration: "45 s", "7.8 min", "3.1 h"."""
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return SECONDS.format(n=f"{seconds:.0f}")
     if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+        return MINUTES.format(n=f"{seconds / 60:.1f}")
+    return HOURS.format(hours=f"{seconds / 3600:.1f}")
 
 
 def table(gpu_counts: Iterable[int] = (16_384, 100_000), costs: Costs = Costs()) -> str:

@@ -23,6 +23,10 @@ from portal.quotas.choices import (
     WithinClusterQueue,
 )
 from portal.tenancy.models import Tenant, TenantQuerySet
+from scheduler.words import phrase
+
+THIS_MONTH = phrase("this month")  # a budget's window, in its reasons
+LAST_DAYS = phrase("in the last {days} days")
 
 
 class Cohort(models.Model):
@@ -506,8 +510,8 @@ class Budget(models.Model):
     @property
     def window_words(self) -> str:
         if self.window == BudgetWindow.MONTH:
-            return "this month"
-        return f"in the last {self.window_days} days"
+            return THIS_MONTH
+        return LAST_DAYS.format(days=self.window_days)
 
     def window_at(self, now):
         """The window's start and end around `now`: the calendar month (UTC) it falls in, or

@@ -26,9 +26,15 @@ from portal.workloads import lifecycle
 from portal.workloads.choices import TERMINAL, CheckpointPolicy, Kind, Topology
 from portal.workloads.models import IllegalTransition, Workload
 from scheduler.autoscale import Autoscaler, Settings
+from scheduler.words import phrase
 
 DRAIN_S = 30
 SAMPLES_KEPT = timedelta(hours=24)
+# Why a replica stopped.
+SCALED_DOWN_EARLY = phrase("scaled down before it served")
+DRAINED = phrase("scaled down, drained")
+DRAIN_ENDED = phrase("scaled down after {seconds} s")
+SERVICE_STOPPED = phrase("its service was stopped")
 
 
 def settings_of(service: Service) -> Settings:
@@ -109,11 +115,11 @@ def converge(service: Service, live: list[Replica], serving: dict, wanted: int, 
                 replica.save(update_fields=["draining_since"])
                 draining.append(replica)
             else:
-                _stop(replica, "scaled down before it served")
+                _stop(replica, SCALED_DOWN_EARLY)
     for replica in draining:
         idle = _in_flight(serving, replica) == 0
         if idle or now - replica.draining_since >= timedelta(seconds=DRAIN_S):
-            _stop(replica, "scaled down" + (", drained" if idle else f" after {DRAIN_S} s"))
+            _stop(replica, DRAINED if idle else DRAIN_ENDED.format(seconds=DRAIN_S))
 
 
 def add(service: Service, count: int) -> None:
@@ -144,7 +150,7 @@ def stop(service: Service, actor=None) -> None:
     with transaction.atomic():
         Service.objects.filter(pk=service.pk).update(active=False, desired_replicas=0)
         for replica in service.replicas.exclude(workload__state__in=TERMINAL):
-            _stop(replica, "its service was stopped", actor)
+            _stop(replica, SERVICE_STOPPED, actor)
 
 
 def _stop(replica: Replica, reason: str, actor=None) -> None:

@@ -21,7 +21,7 @@ from django.utils.translation import ngettext
 from portal.core.errors import Conflict
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
-from portal.workloads import checkpoints, lifecycle, preemption
+from portal.workloads import checkpoints, lifecycle, preemption, words
 from portal.workloads.checkpoints import work_lost
 from portal.workloads.choices import TRANSITIONS, CheckpointPolicy, PriorityClass, State
 from portal.workloads.desired import nodes_changed
@@ -98,9 +98,10 @@ def perform(workload: Workload, action: str, actor, reason: str, priority=None) 
     """Do `action` to the workload for `reason`; Conflict when its state does not allow it."""
     if action not in allowed(workload):
         raise Conflict(f"{workload} is {workload.state}: it cannot be asked to {action}")
-    said = f"by an operator: {reason}"
+    said = words.BY_OPERATOR.format(reason=reason)
     if action == "cancel":
-        return lifecycle.cancel(workload, actor=actor, reason=f"cancelled {said}")
+        reason = words.CANCELLED_BY_OPERATOR.format(reason=reason)
+        return lifecycle.cancel(workload, actor=actor, reason=reason)
     with transaction.atomic():
         workload = Workload.objects.select_for_update().get(pk=workload.pk)
         details = {"reason": reason}

@@ -15,7 +15,9 @@ from portal.workloads.models import Workload
 from portal.workloads.usage import usage_rows
 from scheduler import engine
 from scheduler.sim.budgets import BudgetSpec
+from scheduler.words import phrase
 
+OF_QUEUE, OF_TENANT = phrase("queue {queue}"), phrase("tenant {tenant}")  # whose budget
 BURN_OVER = timedelta(hours=24)  # the burn rate is that of the last day
 KEYS = ("tenant_id", "queue_id", "gpu_model")
 MONTH_S = 30.44 * 86400  # a month of the simulated clock
@@ -137,9 +139,11 @@ def _as_engine(now: datetime) -> list[tuple[Budget, engine.Budget]]:
     for standing in standings(budgets, now, burn=False):
         budget = standing.budget
         if budget.queue_id:
-            name, ids = f"queue {budget.tenant.slug}/{budget.queue.name}", (budget.queue_id,)
+            name = OF_QUEUE.format(queue=f"{budget.tenant.slug}/{budget.queue.name}")
+            ids = (budget.queue_id,)
         else:
-            name, ids = f"tenant {budget.tenant.slug}", tuple(queues.get(budget.tenant_id, ()))
+            name = OF_TENANT.format(tenant=budget.tenant.slug)
+            ids = tuple(queues.get(budget.tenant_id, ()))
         month = budget.window == BudgetWindow.MONTH
         seen = engine.Budget(
             name,

@@ -19,7 +19,7 @@ from portal.cluster.models import Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import budgets, lifecycle, parallel, preemption
+from portal.workloads import budgets, lifecycle, parallel, preemption, words
 from portal.workloads.choices import (
     HOLDING,
     CheckpointPolicy,
@@ -174,10 +174,11 @@ def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Wo
     )
 
 
-def preview(workload: Workload, reader: Reader) -> dict:
+def preview(workload: Workload, reader: Reader | None) -> dict:
     """What the next cycle would do with `workload`, not yet saved: the engine's plan of the
     current snapshot with it added as the newest of its queue, nothing written. `starts`, and
-    on how many nodes; or why it would wait (read by `reader`) and its place in its queue."""
+    on how many nodes; or why it would wait (read by `reader`; None: as the engine says it, for
+    a page to read) and its place in its queue."""
     now = timezone.now()
     snapshot = build_snapshot(now)
     fields = {
@@ -198,7 +199,8 @@ def preview(workload: Workload, reader: Reader) -> dict:
     waiting = next((p for p in plan.pending if p.workload_id == -1), None)
     reason = waiting.reason.replace("workload -1", "this job") if waiting else ""
     position = waiting.position if waiting else None
-    return {"starts": False, "nodes": 0, "reason": reader.read(reason), "position": position}
+    said = reader.read(reason) if reader is not None else reason
+    return {"starts": False, "nodes": 0, "reason": said, "position": position}
 
 
 def _leaving(placements: dict) -> tuple[engine.Workload, ...]:
@@ -334,8 +336,11 @@ def apply(plan: engine.Plan) -> set[int]:
             workload = workloads[admission.workload_id]
             if workload.model_spec:
                 dcs = len({datacenter[p.node_id] for p in admission.placements})
-                where = f" in {dcs} data centers" if dcs > 1 else ""
-                why = f"admitted on {gpus} GPUs{where}"
+                why = (
+                    words.ADMITTED_ACROSS.format(gpus=gpus, datacenters=dcs)
+                    if dcs > 1
+                    else words.ADMITTED_ON.format(gpus=gpus)
+                )
                 parallel.replan(workload, gpus, workload.attempt, why, datacenters=dcs)
         Allocation.objects.bulk_create(bookings)
         changed = []
@@ -355,11 +360,11 @@ def apply(plan: engine.Plan) -> set[int]:
 def _placed(workload: Workload, admission: engine.Admission) -> str:
     """Where an admission puts the workload, and on how few GPUs when it starts smaller."""
     nodes = len(admission.placements)
-    where = f"placed on {nodes} node{'s' if nodes > 1 else ''}"
+    placed = words.PLACED[nodes > 1].format(nodes=nodes)
     gpus = sum(len(p.gpu_indices) for p in admission.placements)
     if gpus < workload.gpus:
-        return f"{where}, on {gpus} of its {workload.gpus} GPUs (elastic: all that is free)"
-    return where
+        return words.PLACED_SMALLER.format(placed=placed, gpus=gpus, asked=workload.gpus)
+    return placed
 
 
 def _datacenters(plan: engine.Plan, workloads: dict) -> dict[int, int]:

@@ -16,7 +16,7 @@ from portal.cluster.delivery import tell
 from portal.cluster.models import Node
 from portal.cluster.summary import REPORTED
 from portal.core.redis import client
-from portal.workloads import allocations, parallel
+from portal.workloads import allocations, parallel, words
 from portal.workloads.choices import CheckpointStatus, State
 from portal.workloads.models import (
     Allocation,
@@ -131,7 +131,7 @@ def _fail(refused: dict[int, str]) -> None:
         with transaction.atomic():
             workload = Workload.objects.select_for_update().get(pk=workload_id)
             try:
-                transition(workload, State.FAILED, reason=f"cannot be sent to its nodes: {why}")
+                transition(workload, State.FAILED, reason=words.NOT_SENT.format(why=why))
             except IllegalTransition:
                 continue
             nodes_changed(allocations.release(workload))

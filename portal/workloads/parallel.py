@@ -5,6 +5,7 @@ fewer nodes), recorded with the reason, and handed to the job as ``WANKA_PARALLE
 import json
 from dataclasses import asdict
 
+from portal.workloads import words
 from portal.workloads.choices import CheckpointPolicy
 from portal.workloads.models import ParallelPlan, Workload
 from scheduler import parallelism
@@ -102,10 +103,10 @@ def replan(
     if found is None and datacenters > 1:
         found = best(spec, gpu, gpus, batch, triggered)
         if found is not None:
-            reason += f" (planned as in one data center: no layout splits over {datacenters})"
+            reason = words.PLANNED_AS_ONE.format(reason=reason, datacenters=datacenters)
     plan = found.as_json() if found is not None else {}
     if found is None:
-        reason = f"no layout of {spec['name']} fits {gpus} {gpu} GPUs: {reason}"
+        reason = words.NO_LAYOUT.format(model=spec["name"], gpus=gpus, gpu=gpu, reason=reason)
     latest = workload.parallel_plans.last()
     if latest is not None and (latest.plan, latest.gpus) == (plan, gpus):
         return latest

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from portal.cluster.choices import HEALTH_MOVES, Health
 from portal.cluster.models import Node
-from portal.workloads import allocations, checkpoints
+from portal.workloads import allocations, checkpoints, words
 from portal.workloads.checkpoints import Answer, work_lost
 from portal.workloads.choices import State
 from portal.workloads.desired import nodes_changed
@@ -144,8 +144,9 @@ def _release(workload: Workload) -> None:
     transition(
         workload,
         State.PENDING,
-        reason="requeued after preemption"
-        + (f"; {lost:.0f} s of work since its last save lost" if lost else ", from its save"),
+        reason=(
+            words.REQUEUED_LOST.format(seconds=f"{lost:.0f}") if lost else words.REQUEUED_FROM_SAVE
+        ),
         admitted_at=None,
         started_at=None,
         preempted_at=None,

@@ -76,6 +76,13 @@ class Reader:
             parts.append("another tenant's queue")
         return f"({', '.join(parts)})"
 
+    def mine(self, ids: list[int]) -> list[int]:
+        """The ids of `ids` that are the reader's own workloads."""
+        if self.tenant is None:
+            return ids
+        self._learn(ids)
+        return [i for i in ids if self._own.get(i)]
+
     def _learn(self, ids: list[int]) -> None:
         unknown = {i for i in ids if i not in self._own}
         if unknown:

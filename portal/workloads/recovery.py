@@ -23,7 +23,7 @@ from django.utils import timezone
 from portal.cluster.models import Node
 from portal.core.live import OPS_GROUP, publish, publish_tenant
 from portal.core.triggers import kick_recovery
-from portal.workloads import allocations, checkpoints, parallel
+from portal.workloads import allocations, checkpoints, parallel, words
 from portal.workloads.checkpoints import Answer
 from portal.workloads.choices import (
     CheckpointStatus,
@@ -37,6 +37,7 @@ from portal.workloads.reasons import readable
 from scheduler import checkpointing, faults, interruptions
 from scheduler.checkpointing import PolicyKind
 from scheduler.interruptions import Cause
+from scheduler.words import AND_SO
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ def start(
         return None
     nodes = list(workload.allocations.values_list("node_id", flat=True).distinct())
     lost = [fault.node_id] if leave_node or faults.leaves_node(kind) else []
-    transition(workload, State.RECOVERING, reason=f"{kind.code} on {fault.node}: {kind.title}")
+    said = words.FAULT_ON.format(code=kind.code, node=fault.node, title=kind.title)
+    transition(workload, State.RECOVERING, reason=said)
     cause = Cause.DRAIN if kind.code == "drain" else Cause.FAULT
     savers = interruptions.savers(nodes, lost, None if cause is Cause.DRAIN else kind)
     save = savers and interruptions.save_first(
@@ -132,8 +134,9 @@ def _hit_while_recovering(
             current.lost_nodes = [*current.lost_nodes, fault.node_id]
             current.save(update_fields=["lost_nodes"])
         return current
-    _move(current, RecoveryStep.DONE, detail=f"given up: {kind.code} on {fault.node}"[:500])
-    note(workload, f"{kind.code} on {fault.node} while restarting: recovering again without it")
+    given_up = words.GIVEN_UP.format(code=kind.code, node=fault.node)
+    _move(current, RecoveryStep.DONE, detail=given_up[:500])
+    note(workload, words.HIT_WHILE_RESTARTING.format(code=kind.code, node=fault.node))
     recovery = Recovery.objects.create(
         workload=workload, fault=fault, lost_nodes=[fault.node_id], step=RecoveryStep.REPLACING
     )
@@ -219,18 +222,17 @@ def _saving(recovery: Recovery):
     expired = timezone.now() >= recovery.save_deadline
     if answer is Answer.WAITING and not expired:
         return _WAIT
-    kind = "save before the resize" if recovery.release else "triggered save"
+    resize = bool(recovery.release)
     if answer is Answer.SAVED:
-        why = (
-            "saved before the resize" if recovery.release else "the healthy ranks saved from memory"
-        )
+        why = words.SAVED_BEFORE_RESIZE if resize else words.SAVED_FROM_MEMORY
     elif answer is Answer.REFUSED:
-        why = f"the {kind} failed; falling back to the newest complete checkpoint"
+        why = words.SAVE_FAILED if resize else words.TRIGGERED_FAILED
     else:
         waited = (recovery.save_deadline - recovery.started_at).total_seconds()
-        why = f"the {kind} timed out after {waited:.0f} s; falling back"
-    if recovery.release:
-        why = f"{recovery.detail}; {why}"  # keep why it shrinks
+        late = words.SAVE_LATE if resize else words.TRIGGERED_LATE
+        why = late.format(seconds=f"{waited:.0f}")
+    if resize:
+        why = AND_SO.format(reason=recovery.detail, then=why)  # keep why it shrinks
     with transaction.atomic():
         _move(recovery, RecoveryStep.REPLACING, detail=why[:500])
     return _MOVED
@@ -273,7 +275,7 @@ def _replacing(recovery: Recovery):
             transition(
                 workload,
                 State.PENDING,
-                reason="requeued at the head of its queue after a fault",
+                reason=words.REQUEUED_AFTER_FAULT,
                 admitted_at=None,
                 started_at=None,
                 head_of_queue=True,
@@ -284,9 +286,9 @@ def _replacing(recovery: Recovery):
         gpus = workload.allocations.count()
         why = None
         if recovery.release:
-            why = f"shrunk to {gpus} GPUs: {recovery.detail}"
+            why = words.SHRUNK_TO.format(gpus=gpus, why=recovery.detail)
         elif outcome == RecoveryOutcome.SHRUNK:
-            why = f"recovered onto {gpus} GPUs without the lost nodes"
+            why = words.RECOVERED_ONTO.format(gpus=gpus)
         new_attempt(workload, why)
         nodes_changed(touched)
         note(workload, _restart_note(outcome, resume))
@@ -301,12 +303,10 @@ def _replacing(recovery: Recovery):
 
 
 def _restart_note(outcome: RecoveryOutcome, resume: dict) -> str:
-    where = (
-        f"from step {resume['resume_step']}"
-        if resume["resume_step"] is not None
-        else "from the start (no complete checkpoint)"
-    )
-    return f"{RecoveryOutcome(outcome).label.lower()}, {where}"
+    said = words.OUTCOMES[RecoveryOutcome(outcome)]
+    if resume["resume_step"] is None:
+        return words.FROM_START.format(outcome=said)
+    return words.FROM_STEP.format(outcome=said, step=resume["resume_step"])
 
 
 def _restarting(recovery: Recovery):
@@ -360,7 +360,7 @@ def resized(
 def restarted(workload: Workload) -> None:
     """Every node runs the new attempt (inside mark_started_many's transaction): back to RUNNING."""
     recovery = Recovery.objects.filter(workload=workload, step=RecoveryStep.RESTARTING).first()
-    transition(workload, State.RUNNING, reason="recovered: running again")
+    transition(workload, State.RUNNING, reason=words.RECOVERED)
     if recovery is not None:
         _move(recovery, RecoveryStep.DONE)
 

@@ -32,7 +32,6 @@ from scheduler.engine.capacity import (
     plural,
     widest_level,
 )
-from scheduler.engine.explain import HOURS
 from scheduler.engine.model import (
     Queue,
     ReclaimWithinCohort,
@@ -42,7 +41,7 @@ from scheduler.engine.model import (
 )
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
-from scheduler.words import phrase
+from scheduler.words import HOURS, MINUTES, SECONDS, phrase
 
 MAX_PER_POOL = 4
 
@@ -55,8 +54,6 @@ RESERVED_UNTIL = phrase(
     "reserved {where} for it: {free} of the {nodes} it needs free now, the rest expected free "
     "in {after}"
 )
-
-SECONDS, MINUTES = phrase("{n} s"), phrase("{n} min")
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
-from scheduler.words import phrase
+from scheduler.words import AND_SO, phrase
 
 
 class Clock(Protocol):
@@ -59,7 +59,6 @@ class Clock(Protocol):
 
 
 BEHIND_HEAD = phrase("waits behind workload {workload}, the head of strict-FIFO queue {queue}")
-AND_SO = phrase("{reason}; {then}")
 
 
 class Outcome(IntEnum):

@@ -9,7 +9,7 @@ from scheduler.engine.capacity import describe, plural
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
-from scheduler.words import phrase
+from scheduler.words import HOURS, phrase
 
 COHORT_ROOM = phrase(
     "cohort {cohort} of queue {queue} has room in its {model} quota ({used}/{quota} in use, "
@@ -113,7 +113,6 @@ SOFT_SPENT = phrase(
     "budget of {budget} is spent {window} ({used} of {limit} GPU-hours used): its jobs start "
     "only within their queue's nominal {model} quota, and this one would borrow"
 )
-HOURS = phrase("{hours} h")
 
 
 def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> str:

@@ -10,10 +10,13 @@ from playwright.sync_api import expect
 from portal.cluster.models import Node, Pod
 from portal.quotas.choices import FairSharing, ReclaimWithinCohort, WithinClusterQueue
 from portal.quotas.models import Cohort
+from portal.services.autoscaling import settings_of
 from portal.services.models import Service
 from portal.whatif.choices import TraceSource
 from portal.whatif.models import WhatIfRun
+from portal.workloads.cycle import scheduling_cycle
 from scheduler import faults
+from scheduler.autoscale import Autoscaler
 from scheduler.parallelism import MODELS
 from scheduler.sim.policies import POLICIES
 from tests.builders import make_queue, make_workload
@@ -38,11 +41,12 @@ LATIN = re.compile(r"[A-Za-z][A-Za-z_-]{2,}")
 
 def leftovers(page, data: set[str]) -> set[str]:
     """Latin words on the page that are neither data the test made nor kept names. Code blocks
-    (headers, paths, commands) are what they are in any language; `.reason` holds the engine's
-    own sentences (why a job waits, what a checkpoint policy costs), which stay English."""
+    (headers, paths, commands) are what they are in any language. The engine's own sentences
+    (why a job waits, its timeline, what a checkpoint policy costs, why a service scales) are
+    read like the rest."""
     text = page.evaluate(
         """() => {
-          const skip = "code, pre, script, style, .js-plotly-plot, .reason";
+          const skip = "code, pre, script, style, .js-plotly-plot";
           const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
           const texts = [];
           while (walker.nextNode()) {
@@ -78,6 +82,13 @@ def pages(portal_server, clean_redis, cluster, acme, alice):
         gpus_per_replica=8,
         created_by=alice,
     )
+    # The engine's own words: a job placed (its timeline), one that cannot fit (why it waits),
+    # a service's scaling decision.
+    waiting = make_workload(queue, "zh-wait", gpus=4096)
+    scheduling_cycle()
+    service.scale_reason = Autoscaler(settings_of(service)).decide(0.0, 0).reason
+    service.save(update_fields=["scale_reason"])
+    assert waiting.__class__.objects.get(pk=waiting.pk).pending_reason
     return f"http://127.0.0.1:{portal_server}", job, service
 
 
@@ -86,7 +97,7 @@ def test_a_member_reads_every_page_in_chinese(pages, page):
     sign_in(page, base, "alice", "pw-alice")
     page.click("#language button[value=zh-hans]")
     expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
-    data = {"alice", "Acme", "acme", "llm", "zh-job", "zh-chat"} | _cluster_names()
+    data = {"alice", "Acme", "acme", "llm", "zh-job", "zh-wait", "zh-chat"} | _cluster_names()
     paths = ["/", "/workloads/", f"/workloads/{job.pk}/", "/workloads/new/", "/services/",
              f"/services/{service.pk}/", "/quota/", "/queues/", "/usage/", "/tokens/", "/members/",
              "/notifications/", "/no-such-page/"]  # fmt: skip
@@ -100,7 +111,8 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     base, job, _ = pages
     sign_in(page, base, "operator", "pw-operator")
     page.click("#language button[value=zh-hans]")
-    data = {"operator", "Acme", "acme", "llm", "zh-job"} | _cluster_names() | set(faults.CATALOGUE)
+    data = {"operator", "Acme", "acme", "llm", "zh-job", "zh-wait"} | _cluster_names()
+    data |= set(faults.CATALOGUE)
     run = WhatIfRun.objects.create(
         trace=TraceSource.PHILLY, policies=["wanka", "fifo"], days=2, service_percent=30
     )

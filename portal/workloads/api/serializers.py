@@ -21,6 +21,7 @@ from portal.workloads.models import (
     Workload,
     WorkloadEvent,
 )
+from portal.workloads.phrasebook import translate
 from portal.workloads.reasons import Reader
 from portal.workloads.usage import BY_QUEUE, REPORT_KEYS, gpu_hours
 from scheduler import parallelism
@@ -34,7 +35,8 @@ GPU_MODEL_FIELD = {
 
 
 class ReadableField(serializers.CharField):
-    """A reason as the caller may read it (`workloads.reasons`)."""
+    """A reason as the caller may read it (`workloads.reasons`), in the request's language
+    (`Accept-Language`, English by default: `workloads.phrasebook`)."""
 
     def __init__(self, **kwargs):
         super().__init__(read_only=True, **kwargs)
@@ -42,7 +44,7 @@ class ReadableField(serializers.CharField):
     def to_representation(self, value):
         request = self.context.get("request")
         text = super().to_representation(value)
-        return Reader.for_request(request).read(text) if request else text
+        return translate(text, Reader.for_request(request)) if request else text
 
 
 class WorkloadEventSerializer(serializers.ModelSerializer):
