@@ -29,6 +29,7 @@ from scheduler.sim.simulator import SimConfig
 from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
 from scheduler.sim.synthetic import mixed_month
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
+from scheduler.words import phrase
 
 log = logging.getLogger(__name__)
 
@@ -280,11 +281,17 @@ def execute(run_id: int) -> None:
             return
         except Exception:
             log.exception("what-if %s failed", run_id)
-            _finish(run_id, RunState.FAILED, "the simulation failed; the worker's log says why")
+            _finish(run_id, RunState.FAILED, SIM_FAILED)
             raise
-        _finish(run_id, RunState.DONE, f"{len(jobs):,} jobs on {spec.gpus:,} GPUs", results=results)
+        ran = RAN.format(jobs=f"{len(jobs):,}", gpus=f"{spec.gpus:,}")
+        _finish(run_id, RunState.DONE, ran, results=results)
 
 
+# Where a run stands, as its page shows it.
+LOADING = phrase("loading the inputs")
+REQUEUED = phrase("its worker stopped; queued to run again")
+SIM_FAILED = phrase("the simulation failed; the worker's log says why")
+RAN = phrase("{jobs} jobs on {gpus} GPUs")
 ALIVE = "wanka:whatif:alive:"  # Redis key per running run, kept fresh by its worker
 ALIVE_TTL_S = 30
 REFRESH_S = 5
@@ -297,7 +304,7 @@ def alive(run_id: int) -> Iterator[bool]:
     redis, key = client(), f"{ALIVE}{run_id}"
     redis.set(key, 1, ex=ALIVE_TTL_S)  # before the claim: a sweep never sees it keyless
     claimed = WhatIfRun.objects.filter(pk=run_id, state=RunState.PENDING).update(
-        state=RunState.RUNNING, started_at=timezone.now(), message="loading the inputs"
+        state=RunState.RUNNING, started_at=timezone.now(), message=LOADING
     )
     done = threading.Event()
     if claimed:
@@ -324,7 +331,7 @@ def requeue_stale() -> list[int]:
         pk
         for pk in stale
         if WhatIfRun.objects.filter(pk=pk, state=RunState.RUNNING).update(
-            state=RunState.PENDING, message="its worker stopped; queued to run again"
+            state=RunState.PENDING, message=REQUEUED
         )
     ]
 

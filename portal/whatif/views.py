@@ -14,6 +14,7 @@ from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
 from portal.whatif.runs import HISTORY_DAYS, MAX_HISTORY_DAYS, Mismatch, inputs, take_history
 from portal.whatif.tasks import run_whatif
+from portal.workloads.phrasebook import translate
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.spec import SpecError
 from scheduler.sim.trace import TraceError
@@ -168,6 +169,6 @@ def whatif_status(request, pk):
             "id": whatif.pk,
             "state": whatif.state,
             "progress": whatif.progress,
-            "message": whatif.message,
+            "message": translate(whatif.message),
         }
     )

@@ -145,6 +145,7 @@ def _register() -> None:
     import scheduler.autoscale  # noqa: F401
     import scheduler.checkpointing  # noqa: F401
     import scheduler.engine.cycle  # noqa: F401
+    import scheduler.sim.runner  # noqa: F401
 
     PHRASES.extend(kind.title for kind in faults.CATALOGUE.values())
 

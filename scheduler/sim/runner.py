@@ -30,6 +30,10 @@ from scheduler.sim.simulator import Hook, SimConfig, Simulator
 from scheduler.sim.spec import ClusterSpec, SpecError
 from scheduler.sim.summary import default_large_gang, summarize, tide
 from scheduler.sim.trace import TraceJob, format_policy
+from scheduler.words import phrase
+
+# Progress, as a what-if's page shows it.
+DAY, DONE = phrase("{policy}: day {day}"), phrase("{policy}: done")
 
 Progress = Callable[[float, str], None]
 DEFAULTS = SimConfig()
@@ -114,7 +118,7 @@ def run(
             figures["service"] = simulator.services[0].figures()
         results["policies"][name] = figures
         if on_progress is not None:
-            on_progress((index + 1) / len(names), f"{name}: done")
+            on_progress((index + 1) / len(names), DONE.format(policy=name))
     return results
 
 
@@ -136,7 +140,8 @@ def _progress(
 
     def tell(now: float) -> None:
         done = min(0.99, (now - first) / span)
-        on_progress((index + done) / count, f"{name}: day {(now - first) / 86400:.1f}")
+        day = f"{(now - first) / 86400:.1f}"
+        on_progress((index + done) / count, DAY.format(policy=name, day=day))
 
     return tell
 

@@ -24,10 +24,14 @@
     }
   }
 
-  document.addEventListener("wanka:whatif.progress", ({ detail }) => show(detail));
-  const poll = setInterval(async () => {
-    if (finished) { clearInterval(poll); return; }
+  // The run's message in the page's language: asked of the server, not taken from the event.
+  async function refresh() {
     const response = await fetch(`/ops/whatif/${id}/status.json`);
     if (response.ok) show(await response.json());
-  }, 3000);
+  }
+
+  document.addEventListener("wanka:whatif.progress", ({ detail }) => {
+    if (detail.id === id && !finished) refresh();
+  });
+  const poll = setInterval(() => (finished ? clearInterval(poll) : refresh()), 3000);
 })();

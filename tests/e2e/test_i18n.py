@@ -19,6 +19,7 @@ from scheduler import faults
 from scheduler.autoscale import Autoscaler
 from scheduler.parallelism import MODELS
 from scheduler.sim.policies import POLICIES
+from scheduler.sim.runner import DAY
 from tests.builders import make_queue, make_workload
 from tests.e2e.test_dashboard import sign_in
 
@@ -114,7 +115,11 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     data = {"operator", "Acme", "acme", "llm", "zh-job", "zh-wait"} | _cluster_names()
     data |= set(faults.CATALOGUE)
     run = WhatIfRun.objects.create(
-        trace=TraceSource.PHILLY, policies=["wanka", "fifo"], days=2, service_percent=30
+        trace=TraceSource.PHILLY,
+        policies=["wanka", "fifo"],
+        days=2,
+        service_percent=30,
+        message=DAY.format(policy="wanka", day="1.5"),  # its progress, as the worker says it
     )
     data |= {*POLICIES, "Azure"}  # the policies' names, the trace's owner
     node = Node.objects.order_by("id").first()
