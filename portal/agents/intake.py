@@ -215,7 +215,7 @@ def _drain(node_id: int) -> list[int]:
         if node.health != Health.DRAINING:
             return []  # returned to service since the scan
         if not node.allocations.exists():
-            node.set_health(Health.DOWN, "drained: it holds no more work")
+            node.set_health(Health.DOWN, checks.DRAINED)
             return []
         age = (timezone.now() - node.health_changed_at).total_seconds()
         overdue = age >= settings.WANKA["DRAIN_DEADLINE_S"]

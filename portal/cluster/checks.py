@@ -14,11 +14,15 @@ from portal.cluster.commands import send_command
 from portal.cluster.models import Node, NodeCommand
 from portal.core.errors import Conflict
 from portal.core.models import audit
+from scheduler.words import phrase
 
 log = logging.getLogger(__name__)
 
 ACTION = "health_check"
-ASKED = "health check asked of its agent"
+ASKED = phrase("health check asked of its agent")
+PASSED_CHECK = phrase("passed its health check: {detail}")
+FAILED_CHECK = phrase("failed its health check: {detail}")
+DRAINED = phrase("drained: it holds no more work")
 
 
 def move(node: Node, to: Health, reason: str, actor=None) -> None:
@@ -53,9 +57,8 @@ def answered(commands: list[NodeCommand]) -> None:
             if node.health != Health.REPAIRING:
                 continue  # an operator moved it meanwhile
             if command.state == CommandState.DONE:
-                node.set_health(
-                    Health.READY, f"passed its health check: {command.detail}", checked=True
-                )
+                said = PASSED_CHECK.format(detail=command.detail)
+                node.set_health(Health.READY, said, checked=True)
             else:
-                node.set_health(Health.DOWN, f"failed its health check: {command.detail}")
+                node.set_health(Health.DOWN, FAILED_CHECK.format(detail=command.detail))
                 log.warning("node %s failed its health check: %s", node.name, command.detail)

@@ -3,6 +3,9 @@
 from portal.cluster.choices import HEALTH_MOVES, Health, Severity
 from portal.cluster.models import FaultEvent, Node
 from scheduler import faults
+from scheduler.words import phrase
+
+FAULT = phrase("{code}: {title}")  # why a fault moved a node
 
 SEVERITIES = {
     faults.Severity.INFO: Severity.INFO,
@@ -48,5 +51,5 @@ def record(
     fault.workloads.set(hit)
     health = node_health_after(kind)
     if health is not None and health in HEALTH_MOVES[Health(node.health)]:
-        node.set_health(health, f"{kind.code}: {kind.title}")
+        node.set_health(health, FAULT.format(code=kind.code, title=kind.title))
     return fault

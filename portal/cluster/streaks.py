@@ -11,12 +11,17 @@ from django.db import transaction
 
 from portal.cluster.choices import HEALTH_MOVES, Health
 from portal.cluster.models import Node
+from scheduler.words import phrase
 
 log = logging.getLogger(__name__)
 
 FAILURES = 3
 TENANTS = 2
 WINDOW_S = 600
+FAILED_IN_A_ROW = phrase(
+    "{jobs} jobs of {tenants} or more tenants in a row failed on it within {minutes} minutes "
+    "(the last exited with code {code})"
+)
 
 
 def job_ended(node_id: int, exit_code: int, tenant_id: int) -> None:
@@ -39,9 +44,8 @@ def job_ended(node_id: int, exit_code: int, tenant_id: int) -> None:
         node.recent_failures = [] if cordon else [list(f) for f in failures]
         node.save(update_fields=["recent_failures"])
         if cordon:
-            reason = (
-                f"{len(failures)} jobs of {TENANTS} or more tenants in a row failed on it within "
-                f"{WINDOW_S // 60} minutes (the last exited with code {exit_code})"
+            reason = FAILED_IN_A_ROW.format(
+                jobs=len(failures), tenants=TENANTS, minutes=WINDOW_S // 60, code=exit_code
             )
             node.set_health(Health.CORDONED, reason)
             log.warning("node %s cordoned: %s", node.name, reason)

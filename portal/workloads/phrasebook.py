@@ -29,6 +29,8 @@ from scheduler.words import PHRASES, phrase
 FIELD = re.compile(r"\{(\w+)\}")
 READINGS = 64  # readings of one template tried on one text, at most
 COUNT = re.compile(r"^\d+ ")
+# Fields that hold names (of queues, models, nodes, fault codes), never read as sentences.
+NAMES = {"queue", "queues", "cohort", "model", "gpu", "node", "code", "policy", "region"}
 OTHER_QUEUE = phrase("another tenant's queue")
 BARE = {  # what a claim moves, its count left out
     "workload": phrase("workloads"),
@@ -78,8 +80,8 @@ def _field(name: str, value: str, reader) -> str:
         if name == "workloads":
             noun = COUNT.sub("", value).removesuffix("s")
             return gettext(BARE[noun]) if noun in BARE else reader.read(value)
-    if name == "queue":
-        return value  # a name: never read as a sentence
+    if name in NAMES:
+        return value
     return _render(value, reader)
 
 
@@ -140,6 +142,9 @@ def _templates() -> list[tuple[str, list[str]]]:
 def _register() -> None:
     """Import the modules whose sentences may not be imported yet when a page is drawn, and
     take the fault catalogue's titles (translated by `dashboard.templatetags.words`)."""
+    import portal.cluster.checks  # noqa: F401
+    import portal.cluster.faults  # noqa: F401
+    import portal.cluster.streaks  # noqa: F401
     import portal.workloads.budgets  # noqa: F401
     import portal.workloads.words  # noqa: F401
     import scheduler.autoscale  # noqa: F401

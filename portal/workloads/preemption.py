@@ -127,9 +127,8 @@ def _suspect(workload: Workload) -> None:
     silent = _running(workload).values_list("node_id", flat=True)
     for node in Node.objects.select_for_update().filter(pk__in=set(silent)):
         if Health.CORDONED in HEALTH_MOVES[Health(node.health)]:
-            node.set_health(
-                Health.CORDONED, f"workload {workload.pk} did not stop within {STOP_GRACE_S} s"
-            )
+            said = words.DID_NOT_STOP.format(workload=workload.pk, seconds=STOP_GRACE_S)
+            node.set_health(Health.CORDONED, said)
     log.warning("preemption of workload %s: processes still up after the stop deadline", workload)
 
 

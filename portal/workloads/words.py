@@ -20,6 +20,7 @@ PLACED_SMALLER = phrase("{placed}, on {gpus} of its {asked} GPUs (elastic: all t
 REQUEUED_FROM_SAVE = phrase("requeued after preemption, from its save")
 REQUEUED_LOST = phrase("requeued after preemption; {seconds} s of work since its last save lost")
 # Faults and recovery
+DID_NOT_STOP = phrase("workload {workload} did not stop within {seconds} s")
 FAULT_ON = phrase("{code} on {node}: {title}")
 HIT_WHILE_RESTARTING = phrase("{code} on {node} while restarting: recovering again without it")
 GIVEN_UP = phrase("given up: {code} on {node}")

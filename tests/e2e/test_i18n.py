@@ -7,6 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from portal.cluster.faults import FAULT
 from portal.cluster.models import Node, Pod
 from portal.quotas.choices import FairSharing, ReclaimWithinCohort, WithinClusterQueue
 from portal.quotas.models import Cohort
@@ -123,6 +124,8 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
     )
     data |= {*POLICIES, "Azure"}  # the policies' names, the trace's owner
     node = Node.objects.order_by("id").first()
+    title = faults.lookup("xid-79").title  # why it was moved, as a fault says it
+    Node.objects.filter(pk=node.pk).update(health_reason=FAULT.format(code="xid-79", title=title))
     cohort = Cohort.objects.create(name="zh-cohort")
     data.add("zh-cohort")
     paths = ["/", "/usage/", "/queues/", "/tokens/", "/ops/drill/", "/ops/cluster/",
