@@ -118,7 +118,7 @@ def _read(text: str) -> tuple[str, dict[str, str]] | None:
     """The template and fields of `text`: the first template that reads it well, else the
     first that reads it at all."""
     first = None
-    for template, parts in _templates():
+    for template, parts in _candidates(text):
         for fields in _readings(parts, text):
             if all(_word_or_sentence(v) for v in fields.values()):
                 return template, fields
@@ -128,6 +128,35 @@ def _read(text: str) -> tuple[str, dict[str, str]] | None:
 
 def _word_or_sentence(value: str) -> bool:
     return " " not in value.strip() or _read(value) is not None
+
+
+def _candidates(text: str) -> list[tuple[str, list[str]]]:
+    """The templates that could read `text`, in `_templates` order: those whose opening (or,
+    opening with a field, closing) words are the text's, and the few that are fields at both
+    ends."""
+    rank, by_start, by_end, anywhere = _index()
+    found = anywhere[:]
+    for size in range(1, KEY + 1):
+        found += by_start.get(text[:size], []) + by_end.get(text[-size:], [])
+    return sorted(found, key=lambda tp: rank[tp[0]])
+
+
+KEY = 3  # characters of a template's opening or closing text it is indexed by
+
+
+@lru_cache(maxsize=1)
+def _index():
+    templates = _templates()
+    rank = {template: i for i, (template, _) in enumerate(templates)}
+    by_start, by_end, anywhere = {}, {}, []
+    for template, parts in templates:
+        if parts[0]:
+            by_start.setdefault(parts[0][:KEY], []).append((template, parts))
+        elif parts[-1]:
+            by_end.setdefault(parts[-1][-KEY:], []).append((template, parts))
+        else:
+            anywhere.append((template, parts))
+    return rank, by_start, by_end, anywhere
 
 
 @lru_cache(maxsize=1)
@@ -158,7 +187,11 @@ def _register() -> None:
 def _readings(parts: list[str], text: str):
     """Each way `text` reads as the template's `parts` (literal, field, literal, ...): dicts of
     field -> value, at most READINGS of them."""
-    if text.startswith(parts[0]):
+    if (
+        text.startswith(parts[0])
+        and text.endswith(parts[-1])
+        and all(literal in text for literal in parts[2:-1:2])
+    ):
         yield from islice(_fill(parts, 1, text, len(parts[0]), {}), READINGS)
 
 
