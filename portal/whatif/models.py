@@ -44,7 +44,3 @@ class WhatIfRun(models.Model):
 
     def __str__(self):
         return f"what-if {self.pk}: {self.get_trace_display()}"
-
-    @property
-    def report_path(self):
-        return settings.DATA_DIR / "whatif" / f"{self.pk}.html"

@@ -23,7 +23,6 @@ from portal.whatif.models import WhatIfRun
 from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine import Node
 from scheduler.sim.philly import load_philly
-from scheduler.sim.report import write_html
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
@@ -273,9 +272,6 @@ def execute(run_id: int) -> None:
                 on_progress=_reporter(run_id),
                 service_share=service_share(whatif),
             )
-            whatif.report_path.parent.mkdir(parents=True, exist_ok=True)
-            title = f"What-if {run_id}: {whatif.get_trace_display()}"  # once, not twice
-            write_html(results, whatif.report_path, title=title)
         except (TraceError, SpecError, ValueError) as error:
             _finish(run_id, RunState.FAILED, str(error)[:300])
             return

@@ -2,8 +2,9 @@
 
 from django.contrib import messages
 from django.db import transaction
-from django.http import FileResponse, Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
@@ -15,6 +16,7 @@ from portal.whatif.models import WhatIfRun
 from portal.whatif.runs import HISTORY_DAYS, MAX_HISTORY_DAYS, Mismatch, inputs, take_history
 from portal.whatif.tasks import run_whatif
 from portal.workloads.phrasebook import translate
+from scheduler.sim import report
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.spec import SpecError
 from scheduler.sim.trace import TraceError
@@ -142,10 +144,13 @@ def whatif_detail(request, pk):
 @operator_page
 @xframe_options_sameorigin  # the run's page shows the report in an iframe
 def whatif_report(request, pk):
-    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state"), pk=pk)
-    if whatif.state != RunState.DONE or not whatif.report_path.exists():
+    """The run's report, drawn from its results in the reader's language."""
+    whatif = get_object_or_404(WhatIfRun.objects.only("pk", "state", "trace", "results"), pk=pk)
+    if whatif.state != RunState.DONE:
         raise Http404("No report yet.")
-    response = FileResponse(whatif.report_path.open("rb"), content_type="text/html")
+    title = _("What-if %(id)s: %(trace)s") % {"id": pk, "trace": whatif.get_trace_display()}
+    page = report.render(whatif.results, title, gettext=_, lang=get_language())
+    response = HttpResponse(page, content_type="text/html; charset=utf-8")
     response.headers["Content-Security-Policy"] = SANDBOXED_REPORT
     return response
 

@@ -7,6 +7,9 @@ held, hour by hour, under each policy. Plotly.js comes from the plotly package: 
 embedded once, gzipped and base64-encoded, and unpacked by the browser (`DecompressionStream`),
 which keeps the file near 2 MB instead of the 4.8 MB of the plain library; `plotlyjs="inline"`
 embeds it as is, for browsers without `DecompressionStream`.
+
+Its words pass through `gettext`, English by default: the portal renders the report in its
+reader's language with Django's (`makemessages` finds each `gettext("...")` here).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import base64
 import gzip
 import html
 import json
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import plotly
@@ -23,6 +28,11 @@ from plotly.subplots import make_subplots
 
 MAX_POINTS = 1500  # per line of a time series figure
 TEMPLATE = "plotly_white"
+Words = Callable[[str], str]
+
+
+def english(text: str) -> str:
+    return text
 
 
 def write_html(
@@ -32,24 +42,27 @@ def write_html(
     Path(path).write_text(render(results, title, plotlyjs))
 
 
-def render(results: dict, title: str, plotlyjs: str = "gzip") -> str:
-    """The report as one HTML page."""
+def render(
+    results: dict, title: str, plotlyjs: str = "gzip", gettext: Words = english, lang: str = "en"
+) -> str:
+    """The report as one HTML page, in the language of `gettext` (`lang`)."""
     figures = {
-        "utilization": utilization_figure(results),
-        "tide": tide_figure(results),
-        "waits": wait_cdf_figure(results),
-        "shares": share_figure(results),
-        "ettr": ettr_figure(results),
+        "utilization": utilization_figure(results, gettext),
+        "tide": tide_figure(results, gettext),
+        "waits": wait_cdf_figure(results, gettext),
+        "shares": share_figure(results, gettext),
+        "ettr": ettr_figure(results, gettext),
     }
     figures = {name: fig for name, fig in figures.items() if fig is not None}
     divs = "\n".join(_div(name, fig) for name, fig in figures.items())
     specs = script_json({name: json.loads(fig.to_json()) for name, fig in figures.items()})
     large = next(iter(results["policies"].values()), {}).get("large_gangs", {}).get("min_gpus")
     return PAGE.format(
-        definitions=DEFINITIONS.format(large=large),
+        lang=lang,
+        definitions=definitions(large, gettext),
         title=html.escape(title),
-        summary=summary_table(results),
-        setup=setup_text(results),
+        summary=summary_table(results, gettext),
+        setup=setup_text(results, gettext),
         divs=divs,
         figures=specs,
         plotly=plotly_script(plotlyjs),
@@ -70,6 +83,7 @@ def script_json(data: object) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+@cache  # the same 2 MB for every report
 def plotly_script(mode: str) -> str:
     """The script tags that define `window.Plotly` and then call `drawFigures()`."""
     source = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
@@ -92,7 +106,7 @@ UNPACK = """(async () => {
 })();"""
 
 PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
 table {{ border-collapse: collapse; font-size: 0.9em; }}
@@ -118,105 +132,185 @@ function drawFigures() {{
 """
 
 
-def setup_text(results: dict) -> str:
+def setup_text(results: dict, gettext: Words = english) -> str:
     cluster, trace, config = results["cluster"], results["trace"], results["config"]
     gpus = ", ".join(f"{count:,} {model}" for model, count in cluster["gpus"].items())
-    return (
-        f"<p>Cluster <b>{html.escape(cluster['name'])}</b>: {cluster['nodes']:,} nodes "
-        f"({gpus}) in {cluster['datacenters']} data center(s), {cluster['pods']} pods, "
-        f"{cluster['leaves']} leaves; {len(cluster['queues'])} queues. Trace: "
-        f"{trace['jobs']:,} jobs over {trace['submit_span_days']:.1f} days, "
-        f"{trace['gpu_hours']:,.0f} GPU-hours. Engine cycle every {config['cycle_s']:g} s "
-        f"at most; faults {config['failures_per_gpu_hour'] * 1e6:.2f} per million GPU-hours;"
-        f" seed {config['seed']}.</p>" + service_text(results) + preemption_text(results)
+    setup = gettext(
+        "Cluster <b>{name}</b>: {nodes} nodes ({gpus}) in {datacenters} data center(s), {pods} "
+        "pods, {leaves} leaves; {queues} queues. Trace: {jobs} jobs over {days} days, "
+        "{gpu_hours} GPU-hours. Engine cycle every {cycle} s at most; faults {faults} per "
+        "million GPU-hours; seed {seed}."
+    ).format(
+        name=html.escape(cluster["name"]),
+        nodes=f"{cluster['nodes']:,}",
+        gpus=gpus,
+        datacenters=cluster["datacenters"],
+        pods=cluster["pods"],
+        leaves=cluster["leaves"],
+        queues=len(cluster["queues"]),
+        jobs=f"{trace['jobs']:,}",
+        days=f"{trace['submit_span_days']:.1f}",
+        gpu_hours=f"{trace['gpu_hours']:,.0f}",
+        cycle=f"{config['cycle_s']:g}",
+        faults=f"{config['failures_per_gpu_hour'] * 1e6:.2f}",
+        seed=config["seed"],
     )
+    return f"<p>{setup}</p>" + service_text(results, gettext) + preemption_text(results, gettext)
 
 
-def service_text(results: dict) -> str:
+def service_text(results: dict, gettext: Words = english) -> str:
     """What the inference service added beside the trace was, and where the run stopped."""
     service = results.get("service")
     if service is None:
         return ""
-    return (
-        f"<p>Beside the trace, the inference service <b>{html.escape(service['name'])}</b> "
-        f"({html.escape(service['trace'])} trace under the daily curve, peak at 14:00), its "
-        f"peak {service['peak_gpus']:,} {html.escape(service['gpu_model'])} GPUs "
-        f"({service['share']:.0%} of {service['model_gpus']:,}) in replicas of "
-        f"{service['replica_gpus']} GPUs, queue {html.escape(service['queue'])} with its peak "
-        f"as quota. The run stopped at its horizon (a run with a service needs one), hour "
-        f"{results['config']['horizon_s'] / 3600:,.1f} of the simulated clock.</p>"
+    said = gettext(
+        "Beside the trace, the inference service <b>{name}</b> ({trace} trace under the daily "
+        "curve, peak at 14:00), its peak {peak} {model} GPUs ({share} of {model_gpus}) in "
+        "replicas of {replica} GPUs, queue {queue} with its peak as quota. The run stopped at "
+        "its horizon (a run with a service needs one), hour {hour} of the simulated clock."
+    ).format(
+        name=html.escape(service["name"]),
+        trace=html.escape(service["trace"]),
+        peak=f"{service['peak_gpus']:,}",
+        model=html.escape(service["gpu_model"]),
+        share=f"{service['share']:.0%}",
+        model_gpus=f"{service['model_gpus']:,}",
+        replica=service["replica_gpus"],
+        queue=html.escape(service["queue"]),
+        hour=f"{results['config']['horizon_s'] / 3600:,.1f}",
     )
+    return f"<p>{said}</p>"
 
 
-def preemption_text(results: dict) -> str:
+def preemption_text(results: dict, gettext: Words = english) -> str:
     """Which preemption settings each policy ran with, in Kueue's names."""
     items = []
     for name, figures in results["policies"].items():
         settings = "; ".join(
-            f"{count} queue{'s' if count > 1 else ''}: {html.escape(words)}"
+            (
+                gettext("{count} queue: {words}")
+                if count == 1
+                else gettext("{count} queues: {words}")
+            ).format(count=count, words=html.escape(words))
             for words, count in figures.get("preemption", {}).items()
         )
         items.append(f"<li><b>{html.escape(name)}</b>: {settings}</li>")
-    return f"<p>Preemption settings (Kueue's names):</p><ul>{''.join(items)}</ul>"
+    said = gettext("Preemption settings (Kueue's names):")
+    return f"<p>{said}</p><ul>{''.join(items)}</ul>"
+
+
+def gettext_noop(text: str) -> str:
+    """Marks `text` for translation where it is said later (`makemessages` finds it)."""
+    return text
 
 
 ROWS = (
-    ("GPUs allocated (mean)", lambda p: f"{p['utilization']['allocated']:.1%}"),
-    ("GPUs busy (mean)", lambda p: f"{p['utilization']['busy']:.1%}"),
-    ("queueing delay, mean", lambda p: _duration(p["wait_s"]["mean"])),
-    ("queueing delay, median", lambda p: _duration(p["wait_s"]["median"])),
-    ("queueing delay, p95", lambda p: _duration(p["wait_s"]["p95"])),
-    ("queueing delay, p99", lambda p: _duration(p["wait_s"]["p99"])),
-    ("large gangs' wait, mean", lambda p: _duration(p["large_gangs"]["wait_s"]["mean"])),
-    ("large gangs' wait, p95", lambda p: _duration(p["large_gangs"]["wait_s"]["p95"])),
-    ("JCT, mean", lambda p: _duration(p["jct_s"]["mean"])),
-    ("makespan", lambda p: _duration(p["makespan_s"])),
-    ("jobs finished / never started", lambda p: f"{p['finished']:,} / {p['never_started']:,}"),
     (
-        "preemptions (GPU-h lost)",
-        lambda p: f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})",
+        gettext_noop("GPUs allocated (mean)"),
+        lambda p, gettext: f"{p['utilization']['allocated']:.1%}",
     ),
-    ("shrinks (throughput / GPUs kept)", lambda p: _shrinks(p["preemptions"])),
+    (gettext_noop("GPUs busy (mean)"), lambda p, gettext: f"{p['utilization']['busy']:.1%}"),
     (
-        "faults (GPU-h lost)",
-        lambda p: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})",
+        gettext_noop("queueing delay, mean"),
+        lambda p, gettext: _duration(p["wait_s"]["mean"], gettext),
     ),
-    ("ETTR, overall", lambda p: f"{p['ettr']['overall'] or 0:.3f}"),
     (
-        "finish-time fairness rho, mean / p95",
-        lambda p: f"{p['fairness_rho']['mean']:.2f} / {p['fairness_rho']['p95']:.2f}",
+        gettext_noop("queueing delay, median"),
+        lambda p, gettext: _duration(p["wait_s"]["median"], gettext),
     ),
-    ("fragmented GPUs (mean)", lambda p: f"{p['fragmentation']['mean_gpus']:,.1f}"),
-    ("guarantee violations", lambda p: f"{p['guarantee']['violations']:,}"),
+    (
+        gettext_noop("queueing delay, p95"),
+        lambda p, gettext: _duration(p["wait_s"]["p95"], gettext),
+    ),
+    (
+        gettext_noop("queueing delay, p99"),
+        lambda p, gettext: _duration(p["wait_s"]["p99"], gettext),
+    ),
+    (
+        gettext_noop("large gangs' wait, mean"),
+        lambda p, gettext: _duration(p["large_gangs"]["wait_s"]["mean"], gettext),
+    ),
+    (
+        gettext_noop("large gangs' wait, p95"),
+        lambda p, gettext: _duration(p["large_gangs"]["wait_s"]["p95"], gettext),
+    ),
+    (gettext_noop("JCT, mean"), lambda p, gettext: _duration(p["jct_s"]["mean"], gettext)),
+    (gettext_noop("makespan"), lambda p, gettext: _duration(p["makespan_s"], gettext)),
+    (
+        gettext_noop("jobs finished / never started"),
+        lambda p, gettext: f"{p['finished']:,} / {p['never_started']:,}",
+    ),
+    (
+        gettext_noop("preemptions (GPU-h lost)"),
+        lambda p, gettext: (
+            f"{p['preemptions']['count']:,} ({p['preemptions']['gpu_hours_lost']:,.0f})"
+        ),
+    ),
+    (
+        gettext_noop("shrinks (throughput / GPUs kept)"),
+        lambda p, gettext: _shrinks(p["preemptions"]),
+    ),
+    (
+        gettext_noop("faults (GPU-h lost)"),
+        lambda p, gettext: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})",
+    ),
+    (gettext_noop("ETTR, overall"), lambda p, gettext: f"{p['ettr']['overall'] or 0:.3f}"),
+    (
+        gettext_noop("finish-time fairness rho, mean / p95"),
+        lambda p, gettext: f"{p['fairness_rho']['mean']:.2f} / {p['fairness_rho']['p95']:.2f}",
+    ),
+    (
+        gettext_noop("fragmented GPUs (mean)"),
+        lambda p, gettext: f"{p['fragmentation']['mean_gpus']:,.1f}",
+    ),
+    (gettext_noop("guarantee violations"), lambda p, gettext: f"{p['guarantee']['violations']:,}"),
 )
 
 
-DEFINITIONS = """<h2>Definitions</h2><ul>
-<li>Queueing delay: all the time a job waited, over every spell (a preempted job waits again), of
-the jobs that started; jobs that never started are counted apart.</li>
-<li>Large gangs: jobs of at least {large} GPUs.</li>
-<li>Guarantee: a queue's nominal quota, what reclaim gives back. A violation: a job fit in
-what was left of its queue's guarantee and waited two cycle periods or more while it did (its
-clock starts at its submission or requeue, or when jobs of its size start to fit, and starts
-again whenever the queue's guarantee is filled); counted once per spell of such cycles per
-queue.</li>
-<li>ETTR: productive compute time (not lost to faults or preemptions) over wall time since the
-job was first admitted; overall weighted by GPUs.</li>
-<li>Finish-time fairness rho (Themis): a job's completion time over its duration alone (its trace
-duration: an empty cluster, no faults); 1 is ideal.</li>
-<li>Fragmented GPUs: free GPUs that no pending job of their GPU model could use, while work
-waits.</li>
-<li>Baselines: <b>fifo</b> one strict-FIFO queue per region, gangs, no preemption;
-<b>static</b> each queue only its own quota, no borrowing or lending; <b>no-reclaim</b>
-priority with borrowing, never reclaiming. All run the production engine.</li></ul>"""
+def definitions(large: int | None, gettext: Words = english) -> str:
+    """What the figures mean."""
+    items = (
+        gettext(
+            "Queueing delay: all the time a job waited, over every spell (a preempted job waits "
+            "again), of the jobs that started; jobs that never started are counted apart."
+        ),
+        gettext("Large gangs: jobs of at least {large} GPUs.").format(large=large),
+        gettext(
+            "Guarantee: a queue's nominal quota, what reclaim gives back. A violation: a job fit "
+            "in what was left of its queue's guarantee and waited two cycle periods or more while "
+            "it did (its clock starts at its submission or requeue, or when jobs of its size start "
+            "to fit, and starts again whenever the queue's guarantee is filled); counted once per "
+            "spell of such cycles per queue."
+        ),
+        gettext(
+            "ETTR: productive compute time (not lost to faults or preemptions) over wall time "
+            "since the job was first admitted; overall weighted by GPUs."
+        ),
+        gettext(
+            "Finish-time fairness rho (Themis): a job's completion time over its duration alone "
+            "(its trace duration: an empty cluster, no faults); 1 is ideal."
+        ),
+        gettext(
+            "Fragmented GPUs: free GPUs that no pending job of their GPU model could use, while "
+            "work waits."
+        ),
+        gettext(
+            "Baselines: <b>fifo</b> one strict-FIFO queue per region, gangs, no preemption; "
+            "<b>static</b> each queue only its own quota, no borrowing or lending; "
+            "<b>no-reclaim</b> priority with borrowing, never reclaiming. All run the production "
+            "engine."
+        ),
+    )
+    heading = gettext("Definitions")
+    return f"<h2>{heading}</h2><ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
 
 
-def summary_table(results: dict) -> str:
+def summary_table(results: dict, gettext: Words = english) -> str:
     policies = results["policies"]
     head = "".join(f"<th>{html.escape(name)}</th>" for name in policies)
     rows = "".join(
-        f"<tr><td>{label}</td>"
-        + "".join(f"<td>{cell(p)}</td>" for p in policies.values())
+        f"<tr><td>{gettext(label)}</td>"
+        + "".join(f"<td>{cell(p, gettext)}</td>" for p in policies.values())
         + "</tr>"
         for label, cell in ROWS
     )
@@ -231,14 +325,14 @@ def _shrinks(preemptions: dict) -> str:
     return f"{count:,} ({kept:.0%} / {preemptions['shrink_gpus_kept']:.0%})"
 
 
-def _duration(seconds: float) -> str:
+def _duration(seconds: float, gettext: Words = english) -> str:
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return gettext("{n} s").format(n=f"{seconds:.0f}")
     if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
+        return gettext("{n} min").format(n=f"{seconds / 60:.1f}")
     if seconds < 4 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+        return gettext("{n} h").format(n=f"{seconds / 3600:.1f}")
+    return gettext("{n} d").format(n=f"{seconds / 86400:.1f}")
 
 
 def _layout(title: str, xaxis: dict, yaxis: dict) -> dict:
@@ -252,13 +346,13 @@ def _layout(title: str, xaxis: dict, yaxis: dict) -> dict:
     }
 
 
-def utilization_figure(results: dict) -> go.Figure:
+def utilization_figure(results: dict, gettext: Words = english) -> go.Figure:
     fig = go.Figure(
         layout=_layout(
-            "GPUs allocated over time",
-            {"title": {"text": "day"}},
+            gettext("GPUs allocated over time"),
+            {"title": {"text": gettext("day")}},
             # The whole scale: a light load read "0 %, 0 %, 0 %" on an axis fitted to it.
-            {"title": {"text": "share of GPUs"}, "tickformat": ".0%", "range": [0, 1.02]},
+            {"title": {"text": gettext("share of GPUs")}, "tickformat": ".0%", "range": [0, 1.02]},
         )
     )
     for name, figures in results["policies"].items():
@@ -269,20 +363,21 @@ def utilization_figure(results: dict) -> go.Figure:
 
 
 TIDE_LAYERS = (
-    ("inference", "inference (the service's replicas)", "#d62728"),
-    ("other", "training (all other work)", "#1f77b4"),
+    ("inference", gettext_noop("inference (the service's replicas)"), "#d62728"),
+    ("other", gettext_noop("training (all other work)"), "#1f77b4"),
 )
 
 
-def tide_figure(results: dict) -> go.Figure | None:
+def tide_figure(results: dict, gettext: Words = english) -> go.Figure | None:
     """The tide: GPUs held by the service's replicas and by the other work, stacked, mean per
     hour, one row per policy, under the cluster's GPUs; None for a run without a service."""
     tides = {name: p for name, p in results["policies"].items() if "tide" in p}
     if not tides:
         return None
     gpus = sum(results["cluster"]["gpus"].values())
+    found = gettext("{policy}: {share} of requests found a replica with room")
     titles = [
-        f"{name}: {p['service']['slo_attainment']:.2%} of requests found a replica with room"
+        found.format(policy=name, share=f"{p['service']['slo_attainment']:.2%}")
         for name, p in tides.items()
     ]
     fig = make_subplots(rows=len(tides), cols=1, shared_xaxes=True, subplot_titles=titles)
@@ -295,7 +390,7 @@ def tide_figure(results: dict) -> go.Figure | None:
                 go.Scatter(
                     x=xs,
                     y=ys,
-                    name=label,
+                    name=gettext(label),
                     mode="lines",
                     stackgroup=name,
                     line={"color": color},
@@ -309,7 +404,7 @@ def tide_figure(results: dict) -> go.Figure | None:
             go.Scatter(
                 x=[hours[0], hours[-1]] if hours else [],
                 y=[gpus, gpus],
-                name="the cluster's GPUs",
+                name=gettext("the cluster's GPUs"),
                 mode="lines",
                 line={"color": "black", "dash": "dash"},
                 legendgroup="cluster",
@@ -319,9 +414,9 @@ def tide_figure(results: dict) -> go.Figure | None:
             col=1,
         )
         fig.update_yaxes(title_text="GPUs", range=[0, gpus * 1.05], row=row, col=1)
-    fig.update_xaxes(title_text="hour", row=len(tides), col=1)
+    fig.update_xaxes(title_text=gettext("hour"), row=len(tides), col=1)
     fig.update_layout(
-        title={"text": "The tide: GPUs held by inference and by training, mean per hour"},
+        title={"text": gettext("The tide: GPUs held by inference and by training, mean per hour")},
         template=TEMPLATE,
         legend={"orientation": "h", "y": -0.15},
         margin={"t": 80},
@@ -342,12 +437,12 @@ def _downsample(xs: list[float], ys: list[float]) -> tuple[list[float], list[flo
     )
 
 
-def wait_cdf_figure(results: dict) -> go.Figure:
+def wait_cdf_figure(results: dict, gettext: Words = english) -> go.Figure:
     fig = go.Figure(
         layout=_layout(
-            "Queueing delay, CDF (delays under 1 s drawn at 1 s)",
-            {"title": {"text": "queueing delay (s)"}, "type": "log"},
-            {"title": {"text": "share of jobs"}, "tickformat": ".0%"},
+            gettext("Queueing delay, CDF (delays under 1 s drawn at 1 s)"),
+            {"title": {"text": gettext("queueing delay (s)")}, "type": "log"},
+            {"title": {"text": gettext("share of jobs")}, "tickformat": ".0%"},
         )
     )
     for name, figures in results["policies"].items():
@@ -365,13 +460,13 @@ def wait_cdf_figure(results: dict) -> go.Figure:
     return fig
 
 
-def share_figure(results: dict) -> go.Figure:
+def share_figure(results: dict, gettext: Words = english) -> go.Figure:
     policies = results["policies"]
     queues = sorted(results["cluster"]["queues"])
     fig = go.Figure(
         layout=_layout(
-            "Mean GPUs per queue, against its guarantee",
-            {"title": {"text": "queue"}},
+            gettext("Mean GPUs per queue, against its guarantee"),
+            {"title": {"text": gettext("queue")}},
             {"title": {"text": "GPUs"}},
         )
     )
@@ -386,7 +481,7 @@ def share_figure(results: dict) -> go.Figure:
         go.Scatter(
             x=queues,
             y=[first.get(q, {}).get("guarantee_gpus", 0) for q in queues],
-            name="guarantee",
+            name=gettext("guarantee"),
             mode="markers",
             marker={"symbol": "line-ew-open", "size": 24, "color": "black"},
         )
@@ -394,18 +489,18 @@ def share_figure(results: dict) -> go.Figure:
     return fig
 
 
-def ettr_figure(results: dict) -> go.Figure:
+def ettr_figure(results: dict, gettext: Words = english) -> go.Figure:
     fig = go.Figure(
         layout=_layout(
-            "Effective training time ratio by job size",
-            {"title": {"text": "GPUs per job"}},
+            gettext("Effective training time ratio by job size"),
+            {"title": {"text": gettext("GPUs per job")}},
             {"title": {"text": "ETTR"}, "range": [0, 1]},
         )
     )
     fig.update_layout(barmode="group")
     for name, figures in results["policies"].items():
         ettr = figures["ettr"]
-        labels = ["all", *ettr["by_size"]]
+        labels = [gettext("all"), *ettr["by_size"]]
         values = [ettr["overall"] or 0, *ettr["by_size"].values()]
         fig.add_trace(go.Bar(x=labels, y=values, name=name))
     return fig

@@ -58,7 +58,7 @@ def test_a_philly_run_from_the_page_to_its_report(staff):
     assert whatif.results["policies"]["wanka"]["jobs"] == whatif.results["trace"]["jobs"] > 0
     response = staff.get(f"/ops/whatif/{whatif.pk}/report/")
     assert response.headers["Content-Security-Policy"].startswith("sandbox allow-scripts;")
-    report = b"".join(response.streaming_content)
+    report = response.content
     assert b"plotly" in report.lower() and b"wanka" in report
     title = f"What-if {whatif.pk}: Microsoft Philly (2017), on its own cluster".encode()
     assert report.count(title) == 2 and b"what-if %d: " % whatif.pk not in report  # once each
@@ -116,7 +116,7 @@ def test_a_run_with_the_inference_service_draws_the_tide(staff, acme):
     tide = whatif.results["policies"]["wanka"]["tide"]
     assert len(tide["inference"]) == 24 and min(tide["inference"]) < max(tide["inference"])
     assert whatif.results["policies"]["wanka"]["jobs"] == 3  # the service's replicas apart
-    report = b"".join(staff.get(f"/ops/whatif/{whatif.pk}/report/").streaming_content)
+    report = staff.get(f"/ops/whatif/{whatif.pk}/report/").content
     assert b'<div id="tide" class="figure"' in report and b"The tide: GPUs held" in report
     page = staff.get(f"/ops/whatif/{whatif.pk}/").content.decode()
     assert "peak 25.0 % of the cluster" in page
@@ -297,7 +297,10 @@ def test_the_worker_runs_it_and_the_page_follows_live(
     finally:
         live.close()
     assert done["id"] == whatif.pk
-    assert WhatIfRun.objects.get(pk=whatif.pk).report_path.exists()
+    drawn = browser.get(f"/ops/whatif/{whatif.pk}/report/")
+    assert drawn.status_code == 200 and b"GPUs allocated over time" in drawn.content
+    chinese = browser.get(f"/ops/whatif/{whatif.pk}/report/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "已分配 GPU（平均）" in chinese.content.decode() and b'lang="zh-hans"' in chinese.content
     page = browser.get(f"/ops/whatif/{whatif.pk}/").content.decode()
     assert 'id="whatif-progress"' in page and "All figures (JSON)" in page
 
