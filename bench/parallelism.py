@@ -21,138 +21,107 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 
+from bench.published import PUBLISHED, Published
 from bench.reference import reference_s
-from scheduler.parallelism import (
-    GPUS,
-    MODELS,
-    STACK_2021,
-    ModelSpec,
-    Recompute,
-    Stack,
-    gpt,
-    plan,
-)
+from scheduler.parallelism import FIT, GPUS, MODELS, Fit, Gpu, plan
 
-KORTHIKANTI_FULL = STACK_2021
-KORTHIKANTI_SELECTIVE = Stack(overlap=False, sequence_parallel=True, flash_attention=False)
-
-
-@dataclass(frozen=True)
-class Published:
-    """One published run: its configuration and the figure it reports."""
-
-    source: str
-    model: ModelSpec
-    gpu: str
-    gpus: int
-    batch: int
-    fixed: dict = field(default_factory=dict)
-    stack: Stack = Stack()
-    iteration_s: float | None = None  # reported directly
-    tflops: float | None = None  # per GPU, counting recomputed FLOPs when `recomputed`
-    recomputed: bool = False
-
-    def published_s(self) -> float:
-        """The reported iteration time, or the one the reported TFLOP/s imply."""
-        if self.iteration_s is not None:
-            return self.iteration_s
-        flops = self.batch * (
-            _narayanan_flops(self.model) if self.recomputed else self.model.flops_per_sequence()
-        )
-        return flops / (self.tflops * 1e12 * self.gpus)
+# What a fit may move, and the range it searches: the time model's constants (`Fit`) and each
+# GPU generation's GEMM efficiency.
+RANGES = {
+    "elementwise_passes": (0.5, 6.0),
+    "attention_efficiency": (0.3, 1.0),
+    "layer_overhead_s": (0.0, 0.002),
+    "straggler": (0.0, 0.08),
+    "A100": (0.4, 0.95),
+    "H100": (0.4, 0.95),
+}
+SWEEPS = 3  # passes of coordinate search over the constants
+STEPS = 14  # golden-section steps per constant and pass
 
 
-def _narayanan_flops(model: ModelSpec) -> float:
-    """FLOPs of a sequence with full recompute, Narayanan et al. eq. 3: 96slh^2(1+s/6h+V/16lh)."""
-    s, n, h, v = model.seq, model.layers, model.hidden, model.vocab
-    return 96 * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
-
-
-def _narayanan(name, layers, hidden, heads, tp, pp, gpus, batch, tflops) -> Published:
-    return Published(
-        f"Narayanan et al. SC'21, Table 1: {name}",
-        gpt(name, layers, hidden, heads),
-        "A100",
-        gpus,
-        batch,
-        {"tp": tp, "pp": pp, "recompute": Recompute.FULL, "distributed_optimizer": False},
-        STACK_2021,
-        tflops=tflops,
-        recomputed=True,
+def predict(row: Published, fit: Fit = FIT, gpus: dict[str, Gpu] = GPUS) -> float:
+    """The planner's iteration time for a published run, its layout as the source fixes it."""
+    found = plan(
+        row.model, gpus[row.gpu], row.gpus, row.batch, stack=row.stack, fit=fit, **row.fixed
     )
+    return found.iteration_s
 
 
-def _korthikanti(name, layers, hidden, heads, pp, gpus, batch, mbs, vp, full_s, selective_s):
-    model = gpt(name, layers, hidden, heads)
-    common = {"tp": 8, "pp": pp, "vp": vp, "micro_batch": mbs, "distributed_optimizer": False}
-    runs = (
-        ("full recompute", Recompute.FULL, KORTHIKANTI_FULL, full_s),
-        ("sequence parallel + selective", Recompute.SELECTIVE, KORTHIKANTI_SELECTIVE, selective_s),
-    )
-    return [
-        Published(
-            f"Korthikanti et al. 2022, Table 5: {name}, {label}",
-            model,
-            "A100",
-            gpus,
-            batch,
-            {**common, "recompute": recompute},
-            stack,
-            iteration_s=seconds,
-        )
-        for label, recompute, stack, seconds in runs
-    ]
+def validation(rows=PUBLISHED, fit: Fit = FIT, gpus=GPUS) -> list[tuple[Published, float, float]]:
+    """(row, published seconds, predicted seconds) for every row."""
+    return [(row, row.published_s(), predict(row, fit, gpus)) for row in rows]
 
 
-PUBLISHED: list[Published] = [
-    _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
-    _narayanan("3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
-    _narayanan("7.5B", 36, 4096, 32, 4, 1, 128, 512, 142),
-    _narayanan("18.4B", 40, 6144, 48, 8, 1, 256, 1024, 135),
-    _narayanan("39.1B", 48, 8192, 64, 8, 2, 512, 1536, 138),
-    _narayanan("76.1B", 60, 10240, 80, 8, 4, 1024, 1792, 140),
-    _narayanan("145.6B", 80, 12288, 96, 8, 8, 1536, 2304, 148),
-    _narayanan("310.1B", 96, 16384, 128, 8, 16, 1920, 2160, 155),
-    _narayanan("529.6B", 105, 20480, 128, 8, 35, 2520, 2520, 163),
-    _narayanan("1008B", 128, 25600, 160, 8, 64, 3072, 3072, 163),
-    *_korthikanti("22B", 48, 6144, 64, 1, 8, 4, 4, 1, 1.42, 1.10),
-    *_korthikanti("175B", 96, 12288, 96, 8, 64, 64, 1, 3, 18.13, 13.75),
-    *_korthikanti("530B", 105, 20480, 128, 35, 280, 280, 1, 3, 49.05, 37.83),
-    *_korthikanti("1T", 128, 25600, 160, 64, 512, 512, 1, 1, 94.42, 71.49),
-    Published(
-        "Dubey et al. 2024 (Llama 3), Table 4: 405B on 8,192 GPUs",
-        MODELS["llama3-405b"],
-        "H100",
-        8192,
-        2048,
-        {"tp": 8, "pp": 16},
-        tflops=430,
-    ),
-    Published(
-        "Dubey et al. 2024 (Llama 3), Table 4: 405B on 16,384 GPUs",
-        MODELS["llama3-405b"],
-        "H100",
-        16384,
-        2048,
-        {"tp": 8, "pp": 16},
-        tflops=400,
-    ),
-]
+def loss(rows, fit: Fit, gpus) -> float:
+    """Mean absolute log error: a miss by a factor weighs the same either way."""
+    return statistics.mean(abs(math.log(p / s)) for _, s, p in validation(rows, fit, gpus))
 
 
-def validation() -> list[tuple[Published, float, float]]:
-    """(row, published seconds, predicted seconds) for every published row."""
+def constants(values: dict[str, float]) -> tuple[Fit, dict[str, Gpu]]:
+    """The Fit and the GPU table that `values` (names of RANGES) make."""
+    fit = replace(FIT, **{k: v for k, v in values.items() if k in Fit.__dataclass_fields__})
+    gpus = dict(GPUS)
+    for name, gpu in GPUS.items():
+        generation = "A100" if name == "A100" else "H100"  # Hopper and later share H100's
+        if generation in values:
+            gpus[name] = replace(gpu, gemm_efficiency=values[generation])
+    return fit, gpus
+
+
+def fitted(rows) -> dict[str, float]:
+    """The constants that best reproduce `rows`: a few passes of golden-section search along
+    each constant in turn, from the planner's own."""
+    values = {k: getattr(FIT, k) for k in RANGES if k in Fit.__dataclass_fields__}
+    values |= {"A100": GPUS["A100"].gemm_efficiency, "H100": GPUS["H100"].gemm_efficiency}
+    for _ in range(SWEEPS):
+        for name, (low, high) in RANGES.items():
+
+            def along(value, name=name):
+                return loss(rows, *constants({**values, name: value}))
+
+            values[name] = _golden(along, low, high)
+    return values
+
+
+def _golden(f, low: float, high: float) -> float:
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = high - ratio * (high - low), low + ratio * (high - low)
+    fa, fb = f(a), f(b)
+    for _ in range(STEPS):
+        if fa < fb:
+            high, b, fb = b, a, fa
+            a = high - ratio * (high - low)
+            fa = f(a)
+        else:
+            low, a, fa = a, b, fb
+            b = low + ratio * (high - low)
+            fb = f(b)
+    return (low + high) / 2
+
+
+def cross_validation(rows=PUBLISHED) -> list[tuple[Published, float, float]]:
+    """Leave one source out: each source's runs predicted by constants fitted to all the
+    other sources' runs."""
     out = []
-    for row in PUBLISHED:
-        predicted = plan(
-            row.model, GPUS[row.gpu], row.gpus, row.batch, stack=row.stack, **row.fixed
-        )
-        out.append((row, row.published_s(), predicted.iteration_s))
+    for source in dict.fromkeys(r.source for r in rows):
+        held = [r for r in rows if r.source == source]
+        values = fitted([r for r in rows if r.source != source])
+        out += validation(held, *constants(values))
     return out
+
+
+def _summary(found) -> dict[str, float]:
+    errors = [p / s - 1 for _, s, p in found]
+    return {
+        "mean": statistics.mean(abs(e) for e in errors),
+        "max": max(abs(e) for e in errors),
+        "signed": statistics.mean(errors),
+    }
 
 
 REPLANNED = (("gpt3-175b", 1536), ("llama3-405b", 2048), ("llama3-8b", 16384))
@@ -183,14 +152,20 @@ def main() -> None:
     reference = reference_s()
     print(f"reference loop: {reference} s")
 
-    rows = validation()
-    errors = []
-    print(f"{'published run':62} {'published s':>11} {'predicted s':>11} {'error':>7}")
-    for row, published, predicted in rows:
-        error = predicted / published - 1
-        errors.append(abs(error))
-        print(f"{row.source:62} {published:11.2f} {predicted:11.2f} {error:+7.1%}")
-    print(f"mean |error| {statistics.mean(errors):.1%}, max {max(errors):.1%}, {len(rows)} runs")
+    rows, held_out = validation(), cross_validation()
+    print(f"{'source':44} {'run':34} {'published s':>11} {'fitted':>8} {'left out':>8}")
+    for (row, published, predicted), (_, _, unseen) in zip(rows, held_out, strict=True):
+        print(
+            f"{row.source[:44]:44} {row.name[:34]:34} {published:11.2f} "
+            f"{predicted / published - 1:+8.1%} {unseen / published - 1:+8.1%}"
+        )
+    inside, outside = _summary(rows), _summary(held_out)
+    sources = len({row.source for row, _, _ in rows})
+    for label, summary in (("fitted to all", inside), ("each source left out", outside)):
+        print(
+            f"{label}: mean |error| {summary['mean']:.1%}, max {summary['max']:.1%}, "
+            f"signed {summary['signed']:+.1%}; {len(rows)} runs from {sources} sources"
+        )
 
     repeat = 1 if args.short else 5
     replan_1k, replan_16k = replan_s(1024, repeat), replan_s(16384, repeat)
@@ -218,8 +193,12 @@ def main() -> None:
     )
     figures = {
         "rows": len(rows),
-        "mean_err": round(statistics.mean(errors), 4),
-        "max_err": round(max(errors), 4),
+        "sources": sources,
+        "mean_err": round(inside["mean"], 4),
+        "max_err": round(inside["max"], 4),
+        "cv_mean_err": round(outside["mean"], 4),
+        "cv_max_err": round(outside["max"], 4),
+        "cv_signed_err": round(outside["signed"], 4),
         "replan_s_1k": round(replan_1k, 4),
         "replan_s_16k": round(replan_16k, 4),
         "batch_kept": total == batch,

@@ -301,10 +301,23 @@ class ParallelPlan:
         }
 
 
-# Fitted once to the published runs in docs/parallelism.md and shared by every GPU type.
-ELEMENTWISE_PASSES = 2.5  # element-wise kernels move the stored activations this many times
-ATTENTION_EFFICIENCY = 0.8  # the attention core's share of the GEMM rate (per-head GEMMs)
-LINK_EFFICIENCY = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
+@dataclass(frozen=True)
+class Fit:
+    """The time model's constants, fitted to the published runs in docs/parallelism.md and
+    shared by every GPU type (`bench.parallelism` fits them and scores them on runs left out)."""
+
+    elementwise_passes: float = 2.5  # element-wise kernels move the stored activations so often
+    attention_efficiency: float = 0.8  # the attention core's share of the GEMM rate
+    link_efficiency: float = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
+    # What a layer's pass costs beyond its FLOPs and bytes: the launches and tails of its
+    # dozen-odd kernels, which small GEMMs do not hide.
+    layer_overhead_s: float = 0.0
+    # Every rank waits for the slowest at each collective: the share of compute lost per
+    # doubling of the nodes a job spans (stragglers, jitter, congestion).
+    straggler: float = 0.0
+
+
+FIT = Fit()
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
@@ -333,6 +346,7 @@ def plans(
     stack: Stack = Stack(),
     datacenters: int = 1,
     limit: int = 10,
+    fit: Fit = FIT,
     **fixed,
 ) -> list[ParallelPlan]:
     """Plans that fit, fastest first; `fixed` pins layout fields (tp=8, pp=4, ...)."""
@@ -343,7 +357,7 @@ def plans(
     if unknown := set(fixed) - set(Layout.__dataclass_fields__):
         raise TypeError(f"not layout fields: {', '.join(sorted(unknown))}")
     found = [
-        evaluate(model, gpu, batch, layout, stack=stack, datacenters=datacenters)
+        evaluate(model, gpu, batch, layout, stack=stack, datacenters=datacenters, fit=fit)
         for layout in layouts(model, gpu, gpus, batch, datacenters, **fixed)
     ]
     found = [p for p in found if p.memory_gib <= gpu.memory_gib]
@@ -389,17 +403,25 @@ def _inner(fixed, tp, pp, dp, vp, most, fewest):
 
 
 def evaluate(
-    model: ModelSpec, gpu: Gpu, batch: int, layout: Layout, *, stack: Stack = Stack(), datacenters=1
+    model: ModelSpec,
+    gpu: Gpu,
+    batch: int,
+    layout: Layout,
+    *,
+    stack: Stack = Stack(),
+    datacenters=1,
+    fit: Fit = FIT,
 ) -> ParallelPlan:
     """The predicted iteration time, throughput and memory of one layout."""
     tp, pp, dp, vp, b = layout.tp, layout.pp, layout.dp, layout.vp, layout.micro_batch
     more, larger_shares = -(-batch // dp), batch % dp or dp
     fewer = batch // dp if batch % dp else more
-    micro_s = _stage_micro_batch_s(model, gpu, layout, stack)
-    compute = micro_s * (more / b + (pp - 1) / vp)
-    p2p = _p2p_s(model, gpu, layout) * -(-more // b) * vp if pp > 1 else 0.0
-    reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters)
-    hidden = _backward_s(model, gpu, layout, stack) if stack.overlap else 0.0
+    micro_s = _stage_micro_batch_s(model, gpu, layout, stack, fit)
+    nodes = max(1, tp * pp * dp // gpu.per_node)
+    compute = micro_s * (more / b + (pp - 1) / vp) * (1 + fit.straggler * math.log2(nodes))
+    p2p = _p2p_s(model, gpu, layout, fit) * -(-more // b) * vp if pp > 1 else 0.0
+    reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters, fit)
+    hidden = micro_s * 2 / 3 if stack.overlap else 0.0  # the last micro-batch's backward
     step = _optimizer_s(model, gpu, layout)
     iteration = compute + p2p + max(0.0, reduce - hidden) + step
     tokens = batch * model.seq / iteration
@@ -422,43 +444,40 @@ def evaluate(
     )
 
 
-def _stage_micro_batch_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
+def _stage_micro_batch_s(
+    model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, fit: Fit = FIT
+) -> float:
     """Forward, recompute and backward of one micro-batch through the busiest stage."""
     tp, b = layout.tp, layout.micro_batch
     gemm = gpu.bf16_tflops * 1e12 * gpu.gemm_efficiency
     matrix = model._matrix_flops(b, tp) / gemm
-    attention = model._attention_flops(b, tp) / (gemm * ATTENTION_EFFICIENCY)
-    elementwise = ELEMENTWISE_PASSES * _activation_bytes(model, b, tp, stack) / (gpu.hbm_gbps * 1e9)
-    compute = matrix + attention + elementwise
-    collectives = 2 * _tp_collective_s(model, gpu, layout)  # per pass, forward or backward
+    attention = model._attention_flops(b, tp) / (gemm * fit.attention_efficiency)
+    moved = fit.elementwise_passes * _activation_bytes(model, b, tp, stack)
+    compute = matrix + attention + moved / (gpu.hbm_gbps * 1e9) + fit.layer_overhead_s
+    collectives = 2 * _tp_collective_s(model, gpu, layout, fit)  # per pass, forward or backward
     again = compute + collectives if layout.recompute is Recompute.FULL else attention
     layer = 3 * compute + 2 * collectives + again  # backward computes twice the forward
     logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage, which sets the pace
     return _stage_layers(model, layout.pp, layout.vp) * layer + logits
 
 
-def _backward_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
-    """The backward pass of the last micro-batch, behind which the gradient reduction hides."""
-    return _stage_micro_batch_s(model, gpu, layout, stack) * 2 / 3
-
-
-def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
     """One all-reduce of a micro-batch's hidden states among the tensor-parallel ranks."""
     tp = layout.tp
     if tp == 1:
         return 0.0
     size = 2 * layout.micro_batch * model.seq * model.hidden
-    return 2 * (tp - 1) / tp * size / (gpu.nvlink_gbps * 1e9 * LINK_EFFICIENCY)
+    return 2 * (tp - 1) / tp * size / (gpu.nvlink_gbps * 1e9 * fit.link_efficiency)
 
 
-def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
     """Sending one micro-batch's activations forward and its gradients back between stages."""
     size = 2 * layout.micro_batch * model.seq * model.hidden / layout.tp
-    return 2 * size / (gpu.network_gbps * 1e9 * LINK_EFFICIENCY)
+    return 2 * size / (gpu.network_gbps * 1e9 * fit.link_efficiency)
 
 
 def _dp_reduce_s(
-    model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, datacenters: int
+    model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, datacenters: int, fit: Fit
 ) -> float:
     """Reducing the gradients (and gathering the parameters) among the data-parallel replicas."""
     dp = layout.dp
@@ -469,12 +488,13 @@ def _dp_reduce_s(
     # them once and all-gathers the updated bf16 parameters.
     size = params * (grad + 2 if layout.distributed_optimizer else 2 * grad)
     inside = dp // datacenters
-    ring = (inside - 1) / inside * size / (_dp_bandwidth(gpu, layout) * 1e9 * LINK_EFFICIENCY)
+    bandwidth = _dp_bandwidth(gpu, layout) * 1e9 * fit.link_efficiency
+    ring = (inside - 1) / inside * size / bandwidth
     if datacenters == 1:
         return ring
     # Each DC holds one copy of the whole model's gradients after its own reduce-scatter.
     across = 2 * (datacenters - 1) / datacenters * model.params * grad
-    return ring + across / (DC_LINK_GBPS * 1e9 * LINK_EFFICIENCY)
+    return ring + across / (DC_LINK_GBPS * 1e9 * fit.link_efficiency)
 
 
 def _dp_bandwidth(gpu: Gpu, layout: Layout) -> float:
