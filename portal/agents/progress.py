@@ -13,6 +13,8 @@ seen before, kept in Redis per job and attempt:
   at least RATE_OVER_S), for STRAGGLER_FOR_S on end, is a straggler: a `straggler` fault,
   and where the job's queue says so, a recovery that moves its part to a hot spare (the
   others save first).
+
+The same looks time each run's steps for the fleet's calibration (`workloads.calibration`).
 """
 
 import json
@@ -28,7 +30,7 @@ from portal.agents.intake import record_fault
 from portal.cluster.summary import heartbeats, reported_steps
 from portal.core.redis import client
 from portal.quotas.choices import StragglerPolicy
-from portal.workloads import recovery
+from portal.workloads import calibration, recovery
 from portal.workloads.choices import State
 from portal.workloads.models import Allocation, Recovery, Workload
 from scheduler import faults
@@ -70,6 +72,8 @@ def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> li
         seen = {"run": run, "first": [now, top], "last": [now, top]}
         seen.update(nodes={str(n): [now, s] for n, s in steps.items()}, slow={})
     found = _hang(workload, nodes, steps, seen, now) or _stragglers(workload, steps, seen, now)
+    if not found:  # a hung or straggling run's pace is not the plan's
+        calibration.measure(workload, seen, now)
     client().set(f"{SEEN}{workload.pk}", json.dumps(seen), ex=KEEP_S)
     return found
 

@@ -20,6 +20,7 @@ from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
 from portal.workloads import budgets, lifecycle, parallel, preemption, words
+from portal.workloads import calibration as fleet
 from portal.workloads.choices import (
     HOLDING,
     CheckpointPolicy,
@@ -39,7 +40,7 @@ from portal.workloads.models import (
     transition,
 )
 from portal.workloads.reasons import Reader
-from scheduler import engine
+from scheduler import calibration, engine
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         )
         for node_id, name, model, gpus, health, up, spare, single, leaf, pod, dc, region in rows
     )
-    budget = parallel.Budget()
+    budget, factors = parallel.Budget(), fleet.factors()
     resized = dict(
         Recovery.objects.filter(outcome__in=[RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN])
         .values("workload_id")
@@ -122,7 +123,9 @@ def build_snapshot(now=None) -> engine.Snapshot:
         .values_list("workload_id", "at")
     )
     workloads = leaving + tuple(
-        _engine_workload(w, placements[w["id"]], budget, saved.get(w["id"]), resized.get(w["id"]))
+        _engine_workload(
+            w, placements[w["id"]], budget, saved.get(w["id"]), resized.get(w["id"]), factors
+        )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
         .values(*COLUMNS)
@@ -144,8 +147,11 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Workload:
-    """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds."""
+def _engine_workload(
+    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table
+) -> engine.Workload:
+    """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds; the
+    fleet's calibration `factors` correct its throughput curve."""
     return engine.Workload(
         id=w["id"],
         queue_id=w["queue_id"],
@@ -167,7 +173,7 @@ def _engine_workload(w: dict, placed: dict, budget, saved, resized) -> engine.Wo
         last_checkpoint_at=_seconds(saved),
         saves=w["checkpoint_policy"] != CheckpointPolicy.NONE,
         preempting=w["state"] == State.PREEMPTING,
-        throughput=_throughput(w, placed, budget),
+        throughput=_throughput(w, placed, budget, factors),
         resized_at=_seconds(resized),
         spread=w["spread"] or None,
         tenant=w["tenant_id"],
@@ -190,7 +196,7 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
         "submitted_at": now,
         "head_of_queue": False,
     }
-    added = _engine_workload(fields, {}, parallel.Budget(), None, None)
+    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {})
     plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
     for admission in plan.admissions:
         if admission.workload_id == -1:
@@ -255,9 +261,10 @@ def _topology(w: dict, budget: parallel.Budget) -> engine.TopologyLevel:
     return level if spans else engine.TopologyLevel.DATACENTER
 
 
-def _throughput(w: dict, placed: dict, budget: parallel.Budget) -> tuple:
+def _throughput(w: dict, placed: dict, budget: parallel.Budget, factors) -> tuple:
     """The planner's throughput curve of a running elastic job with a model, from its fewest
-    to its most GPUs: what its shrinks and grows are weighed by (linear until planned)."""
+    to its most GPUs, calibrated by the fleet: what its shrinks and grows are weighed by
+    (linear until planned)."""
     held = sum(len(indices) for indices in placed.values())
     most = max(w["max_gpus"] or w["gpus"], held)
     if not (w["model_spec"] and w["min_gpus"] and held and w["min_gpus"] < most):
@@ -265,7 +272,7 @@ def _throughput(w: dict, placed: dict, budget: parallel.Budget) -> tuple:
     if not budget.allows():
         return ()
     return parallel.throughput(
-        w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], most
+        w["model_spec"], w["gpu_model__name"], w["global_batch"], w["min_gpus"], most, factors
     )
 
 
@@ -293,6 +300,8 @@ def apply(plan: engine.Plan) -> set[int]:
         + [g.workload_id for g in plan.grows]
     )
     datacenter = _datacenters(plan, workloads)
+    planned = any(workloads[a.workload_id].model_spec for a in plan.admissions)
+    factors = fleet.factors() if planned else {}
     touched: set[int] = set()
     with transaction.atomic():
         # Victims first: the GPUs they give back may be the ones the admissions below take.
@@ -341,7 +350,7 @@ def apply(plan: engine.Plan) -> set[int]:
                     if dcs > 1
                     else words.ADMITTED_ON.format(gpus=gpus)
                 )
-                parallel.replan(workload, gpus, workload.attempt, why, datacenters=dcs)
+                parallel.replan(workload, gpus, workload.attempt, why, dcs, factors)
         Allocation.objects.bulk_create(bookings)
         changed = []
         for pending in plan.pending:

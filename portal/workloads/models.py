@@ -193,9 +193,15 @@ class ParallelPlan(models.Model):
     plan = models.JSONField()
     reason = models.CharField(max_length=300)
     created_at = models.DateTimeField(default=timezone.now)
+    # Seconds per iteration the job measured on this plan (its latest run's steps over time,
+    # `portal.workloads.calibration`), against `plan["predicted"]["iteration_s"]`.
+    measured_s = models.FloatField(null=True, blank=True)
+    measured_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["workload", "id"]
+        # The calibration reads the newest measurements of the whole fleet.
+        indexes = [models.Index(fields=["measured_at"], name="workloads_plan_measured_at")]
 
     def __str__(self):
         layout = self.plan

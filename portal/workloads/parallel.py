@@ -5,10 +5,11 @@ fewer nodes), recorded with the reason, and handed to the job as ``WANKA_PARALLE
 import json
 from dataclasses import asdict
 
+from portal.workloads import calibration as fleet
 from portal.workloads import words
 from portal.workloads.choices import CheckpointPolicy
 from portal.workloads.models import ParallelPlan, Workload
-from scheduler import parallelism
+from scheduler import calibration, parallelism
 
 
 def spec(value) -> dict:
@@ -67,12 +68,16 @@ def spans_datacenters(model_spec: dict, gpu: str, gpus: int, batch: int) -> bool
     return one is not None and two is not None and two.tokens_per_s >= SPAN_KEEPS * one.tokens_per_s
 
 
-def throughput(model_spec: dict, gpu: str, batch: int, fewest: int, most: int) -> tuple:
-    """The planner's (GPUs, tokens/s) curve of a job that may run on `fewest` to `most`."""
+def throughput(
+    model_spec: dict, gpu: str, batch: int, fewest: int, most: int, factors: calibration.Table
+) -> tuple:
+    """The planner's (GPUs, tokens/s) curve of a job that may run on `fewest` to `most`,
+    calibrated by the fleet's `factors` at each size."""
     if gpu not in parallelism.GPUS:
         return ()
     model = parallelism.ModelSpec(**model_spec)
-    return parallelism.curve(model, parallelism.GPUS[gpu], batch, fewest, most)
+    found = parallelism.curve(model, parallelism.GPUS[gpu], batch, fewest, most)
+    return calibration.calibrated_curve(found, factors, model.name, gpu)
 
 
 def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
@@ -89,12 +94,18 @@ def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
 
 
 def replan(
-    workload: Workload, gpus: int, attempt: int, reason: str, datacenters: int = 1
+    workload: Workload,
+    gpus: int,
+    attempt: int,
+    reason: str,
+    datacenters: int = 1,
+    factors: calibration.Table | None = None,
 ) -> ParallelPlan | None:
     """Record the plan for the `gpus` the workload now holds (over `datacenters`), unless it is
     the plan it has. When no layout fits that many GPUs (a recovery left a count its model
     cannot use), an empty plan is recorded with the reason, so the job is never handed the
-    plan of a size it no longer holds."""
+    plan of a size it no longer holds. Its predictions are calibrated by the fleet's
+    `factors` (read now when not given), and say by how much."""
     if not workload.model_spec:
         return None
     triggered = workload.checkpoint_policy == CheckpointPolicy.TRIGGERED
@@ -104,7 +115,9 @@ def replan(
         found = best(spec, gpu, gpus, batch, triggered)
         if found is not None:
             reason = words.PLANNED_AS_ONE.format(reason=reason, datacenters=datacenters)
-    plan = found.as_json() if found is not None else {}
+    if factors is None:
+        factors = fleet.factors()
+    plan = _as_json(found, calibration.lookup(factors, spec["name"], gpu, gpus))
     if found is None:
         reason = words.NO_LAYOUT.format(model=spec["name"], gpus=gpus, gpu=gpu, reason=reason)
     latest = workload.parallel_plans.last()
@@ -113,6 +126,16 @@ def replan(
     return ParallelPlan.objects.create(
         workload=workload, attempt=attempt, gpus=gpus, plan=plan, reason=reason[:300]
     )
+
+
+def _as_json(found: parallelism.ParallelPlan | None, factor: calibration.Factor | None) -> dict:
+    """The plan as the job and its page read it: calibrated, with the factor it took."""
+    if found is None:
+        return {}
+    plan = calibration.calibrated(found, factor).as_json()
+    if factor is not None:
+        plan["calibration"] = calibration.record(factor, found.iteration_s)
+    return plan
 
 
 def current(workload_ids) -> dict[int, str]:

@@ -258,7 +258,7 @@ class ParallelPlanSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ParallelPlan
-        fields = ["attempt", "gpus", "reason", "created_at", "plan"]
+        fields = ["attempt", "gpus", "reason", "created_at", "plan", "measured_s", "measured_at"]
 
 
 class PlanQuerySerializer(KnownFields, serializers.Serializer):
