@@ -3,8 +3,9 @@
 A job's work is its trace duration at its requested size; on fewer GPUs (an elastic job that
 was shrunk) it progresses in proportion, `held / gpus` seconds of work per second, or, for a job
 that names its model, at the planner's throughput for `held` GPUs over that for `gpus` (the
-curve the engine weighs its shrinks by, `scheduler.parallelism.curve`). While it holds GPUs it
-is in one phase at a time:
+curve the engine weighs its shrinks by, `scheduler.parallelism.curve`, corrected by the fleet's
+calibration when `SimConfig.calibration` gives one). While it holds GPUs it is in one phase at
+a time:
 
 - COMPUTE: work advances; after `interval_s` seconds of compute a routine checkpoint is due;
 - STALL: a routine checkpoint's stall (a periodic stop-the-world save, or an async copy to host
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from scheduler import parallelism
+from scheduler.calibration import Table, calibrated_curve
 from scheduler.checkpointing import Costs, Policy, PolicyKind, interval_for
 from scheduler.engine import Placement
 from scheduler.engine.model import at
@@ -91,7 +93,13 @@ class Checkpointing:
 class Job:
     """A trace job's state in one simulation, and its time accounting."""
 
-    def __init__(self, spec: TraceJob, checkpointing: Checkpointing, costs: Costs) -> None:
+    def __init__(
+        self,
+        spec: TraceJob,
+        checkpointing: Checkpointing,
+        costs: Costs,
+        factors: Table | None = None,  # the fleet's calibration; None: as modelled
+    ) -> None:
         self.spec = spec
         self.id = spec.id
         self.ckpt = checkpointing
@@ -124,7 +132,7 @@ class Job:
         self.preemptions = 0
         self.shrinks = 0
         self.resized_at: float | None = None
-        self.throughput = throughput_curve(spec)
+        self.throughput = throughput_curve(spec, factors or {})
         self.slowdown = 1.0  # a hang (0) or a straggler (below 1) until the job restarts
         # What happened to it, as the portal's workload states name it: "running",
         # "preempting", "pending", "recovering (spare)" and so on, "succeeded".
@@ -419,10 +427,12 @@ class Job:
         self._enter(Phase.COMPUTE, None)
 
 
-def throughput_curve(spec: TraceJob) -> tuple:
-    """The planner's curve for an elastic job that names its model, else ()."""
+def throughput_curve(spec: TraceJob, factors: Table) -> tuple:
+    """The planner's curve for an elastic job that names its model, else (); calibrated by
+    the fleet's `factors` (`SimConfig.calibration`)."""
     gpu = parallelism.GPUS.get(spec.gpu_model)
     if not spec.model or gpu is None or spec.fewest_gpus >= spec.gpus:
         return ()
     model = parallelism.MODELS[spec.model]
-    return parallelism.curve(model, gpu, spec.global_batch, spec.fewest_gpus, spec.gpus)
+    found = parallelism.curve(model, gpu, spec.global_batch, spec.fewest_gpus, spec.gpus)
+    return calibrated_curve(found, factors, spec.model, spec.gpu_model)

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from scheduler.calibration import Table
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR, Costs, Policy, PolicyKind
 from scheduler.engine import NodeIndex, Placement, Plan
 from scheduler.engine.cycle import paused_collector
@@ -70,6 +71,9 @@ class SimConfig:
     series_step_s: float = 3600.0  # time series are averaged into buckets this long
     preemption_grace_s: float | None = None  # a victim's most time to save; None: no wait
     since_s: float | None = None  # services' figures count from then (None: the start)
+    # The fleet's calibration (`scheduler.calibration.table`, as the portal's
+    # `workloads.calibration.factors` reads it); None: the planner's curves as modelled.
+    calibration: Table | None = None
 
 
 class Kind(IntEnum):
@@ -188,7 +192,7 @@ class Simulator:
         ckpt = Checkpointing.resolve(
             policy, spec.gpus, self.config.costs, self.config.failures_per_gpu_hour
         )
-        return Job(spec, ckpt, self.config.costs)
+        return Job(spec, ckpt, self.config.costs, self.config.calibration)
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler import calibration
 from scheduler.checkpointing import Costs, PolicyKind
 from scheduler.engine import Placement
 from scheduler.sim.jobs import Cause, Checkpointing, Job, Phase
@@ -167,3 +168,14 @@ def test_ettr_is_productive_compute_over_wall_time_since_first_admission() -> No
     assert periodic.phase_ended(160.0) is True  # all 150 s of work done
     periodic.finish(160.0)
     assert periodic.ettr(1e9) == pytest.approx(150.0 / 160.0)
+
+
+def test_a_calibrated_run_goes_at_the_fleets_pace_for_its_size() -> None:
+    """With `SimConfig.calibration`, a job of a family measured 50 % slow on 8 GPUs goes at
+    that pace when shrunk to 8; without, at the planner's."""
+    spec = TraceJob(1, 0.0, 16, "H800", 1000.0, "q", min_gpus=8, model="llama3-8b", global_batch=64)
+    ckpt = Checkpointing(PolicyKind.NONE, None, 0.0, 0.0)
+    factors = {("llama3", "H800", 8): calibration.Factor(1.5, 4, 8)}
+    as_modelled, calibrated = Job(spec, ckpt, COSTS), Job(spec, ckpt, COSTS, factors)
+    assert calibrated.speed(16) == as_modelled.speed(16) == 1.0
+    assert calibrated.speed(8) == pytest.approx(as_modelled.speed(8) / 1.5)
