@@ -53,7 +53,7 @@ def detect(now: float | None = None) -> list[str]:
     samples = heartbeats({n for on in nodes.values() for n in on})
     ids = sorted(nodes)
     raws = client().mget([f"{SEEN}{w}" for w in ids]) if ids else []
-    found = []
+    found, paces = [], {}  # paces: each run's seconds per iteration, due to be recorded
     for workload_id, raw in zip(ids, raws, strict=True):
         workload = running[workload_id]
         on = nodes[workload_id]
@@ -61,19 +61,20 @@ def detect(now: float | None = None) -> list[str]:
             {n: samples[n] for n in on if n in samples}, workload_id, workload.attempt
         )
         if steps:
-            found += _look(workload, on, steps, json.loads(raw) if raw else None, now)
+            found += _look(workload, on, steps, json.loads(raw) if raw else None, now, paces)
+    calibration.record(paces)
     return found
 
 
-def _look(workload: Workload, nodes, steps, seen: dict | None, now: float) -> list[str]:
+def _look(workload: Workload, nodes, steps, seen: dict | None, now: float, paces) -> list[str]:
     run = [workload.attempt, workload.started_at.timestamp() if workload.started_at else 0]
     if seen is None or seen.get("run") != run:  # a new run (a restart, or admitted again)
         top = max(steps.values())
         seen = {"run": run, "first": [now, top], "last": [now, top]}
         seen.update(nodes={str(n): [now, s] for n, s in steps.items()}, slow={})
     found = _hang(workload, nodes, steps, seen, now) or _stragglers(workload, steps, seen, now)
-    if not found:  # a hung or straggling run's pace is not the plan's
-        calibration.measure(workload, seen, now)
+    if not found and (seconds := calibration.pace(seen, now)) is not None:
+        paces[workload.pk] = seconds  # a hung or straggling run's pace is not the plan's
     client().set(f"{SEEN}{workload.pk}", json.dumps(seen), ex=KEEP_S)
     return found
 

@@ -7,37 +7,57 @@ heartbeat (the contract's progress file), by the progress detector's looks at it
 (`portal.agents.progress`): the steps made since the first look that saw one made, over the
 time since. A run is one attempt from its start, so a restart, and the time a job waited or
 recovered, never counts; only a run timed over `MEASURE_OVER_S` counts, and its plan's row is
-updated at most every `MEASURE_EVERY_S`. The time includes what stalls the training loop in
-that run (routine saves), as the job's real pace does.
+updated at most every `MEASURE_EVERY_S` (all of a look's measurements in one write). The time
+includes what stalls the training loop in that run (routine saves), as the job's real pace
+does.
 """
 
+from django.core.cache import cache
+from django.db.models import Max
 from django.utils import timezone
 
-from portal.workloads.models import ParallelPlan, Workload
+from portal.workloads.models import ParallelPlan
 from scheduler import calibration
 
 MEASURE_OVER_S = 120.0
 MEASURE_EVERY_S = 120.0
-KEEP = 2000  # the newest measurements the table rests on: one cheap query per cycle
+KEEP = 2000  # the newest measurements the table rests on
+CACHE_KEY = "wanka:calibration"
 
 
-def measure(workload: Workload, seen: dict, now: float) -> None:
-    """Record the run's seconds per iteration on the workload's latest plan, from the progress
+def pace(seen: dict, now: float) -> float | None:
+    """The run's seconds per iteration, when it is due to be recorded, from the progress
     detector's record of the run (`seen`: its "first" and "last" looks as [time, step], the
     last being the newest that saw a step made). The window opens at the first look that saw
     a step made, so the minutes a job loads before its first step are left out."""
     (_, first), (last_at, last) = seen["first"], seen["last"]
     if last <= first:
-        return
+        return None
     from_at, start = seen.setdefault("from", [last_at, last])
     if last_at - from_at < MEASURE_OVER_S or now - seen.get("measured", 0.0) < MEASURE_EVERY_S:
-        return
+        return None
     seen["measured"] = now
-    latest = ParallelPlan.objects.filter(workload=workload).order_by("-id").first()
-    if latest is not None and latest.plan:
-        latest.measured_s = (last_at - from_at) / (last - start)
-        latest.measured_at = timezone.now()
-        latest.save(update_fields=["measured_s", "measured_at"])
+    return (last_at - from_at) / (last - start)
+
+
+def record(paces: dict[int, float]) -> None:
+    """Write each workload's measured seconds per iteration on its latest plan (the plan its
+    current run was handed; none where no layout fit): two queries and one write for any
+    number."""
+    if not paces:
+        return
+    latest = (
+        ParallelPlan.objects.filter(workload_id__in=paces)
+        .values("workload_id")
+        .annotate(last=Max("id"))
+        .values_list("last", flat=True)
+    )
+    rows = [row for row in ParallelPlan.objects.filter(pk__in=list(latest)) if row.plan]
+    now = timezone.now()
+    for row in rows:
+        row.measured_s, row.measured_at = paces[row.workload_id], now
+    ParallelPlan.objects.bulk_update(rows, ["measured_s", "measured_at"])
+    cache.delete(CACHE_KEY)
 
 
 def runs() -> list[calibration.Run]:
@@ -63,5 +83,11 @@ def runs() -> list[calibration.Run]:
 
 
 def factors() -> calibration.Table:
-    """The calibration table now: every bucket's factor and the runs it rests on."""
+    """The calibration table: every bucket's factor and the runs it rests on. Kept in the
+    process for as long as measurements take to change (the cycle asks for it every time),
+    and dropped by `record` in the process that writes them."""
+    return cache.get_or_set(CACHE_KEY, _table, timeout=MEASURE_EVERY_S)
+
+
+def _table() -> calibration.Table:
     return calibration.table(runs(), timezone.now().timestamp())

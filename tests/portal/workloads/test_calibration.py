@@ -10,9 +10,9 @@ from django.urls import reverse
 
 from portal.agents import progress
 from portal.cluster.summary import TELEMETRY
+from portal.workloads import calibration as fleet
 from portal.workloads import lifecycle, parallel
 from portal.workloads.cycle import scheduling_cycle
-from portal.workloads.models import ParallelPlan
 from tests.builders import make_workload
 
 BATCH = 64
@@ -94,10 +94,9 @@ def test_the_start_of_a_run_and_the_time_before_it_are_not_measured(acme_llm, cl
 
 
 def _measured(workload, ratio: float):
-    plan = workload.parallel_plans.last()
-    ParallelPlan.objects.filter(pk=plan.pk).update(
-        measured_s=ratio * plan.plan["predicted"]["iteration_s"], measured_at=plan.created_at
-    )
+    """The workload measured `ratio` times its plan's prediction (what `progress.detect`
+    records after two minutes of steps)."""
+    fleet.record({workload.pk: ratio * _predicted(workload)})
 
 
 @pytest.mark.parametrize(
@@ -125,3 +124,12 @@ def test_a_prediction_falls_back_to_wider_buckets(acme_llm, model, gpus, gpu, ex
     else:
         assert plan["calibration"]["scale"] == expected_scale
         assert plan["predicted"]["iteration_s"] > uncalibrated
+
+
+def test_a_looks_measurements_are_written_at_once(acme_llm, django_assert_max_num_queries):
+    jobs = [_job(acme_llm, f"job{i}") for i in range(3)]
+    for job in jobs:
+        parallel.replan(job, 16, 0, "admitted", factors={})
+    with django_assert_max_num_queries(3):  # find the plans, read them, write them
+        fleet.record({job.pk: 10.0 + job.pk for job in jobs})
+    assert [j.parallel_plans.last().measured_s for j in jobs] == [10.0 + j.pk for j in jobs]
