@@ -94,8 +94,8 @@ def table(runs: list[Run], now: float) -> Table:
             grouped.setdefault((family(run.model), run.gpu, size), []).append((run.ratio, run.at))
     found: Table = {}
     for key in sorted(grouped, key=lambda k: k[2]):  # ANY_SCALE first: the others' prior
-        wider = found.get((key[0], key[1], ANY_SCALE))
-        factor = aggregate(grouped[key], now, wider.factor if key[2] else 1.0)
+        wider = found.get((key[0], key[1], ANY_SCALE))  # None while building that one
+        factor = aggregate(grouped[key], now, wider.factor if wider else 1.0)
         if factor is not None:
             found[key] = replace(factor, scale=key[2])
     return found
