@@ -91,6 +91,59 @@ def _korthikanti(name, layers, hidden, heads, pp, gpus, batch, mbs, vp, full_s, 
     ]
 
 
+STACK_2022 = Stack(overlap=False, sequence_parallel=False, flash_attention=False)
+"""Megatron-DeepSpeed as BLOOM ran it in 2022: fp32 gradients, nothing else of today's."""
+
+# Nemotron-4 (Parmar et al. 2024, Table 1; Adler et al. 2024): squared-ReLU FFN of 4h, 8 KV
+# heads, 256,000 tokens, untied, no dropout, 4,096 tokens a sequence.
+NEMOTRON4 = {
+    "nemotron4-15b": ModelSpec(
+        "nemotron4-15b", 32, 6144, 48, 24576, 256000, 4096, 8, tied=False, dropout=False
+    ),
+    "nemotron4-340b": ModelSpec(
+        "nemotron4-340b", 96, 18432, 96, 73728, 256000, 4096, 8, tied=False, dropout=False
+    ),
+}
+# BLOOM 176B: 70 layers of 14,336 with 112 heads, FFN 4h, 250,880 tokens (padded), 2,048 a sequence.
+BLOOM = ModelSpec("bloom-176b", 70, 14336, 112, 4 * 14336, 250880, 2048)
+
+
+def _megatron_readme(name, layers, hidden, heads, tp, pp, gpus, batch, tflops) -> Published:
+    """Megatron-LM's README (weak scaling, Megatron-Core r0.8 on H100): GPT with a vocabulary of
+    131,072 and 4,096 tokens a sequence, model TFLOP/s per GPU, overlapped communication, no
+    recompute (Megatron-Core's default; flash attention's is the planner's "selective")."""
+    return Published(
+        "Megatron-LM README, weak-scaling table (Megatron-Core r0.8, H100)",
+        name,
+        ModelSpec(name, layers, hidden, heads, 4 * hidden, 131072, 4096),
+        "H100",
+        gpus,
+        batch,
+        {"tp": tp, "pp": pp, "recompute": Recompute.SELECTIVE},
+        tflops=tflops,
+    )
+
+
+def _dgxc(release, model, tp, pp, vp, micro_batch, published) -> Published:
+    """NVIDIA's DGX Cloud benchmarking recipes (NeMo), BF16 on H100: the step time of a short
+    run. v25.04 prints GPT-3's batch on 512 GPUs as "1204"; its tokens/s say 1,024. NeMo's
+    recipes recompute nothing but what flash attention does (the planner's "selective")."""
+    gpus, batch, seconds = published
+    spec = NEMOTRON4.get(model) or MODELS[model]
+    fixed = {"tp": tp, "pp": pp, "micro_batch": micro_batch, "recompute": Recompute.SELECTIVE}
+    fixed |= {"vp": vp} if vp else {}
+    return Published(
+        "NVIDIA DGX Cloud benchmarking recipes (NeMo)",
+        f"{release}: {model} on {gpus:,} GPUs",
+        spec,
+        "H100",
+        gpus,
+        batch,
+        fixed,
+        iteration_s=seconds,
+    )
+
+
 PUBLISHED: list[Published] = [
     _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
     _narayanan("3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
@@ -125,5 +178,163 @@ PUBLISHED: list[Published] = [
         2048,
         {"tp": 8, "pp": 16},
         tflops=400,
+    ),
+    *(  # Megatron-Core r0.8 on H100: Megatron-LM's README, weak-scaling table
+        _megatron_readme(*row)
+        for row in (
+            ("1.7B", 24, 2048, 16, 1, 1, 48, 192, 408.8),
+            ("7.1B", 30, 4096, 32, 2, 1, 96, 192, 465.9),
+            ("16B", 32, 6144, 48, 4, 1, 192, 192, 489.1),
+            ("32B", 48, 7168, 56, 8, 1, 384, 192, 459.6),
+            ("70B", 84, 8192, 64, 8, 2, 768, 384, 419.7),
+            ("119B", 92, 10240, 80, 8, 4, 1536, 768, 420.5),
+            ("177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+            ("314B", 96, 16384, 128, 8, 8, 3072, 1536, 474.4),
+            ("462B", 112, 18432, 144, 8, 16, 6144, 3072, 459.9),
+        )
+    ),
+    *(  # NVIDIA's DGX Cloud benchmarking recipes, BF16 on H100: step times, v24.11.1 and v25.04
+        _dgxc(*row[:-1], point)
+        for row in (
+            (
+                "v24.11.1",
+                "gpt3-175b",
+                4,
+                8,
+                12,
+                1,
+                [
+                    (128, 256, 8.91),
+                    (256, 512, 8.95),
+                    (512, 1024, 9.09),
+                    (1024, 2048, 9.01),
+                    (2048, 4096, 9.02),
+                ],
+            ),
+            (
+                "v24.11.1",
+                "nemotron4-15b",
+                4,
+                1,
+                1,
+                4,
+                [
+                    (16, 64, 2.83),
+                    (32, 128, 2.86),
+                    (64, 256, 2.86),
+                    (128, 512, 2.89),
+                    (256, 1024, 2.88),
+                    (512, 2048, 2.92),
+                    (1024, 4096, 2.92),
+                    (2048, 8192, 2.96),
+                ],
+            ),
+            (
+                "v24.11.1",
+                "nemotron4-340b",
+                8,
+                8,
+                12,
+                1,
+                [
+                    (128, 32, 4.61),
+                    (256, 64, 4.67),
+                    (512, 128, 4.70),
+                    (1024, 256, 4.73),
+                    (2048, 512, 4.84),
+                ],
+            ),
+            (
+                "v25.04",
+                "gpt3-175b",
+                4,
+                8,
+                6,
+                1,
+                [
+                    (128, 256, 8.309),
+                    (256, 512, 8.408),
+                    (512, 1024, 8.42),
+                    (1024, 2048, 8.453),
+                    (2048, 4096, 8.49),
+                ],
+            ),
+            (
+                "v25.04",
+                "nemotron4-15b",
+                2,
+                1,
+                1,
+                2,
+                [
+                    (16, 64, 2.66),
+                    (32, 128, 2.66),
+                    (64, 256, 2.67),
+                    (128, 512, 2.67),
+                    (256, 1024, 2.68),
+                    (512, 2048, 2.71),
+                    (1024, 4096, 2.74),
+                    (2048, 8192, 2.78),
+                ],
+            ),
+            (
+                "v25.04",
+                "nemotron4-340b",
+                8,
+                8,
+                None,
+                1,
+                [(256, 64, 4.36), (512, 128, 4.39), (1024, 256, 4.41), (2048, 512, 4.43)],
+            ),
+        )
+        for point in row[-1]
+    ),
+    *(  # Nemotron-4 15B's own training (Parmar et al. 2024, Table 2): TP 8, distributed optimizer
+        Published(
+            "Parmar et al. 2024 (Nemotron-4 15B), Table 2",
+            f"stage {stage}: {gpus:,} GPUs",
+            NEMOTRON4["nemotron4-15b"],
+            "H100",
+            gpus,
+            batch,
+            {"tp": 8, "pp": 1},
+            iteration_s=seconds,
+        )
+        for stage, gpus, batch, seconds in (
+            (1, 768, 384, 0.57),
+            (2, 1536, 768, 0.58),
+            (3, 2304, 1152, 0.64),
+        )
+    ),
+    *(  # BLOOM 176B (BigScience, train/tr11-176B-ml/README.md): Megatron-DeepSpeed, ZeRO-1, A100
+        Published(
+            "BigScience BLOOM-176B training README",
+            name,
+            BLOOM,
+            "A100",
+            384,
+            batch,
+            {"tp": 4, "pp": 12, "micro_batch": 2, "recompute": Recompute.FULL},
+            STACK_2022,
+            iteration_s=seconds,
+        )
+        for name, batch, seconds in (
+            ("global batch 2,048 (iteration 85,376)", 2048, 104.70),
+            ("global batch 16 (iteration 3,707)", 16, 15.23),
+        )
+    ),
+    *(  # Megatron-Turing NLG 530B (Smith et al. 2022, section 2.4): TP 8 x PP 35, batch 1,920, A100
+        Published(
+            "Smith et al. 2022 (MT-NLG 530B), section 2.4",
+            f"{nodes} nodes",
+            gpt("mt-nlg-530b", 105, 20480, 128),
+            "A100",
+            nodes * 8,
+            1920,
+            {"tp": 8, "pp": 35, "recompute": Recompute.FULL},
+            STACK_2021,
+            iteration_s=seconds,
+        )
+        for nodes, seconds in ((280, 60.1), (350, 50.2), (420, 44.4))
     ),
 ]

@@ -199,7 +199,7 @@ class Gpu:
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
+        Gpu("A100", 80, 312, 2039, 300, 25, 0.72),
         Gpu("H100", 80, 989, 3350, 450, 50, 0.85),
         Gpu("H800", 80, 989, 3350, 200, 50, 0.85),
         Gpu("H20", 96, 148, 4000, 450, 50, 0.85),
@@ -297,32 +297,40 @@ class ParallelPlan:
                 "tokens_per_s": round(self.tokens_per_s),
                 "mfu": round(self.mfu, 4),
                 "memory_gib": round(self.memory_gib, 2),
+                "error": PREDICTION_ERROR,
             },
         }
 
 
 @dataclass(frozen=True)
 class Fit:
-    """The time model's constants, fitted to the published runs in docs/parallelism.md and
-    shared by every GPU type (`bench.parallelism` fits them and scores them on runs left out)."""
+    """The time model's constants: fitted to the 72 published runs of docs/parallelism.md from
+    8 sources (`python -m bench.parallelism` fits them, and scores them on each source left
+    out), shared by every GPU type."""
 
-    elementwise_passes: float = 2.5  # element-wise kernels move the stored activations so often
-    attention_efficiency: float = 0.8  # the attention core's share of the GEMM rate
+    elementwise_passes: float = 1.8  # element-wise kernels move the stored activations so often
+    attention_efficiency: float = 0.68  # the attention core's share of the GEMM rate
     link_efficiency: float = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
     # What a layer's pass costs beyond its FLOPs and bytes: the launches and tails of its
     # dozen-odd kernels, which small GEMMs do not hide.
-    layer_overhead_s: float = 0.0
+    layer_overhead_s: float = 0.00055
     # Every rank waits for the slowest at each collective: the share of compute lost per
     # doubling of the nodes a job spans (stragglers, jitter, congestion).
-    straggler: float = 0.0
+    straggler: float = 0.009
+    # What an iteration costs beyond its micro-batches: the optimizer's kernel launches, the
+    # gradient norm's all-reduce, the data loader and logging, once an iteration.
+    iteration_overhead_s: float = 0.11
 
 
 FIT = Fit()
+# How far a prediction may be off: the mean |error| on published runs of sources left out of the
+# fit (`bench.parallelism`), said beside every predicted time.
+PREDICTION_ERROR = 0.094
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
 MICRO_BATCHES = (1, 2, 4, 8)
-INTERLEAVE = (1, 2, 3, 4, 6, 8)
+INTERLEAVE = (1, 2, 3, 4, 6, 8, 12)
 
 
 class NoPlan(ValueError):
@@ -423,7 +431,7 @@ def evaluate(
     reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters, fit)
     hidden = micro_s * 2 / 3 if stack.overlap else 0.0  # the last micro-batch's backward
     step = _optimizer_s(model, gpu, layout)
-    iteration = compute + p2p + max(0.0, reduce - hidden) + step
+    iteration = compute + p2p + max(0.0, reduce - hidden) + step + fit.iteration_overhead_s
     tokens = batch * model.seq / iteration
     return ParallelPlan(
         model=model.name,

@@ -82,11 +82,14 @@ def test_the_bubble_is_p_minus_1_over_v_m() -> None:
     assert interleaved.iteration_s < plain.iteration_s
 
 
-def test_every_published_run_within_ten_percent_and_five_on_average() -> None:
+def test_the_published_runs_it_is_fitted_to_within_seven_percent_on_average() -> None:
+    """In-sample (bench.parallelism scores it on sources left out): at least 60 runs from 8
+    sources, within 7 % on average, none off by more than a third."""
     errors = [abs(predicted / published - 1) for _, published, predicted in validation()]
-    assert len(errors) == len(PUBLISHED) >= 20
-    assert max(errors) <= 0.10
-    assert sum(errors) / len(errors) <= 0.05
+    assert len(errors) == len(PUBLISHED) >= 60
+    assert len({row.source for row in PUBLISHED}) >= 8
+    assert max(errors) <= 0.33
+    assert sum(errors) / len(errors) <= 0.07
 
 
 def test_more_gpus_never_make_a_big_job_slower_per_iteration() -> None:
