@@ -9,6 +9,7 @@ from scheduler.engine.capacity import describe, plural
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.parallelism import PREDICTION_ERROR
 from scheduler.words import HOURS, phrase
 
 COHORT_ROOM = phrase(
@@ -70,6 +71,15 @@ GROWN_IN = phrase(
 GROWN_MORE_IN = phrase(
     "grown from {held} to {gpus} GPUs, {more} more throughput: they were free and no work "
     "waits for {model} GPUs in {region}"
+)
+# A gain smaller than the planner's error (`parallelism.PREDICTION_ERROR`): said so.
+GROWN_UNSURE = phrase(
+    "grown from {held} to {gpus} GPUs, {more} more throughput, less than the planner's error of "
+    "{error}: they were free and no work waits for {model} GPUs"
+)
+GROWN_UNSURE_IN = phrase(
+    "grown from {held} to {gpus} GPUs, {more} more throughput, less than the planner's error of "
+    "{error}: they were free and no work waits for {model} GPUs in {region}"
 )
 SHRINKING = phrase("shrinking {workloads}")
 PREEMPTING = phrase("preempting {workloads} (queue {queues})")
@@ -202,8 +212,15 @@ def grow_reason(workload: Workload, gpus: int, region: str) -> str:
     fields = {"held": workload.held, "gpus": gpus, "model": workload.gpu_model}
     if workload.throughput:
         more = workload.rate(gpus) / workload.rate(workload.held) - 1
-        template = GROWN_MORE_IN if region else GROWN_MORE
-        return template.format(more=f"{more:.0%}", region=region, **fields)
+        unsure = more < PREDICTION_ERROR
+        template = {
+            (False, False): GROWN_MORE,
+            (False, True): GROWN_MORE_IN,
+            (True, False): GROWN_UNSURE,
+            (True, True): GROWN_UNSURE_IN,
+        }[unsure, bool(region)]
+        error = f"{PREDICTION_ERROR:.0%}"
+        return template.format(more=f"{more:.0%}", region=region, error=error, **fields)
     return (GROWN_IN if region else GROWN).format(region=region, **fields)
 
 
