@@ -191,6 +191,11 @@ def main() -> None:
         )
     inside, outside = _summary(rows), _summary(held_out)
     sources = len({row.source for row, _, _ in rows})
+    refused = overflows()
+    print(
+        f"published layouts the memory model refuses (timed all the same): {len(refused)}"
+        + "".join(f"; {row.source}: {row.name}" for row in refused)
+    )
     for source in dict.fromkeys(row.source for row, _, _ in rows):
         mine = _summary([r for r in held_out if r[0].source == source])
         print(
