@@ -24,6 +24,8 @@ class GpuModel(models.Model):
 
     name = models.CharField(max_length=32, unique=True)
     memory_gb = models.PositiveIntegerField()
+    # A job may ask for any model of a family ("hopper") instead of naming each.
+    family = models.CharField(max_length=32, blank=True, db_index=True)
 
     class Meta:
         ordering = ["name"]
