@@ -137,6 +137,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
         budgets=budgets.engine_budgets(now or timezone.now()),
+        worth=quota_engine.worth(),
     )
 
 

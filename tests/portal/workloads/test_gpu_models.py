@@ -131,3 +131,14 @@ def test_the_choice_reads_in_chinese():
     with translation.override("zh-hans"):
         said = translate(english)
     assert said == "已放置到 1 个节点（GPU 型号 H20：排在它前面的 H800 现在没有空位）"
+
+
+def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
+    from portal.quotas.engine import worth
+    from portal.workloads.cycle import build_snapshot
+
+    assert dict(worth()) == {"H800": 989.0, "H20": 148.0}  # the planner's dense BF16 TFLOPS
+    GpuModel.objects.filter(name="H20").update(worth=200)
+    assert dict(build_snapshot().worth) == {"H800": 989.0, "H20": 200.0}
+    GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
+    assert worth() == ()
