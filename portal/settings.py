@@ -405,6 +405,8 @@ WANKA = {
     # An elastic job below its most grows into free GPUs at most this often (each grow
     # restarts it, from a save made within that time).
     "GROW_EVERY_S": float(os.environ.get("WANKA_GROW_EVERY_S", "300")),
+    # A job that accepts several GPU models moves to a faster one at most this often.
+    "MOVE_EVERY_S": float(os.environ.get("WANKA_MOVE_EVERY_S", "3600")),
     # Complete checkpoints kept per workload; older ones leave the registry.
     "CHECKPOINTS_KEPT": int(os.environ.get("WANKA_CHECKPOINTS_KEPT", "3")),
     # Workloads' output is kept this many days, and at most this many characters a workload

@@ -128,5 +128,6 @@ class RecoveryOutcome(models.TextChoices):
     SPARE = "spare", _("Restarted on hot spares")
     SHRUNK = "shrunk", _("Shrunk and restarted")
     GROWN = "grown", _("Grown and restarted")
+    MOVED = "moved", _("Moved to a faster GPU model and restarted")
     REQUEUED = "requeued", _("Requeued at the head of its queue")
     ENDED = "ended", _("Ended while recovering")

@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal.cluster.choices import Health
-from portal.cluster.models import Node
+from portal.cluster.models import GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
@@ -55,6 +55,10 @@ LEVELS = {
 
 # A recovering workload's GPUs are spoken for: the engine must not pick it as a victim.
 UNPREEMPTIBLE = 2**31
+
+
+# Restarts on other GPUs the engine decided: a job is resized (or moved) again only so often.
+RESIZED = [RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN, RecoveryOutcome.MOVED]
 
 
 def build_snapshot(now=None) -> engine.Snapshot:
@@ -111,7 +115,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
     )
     budget, factors = parallel.Budget(), fleet.factors()
     resized = dict(
-        Recovery.objects.filter(outcome__in=[RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN])
+        Recovery.objects.filter(outcome__in=RESIZED)
         .values("workload_id")
         .annotate(at=Max("started_at"))
         .values_list("workload_id", "at")
@@ -136,6 +140,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         workloads=workloads,
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
+        move_every_s=settings.WANKA["MOVE_EVERY_S"],
         budgets=budgets.engine_budgets(now or timezone.now()),
         worth=quota_engine.worth(),
     )
@@ -179,15 +184,16 @@ def _engine_workload(
         resized_at=_seconds(resized),
         spread=w["spread"] or None,
         tenant=w["tenant_id"],
-        accepts=tuple(w["accepts"]) if not placed else (),
-        speeds=_speeds(w, placed, budget, factors),
+        accepts=tuple(w["accepts"]),
+        speeds=_speeds(w, budget, factors),
     )
 
 
-def _speeds(w: dict, placed: dict, budget: parallel.Budget, factors) -> tuple:
-    """A waiting job's tokens/s per GPU on each GPU model it accepts, where it names its model
-    and the planner has a plan (else the engine takes its models in their listed order)."""
-    if placed or len(w["accepts"]) < 2 or not w["model_spec"] or not budget.allows():
+def _speeds(w: dict, budget: parallel.Budget, factors) -> tuple:
+    """A job's tokens/s per GPU on each GPU model it accepts, where it names its model and the
+    planner has a plan: what the engine starts (and may move) it by; else none, and it takes
+    its models in their listed order."""
+    if len(w["accepts"]) < 2 or not w["model_spec"] or not budget.allows():
         return ()
     return parallel.speeds(w["model_spec"], w["accepts"], w["gpus"], w["global_batch"], factors)
 
@@ -312,6 +318,7 @@ def apply(plan: engine.Plan) -> set[int]:
         [p.workload_id for p in plan.preemptions]
         + [s.workload_id for s in plan.shrinks]
         + [g.workload_id for g in plan.grows]
+        + [m.workload_id for m in plan.moves]
     )
     datacenter = _datacenters(plan, workloads)
     chosen = _chosen_models(plan)
@@ -332,6 +339,12 @@ def apply(plan: engine.Plan) -> set[int]:
         for grown in plan.grows:
             added = [(p.node_id, p.gpu_indices) for p in grown.added]
             touched |= lifecycle.grow(victims[grown.workload_id], added, grown.reason)
+        if plan.moves:
+            models = dict(GpuModel.objects.values_list("name", "pk"))
+        for moved in plan.moves:
+            placements = [(p.node_id, p.gpu_indices) for p in moved.placements]
+            model = models[moved.gpu_model]
+            touched |= lifecycle.move(victims[moved.workload_id], model, placements, moved.reason)
         bookings = []
         for admission in plan.admissions:
             model = chosen.get(admission.workload_id)

@@ -246,7 +246,7 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
             return set()
         now = timezone.now()
         if work_lost(workload, now) > FRESH_SAVE_S:
-            _save_before_growing(workload, reason)
+            _save_before(workload, f"before growing: {reason}")
             return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         node_ids |= allocations.add(workload, added)
@@ -256,11 +256,36 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
     return node_ids
 
 
-def _save_before_growing(workload: Workload, reason: str) -> None:
+def move(workload: Workload, gpu_model_id: int, placements, reason: str) -> set[int]:
+    """Move a running workload to GPUs of another model (`placements`: (node id, GPU indices)
+    pairs), a faster one it accepts: it gives back every GPU it holds and restarts there as a
+    new attempt from its newest save, recorded as a recovery that moved. As a grow, it asks
+    for a save first when that one would lose more than FRESH_SAVE_S, and moves once the save
+    is in (the engine offers the move again). Returns every node it touched."""
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().get(pk=workload.pk)
+        if workload.state != State.RUNNING:
+            return set()
+        now = timezone.now()
+        if work_lost(workload, now) > FRESH_SAVE_S:
+            _save_before(workload, f"before moving: {reason}")
+            return set()
+        lost_s = work_lost(workload, now)
+        node_ids = allocations.release(workload)  # booked as the model it ran on
+        Workload.objects.filter(pk=workload.pk).update(gpu_model_id=gpu_model_id)
+        workload.gpu_model_id = gpu_model_id
+        node_ids |= allocations.add(workload, placements)
+        recovery.new_attempt(workload, reason)
+        recovery.resized(workload, reason, lost_s, now, RecoveryOutcome.MOVED)
+        transition(workload, State.RECOVERING, reason=reason)
+    return node_ids
+
+
+def _save_before(workload: Workload, why: str) -> None:
     since = timezone.now() - RESEND_WITHIN
     if checkpoints.answer(workload.pk, since) is not Answer.WAITING:
         # Once: the next cycles find it waiting for that save.
-        checkpoints.ask(workload, "requested", f"before growing: {reason}")
+        checkpoints.ask(workload, "requested", why)
 
 
 def expire_time_limits() -> list[int]:

@@ -43,6 +43,7 @@ OUTCOMES = {
     RecoveryOutcome.SPARE: phrase("restarted on hot spares"),
     RecoveryOutcome.SHRUNK: phrase("shrunk and restarted"),
     RecoveryOutcome.GROWN: phrase("grown and restarted"),
+    RecoveryOutcome.MOVED: phrase("moved to a faster GPU model and restarted"),
     RecoveryOutcome.REQUEUED: phrase("requeued at the head of its queue"),
     RecoveryOutcome.ENDED: phrase("ended while recovering"),
 }

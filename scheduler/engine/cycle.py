@@ -27,6 +27,7 @@ from scheduler.engine.explain import (
     grow_reason,
     kept_off_reason,
     model_reason,
+    move_reason,
     none_free_reason,
     preemption_reason,
     shrink_reason,
@@ -34,6 +35,7 @@ from scheduler.engine.explain import (
 from scheduler.engine.model import (
     Admission,
     Grow,
+    Move,
     Pending,
     Placement,
     Plan,
@@ -52,6 +54,10 @@ from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.words import AND_SO, phrase
+
+# A running workload moves to another GPU model only where it runs at least this much faster:
+# the move restarts it from a save, minutes of a large job's time.
+MOVE_GAIN = 1.25
 
 
 class Clock(Protocol):
@@ -124,9 +130,11 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
                 heads.refresh(cycle.touched_queues)
             if queue.strategy == Strategy.STRICT_FIFO and cycle.waits(workload):
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
-    # 5. Grow: free GPUs no waiting work can use go to elastic work below its most.
+    # 5. Grow: free GPUs no waiting work can use go to elastic work below its most, then move
+    #    work that accepts several GPU models to a much faster one where they are free.
     with timer("5. grow"):
         cycle.grow()
+        cycle.move()
     # 6. Requeue the rest: each waiting workload's reason and position in its queue.
     with timer("6. explain"):
         pending = cycle.number_in_queues()
@@ -140,6 +148,7 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
         preemptions=cycle.preemptions,
         shrinks=cycle.shrinks,
         grows=cycle.grows,
+        moves=cycle.moves,
         reservations=[hold.reservation for hold in cycle.holds.values()],
         timings=timer.timings,
     )
@@ -192,6 +201,7 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, now: float, index: NodeIndex | None = None) -> None:
         self.now = now
         self.grow_every_s = snapshot.grow_every_s
+        self.move_every_s = snapshot.move_every_s
         self.budgets = BudgetLedger(snapshot.budgets, snapshot.workloads, now)
         queues = self.budgets.soften(snapshot.queues)
         self.ledger = QuotaLedger(queues, snapshot.cohorts, snapshot.worth)
@@ -220,6 +230,7 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.shrinks: list[Shrink] = []
         self.grows: list[Grow] = []
+        self.moves: list[Move] = []
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -263,7 +274,7 @@ class Cycle:
         fits in its queue's nominal quota). A workload that accepts several GPU models is
         decided on the one it is best placed on now (`_choose_model`)."""
         free = None
-        if len(workload.models) > 1:
+        if len(workload.accepts) > 1:
             workload, within, free = self._choose_model(queue, workload)
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
@@ -370,11 +381,7 @@ class Cycle:
         save), the most throughput gained per GPU first (`Workload.rate`), then the higher
         priority, then the lower id. A one-node workload grows within its node, a
         multi-node one by whole nodes within the domain its topology allows."""
-        waiting = set()
-        wanted = {(w.queue_id, model) for w, _ in self._waiting.values() for model in w.models}
-        for queue_id, gpu_model in wanted:
-            queue = self.ledger.queue_or_none(queue_id)
-            waiting.add((queue.region if queue else None, gpu_model))
+        waiting = self.waiting_pools()
         if waiting.issuperset(self.capacity.pool_keys()):
             return  # work waits in every pool: no workload grows (the common case)
         changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
@@ -395,6 +402,66 @@ class Cycle:
             candidates.append((-gain, -workload.priority, workload.id, workload, queue))
         for *_, workload, queue in sorted(candidates, key=lambda c: c[:3]):
             self._grow(self.capacity.pool(queue.region, workload.gpu_model), queue, workload)
+
+    def waiting_pools(self) -> set[tuple[str | None, str]]:
+        """(region, GPU model) of every pool some waiting work could start in."""
+        wanted = {
+            (w.queue_id, model)
+            for w, _ in self._waiting.values()
+            for model in (w.accepts or (w.gpu_model,))
+        }
+        found = set()
+        for queue_id, gpu_model in wanted:
+            queue = self.ledger.queue_or_none(queue_id)
+            found.add((queue.region if queue else None, gpu_model))
+        return found
+
+    def move(self) -> None:
+        """Move running work that accepts several GPU models, and knows its speed on each, to a
+        model at least MOVE_GAIN times faster where the GPUs are free, its quota and budgets
+        allow and no waiting work could use them: never by preempting, a workload at most
+        every `Snapshot.move_every_s`, and only one that saves (it restarts from a save it
+        is asked for first). The oldest first."""
+        waiting = None
+        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
+        changed |= {g.workload_id for g in self.grows}
+        for workload in self.running:
+            if len(workload.accepts) < 2 or workload.speed(workload.gpu_model) is None:
+                continue
+            if workload.id in changed or not self._may_move(workload):
+                continue
+            queue = self.ledger.queue_or_none(workload.queue_id)
+            if queue is None:
+                continue
+            waiting = self.waiting_pools() if waiting is None else waiting
+            self._move(queue, workload, waiting)
+
+    def _may_move(self, workload: Workload) -> bool:
+        times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
+        if workload.preempting or not workload.saves or not times:
+            return False
+        return self.now - max(times) >= self.move_every_s
+
+    def _move(self, queue: Queue, workload: Workload, waiting: set) -> None:
+        now_speed = workload.speed(workload.gpu_model)
+        for model in workload.models:
+            speed = workload.speed(model)
+            if speed is None or speed < MOVE_GAIN * now_speed:
+                continue
+            if (queue.region, model) in waiting:
+                continue
+            moved = replace(workload, gpu_model=model, gpus=workload.held, placements=())
+            if not self._free_now(queue, moved):
+                continue
+            pool = self.capacity.pool(queue.region, model)
+            placements = pool.find(moved)
+            for placement in placements:
+                pool.take(placement, workload.tenant)
+            self.ledger.charge(queue.id, model, workload.held)
+            self.budgets.charge(queue.id, model, workload.held, seconds_left(workload, self.now))
+            reason = move_reason(workload, model)
+            self.moves.append(Move(workload.id, model, placements, reason))
+            return
 
     def _may_grow(self, workload: Workload) -> bool:
         """Whether a running elastic workload may grow now."""

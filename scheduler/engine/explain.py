@@ -351,6 +351,10 @@ MODEL_FIRST_FULL = phrase("{model}: {first}, listed before it, has no room now")
 MODEL_UNSURE = phrase(
     "{choice} (a difference within the planner's error of {error}, so either would do)"
 )
+MOVED = phrase(
+    "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
+    "for them"
+)
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
 
 
@@ -378,3 +382,9 @@ def none_free_reason(workload: Workload, cause: str) -> str:
     """Why a workload that accepts several GPU models waits: none has room, and what waiting
     for the best of them (`cause`) is about."""
     return MODEL_NONE_FREE.format(models=", ".join(workload.models), cause=cause)
+
+
+def move_reason(workload: Workload, model: str) -> str:
+    """Why a running workload moves to `model`, a faster one it accepts."""
+    times = workload.speed(model) / workload.speed(workload.gpu_model)
+    return MOVED.format(old=workload.gpu_model, model=model, times=f"{times:.1f}")

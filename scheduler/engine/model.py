@@ -357,6 +357,7 @@ class Snapshot:
     workloads: tuple[Workload, ...]
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
+    move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
     budgets: tuple[Budget, ...] = ()
     # (GPU model, what one GPU of it is worth): fair sharing weighs borrowed GPUs by it where
     # given (`quota`); empty: each model's GPUs count apart (Kueue's dominant resource share).
@@ -414,6 +415,17 @@ class Grow:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Move a running workload that accepts several GPU models to the free GPUs `placements`
+    of a faster one, `gpu_model`: it restarts there from a save, its GPUs now going back."""
+
+    workload_id: int
+    gpu_model: str
+    placements: tuple[Placement, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reservation:
     """Nodes held for a waiting workload; only work that is preemptible by it, or that ends
     before `start_at`, may be placed on them meanwhile.
@@ -444,5 +456,6 @@ class Plan:
     preemptions: list[Preemption] = field(default_factory=list)
     shrinks: list[Shrink] = field(default_factory=list)
     grows: list[Grow] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)

@@ -146,3 +146,64 @@ def test_fair_sharing_weighs_borrowed_gpus_by_their_worth():
     assert [a.workload_id for a in blind.admissions] == [1]
     weighed = plan(replace(snapshot, worth=(("A100", 312.0), ("T4", 65.0))), NOW)
     assert [a.workload_id for a in weighed.admissions] == [2]
+
+
+def moving(snapshot_workloads, queue=team, **snapshot):
+    made = make_snapshot(H800 + H20, [queue], snapshot_workloads)
+    return plan(replace(made, **snapshot), NOW)
+
+
+def on_h20(workload_id=1, started=NOW - 7200, speeds=FAST, **extra):
+    """A job that accepts both models, running on an H20 node for two hours."""
+    return make_running(
+        workload_id,
+        team,
+        on(H20[0]),
+        gpu_model="H20",
+        accepts=("H800", "H20"),
+        speeds=speeds,
+        started_at=started,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(
+    "workloads, moved",
+    [
+        pytest.param(
+            [on_h20()], {1: ("H800", "dc1-p1-l1-n1")}, id="a faster model frees: it moves"
+        ),
+        pytest.param([on_h20(started=NOW - 600)], {}, id="started ten minutes ago: it stays"),
+        pytest.param(
+            [on_h20(started=NOW - 9000, resized_at=NOW - 1800)], {}, id="moved within the hour"
+        ),
+        pytest.param([on_h20(saves=False)], {}, id="a job that does not save never moves"),
+        pytest.param([on_h20(speeds=(("H800", 1.2), ("H20", 1.0)))], {}, id="gain below 25 %"),
+        pytest.param([on_h20(speeds=())], {}, id="speeds unknown"),
+        pytest.param(
+            [on_h20(), workload(2, team, 16)],
+            {},
+            id="work waits for the faster model: it goes to that work",
+        ),
+        pytest.param(
+            [on_h20(), make_running(3, team, on(H800[0]), on(H800[1]))],
+            {},
+            id="no room on the faster model: never by preempting",
+        ),
+    ],
+)
+def test_moving_to_a_faster_model(workloads, moved):
+    result = moving(workloads)
+    names = {node.id: node.name for node in H800 + H20}
+    found = {
+        m.workload_id: (m.gpu_model, " ".join(names[p.node_id] for p in m.placements))
+        for m in result.moves
+    }
+    assert found == moved
+    said = "moved from H20 to H800 GPUs, 2.6x faster there: they were free and no work waits "
+    assert all(move.reason == said + "for them" for move in result.moves)
+
+
+def test_a_move_waits_for_its_quota():
+    small = make_queue("team", h800=4, h20=16)  # the same id as `team`
+    assert moving([on_h20()], queue=small).moves == []
