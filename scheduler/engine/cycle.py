@@ -26,6 +26,8 @@ from scheduler.engine.explain import (
     claim_reason,
     grow_reason,
     kept_off_reason,
+    model_reason,
+    none_free_reason,
     preemption_reason,
     shrink_reason,
 )
@@ -257,11 +259,57 @@ class Cycle:
 
     def decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """Admit, preempt for, reserve for, or hold back one workload (`within`: whether it
-        fits in its queue's nominal quota)."""
+        fits in its queue's nominal quota). A workload that accepts several GPU models is
+        decided on the one it is best placed on now (`_choose_model`)."""
+        free = None
+        if len(workload.models) > 1:
+            workload, within, free = self._choose_model(queue, workload)
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
+        if free is not None:
+            self._say_model(workload, outcome, free)
         return outcome
+
+    def _choose_model(self, queue: Queue, workload: Workload) -> tuple[Workload, bool, bool]:
+        """For a workload that accepts several GPU models: the best of them (`Workload.models`:
+        the fastest where its speeds are known, Gavel's and Sia's effective throughput, else
+        its submitter's order) that its quota and budgets allow and free GPUs hold now; else
+        the best, to make room or reserve for, or wait. With whether it fits in its queue's
+        nominal quota there and whether it was free."""
+        for model in workload.models:
+            candidate = replace(workload, gpu_model=model)
+            if self._free_now(queue, candidate):
+                return candidate, self.ledger.within_nominal(queue, model, workload.gpus), True
+        best = replace(workload, gpu_model=workload.models[0])
+        return best, self.ledger.within_nominal(queue, best.gpu_model, best.gpus), False
+
+    def _free_now(self, queue: Queue, workload: Workload) -> bool:
+        """Whether the workload could start now on free GPUs of its `gpu_model` (quota, budgets
+        and room; nothing is taken)."""
+        if self.ledger.refusal(queue, workload.gpu_model, workload.gpus) is not None:
+            return False
+        if self.budgets:
+            gpus, seconds = workload.gpus, workload.time_limit_s
+            borrows = not self.ledger.within_nominal(queue, workload.gpu_model, gpus)
+            if refusal(self.budgets.check, queue, workload, gpus, seconds, borrows) is not None:
+                return False
+        try:
+            self.capacity.pool(queue.region, workload.gpu_model).find(workload)
+        except Inadmissible:
+            return False
+        return True
+
+    def _say_model(self, workload: Workload, outcome: Outcome, free: bool) -> None:
+        """Say which GPU model a workload that accepts several starts on and why, or why none
+        of them would do now."""
+        if outcome == Outcome.FIT:
+            admission = self.admissions[-1]
+            choice = model_reason(workload, workload.gpu_model)
+            self.admissions[-1] = replace(admission, choice=choice)
+        elif not free and self.waits(workload):
+            reason = self._waiting[workload.id][1]
+            self._waiting[workload.id] = (workload, none_free_reason(workload, reason))
 
     def _decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """Kueue's processEntry, as early returns: a shape no placement could ever give waits
@@ -322,7 +370,8 @@ class Cycle:
         priority, then the lower id. A one-node workload grows within its node, a
         multi-node one by whole nodes within the domain its topology allows."""
         waiting = set()
-        for queue_id, gpu_model in {(w.queue_id, w.gpu_model) for w, _ in self._waiting.values()}:
+        wanted = {(w.queue_id, model) for w, _ in self._waiting.values() for model in w.models}
+        for queue_id, gpu_model in wanted:
             queue = self.ledger.queue_or_none(queue_id)
             waiting.add((queue.region if queue else None, gpu_model))
         if waiting.issuperset(self.capacity.pool_keys()):

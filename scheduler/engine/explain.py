@@ -341,3 +341,40 @@ def gpu_hours(hours: float) -> str:
 def duration(seconds: float) -> str:
     """A time limit in hours: "96 h", "1.5 h", "0.25 h"."""
     return HOURS.format(hours=f"{seconds / 3600:,.2f}".rstrip("0").rstrip("."))
+
+
+# Which GPU model a workload that accepts several starts on, and why.
+MODEL_FASTEST = phrase("{model}: the fastest of the GPU models it accepts ({times}x {slowest})")
+MODEL_FASTER_FULL = phrase("{model}: {faster} would be {times}x faster but has no room now")
+MODEL_FIRST = phrase("{model}: the first of the GPU models it accepts")
+MODEL_FIRST_FULL = phrase("{model}: {first}, listed before it, has no room now")
+MODEL_UNSURE = phrase(
+    "{choice} (a difference within the planner's error of {error}, so either would do)"
+)
+MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
+
+
+def model_reason(workload: Workload, chosen: str) -> str:
+    """Why `workload` starts on `chosen`, one of the GPU models it accepts (`Workload.models`,
+    the best first)."""
+    best, slowest = workload.models[0], workload.models[-1]
+    speed, best_speed = workload.speed(chosen), workload.speed(best)
+    if any(workload.speed(model) is None for model in workload.models):
+        if chosen == best:
+            return MODEL_FIRST.format(model=chosen)
+        return MODEL_FIRST_FULL.format(model=chosen, first=best)
+    if chosen == best:
+        ratio = speed / workload.speed(slowest)
+        choice = MODEL_FASTEST.format(model=chosen, times=f"{ratio:.1f}", slowest=slowest)
+    else:
+        ratio = best_speed / speed
+        choice = MODEL_FASTER_FULL.format(model=chosen, faster=best, times=f"{ratio:.1f}")
+    if ratio - 1 < PREDICTION_ERROR:
+        return MODEL_UNSURE.format(choice=choice, error=f"{PREDICTION_ERROR:.0%}")
+    return choice
+
+
+def none_free_reason(workload: Workload, cause: str) -> str:
+    """Why a workload that accepts several GPU models waits: none has room, and what waiting
+    for the best of them (`cause`) is about."""
+    return MODEL_NONE_FREE.format(models=", ".join(workload.models), cause=cause)

@@ -249,6 +249,12 @@ class Workload:
     # allows: on a node, then a leaf, no other member holds (`Pool.find_apart`).
     spread: str | None = None
     tenant: int | None = None  # whose work: what a single-tenant node asks of it
+    # The GPU models it may run on, in its submitter's order (empty: only `gpu_model`, which is
+    # the one it runs on once placed).
+    accepts: tuple[str, ...] = ()
+    # Its throughput per GPU on each model it accepts, in any unit (only ratios count): from
+    # the planner or its own earlier runs. A model left out has no known speed.
+    speeds: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_running(self) -> bool:
@@ -283,6 +289,20 @@ class Workload:
         adding little (Pollux and Sia weigh resizes by throughput the same way)."""
         lost = (self.rate(before) - self.rate(after)) / (self.rate(before) / before)
         return max(0.0, lost)  # a curve that dips never makes a shrink a gain
+
+    @cached_property
+    def models(self) -> tuple[str, ...]:
+        """The GPU models to try, best first: by speed where each has one (the listed order
+        breaks ties), else in the listed order (the submitter's preference)."""
+        listed = tuple(dict.fromkeys(self.accepts)) or (self.gpu_model,)
+        speed = dict(self.speeds)
+        if len(listed) == 1 or not all(model in speed for model in listed):
+            return listed
+        return tuple(sorted(listed, key=lambda model: -speed[model]))
+
+    def speed(self, gpu_model: str) -> float | None:
+        """Its throughput per GPU on `gpu_model` (any unit), or None where unknown."""
+        return dict(self.speeds).get(gpu_model)
 
     @property
     def ends_at(self) -> float | None:
@@ -342,10 +362,12 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Admission:
-    """Start `workload_id` on exactly these GPUs."""
+    """Start `workload_id` on exactly these GPUs; `choice` says why their GPU model, for a
+    workload that accepts several."""
 
     workload_id: int
     placements: tuple[Placement, ...]
+    choice: str = ""
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,7 @@ def apply_plan(snapshot: Snapshot, plan: Plan, now: float) -> Snapshot:
     stopped = {p.workload_id for p in plan.preemptions}
     shrunk = {s.workload_id: s for s in plan.shrinks}
     started = {a.workload_id: a.placements for a in plan.admissions}
+    models = {node.id: node.gpu_model for node in snapshot.nodes}
     workloads = []
     for workload in snapshot.workloads:
         if workload.id in stopped:
@@ -245,7 +246,10 @@ def apply_plan(snapshot: Snapshot, plan: Plan, now: float) -> Snapshot:
         elif workload.id in started:
             placements = started[workload.id]
             gpus = sum(len(p.gpu_indices) for p in placements)
-            workload = replace(workload, placements=placements, gpus=gpus, started_at=now)
+            model = models[placements[0].node_id]  # the one chosen, where it accepts several
+            workload = replace(
+                workload, placements=placements, gpus=gpus, started_at=now, gpu_model=model
+            )
         workloads.append(workload)
     nodes = [replace(node, free=tuple(range(node.gpus))) for node in snapshot.nodes]
     return make_snapshot(nodes, snapshot.queues, workloads, snapshot.cohorts)
