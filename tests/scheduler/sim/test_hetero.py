@@ -10,7 +10,10 @@ import pytest
 from scheduler.checkpointing import Costs, Policy, PolicyKind
 from scheduler.engine import Placement
 from scheduler.sim.jobs import Checkpointing, Job
+from scheduler.sim.policies import blind, wanka
 from scheduler.sim.sia import CLUSTER, DEFAULT_DIR, SLOWDOWNS, Profiles, load_sia, placeable
+from scheduler.sim.simulator import SimConfig, Simulator
+from scheduler.sim.spec import ClusterSpec, parse_spec
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
 
 HEADER = "submit_s,gpus,gpu_model,duration_s,queue,accepts,speeds"
@@ -134,3 +137,34 @@ def test_a_policy_of_none_keeps_the_trace_checkpoint_column_empty() -> None:
     """The new columns sit beside the old ones: a job without them writes empty cells."""
     job = TraceJob(1, 0.0, 8, "T4", 60.0, "q", checkpoint=Policy(PolicyKind.NONE))
     assert write_csv([job]).splitlines()[1].endswith(",none,,,,")
+
+
+def two_model_cluster() -> ClusterSpec:
+    """One node of 8 T4 and one of 8 A100, one queue over both."""
+    leaves = [{"name": m, "nodes": 1, "gpu_model": m} for m in ("T4", "A100")]
+    return parse_spec(
+        {
+            "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+            "queues": [{"name": "q", "quotas": {"T4": 8, "A100": 8}}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "landed", "jct"),
+    [(wanka, "A100", 900.0), (blind, "T4", 3600.0)],
+    ids=[
+        "told its speeds, the engine starts it on the A100 and it runs a quarter as long",
+        "blind to them, the engine starts it on the T4, first listed, and it runs as long",
+    ],
+)
+def test_a_jobs_run_time_follows_the_model_the_engine_started_it_on(
+    policy, landed: str, jct: float
+) -> None:
+    spec = two_model_cluster()
+    config = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.NONE))
+    simulator = Simulator([FAST], spec, policy(spec), config)
+    simulator.run()
+    job = simulator.jobs[1]
+    assert job.gpu_model == landed
+    assert job.finished_at - job.first_start == pytest.approx(jct)
