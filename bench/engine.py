@@ -1,6 +1,6 @@
 """Time full scheduling cycles of the engine at 1,000, 10,000 and 100,000 GPUs.
 
-    python -m bench.engine [--repeat 5] [--seed 7] [--sizes 1000,10000,100000]
+    python -m bench.engine [--repeat 5] [--seed 7] [--sizes 1000,10000,100000] [--mixed]
 
 Each size is a synthetic cluster of 8-GPU nodes in 2 data centers of pods of up to 25 leaves of
 25 nodes (200 GPUs a leaf, 5,000 a pod: a three-tier fat-tree), 85 % occupied by running work,
@@ -20,6 +20,11 @@ admitted, preempted, shrunk, reserved, peak_rss_mb (the whole process's peak, so
 largest size, which runs last), reference_s (the reference loop, `bench.reference`, timed in
 the same run) and cycle_ref (the median cycle in reference loops; target at 100,000 GPUs:
 at most 0.45).
+
+`--mixed`: a mixed fleet instead. Every third pod holds H20 nodes, the rest H800; queues have
+quota of both; running work is of either; a third of the pending jobs accept both models, half
+of those with the speeds of each (2.6 to 1, the planner's ratio for a mid-size model), so the
+engine weighs the choice for each.
 """
 
 from __future__ import annotations
@@ -81,7 +86,15 @@ def stratified(count: int, factor: int, rng: random.Random) -> list[int]:
     return jobs
 
 
-def build_nodes(gpus: int) -> tuple[Node, ...]:
+MIXED_SPEEDS = (("H800", 2.6), ("H20", 1.0))
+
+
+def model_of(pod: int, mixed: bool) -> str:
+    """The GPU model of a pod: H20 for every third pod of a mixed fleet, else H800."""
+    return "H20" if mixed and pod % 3 == 2 else "H800"
+
+
+def build_nodes(gpus: int, mixed: bool = False) -> tuple[Node, ...]:
     """Two data centers of pods of leaves of 8-GPU nodes, `gpus` GPUs in all."""
     nodes = []
     total = gpus // NODE_GPUS
@@ -95,7 +108,7 @@ def build_nodes(gpus: int) -> tuple[Node, ...]:
                 Node(
                     len(nodes) + 1,
                     name,
-                    "H800",
+                    model_of(pod, mixed),
                     f"dc{dc + 1}",
                     f"p{pod + 1}",
                     f"l{leaf + 1}",
@@ -107,23 +120,27 @@ def build_nodes(gpus: int) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
-def build_queues(gpus: int, rng: random.Random) -> tuple[Queue, ...]:
-    """Queues in cohorts of 10, nominal quotas summing to the cluster, uneven in size: the
-    first queue of every fourth cohort is a model builder's, with a large quota."""
+def build_queues(
+    gpus: int, rng: random.Random, models: dict[str, int] | None = None
+) -> tuple[Queue, ...]:
+    """Queues in cohorts of 10, nominal quotas summing to the cluster (per GPU model, its
+    GPUs of `models`; default all H800), uneven in size: the first queue of every fourth
+    cohort is a model builder's, with a large quota."""
     count = max(10, round(200 * gpus / 100_000))
     shares = [40 if i % 40 == 0 else rng.choice([1, 1, 2, 3, 5]) for i in range(count)]
     queues = []
     for i, share in enumerate(shares):
-        nominal = gpus * share // sum(shares)
-        guarantee = nominal // 4 if i % 3 == 0 else 0
-        quota = Quota(
-            "H800", nominal, guarantee=guarantee, borrowing_limit=None if i % 4 else nominal
-        )
+        quotas = []
+        for model, total in (models or {"H800": gpus}).items():
+            nominal = total * share // sum(shares)
+            guarantee = nominal // 4 if i % 3 == 0 else 0
+            limit = None if i % 4 else nominal
+            quotas.append(Quota(model, nominal, guarantee=guarantee, borrowing_limit=limit))
         queues.append(
             Queue(
                 i + 1,
                 f"q{i + 1}",
-                (quota,),
+                tuple(quotas),
                 cohort=f"c{i // 10 + 1}",
                 priority=10 if i % 17 == 0 else 0,
                 weight=rng.choice([1.0, 2.0]),
@@ -134,8 +151,10 @@ def build_queues(gpus: int, rng: random.Random) -> tuple[Queue, ...]:
 
 
 def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> list[Workload]:
-    """Running work filling about 85 % of the GPUs, placed by the engine itself."""
-    setup = Queue(0, "setup", (Quota("H800", 10 * gpus),), region="r1")
+    """Running work filling about 85 % of the GPUs, placed by the engine itself (on a mixed
+    fleet, of each model in proportion to its GPUs)."""
+    models = gpus_per_model(nodes)
+    setup = Queue(0, "setup", tuple(Quota(m, 10 * gpus) for m in models), region="r1")
     sizes, total, target = [], 0, OCCUPIED * gpus
     sizes_table = philly_sizes()
     while total < target:
@@ -146,7 +165,8 @@ def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> 
             sizes.append(size)
             total += size
     jobs = [
-        Workload(i + 1, 0, "H800", size, 0.0) for i, size in enumerate(sorted(sizes, reverse=True))
+        Workload(i + 1, 0, pick_model(models, rng), size, 0.0)
+        for i, size in enumerate(sorted(sizes, reverse=True))
     ]
     placed = plan(Snapshot(nodes, (setup,), tuple(jobs)), now=NOW).admissions
     by_id = {job.id: job for job in jobs}
@@ -177,13 +197,27 @@ def place_running(nodes, queues, gpus: int, factor: int, rng: random.Random) -> 
     return running
 
 
+def gpus_per_model(nodes) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for node in nodes:
+        found[node.gpu_model] = found.get(node.gpu_model, 0) + node.gpus
+    return found
+
+
+def pick_model(models: dict[str, int], rng: random.Random) -> str:
+    """A GPU model, in proportion to its GPUs (no draw on a fleet of one model)."""
+    if len(models) == 1:
+        return next(iter(models))
+    return rng.choices(list(models), list(models.values()))[0]
+
+
 def assign_queues(sizes: list[int], queues, rng: random.Random) -> list[Queue]:
     """An owner for each running job: a few queues hold much of the work (borrowing), others
     little, but no cohort uses more than the quota of its members."""
     weights = [rng.paretovariate(1.2) for _ in queues]
     room = {}
     for queue in queues:
-        room[queue.cohort] = room.get(queue.cohort, 0) + queue.quotas[0].nominal
+        room[queue.cohort] = room.get(queue.cohort, 0) + sum(q.nominal for q in queue.quotas)
     owners = []
     for size in sizes:
         for _ in range(50):
@@ -197,8 +231,11 @@ def assign_queues(sizes: list[int], queues, rng: random.Random) -> list[Queue]:
     return owners
 
 
-def build_pending(count: int, queues, factor: int, rng: random.Random) -> list[Workload]:
-    """Pending work of every queue, Philly-sized, some with time limits or topology needs."""
+def build_pending(
+    count: int, queues, factor: int, rng: random.Random, models: dict[str, int] | None = None
+) -> list[Workload]:
+    """Pending work of every queue, Philly-sized, some with time limits or topology needs; on
+    a mixed fleet (`models`), of either model, a third accepting both."""
     pending = []
     builders = sorted(queues, key=lambda q: -q.quotas[0].nominal)[: max(1, len(queues) // 40)]
     for i, size in enumerate(stratified(count, factor, rng)):
@@ -209,28 +246,33 @@ def build_pending(count: int, queues, factor: int, rng: random.Random) -> list[W
             topology, required = rng.choice(
                 [(TopologyLevel.LEAF, False), (TopologyLevel.POD, True)]
             )
-        pending.append(
-            Workload(
-                i + 1,
-                owner.id,
-                "H800",
-                size,
-                NOW - rng.uniform(0, 12) * HOUR,
-                priority=rng.choice([0, 0, 0, 1, 2]),
-                topology=topology,
-                topology_required=required,
-                time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
-            )
+        job = Workload(
+            i + 1,
+            owner.id,
+            "H800",
+            size,
+            NOW - rng.uniform(0, 12) * HOUR,
+            priority=rng.choice([0, 0, 0, 1, 2]),
+            topology=topology,
+            topology_required=required,
+            time_limit_s=rng.uniform(0.5, 12) * HOUR if rng.random() < 0.5 else None,
         )
+        if models is not None:
+            job = replace(job, gpu_model=pick_model(models, rng))
+            if rng.random() < 1 / 3:
+                speeds = MIXED_SPEEDS if rng.random() < 0.5 else ()
+                job = replace(job, accepts=tuple(models), speeds=speeds)
+        pending.append(job)
     return pending
 
 
-def scenario(gpus: int, seed: int) -> Snapshot:
-    """The synthetic snapshot for a cluster of `gpus` GPUs."""
+def scenario(gpus: int, seed: int, mixed: bool = False) -> Snapshot:
+    """The synthetic snapshot for a cluster of `gpus` GPUs (`mixed`: of H800 and H20)."""
     rng = random.Random(seed)
     factor = scale_factor(gpus)
-    nodes = build_nodes(gpus)
-    queues = build_queues(gpus, rng)
+    nodes = build_nodes(gpus, mixed)
+    models = gpus_per_model(nodes) if mixed else None
+    queues = build_queues(gpus, rng, models)
     running = place_running(nodes, queues, gpus, factor, rng)
     held = {}
     for workload in running:
@@ -241,12 +283,12 @@ def scenario(gpus: int, seed: int) -> Snapshot:
     nodes = tuple(
         replace(n, free=tuple(i for i in n.free if i not in held.get(n.id, ()))) for n in nodes
     )
-    pending = build_pending(round(10_000 * gpus / 100_000), queues, factor, rng)
+    pending = build_pending(round(10_000 * gpus / 100_000), queues, factor, rng, models)
     return Snapshot(nodes, queues, (*running, *pending))
 
 
-def run(gpus: int, repeat: int, seed: int) -> dict:
-    snapshot = scenario(gpus, seed)
+def run(gpus: int, repeat: int, seed: int, mixed: bool = False) -> dict:
+    snapshot = scenario(gpus, seed, mixed)
     times, result = [], Plan()
     for _ in range(repeat):
         started = time.perf_counter()
@@ -257,6 +299,7 @@ def run(gpus: int, repeat: int, seed: int) -> dict:
         "nodes": len(snapshot.nodes),
         "running": sum(1 for w in snapshot.workloads if w.is_running),
         "pending": sum(1 for w in snapshot.workloads if not w.is_running),
+        "accepting_two": sum(1 for w in snapshot.workloads if len(w.models) > 1),
         "cycle_s_median": round(statistics.median(times), 4),
         "cycle_s_max": round(max(times), 4),
         "admitted": len(result.admissions),
@@ -272,12 +315,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--mixed", action="store_true", help="H800 and H20, jobs of either or both")
     args = parser.parse_args()
     reference = reference_s()
     print(f"reference loop: {reference} s", flush=True)
     last = {}
     for gpus in sorted(int(size) for size in args.sizes.split(",")):
-        last = run(gpus, args.repeat, args.seed)
+        last = run(gpus, args.repeat, args.seed, args.mixed)
         steps = last.pop("steps_s")
         last["cycle_ref"] = in_loops(last["cycle_s_median"], reference)
         print(" ".join(f"{key}={value}" for key, value in last.items()), flush=True)

@@ -3,6 +3,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.utils import timezone
@@ -13,6 +14,7 @@ from portal.core.errors import Conflict
 from portal.core.models import audit
 from portal.core.redis import client
 from portal.tenancy.models import TenantQuerySet, hash_token
+from scheduler import parallelism
 
 # Redis keys "<prefix><node>:<kind>:<gpu>": a fault the node's agent reported lately, whose
 # repeats are not recorded again (`portal.agents.limits`).
@@ -24,6 +26,15 @@ class GpuModel(models.Model):
 
     name = models.CharField(max_length=32, unique=True)
     memory_gb = models.PositiveIntegerField()
+    # A job may ask for any model of a family ("hopper") instead of naming each.
+    family = models.CharField(max_length=32, blank=True, db_index=True)
+    worth = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001)],
+        help_text="What one GPU counts for when fair sharing weighs borrowing across models; "
+        "empty: its dense BF16 TFLOPS from the planner's table",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -31,6 +42,14 @@ class GpuModel(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def weight(self) -> float | None:
+        """Its `worth`, else its dense BF16 TFLOPS where the planner knows it, else None."""
+        if self.worth is not None:
+            return self.worth
+        gpu = parallelism.GPUS.get(self.name)
+        return gpu.bf16_tflops if gpu else None
 
 
 class Region(models.Model):

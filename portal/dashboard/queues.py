@@ -47,7 +47,7 @@ class Tree:
         """`queues`: every Queue, read `engine.with_quotas`, when the caller has them."""
         self.queues = {queue.id: queue for queue in engine.queues(queues)}
         self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
-        self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values())
+        self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values(), engine.worth())
         for (queue_id, gpu_model), n in gpus.items():
             self.ledger.charge(queue_id, gpu_model, n)
 

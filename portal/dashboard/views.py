@@ -251,8 +251,12 @@ def workload_new(request):
             "checkpoint_policy": CheckpointPolicy.ASYNC,
         }
     serializer = preview = None
+    also = request.POST.getlist("also") if request.method == "POST" else data.pop("also", [])
     if request.method == "POST":
         posted = form_fields(WorkloadSerializer, _blank_to_none(request.POST))
+        if also:  # the model chosen first, then the others it may also run on
+            first = posted.get("gpu_model")
+            posted["gpu_models"] = [first, *(name for name in also if name != first)]
         serializer = WorkloadSerializer(data=posted, context={"request": request})
         if serializer.is_valid() and "preview" in request.POST:
             draft = Workload(tenant=membership.tenant, **serializer.validated_data)
@@ -263,6 +267,7 @@ def workload_new(request):
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})
             return redirect("workload-detail", pk=workload.pk)
     context = _form_context(membership, data, serializer)
+    context["also"] = also
     context["preview"] = preview
     context["budget_notes"] = [] if preview else budget_notes(membership.tenant_id)
     context.update(
@@ -319,6 +324,8 @@ def _as_form(workload):
     fields = WorkloadSerializer(workload).data
     data = {name: fields[name] for name in CLONED if fields[name] is not None}
     data["queue"], data["gpu_model"] = workload.queue.name, workload.gpu_model.name
+    if workload.accepts:  # its first choice again, and the others
+        data["gpu_model"], data["also"] = workload.accepts[0], workload.accepts[1:]
     data["env"] = "\n".join(f"{name}={value}" for name, value in workload.env.items())
     return data
 

@@ -16,6 +16,7 @@ from portal.workloads.models import Workload
 PASSWORD = "wanka-demo"
 NODES_PER_LEAF = 8
 MEMORY_GB = {"H800": 80, "H20": 96}
+FAMILY = {"H800": "hopper", "H20": "hopper"}
 
 # data center -> pods -> (GPU model, leaves)
 LAYOUT = {
@@ -149,7 +150,8 @@ def build_cluster(layout=LAYOUT, nodes_per_leaf=NODES_PER_LEAF, region="cn-east"
         dc = DataCenter.objects.create(region=region, name=dc_name)
         for pod_name, (model, leaves) in pods.items():
             gpu_model, _ = GpuModel.objects.get_or_create(
-                name=model, defaults={"memory_gb": MEMORY_GB.get(model, 80)}
+                name=model,
+                defaults={"memory_gb": MEMORY_GB.get(model, 80), "family": FAMILY.get(model, "")},
             )
             pod = Pod.objects.create(datacenter=dc, name=pod_name)
             for leaf_no in range(1, leaves + 1):

@@ -65,9 +65,16 @@ def cohorts() -> tuple[engine.Cohort, ...]:
     )
 
 
+def worth() -> tuple[tuple[str, float], ...]:
+    """What one GPU of each model is worth to fair sharing (`GpuModel.weight`); empty, each
+    model counted apart, unless every model has a worth."""
+    found = tuple((model.name, model.weight) for model in GpuModel.objects.all())
+    return found if all(weight for _, weight in found) else ()
+
+
 def ledger() -> QuotaLedger:
     """An empty ledger of every queue and cohort: what quota allows with nothing running."""
-    return QuotaLedger(queues(), cohorts())
+    return QuotaLedger(queues(), cohorts(), worth())
 
 
 def ceiling(queue: Queue, gpu_model: GpuModel) -> int:

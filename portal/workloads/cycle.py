@@ -137,6 +137,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
         budgets=budgets.engine_budgets(now or timezone.now()),
+        worth=quota_engine.worth(),
     )
 
 
@@ -144,6 +145,7 @@ COLUMNS = (
     "id", "queue_id", "gpu_model__name", "gpus", "submitted_at", "priority", "topology",
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
+    "accepts",
 )  # fmt: skip
 
 
@@ -177,14 +179,25 @@ def _engine_workload(
         resized_at=_seconds(resized),
         spread=w["spread"] or None,
         tenant=w["tenant_id"],
+        accepts=tuple(w["accepts"]) if not placed else (),
+        speeds=_speeds(w, placed, budget, factors),
     )
+
+
+def _speeds(w: dict, placed: dict, budget: parallel.Budget, factors) -> tuple:
+    """A waiting job's tokens/s per GPU on each GPU model it accepts, where it names its model
+    and the planner has a plan (else the engine takes its models in their listed order)."""
+    if placed or len(w["accepts"]) < 2 or not w["model_spec"] or not budget.allows():
+        return ()
+    return parallel.speeds(w["model_spec"], w["accepts"], w["gpus"], w["global_batch"], factors)
 
 
 def preview(workload: Workload, reader: Reader | None) -> dict:
     """What the next cycle would do with `workload`, not yet saved: the engine's plan of the
-    current snapshot with it added as the newest of its queue, nothing written. `starts`, and
-    on how many nodes; or why it would wait (read by `reader`; None: as the engine says it, for
-    a page to read) and its place in its queue."""
+    current snapshot with it added as the newest of its queue, nothing written. `starts`, on
+    how many nodes and, for a job that accepts several GPU models, on which and why (as
+    `reason`); or why it would wait and its place in its queue. Reasons are read by `reader`
+    (None: as the engine says them, for a page to read)."""
     now = timezone.now()
     snapshot = build_snapshot(now)
     fields = {
@@ -201,7 +214,8 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
     for admission in plan.admissions:
         if admission.workload_id == -1:
             nodes = len({p.node_id for p in admission.placements})
-            return {"starts": True, "nodes": nodes, "reason": "", "position": None}
+            said = reader.read(admission.choice) if reader is not None else admission.choice
+            return {"starts": True, "nodes": nodes, "reason": said, "position": None}
     waiting = next((p for p in plan.pending if p.workload_id == -1), None)
     reason = waiting.reason.replace("workload -1", "this job") if waiting else ""
     position = waiting.position if waiting else None
@@ -300,6 +314,7 @@ def apply(plan: engine.Plan) -> set[int]:
         + [g.workload_id for g in plan.grows]
     )
     datacenter = _datacenters(plan, workloads)
+    chosen = _chosen_models(plan)
     planned = any(workloads[a.workload_id].model_spec for a in plan.admissions)
     factors = fleet.factors() if planned else {}
     touched: set[int] = set()
@@ -319,6 +334,7 @@ def apply(plan: engine.Plan) -> set[int]:
             touched |= lifecycle.grow(victims[grown.workload_id], added, grown.reason)
         bookings = []
         for admission in plan.admissions:
+            model = chosen.get(admission.workload_id)
             try:
                 transition(
                     workloads[admission.workload_id],
@@ -327,6 +343,7 @@ def apply(plan: engine.Plan) -> set[int]:
                     pending_reason="",
                     queue_position=None,
                     head_of_queue=False,
+                    **({"gpu_model_id": model} if model else {}),
                 )
             except IllegalTransition:
                 continue
@@ -372,8 +389,20 @@ def _placed(workload: Workload, admission: engine.Admission) -> str:
     placed = words.PLACED[nodes > 1].format(nodes=nodes)
     gpus = sum(len(p.gpu_indices) for p in admission.placements)
     if gpus < workload.gpus:
-        return words.PLACED_SMALLER.format(placed=placed, gpus=gpus, asked=workload.gpus)
+        placed = words.PLACED_SMALLER.format(placed=placed, gpus=gpus, asked=workload.gpus)
+    if admission.choice:
+        return words.PLACED_CHOSEN.format(placed=placed, choice=admission.choice)
     return placed
+
+
+def _chosen_models(plan: engine.Plan) -> dict[int, int]:
+    """The GPU model (id) each admitted workload that accepts several was placed on: its
+    nodes'. No query when there is none."""
+    first = {a.placements[0].node_id: a.workload_id for a in plan.admissions if a.choice}
+    if not first:
+        return {}
+    models = Node.objects.filter(pk__in=first).values_list("pk", "gpu_model_id")
+    return {first[node_id]: model for node_id, model in models}
 
 
 def _datacenters(plan: engine.Plan, workloads: dict) -> dict[int, int]:

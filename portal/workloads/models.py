@@ -36,6 +36,10 @@ class Workload(models.Model):
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRAINING)
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    # Every GPU model it may run on, in its submitter's order, when it accepts more than one:
+    # the cycle starts it on the fastest with room (`scheduler.engine.Workload.accepts`), and
+    # `gpu_model` becomes the one it runs on.
+    accepts = models.JSONField(default=list, blank=True)
     gpus = models.PositiveIntegerField()
     min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")

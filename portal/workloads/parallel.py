@@ -80,6 +80,21 @@ def throughput(
     return calibration.calibrated_curve(found, factors, model.name, gpu)
 
 
+def speeds(
+    model_spec: dict, gpus_models: list[str], gpus: int, batch: int, factors: calibration.Table
+) -> tuple:
+    """(GPU model, tokens/s per GPU) of a job on `gpus` GPUs of each model it accepts, by the
+    planner calibrated by the fleet; a model it has no plan for is left out."""
+    found = []
+    for gpu in gpus_models:
+        plan = best(model_spec, gpu, gpus, batch)
+        if plan is not None:
+            factor = calibration.lookup(factors, model_spec["name"], gpu, gpus)
+            rate = plan.tokens_per_s / (factor.factor if factor else 1.0)
+            found.append((gpu, rate / gpus))
+    return tuple(found)
+
+
 def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
     """Why a job of this model cannot run on `gpus` GPUs of `gpu`, or None when it can."""
     if gpu not in parallelism.GPUS:

@@ -16,6 +16,7 @@ BY_OPERATOR = phrase("by an operator: {reason}")
 NOT_SENT = phrase("cannot be sent to its nodes: {why}")
 PLACED = phrase("placed on {nodes} node"), phrase("placed on {nodes} nodes")
 PLACED_SMALLER = phrase("{placed}, on {gpus} of its {asked} GPUs (elastic: all that is free)")
+PLACED_CHOSEN = phrase("{placed} (GPU model {choice})")
 # Preemption
 REQUEUED_FROM_SAVE = phrase("requeued after preemption, from its save")
 REQUEUED_LOST = phrase("requeued after preemption; {seconds} s of work since its last save lost")

@@ -193,7 +193,8 @@ class Cycle:
         self.now = now
         self.grow_every_s = snapshot.grow_every_s
         self.budgets = BudgetLedger(snapshot.budgets, snapshot.workloads, now)
-        self.ledger = QuotaLedger(self.budgets.soften(snapshot.queues), snapshot.cohorts)
+        queues = self.budgets.soften(snapshot.queues)
+        self.ledger = QuotaLedger(queues, snapshot.cohorts, snapshot.worth)
         self.capacity = Capacity(snapshot.nodes, index)
         self.occupancy = Occupancy(self.capacity, now)
         running: list[Workload] = []

@@ -358,6 +358,9 @@ class Snapshot:
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
     budgets: tuple[Budget, ...] = ()
+    # (GPU model, what one GPU of it is worth): fair sharing weighs borrowed GPUs by it where
+    # given (`quota`); empty: each model's GPUs count apart (Kueue's dominant resource share).
+    worth: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

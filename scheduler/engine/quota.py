@@ -16,7 +16,10 @@ A queue in no cohort cannot borrow.
 
 Fair sharing: a queue's share is its weighted dominant resource share (DRS) of borrowed
 capacity, as in Kueue: the largest, over GPU models, of GPUs borrowed over GPUs its root cohort
-can lend, divided by the queue's weight.
+can lend, divided by the queue's weight. Where the snapshot says what a GPU of each model is
+worth (`Snapshot.worth`), the share is of value instead: the worth of the GPUs the queue
+borrows over the worth of all its root cohort can lend, so that borrowing 20 GPUs of a model
+worth a fifth of another's counts a fifth as much, and borrowing on several models adds up.
 """
 
 from __future__ import annotations
@@ -49,8 +52,15 @@ AT_BORROWING_LIMIT = phrase(
 class QuotaLedger:
     """GPUs in use per (queue id, GPU model), updated as the cycle admits and preempts."""
 
-    def __init__(self, queues: Iterable[Queue], cohorts: Iterable[Cohort] = ()) -> None:
+    def __init__(
+        self,
+        queues: Iterable[Queue],
+        cohorts: Iterable[Cohort] = (),
+        worth: Iterable[tuple[str, float]] = (),
+    ) -> None:
         self._queues = {queue.id: queue for queue in queues}
+        self._worth = dict(worth)
+        self._lendable_worth: dict[TreeNode, float] = {}
         # Nominal quota per (queue id, GPU model) the queue has a quota for (asked most often).
         self._nominal = {
             (queue.id, quota.gpu_model): queue.quota(quota.gpu_model).nominal
@@ -151,6 +161,10 @@ class QuotaLedger:
         if kind == "q":
             return self._queues[key].quota(gpu_model)  # type: ignore[index]
         return self._cohorts[key].quota(gpu_model)  # type: ignore[index]
+
+    def _quotas_of(self, node: TreeNode) -> tuple[Quota, ...]:
+        kind, key = node
+        return (self._queues if kind == "q" else self._cohorts)[key].quotas  # type: ignore[index]
 
     def _static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
         """(subtree quota, kept, borrowing limit) of a tree node for one GPU model."""
@@ -426,8 +440,11 @@ class QuotaLedger:
     # -- fair sharing ------------------------------------------------------------------------
 
     def share(self, queue: Queue, gpu_model: str | None = None, gpus: int = 0) -> float:
-        """The queue's weighted dominant resource share of borrowed capacity, with `gpus` more
-        GPUs of `gpu_model` counted; 0 for a queue that borrows nothing."""
+        """The queue's weighted dominant resource share of borrowed capacity (of its worth, where
+        models have one), with `gpus` more GPUs of `gpu_model` counted; 0 for a queue that
+        borrows nothing."""
+        if self._worth:
+            return self._worth_share(queue, gpu_model, gpus)
         dominant = 0.0
         seen = False
         for quota in queue.quotas:
@@ -440,6 +457,39 @@ class QuotaLedger:
         if dominant == 0:
             return 0.0
         return dominant / queue.weight if queue.weight > 0 else float("inf")
+
+    def _worth_share(self, queue: Queue, gpu_model: str | None, gpus: int) -> float:
+        """The worth of what the queue borrows over the worth of what its root cohort can lend,
+        over its weight (a model without a worth counts 1 a GPU)."""
+        models = {quota.gpu_model for quota in queue.quotas} | {gpu_model} - {None}
+        borrowed = 0.0
+        for model in models:
+            extra = gpus if model == gpu_model else 0
+            over = self.usage.get((queue.id, model), 0) + extra - queue.quota(model).nominal
+            borrowed += max(0, over) * self._worth.get(model, 1.0)
+        if borrowed == 0:
+            return 0.0
+        if queue.weight <= 0:
+            return float("inf")
+        return borrowed / self._lendable(self.root(queue)) / queue.weight
+
+    def _lendable(self, root: TreeNode) -> float:
+        """The worth of the GPUs a root cohort can lend, over every model its tree has quota of
+        (at least one GPU's worth)."""
+        found = self._lendable_worth.get(root)
+        if found is None:
+            models = set()
+            for node in (root, *self._descendants(root)):
+                models |= {quota.gpu_model for quota in self._quotas_of(node)}
+            value = sum(self._static(root, m)[0] * self._worth.get(m, 1.0) for m in models)
+            found = self._lendable_worth[root] = max(1.0, value) if root[0] == "c" else 1.0
+        return found
+
+    def _descendants(self, node: TreeNode) -> list[TreeNode]:
+        found = []
+        for child in self._children.get(node, ()):
+            found += [child, *self._descendants(child)]
+        return found
 
     def _borrowed_share(self, queue: Queue, quota: Quota, extra: int) -> float:
         """GPUs of one model the queue borrows, over what its root cohort can lend."""

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from django.db.models import Max
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
@@ -95,12 +96,68 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
         raise serializers.ValidationError({field: why})
 
 
+def accepted_models(names: list[str]) -> list[tuple[GpuModel, bool]]:
+    """GPU models and families (`GpuModel.family`, e.g. "hopper") resolved to models, each
+    once, in the order given; a family's models by the planner's peak throughput, fastest
+    first. With each, whether it was named (not only in a family). A ValidationError names
+    what is neither."""
+    found: dict[str, tuple[GpuModel, bool]] = {}
+    for name in names:
+        model = GpuModel.objects.filter(name=name).first()
+        if model is not None:
+            found[model.name] = (model, True)
+            continue
+        members = sorted(GpuModel.objects.filter(family=name), key=_peak)
+        if not members:
+            raise serializers.ValidationError(f"Unknown GPU model or family {name}.")
+        for member in members:
+            found.setdefault(member.name, (member, False))
+    return list(found.values())
+
+
+def _peak(model: GpuModel) -> tuple[float, str]:
+    gpu = parallelism.GPUS.get(model.name)
+    return (-gpu.bf16_tflops if gpu else 0.0, model.name)
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 16})
+class AcceptsField(serializers.JSONField):
+    """The GPU models and families a job accepts (1 to 16 names); read back as the models it
+    keeps, or its one model. (A JSON field, not a ListField: a list field and its child refer
+    to each other, and every serializer would be left for the cyclic collector.)"""
+
+    def to_internal_value(self, data):
+        names = super().to_internal_value(data)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise serializers.ValidationError("A list of GPU model or family names.")
+        if not 1 <= len(names) <= 16:
+            raise serializers.ValidationError(f"From 1 to 16 names; got {len(names)}.")
+        return names
+
+    def get_attribute(self, instance):
+        if instance.accepts:
+            return instance.accepts
+        return [getattr(instance, "gpu_model_name", None) or instance.gpu_model.name]
+
+
 class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSerializer):
     """A job or service of the tenant: what it asks for, where it stands, and, while it
     waits, why and when it is expected to start."""
 
     queue = TenantQueueField()
-    gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
+    gpu_model = NameField(
+        queryset=GpuModel.objects.all(),
+        required=False,
+        help_text="The GPU model it runs on; required unless gpu_models is given (the first)",
+        **GPU_MODEL_FIELD,
+    )
+    gpu_models = AcceptsField(
+        source="accepts",
+        required=False,
+        help_text="Every GPU model or family (e.g. hopper) it may run on, in order of "
+        "preference: it starts on the fastest with room where its speeds are known (it names "
+        "its model), else on the first with room",
+    )
     gpus = serializers.IntegerField(min_value=1, max_value=100_000)
     # Elastic bounds; one below `gpus` or above them says so on min_gpus (`validate`).
     min_gpus = serializers.IntegerField(
@@ -139,6 +196,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             "queue",
             "kind",
             "gpu_model",
+            "gpu_models",
             "gpus",
             "min_gpus",
             "max_gpus",
@@ -205,19 +263,52 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         return env
 
     def validate(self, attrs):
-        gpus, model, queue = attrs["gpus"], attrs["gpu_model"], attrs["queue"]
-        check_gang(gpus, model, queue, "gpus")
+        gpus, queue = attrs["gpus"], attrs["queue"]
         lo, hi = attrs.get("min_gpus"), attrs.get("max_gpus")
         lo, hi = gpus if lo is None else lo, gpus if hi is None else hi  # 0 is a value, not unset
         if not 1 <= lo <= gpus <= hi:
             raise serializers.ValidationError(
                 {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
             )
-        self._validate_model(attrs, model.name, lo)
+        self._validate_models(attrs, lo)
         self._validate_carried(attrs)
         if "topology" not in attrs and queue.spans_datacenters:
             attrs["topology"] = Topology.ANY  # the queue's default: any data center
         return attrs
+
+    def _validate_models(self, attrs, fewest: int) -> None:
+        """The GPU models the job accepts, each one it can run on (`_validate_on`):
+        `gpu_model`, or those of `gpu_models` (the first becomes `gpu_model`; a family's
+        models it cannot run on are left out). Kept in `accepts` only when there are several."""
+        names = attrs.pop("accepts", None)
+        if names is None:
+            if "gpu_model" not in attrs:
+                raise serializers.ValidationError({"gpu_model": "This field is required."})
+            self._validate_on(attrs, attrs["gpu_model"], fewest)
+            return
+        try:
+            found = accepted_models(names)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError({"gpu_models": error.detail}) from None
+        models = []
+        for number, (model, named) in enumerate(found, 1):
+            try:
+                self._validate_on(attrs, model, fewest)
+            except serializers.ValidationError:
+                if named or (not models and number == len(found)):
+                    raise
+                continue
+            models.append(model)
+        if "gpu_model" in attrs and attrs["gpu_model"] != models[0]:
+            why = "Give gpu_model as the first of gpu_models, or leave it out."
+            raise serializers.ValidationError({"gpu_model": why})
+        attrs["gpu_model"] = models[0]
+        attrs["accepts"] = [model.name for model in models] if len(models) > 1 else []
+
+    def _validate_on(self, attrs, model: GpuModel, fewest: int) -> None:
+        """The job's size suits `model`'s nodes and its queue, and its model fits there."""
+        check_gang(attrs["gpus"], model, attrs["queue"], "gpus")
+        self._validate_model(attrs, model.name, fewest)
 
     def _validate_carried(self, attrs) -> None:
         """The command and environment, as the agent protocol writes them, leave room in the

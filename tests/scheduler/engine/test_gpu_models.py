@@ -4,6 +4,8 @@ waits for the best when none has room."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.engine import plan
@@ -120,3 +122,27 @@ def test_waiting_for_the_best_reserves_there():
     assert [r.workload_id for r in result.reservations] == [1]
     models = {node.id: node.gpu_model for node in snapshot.nodes}
     assert {models[n] for n in result.reservations[0].nodes} == {"H800"}
+
+
+def test_fair_sharing_weighs_borrowed_gpus_by_their_worth():
+    """One queue borrows 16 A100s, another 32 T4s (worth about a fifth of an A100 each); both
+    want the last free A100 node. Kueue's dominant share counts each model apart: the T4
+    borrower has borrowed two thirds of the cohort's T4s, more than the other will have of
+    A100s, so the A100 borrower goes first. Weighed by worth, the T4 borrower has borrowed
+    less (32 x 65 against 16 x 312) and goes first."""
+    a100 = make_cluster("A100", nodes=6)
+    t4 = make_cluster("T4", nodes=6, first_id=7, prefix="t4-")
+    lender = make_queue("lender", a100=48, t4=48, cohort="lab")
+    big, small = (make_queue(name, a100=0, t4=0, cohort="lab") for name in ("big", "small"))
+    workloads = [
+        *(make_running(80 + i, lender, on(n), gpu_model="A100") for i, n in enumerate(a100[2:5])),
+        make_running(90, big, on(a100[0]), on(a100[1]), gpu_model="A100"),
+        make_running(91, small, *(on(n) for n in t4[:4]), gpu_model="T4"),
+        workload(1, big, 8, gpu_model="A100"),
+        workload(2, small, 8, gpu_model="A100"),
+    ]
+    snapshot = make_snapshot(a100 + t4, [lender, big, small], workloads)
+    blind = plan(snapshot, NOW)
+    assert [a.workload_id for a in blind.admissions] == [1]
+    weighed = plan(replace(snapshot, worth=(("A100", 312.0), ("T4", 65.0))), NOW)
+    assert [a.workload_id for a in weighed.admissions] == [2]

@@ -1,0 +1,144 @@
+"""A job may accept several GPU models, named or by family: the API resolves and checks them,
+the cycle starts the job on the fastest with room (the planner's speeds where it names its
+model, else its order), writes the model it runs on and says why in its timeline."""
+
+import pytest
+
+from portal.cluster.models import GpuModel, Node
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Workload
+from tests.builders import api_client, make_cluster, make_queue
+
+pytestmark = pytest.mark.django_db
+
+JOB = {"name": "train", "queue": "llm", "gpus": 8, "command": "python train.py"}
+
+
+@pytest.fixture
+def llm(acme):
+    make_cluster()  # H800 in dc1 and dc2, H20 in dc2: the demo's families (both hopper)
+    return make_queue(acme, "llm", h800=64, h20=32)
+
+
+def submit(user, **fields):
+    return api_client(user).post("/api/v1/workloads/", {**JOB, **fields}, format="json")
+
+
+def test_a_family_means_its_models_fastest_first(llm, alice):
+    response = submit(alice, gpu_models=["hopper"])
+    assert response.status_code == 201, response.json()
+    assert response.json()["gpu_models"] == ["H800", "H20"]
+    assert response.json()["gpu_model"] == "H800"
+    assert Workload.objects.get().accepts == ["H800", "H20"]
+
+
+def test_one_model_keeps_nothing_extra(llm, alice):
+    response = submit(alice, gpu_models=["H20"])
+    assert response.status_code == 201
+    assert response.json()["gpu_models"] == ["H20"]
+    assert Workload.objects.get().accepts == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "reason"),
+    [
+        ({"gpu_models": ["B300"]}, "gpu_models", "Unknown GPU model or family B300."),
+        (
+            {"gpu_models": ["H20", "H800"], "gpu_model": "H800"},
+            "gpu_model",
+            "Give gpu_model as the first of gpu_models, or leave it out.",
+        ),
+        ({}, "gpu_model", "This field is required."),
+        ({"gpu_models": []}, "gpu_models", "From 1 to 16 names; got 0."),
+    ],
+    ids=["unknown", "gpu_model not the first", "neither given", "an empty list"],
+)
+def test_bad_model_lists_are_refused(llm, alice, fields, field, reason):
+    response = submit(alice, **fields)
+    assert response.status_code == 400
+    assert {"field": field, "reason": reason} in response.json()["errors"]
+    assert not Workload.objects.exists()
+
+
+def test_a_named_model_the_queue_cannot_hold_is_refused_a_family_member_left_out(acme, alice):
+    make_cluster()
+    make_queue(acme, "llm", h800=64)  # no H20 quota, and no cohort to borrow from
+    refused = submit(alice, gpu_models=["H800", "H20"])
+    assert refused.status_code == 400
+    assert refused.json()["errors"][0]["field"] == "gpus"
+    taken = submit(alice, gpu_models=["hopper"])
+    assert taken.status_code == 201
+    assert taken.json()["gpu_models"] == ["H800"]
+
+
+def test_the_cycle_starts_it_on_a_model_with_room_and_says_why(llm, alice):
+    Node.objects.filter(gpu_model__name="H800").update(connected=False)  # no H800 free
+    job_id = submit(alice, gpu_models=["H800", "H20"]).json()["id"]
+    scheduling_cycle()
+    job = Workload.objects.get(pk=job_id)
+    assert job.state == State.ADMITTED
+    assert job.gpu_model.name == "H20"
+    assert {a.node.gpu_model.name for a in job.allocations.select_related("node__gpu_model")} == {
+        "H20"
+    }
+    event = job.events.get(to_state=State.ADMITTED)
+    assert event.reason == (
+        "placed on 1 node (GPU model H20: H800, listed before it, has no room now)"
+    )
+    # What it ran on is what the API now says; it still accepts both if it is requeued.
+    shown = api_client(alice).get(f"/api/v1/workloads/{job_id}/").json()
+    assert (shown["gpu_model"], shown["gpu_models"]) == ("H20", ["H800", "H20"])
+
+
+def test_a_job_that_names_its_model_goes_where_the_planner_says_it_is_fastest(llm, alice):
+    fields = {"gpu_models": ["H20", "H800"], "model": "gpt3-1.3b", "global_batch": 64}
+    job_id = submit(alice, **fields).json()["id"]
+    scheduling_cycle()
+    job = Workload.objects.get(pk=job_id)
+    assert job.gpu_model.name == "H800"
+    reason = job.events.get(to_state=State.ADMITTED).reason
+    assert reason.startswith("placed on 1 node (GPU model H800: the fastest of the GPU models")
+    assert GpuModel.objects.get(name="H20").family == "hopper"
+
+
+FORM = {"name": "form", "queue": "llm", "kind": "training", "gpus": "8", "priority": "0"}
+
+
+def test_the_form_offers_other_models_and_previews_the_choice(llm, alice, client):
+    Node.objects.filter(gpu_model__name="H800").update(connected=False)
+    client.force_login(alice)
+    page = client.get("/workloads/new/").content.decode()
+    assert 'name="also" value="H20"' in page
+    asked = {**FORM, "gpu_model": "H800", "also": ["H800", "H20"], "checkpoint_policy": "none"}
+    preview = client.post("/workloads/new/", {**asked, "preview": "1"}).content.decode()
+    assert "It would start in the next cycle, on 1 node." in preview
+    assert "H20: H800, listed before it, has no room now" in preview
+    assert not Workload.objects.exists()
+    client.post("/workloads/new/", asked)
+    job = Workload.objects.get()
+    assert (job.gpu_model.name, job.accepts) == ("H800", ["H800", "H20"])
+    again = client.get(f"/workloads/new/?from={job.pk}").content.decode()
+    assert 'value="H20" checked' in again
+
+
+def test_the_choice_reads_in_chinese():
+    from django.utils import translation
+
+    from portal.workloads.phrasebook import translate
+
+    english = "placed on 1 node (GPU model H20: H800, listed before it, has no room now)"
+    with translation.override("zh-hans"):
+        said = translate(english)
+    assert said == "已放置到 1 个节点（GPU 型号 H20：排在它前面的 H800 现在没有空位）"
+
+
+def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
+    from portal.quotas.engine import worth
+    from portal.workloads.cycle import build_snapshot
+
+    assert dict(worth()) == {"H800": 989.0, "H20": 148.0}  # the planner's dense BF16 TFLOPS
+    GpuModel.objects.filter(name="H20").update(worth=200)
+    assert dict(build_snapshot().worth) == {"H800": 989.0, "H20": 200.0}
+    GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
+    assert worth() == ()
