@@ -133,8 +133,7 @@ def test_an_unknown_set_is_refused() -> None:
         load_sia("alibaba")
 
 
-def test_a_policy_of_none_keeps_the_trace_checkpoint_column_empty() -> None:
-    """The new columns sit beside the old ones: a job without them writes empty cells."""
+def test_a_job_without_accepts_or_speeds_writes_their_cells_empty() -> None:
     job = TraceJob(1, 0.0, 8, "T4", 60.0, "q", checkpoint=Policy(PolicyKind.NONE))
     assert write_csv([job]).splitlines()[1].endswith(",none,,,,")
 
