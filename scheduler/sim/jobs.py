@@ -1,8 +1,9 @@
 """One job's life in the simulator: computing, checkpointing, failing, recovering, finishing.
 
-A job's work is its trace duration at its requested size; on fewer GPUs (an elastic job that
-was shrunk) it progresses in proportion, `held / gpus` seconds of work per second, or, for a job
-that names its model, at the planner's throughput for `held` GPUs over that for `gpus` (the
+A job's work is its trace duration at its requested size on its trace's GPU model; on another
+model it accepts it progresses at that model's speed (`TraceJob.speeds`); on fewer GPUs (an
+elastic job that was shrunk) in proportion, `held / gpus` seconds of work per second, or, for a
+job that names its model, at the planner's throughput for `held` GPUs over that for `gpus` (the
 curve the engine weighs its shrinks by, `scheduler.parallelism.curve`, corrected by the fleet's
 calibration when `SimConfig.calibration` gives one). While it holds GPUs it is in one phase at
 a time:
@@ -107,6 +108,7 @@ class Job:
         self.phase = Phase.PENDING
         self.placements: tuple[Placement, ...] = ()
         self.held = 0
+        self.gpu_model = spec.gpu_model  # the model it runs (or last ran) on
         self.rate = 0.0  # seconds of work per second of compute
         self.progress = 0.0  # seconds of work done, as of `mark`
         self.mark = spec.submit_s
@@ -190,10 +192,14 @@ class Job:
         self.phase_s[self.phase] += elapsed
         self.mark = now
 
-    def start(self, now: float, placements: tuple[Placement, ...]) -> None:
-        """Start (or resume) on these GPUs; a resumed job restarts from its checkpoint first."""
+    def start(
+        self, now: float, placements: tuple[Placement, ...], gpu_model: str | None = None
+    ) -> None:
+        """Start (or resume) on these GPUs, of `gpu_model` (default: its trace's); a resumed
+        job restarts from its checkpoint first."""
         self.advance(now)
         self.queued_s += now - self.waiting_since
+        self.gpu_model = gpu_model or self.spec.gpu_model
         self._hold(placements)
         self.started_at = now
         if self.first_start is None:
@@ -360,7 +366,8 @@ class Job:
     def _hold(self, placements: tuple[Placement, ...]) -> None:
         self.placements = placements
         self.held = sum(len(p.gpu_indices) for p in placements)
-        self.rate = self.speed(self.held) * self.slowdown if self.held else 0.0
+        speed = self.speed(self.held) * self.spec.speed_on(self.gpu_model)
+        self.rate = speed * self.slowdown if self.held else 0.0
 
     def _stop(self, now: float) -> None:
         self._hold(())

@@ -149,7 +149,7 @@ class Recorder:
         """Job `job` took (`delta` > 0) or gave back GPUs."""
         if not delta:
             return
-        key = (job.spec.queue, job.spec.gpu_model)
+        key = (job.spec.queue, job.gpu_model)  # the model it runs on
         self.used[key] += delta
         self.allocated.add(now, delta)
         series = self.queue_used.get(job.spec.queue)

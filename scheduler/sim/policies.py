@@ -14,6 +14,11 @@ says:
 - `no-reclaim`: priority with borrowing but without reclaim: queues borrow idle quota of their
   cohort, but a queue under its quota never takes back what others borrowed; within a queue,
   priorities still preempt.
+
+One more, for mixed fleets, is not among the what-if's choices (`POLICIES`): `blind`, Wanka's
+blind to GPU models' speeds, the baseline of `bench.hetero`. The engine is not told a job's
+speeds (`TraceJob.speeds`; its run time still follows them), so it starts a job that accepts
+several models on the first of them with room, in the job's order, not on the fastest.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class SchedulingPolicy:
     # The FIFO baseline's queue id for each of the spec's queues (that of the queue's region);
     # its jobs then have priority 0 and no budgets. None: every job keeps its own queue.
     fifo_of: Mapping[str, int] | None = None
+    speeds: bool = True  # whether the engine is told jobs' speeds per GPU model
 
     def queue_id(self, job: TraceJob, spec: ClusterSpec) -> int:
         return spec.queue_ids[job.queue] if self.fifo_of is None else self.fifo_of[job.queue]
@@ -111,6 +117,10 @@ def no_reclaim(spec: ClusterSpec) -> SchedulingPolicy:
         for queue in spec.queues
     )
     return SchedulingPolicy("no-reclaim", queues, spec.cohorts)
+
+
+def blind(spec: ClusterSpec) -> SchedulingPolicy:
+    return SchedulingPolicy("blind", spec.queues, spec.cohorts, speeds=False)
 
 
 POLICIES: dict[str, Callable[[ClusterSpec], SchedulingPolicy]] = {

@@ -458,7 +458,8 @@ class Simulator:
                 self.replicas[job.id].started(job, self.now)
             with self._tracking(job, faults=True):
                 self.allocations.take(admission.placements, job.id)
-                job.start(self.now, admission.placements)
+                model = self.allocations.nodes[admission.placements[0].node_id].gpu_model
+                job.start(self.now, admission.placements, model)
                 self.pending.discard(job.id)
                 self.recorder.pending_removed(job)
             self._may_grow(job)
@@ -595,7 +596,7 @@ class _Tracking:
         recorder.gpus_changed(sim.now, job, job.held - self.held)
         if sim.budgets:
             queue_id = sim.spec.queue_ids[job.spec.queue]
-            sim.budgets.changed(sim.now, queue_id, job.spec.gpu_model, job.held - self.held)
+            sim.budgets.changed(sim.now, queue_id, job.gpu_model, job.held - self.held)
         recorder.busy_changed(sim.now, (job.held if job.phase == Phase.COMPUTE else 0) - self.busy)
         if job.held != self.held or job.last_checkpoint_at != self.checkpoint:
             sim.workloads.changed(job)

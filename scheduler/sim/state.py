@@ -146,7 +146,7 @@ class Workloads:
         return Workload(
             spec.id,
             self.policy.queue_id(spec, self.spec),
-            spec.gpu_model,
+            job.gpu_model if running else spec.gpu_model,
             job.held if running else spec.gpus,
             spec.submit_s,
             priority=self.policy.priority(spec),
@@ -160,4 +160,6 @@ class Workloads:
             throughput=job.throughput,
             resized_at=job.resized_at,
             preempting=job.phase == Phase.STOPPING,
+            accepts=spec.accepts,
+            speeds=spec.speeds if self.policy.speeds else (),
         )

@@ -12,7 +12,11 @@ documented in `docs/sim-trace-format.md`:
   `gpus`), `checkpoint` (`periodic`, `async`, `triggered` or `none`, with an optional interval
   in seconds: `periodic:3600`; default the run's policy, interval from the advisor), `model`
   and `global_batch` (a model of `scheduler.parallelism.MODELS` and its batch: a shrunk job
-  then runs at the planner's throughput for the GPUs it keeps, not in proportion to them).
+  then runs at the planner's throughput for the GPUs it keeps, not in proportion to them),
+  `accepts` (the GPU models it may run on, in order of preference, `gpu_model` first:
+  `T4|RTX2080Ti|A100`) and `speeds` (its throughput per GPU on each of them relative to
+  `gpu_model`: `T4:1|RTX2080Ti:1.6|A100:3.1`; its run time on a model is `duration_s` over that
+  model's speed).
 
 Empty optional cells take their default. A bad row raises `TraceError` naming the line and
 column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
@@ -53,10 +57,18 @@ class TraceJob:
     checkpoint: Policy | None = None  # None: the run's default policy
     model: str = ""  # a name of scheduler.parallelism.MODELS; "" for none
     global_batch: int | None = None  # sequences per step, with `model`
+    accepts: tuple[str, ...] = ()  # GPU models it may run on, `gpu_model` first; (): only it
+    # Its throughput per GPU on each accepted model relative to `gpu_model` (1 there): what
+    # its run time on a model is divided by. (): the same on every model.
+    speeds: tuple[tuple[str, float], ...] = ()
 
     @property
     def fewest_gpus(self) -> int:
         return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
+
+    def speed_on(self, gpu_model: str) -> float:
+        """Its work per second on `gpu_model` relative to `gpu_model` of the trace."""
+        return dict(self.speeds).get(gpu_model, 1.0)
 
 
 def load_csv(path: str | Path) -> list[TraceJob]:
@@ -91,11 +103,13 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         raise TraceError(f"line {line}, column queue: empty (give a queue or a tenant)")
     given_id = cell.whole("id", minimum=0, optional=True)
     model, batch = cell.model("model", "global_batch")
+    gpu_model = cell.text("gpu_model")
+    accepts = cell.accepts("accepts", gpu_model)
     return TraceJob(
         id=index if given_id is None else given_id,
         submit_s=cell.number("submit_s"),
         gpus=gpus,
-        gpu_model=cell.text("gpu_model"),
+        gpu_model=gpu_model,
         duration_s=cell.number("duration_s", positive=True),
         queue=queue,
         priority=cell.whole("priority", optional=True) or 0,
@@ -104,6 +118,8 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         checkpoint=cell.checkpoint("checkpoint"),
         model=model,
         global_batch=batch,
+        accepts=accepts,
+        speeds=cell.speeds("speeds", accepts or (gpu_model,)),
     )
 
 
@@ -182,6 +198,40 @@ class _Cells:
             )
         return name, batch
 
+    def accepts(self, column: str, gpu_model: str) -> tuple[str, ...]:
+        """GPU models separated by `|`, the job's `gpu_model` first."""
+        raw = self._raw(column, optional=True)
+        if raw is None:
+            return ()
+        models = tuple(model.strip() for model in raw.split("|"))
+        if models[0] != gpu_model or "" in models or len(set(models)) < len(models):
+            raise self.error(
+                column, f"{raw!r} must list distinct GPU models, {gpu_model!r} (gpu_model) first"
+            )
+        return models
+
+    def speeds(self, column: str, models: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+        """`model:speed` pairs separated by `|`, one for each accepted model, 1 for the first."""
+        raw = self._raw(column, optional=True)
+        if raw is None:
+            return ()
+        speeds = {}
+        for pair in raw.split("|"):
+            model, _, number = pair.partition(":")
+            try:
+                speed = float(number)
+            except ValueError:
+                raise self.error(column, f"{pair!r} is not model:speed") from None
+            if not math.isfinite(speed) or speed <= 0:
+                raise self.error(column, f"{pair!r}: a speed must be a finite number above 0")
+            speeds[model.strip()] = speed
+        if sorted(speeds) != sorted(models) or speeds[models[0]] != 1.0:
+            raise self.error(
+                column,
+                f"{raw!r} must give a speed for each of {', '.join(models)}, 1 for the first",
+            )
+        return tuple((model, speeds[model]) for model in models)
+
 
 def parse_policy(text: str) -> Policy:
     """A checkpoint policy from `kind` or `kind:interval_s`, e.g. `periodic:3600`; the interval
@@ -225,6 +275,8 @@ COLUMNS = (
     "checkpoint",
     "model",
     "global_batch",
+    "accepts",
+    "speeds",
 )
 
 
@@ -249,6 +301,8 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
                 format_policy(job.checkpoint),
                 job.model,
                 "" if job.global_batch is None else job.global_batch,
+                "|".join(job.accepts),
+                "|".join(f"{model}:{speed!r}" for model, speed in job.speeds),
             ]
         )
     return out.getvalue()

@@ -1,0 +1,169 @@
+"""Mixed fleets in the simulator: jobs that accept several GPU models, run at each model's
+speed, and Sia's workloads and cluster loaded as the paper describes them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scheduler.checkpointing import Costs, Policy, PolicyKind
+from scheduler.engine import Placement
+from scheduler.sim.jobs import Checkpointing, Job
+from scheduler.sim.policies import blind, wanka
+from scheduler.sim.sia import CLUSTER, DEFAULT_DIR, SLOWDOWNS, Profiles, load_sia, placeable
+from scheduler.sim.simulator import SimConfig, Simulator
+from scheduler.sim.spec import ClusterSpec, parse_spec
+from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
+
+HEADER = "submit_s,gpus,gpu_model,duration_s,queue,accepts,speeds"
+FAST = TraceJob(
+    1,
+    0.0,
+    8,
+    "T4",
+    3600.0,
+    "q",
+    accepts=("T4", "A100"),
+    speeds=(("T4", 1.0), ("A100", 4.0)),
+)
+
+
+def test_a_job_may_accept_several_models_with_their_speeds() -> None:
+    (job,) = read_csv([HEADER, "0,8,T4,3600,q,T4|A100,T4:1|A100:4"])
+    assert job == FAST
+    assert read_csv(write_csv([job]).splitlines()) == [job]
+
+
+@pytest.mark.parametrize(
+    ("cells", "error"),
+    [
+        ("A100|T4,", "line 2, column accepts: 'A100|T4' must list distinct GPU models, 'T4'"),
+        ("T4|T4,", "line 2, column accepts: 'T4|T4' must list distinct GPU models"),
+        ("T4|A100,T4:1", "line 2, column speeds: 'T4:1' must give a speed for each of T4, A100"),
+        ("T4|A100,T4:2|A100:4", "line 2, column speeds: 'T4:2|A100:4' must give a speed"),
+        ("T4|A100,T4:1|A100:0", "line 2, column speeds: 'A100:0': a speed must be a finite"),
+        ("T4|A100,T4:1|A100", "line 2, column speeds: 'A100' is not model:speed"),
+    ],
+    ids=[
+        "the trace's model not first",
+        "a model twice",
+        "a model without a speed",
+        "the first model's speed not 1",
+        "a speed of 0",
+        "a model without its speed",
+    ],
+)
+def test_bad_accepts_or_speeds_name_their_column(cells: str, error: str) -> None:
+    with pytest.raises(TraceError, match="^" + re.escape(error)):
+        read_csv([HEADER, f"0,8,T4,3600,q,{cells}"])
+
+
+def started(spec: TraceJob, gpu_model: str | None) -> Job:
+    job = Job(spec, Checkpointing(PolicyKind.NONE, None, 0.0, 0.0), Costs())
+    job.start(0.0, (Placement(1, tuple(range(8))),), gpu_model)
+    return job
+
+
+@pytest.mark.parametrize(
+    ("gpu_model", "finishes_at"),
+    [("T4", 3600.0), ("A100", 900.0), (None, 3600.0)],
+    ids=["on its trace's model, its duration", "on a model 4x as fast, a quarter", "by default"],
+)
+def test_a_jobs_run_time_follows_the_model_it_landed_on(
+    gpu_model: str | None, finishes_at: float
+) -> None:
+    assert started(FAST, gpu_model).next_phase_at() == finishes_at
+
+
+def test_a_job_without_speeds_runs_as_long_on_any_model() -> None:
+    blind = TraceJob(1, 0.0, 8, "T4", 3600.0, "q", accepts=("T4", "A100"))
+    assert started(blind, "A100").next_phase_at() == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("asked", "placed"),
+    [(1, 1), (4, 4), (6, 8), (8, 8), (10, 16), (12, 16), (16, 16)],
+)
+def test_gpu_counts_are_rounded_to_whole_nodes_of_4_and_of_8(asked: int, placed: int) -> None:
+    assert placeable(asked) == placed
+
+
+@pytest.fixture(scope="module")
+def philly() -> tuple:
+    return load_sia("philly")
+
+
+def test_sias_cluster_is_64_gpus_of_three_types_in_the_papers_nodes(philly: tuple) -> None:
+    _, spec = philly
+    assert spec.capacity == {"A100": 16, "RTX2080Ti": 24, "T4": 24}
+    assert {(n.gpu_model, n.gpus) for n in spec.nodes} == {
+        ("T4", 4),
+        ("RTX2080Ti", 8),
+        ("A100", 8),
+    }
+    assert len(spec.nodes) == 11
+
+
+def test_a_sia_set_loads_each_file_as_a_trace_of_jobs_accepting_every_type(philly: tuple) -> None:
+    traces, _ = philly
+    assert [len(trace) for trace in traces] == [160] * 8
+    first = traces[0][0]  # cifar10-0,107,cifar10,6,2048
+    assert (first.id, first.submit_s, first.gpus, first.queue) == (1, 107.0, 8, "sia")
+    assert first.accepts == ("T4", "RTX2080Ti", "A100")
+    speeds = dict(first.speeds)
+    assert speeds["T4"] == 1.0 and speeds["A100"] > speeds["RTX2080Ti"] > 1.0
+    for job in (job for trace in traces for job in trace):
+        assert job.gpus in (4, 8, 16) and job.duration_s > 0
+
+
+def test_a_sia_jobs_time_is_its_iterations_times_its_profiled_step() -> None:
+    """cifar10 at batch 2048 on one A100 node of 8: 256 per GPU, between the profiled local
+    batches 182 and 257 (step times 0.040204 s and 0.049112 s)."""
+    profiles = Profiles(DEFAULT_DIR / "profiles")
+    step = 0.040203869342803955 + (256 - 182) / (257 - 182) * (
+        0.04911188781261444 - 0.040203869342803955
+    )
+    expected = profiles.measured["cifar10"][2048] * step * SLOWDOWNS["cifar10"]
+    assert profiles.run_s("cifar10", CLUSTER[2], 8, 2048) == pytest.approx(expected)
+
+
+def test_an_unknown_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown Sia workload set 'alibaba'"):
+        load_sia("alibaba")
+
+
+def test_a_job_without_accepts_or_speeds_writes_their_cells_empty() -> None:
+    job = TraceJob(1, 0.0, 8, "T4", 60.0, "q", checkpoint=Policy(PolicyKind.NONE))
+    assert write_csv([job]).splitlines()[1].endswith(",none,,,,")
+
+
+def two_model_cluster() -> ClusterSpec:
+    """One node of 8 T4 and one of 8 A100, one queue over both."""
+    leaves = [{"name": m, "nodes": 1, "gpu_model": m} for m in ("T4", "A100")]
+    return parse_spec(
+        {
+            "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+            "queues": [{"name": "q", "quotas": {"T4": 8, "A100": 8}}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "landed", "jct"),
+    [(wanka, "A100", 900.0), (blind, "T4", 3600.0)],
+    ids=[
+        "told its speeds, the engine starts it on the A100 and it runs a quarter as long",
+        "blind to them, the engine starts it on the T4, first listed, and it runs as long",
+    ],
+)
+def test_a_jobs_run_time_follows_the_model_the_engine_started_it_on(
+    policy, landed: str, jct: float
+) -> None:
+    spec = two_model_cluster()
+    config = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.NONE))
+    simulator = Simulator([FAST], spec, policy(spec), config)
+    simulator.run()
+    job = simulator.jobs[1]
+    assert job.gpu_model == landed
+    assert job.finished_at - job.first_start == pytest.approx(jct)
