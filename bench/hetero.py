@@ -68,7 +68,7 @@ PUBLISHED = {
 }
 LABELS = {"philly": "Philly", "saturn": "Helios", "newtrace": "newTrace"}
 POLICIES = {"wanka": wanka, "blind": blind}
-CONFIG = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.NONE))
+CONFIG = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.NONE), time_limits=True)
 WITHIN_SIA = 0.10  # Wanka's average JCT at most this much above Sia's
 BELOW_BLIND = 0.25  # and at least this much below the blind policy's
 

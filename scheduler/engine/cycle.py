@@ -23,6 +23,7 @@ from scheduler.engine.budget import BudgetLedger, seconds_left
 from scheduler.engine.capacity import DEPTH, Capacity, NodeIndex, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
+    awaited_reason,
     claim_reason,
     grow_reason,
     kept_off_reason,
@@ -231,6 +232,10 @@ class Cycle:
         self.shrinks: list[Shrink] = []
         self.grows: list[Grow] = []
         self.moves: list[Move] = []
+        # For `_worth_waiting`: per (region, GPU model), running work's (end, GPUs), and the
+        # GPUs workloads chose to wait for there this cycle.
+        self._ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
+        self._awaited: Counter[tuple[str, str]] = Counter()
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -272,13 +277,21 @@ class Cycle:
     def decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """Admit, preempt for, reserve for, or hold back one workload (`within`: whether it
         fits in its queue's nominal quota). A workload that accepts several GPU models is
-        decided on the one it is best placed on now (`_choose_model`)."""
+        decided on the one it is best placed on now (`_choose_model`), or waits for a faster
+        one (`_worth_waiting`)."""
         free = None
         if len(workload.accepts) > 1:
             workload, within, free = self._choose_model(queue, workload)
+            if free and (awaited := self._worth_waiting(queue, workload)) is not None:
+                model, start_in_s = awaited
+                self._awaited[queue.region, model] += workload.gpus
+                reason = awaited_reason(workload, model, workload.gpu_model, start_in_s)
+                return self._no_fit(replace(workload, gpu_model=model), reason)
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
+        if outcome == Outcome.NO_FIT:  # ahead of later ones that may wait for these GPUs
+            self._awaited[queue.region, workload.gpu_model] += workload.gpus
         if free is not None:
             self._say_model(workload, outcome, free)
         return outcome
@@ -295,6 +308,53 @@ class Cycle:
                 return candidate, self.ledger.within_nominal(queue, model, workload.gpus), True
         best = replace(workload, gpu_model=workload.models[0])
         return best, self.ledger.within_nominal(queue, best.gpu_model, best.gpus), False
+
+    def _worth_waiting(self, queue: Queue, workload: Workload) -> tuple[str, float] | None:
+        """A faster model than the one the workload could start on now (`gpu_model`), and when
+        it is expected to start there, where it would still end sooner there: judged from its
+        time limit (`Workload.run_s`) and when the running work of that model ends by its own
+        (`_expected_start`). None when starting now ends soonest, or nothing is known."""
+        here = workload.run_s(workload.gpu_model)
+        if here is None:
+            return None
+        for model in workload.models:
+            if model == workload.gpu_model:
+                return None  # the faster ones are behind us
+            if queue.quota(model).nominal < workload.gpus and queue.cohort is None:
+                continue  # its queue can never hold it there
+            start_in_s = self._expected_start(queue.region, model, workload.gpus)
+            if start_in_s is not None and start_in_s + workload.run_s(model) < here:
+                return model, start_in_s
+        return None
+
+    def _expected_start(self, region: str, gpu_model: str, gpus: int) -> float | None:
+        """Seconds until `gpus` GPUs of the pool are free, counting those free now, those the
+        pool's running work gives back when it ends by its time limit (its run time there),
+        and those workloads chose to wait for this cycle; None when that never comes."""
+        key = (region, gpu_model)
+        ends = self._ends.get(key)
+        if ends is None:
+            ends = self._ends[key] = sorted(
+                (w.started_at + run_s, w.held)
+                for w in self.running
+                if w.gpu_model == gpu_model
+                and w.started_at is not None
+                and (run_s := w.run_s(gpu_model)) is not None
+                and (queue := self.ledger.queue_or_none(w.queue_id)) is not None
+                and queue.region == region
+            )
+        try:
+            have = self.capacity.pool(region, gpu_model).free_gpus()
+        except Inadmissible:
+            return None
+        need = gpus + self._awaited[key]
+        if have >= need:
+            return None  # free, yet it did not fit (its shape): no telling when it will
+        for end, held in ends:
+            have += held
+            if have >= need:
+                return max(0.0, end - self.now)
+        return None
 
     def _free_now(self, queue: Queue, workload: Workload) -> bool:
         """Whether the workload could start now on free GPUs of its `gpu_model` (quota, budgets

@@ -355,6 +355,10 @@ MOVED = phrase(
     "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
     "for them"
 )
+MODEL_AWAITED = phrase(
+    "{model}: {times}x faster than the {free} free now; expected to start in {minutes} min and "
+    "still end sooner there"
+)
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
 
 
@@ -388,3 +392,10 @@ def move_reason(workload: Workload, model: str) -> str:
     """Why a running workload moves to `model`, a faster one it accepts."""
     times = workload.speed(model) / workload.speed(workload.gpu_model)
     return MOVED.format(old=workload.gpu_model, model=model, times=f"{times:.1f}")
+
+
+def awaited_reason(workload: Workload, model: str, free: str, start_in_s: float) -> str:
+    """Why a workload waits for `model` although `free` has room now."""
+    times = workload.speed(model) / workload.speed(free)
+    minutes = max(1, math.ceil(start_in_s / 60))
+    return MODEL_AWAITED.format(model=model, times=f"{times:.1f}", free=free, minutes=minutes)

@@ -304,6 +304,15 @@ class Workload:
         """Its throughput per GPU on `gpu_model` (any unit), or None where unknown."""
         return dict(self.speeds).get(gpu_model)
 
+    def run_s(self, gpu_model: str) -> float | None:
+        """How long it runs on `gpu_model`, where it has a time limit: the limit on the
+        slowest model it accepts (a limit must allow for that one), less in proportion to its
+        speed on a faster one. None without a limit, or without a speed on each model."""
+        speeds = [self.speed(model) for model in self.models]
+        if self.time_limit_s is None or None in speeds or self.speed(gpu_model) is None:
+            return self.time_limit_s if len(self.models) == 1 else None
+        return self.time_limit_s * min(speeds) / self.speed(gpu_model)
+
     @property
     def ends_at(self) -> float | None:
         """When its time limit stops it, if it is running and has one."""
@@ -357,11 +366,11 @@ class Snapshot:
     workloads: tuple[Workload, ...]
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
-    move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
     budgets: tuple[Budget, ...] = ()
     # (GPU model, what one GPU of it is worth): fair sharing weighs borrowed GPUs by it where
     # given (`quota`); empty: each model's GPUs count apart (Kueue's dominant resource share).
     worth: tuple[tuple[str, float], ...] = ()
+    move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
 
 
 @dataclass(frozen=True)

@@ -211,19 +211,27 @@ class Job:
         else:
             self._enter(Phase.COMPUTE, None)
 
-    def resize(self, now: float, placements: tuple[Placement, ...]) -> None:
-        """Go on with fewer or more GPUs, after one restart. Both save first, so nothing is
-        lost (the portal's `save_then_shrink`, and a grow that asks for a save when its newest
+    def resize(
+        self, now: float, placements: tuple[Placement, ...], gpu_model: str | None = None
+    ) -> None:
+        """Go on with fewer or more GPUs, or on GPUs of another model it accepts (`gpu_model`:
+        the engine moved it), after one restart. All save first, so nothing is lost (the
+        portal's `save_then_shrink`, and a grow or a move that asks for a save when its newest
         is older than a few seconds); the save's time is not modelled."""
         self.advance(now)
         if self.ckpt.kind is not PolicyKind.NONE:
             self._complete(now, self.progress)
         before = self.held
+        self.gpu_model = gpu_model or self.gpu_model
         self._hold(placements)
         if self.held < before:
             self.shrinks += 1
         self.resized_at = now
-        self.history.append("recovering (shrunk)" if self.held < before else "recovering (grown)")
+        if gpu_model is not None:
+            self.history.append(f"recovering (moved to {gpu_model})")
+        else:
+            grown = "recovering (shrunk)" if self.held < before else "recovering (grown)"
+            self.history.append(grown)
         self._recover(now, Cause.RESIZE)
 
     def preempt(self, now: float) -> None:

@@ -135,6 +135,7 @@ class Recorder:
         self.preemptions = 0
         self.shrinks = 0
         self.grows = 0
+        self.moves = 0  # running jobs moved to a faster GPU model
         self.kept: list[tuple[float, float]] = []  # each shrink: (GPUs, throughput) kept
         self.faults: Counter[str] = Counter()
 

@@ -66,6 +66,7 @@ class SimConfig:
     checkpoint: Policy = Policy(PolicyKind.PERIODIC)  # for jobs whose trace names none
     time_limits: bool = False  # tell the engine each job's trace duration as its time limit
     grow_every_s: float = 300.0  # an elastic job grows at most this often (`Snapshot`)
+    move_every_s: float = 3600.0  # a job moves to a faster GPU model at most this often
     detection: Detection = Detection()  # how scripted incidents are noticed
     horizon_s: float | None = None  # stop at this simulated time; None: when all is done
     series_step_s: float = 3600.0  # time series are averaged into buckets this long
@@ -127,7 +128,9 @@ class Simulator:
         self.faults = FaultModel(config.failures_per_gpu_hour, config.fault_mix)
         self.allocations = Allocations(spec)
         self.index = NodeIndex()  # the engine's index of the nodes, kept from cycle to cycle
-        self.workloads = Workloads(spec, policy, config.time_limits, config.grow_every_s)
+        self.workloads = Workloads(
+            spec, policy, config.time_limits, config.grow_every_s, config.move_every_s
+        )
         self.start = min((job.submit_s for job in trace), default=0.0)
         self.budgets = BudgetMeter(spec.budgets, self.start)
         self._renewal_at: float | None = None  # the cycle booked for a budget's renewal
@@ -145,7 +148,9 @@ class Simulator:
         self._seq = 0
         self._versions: dict[tuple[int, Kind], int] = {}
         self.pending: set[int] = set()
-        self.growable: set[int] = set()  # running elastic jobs below their most
+        # Running jobs the engine may resize: elastic ones below their most, and ones on a
+        # slower GPU model than the fastest they accept (it may move them).
+        self.growable: set[int] = set()
         self.ended: set[int] = set()
         self.events = 0
         self._last_cycle = -math.inf
@@ -404,7 +409,7 @@ class Simulator:
         plan = self.last_plan = self.policy.plan(snapshot, self.now, self.index)
         self._apply(plan)
         self.recorder.cycle_ended(self.now)
-        if plan.admissions or plan.preemptions or plan.shrinks or plan.grows:
+        if plan.admissions or plan.preemptions or plan.shrinks or plan.grows or plan.moves:
             self.request_cycle()
         # A budget's window letting go of what it used may let waiting work in: a cycle then
         # (none once no window holds anything, so a job no budget can ever allow ends the run).
@@ -416,7 +421,8 @@ class Simulator:
 
     def _apply(self, plan: Plan) -> None:
         """Preempted jobs stop and wait again, shrunk ones give back GPUs, grown ones take
-        more, admitted ones start; in that order, so GPUs are freed before any are taken."""
+        more, moved ones go to another model's GPUs, admitted ones start; in that order, so
+        GPUs are freed before any are taken."""
         grace = self.config.preemption_grace_s
         for preemption in plan.preemptions:
             job = self.jobs[preemption.workload_id]
@@ -450,6 +456,13 @@ class Simulator:
                 job.resize(self.now, _with(job.placements, grow.added))
             self.recorder.grows += 1
             self._may_grow(job)
+        for move in plan.moves:
+            job = self.jobs[move.workload_id]
+            with self._tracking(job, faults=True):
+                self.allocations.give(job.placements)
+                self.allocations.take(move.placements, job.id)
+                job.resize(self.now, move.placements, move.gpu_model)
+            self.recorder.moves += 1
         for admission in plan.admissions:
             job = self.jobs[admission.workload_id]
             if job.id not in self.pending:
@@ -546,12 +559,16 @@ class Simulator:
             self._finish(job)
 
     def _may_grow(self, job: Job) -> None:
-        """Note a running elastic job below its most, and look again when it may grow."""
-        if job.spec.min_gpus is None or job.held >= job.spec.gpus:
+        """Note a running job the engine may resize, and look again when it may: an elastic
+        one below its most, or one on a slower GPU model than the fastest it accepts."""
+        if job.spec.min_gpus is not None and job.held < job.spec.gpus:
+            self.growable.add(job.id)
+            self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)
+        elif self.workloads.policy.speeds and _slower_than_best(job):
+            self.growable.add(job.id)
+            self._push(self.now + self.config.move_every_s, Kind.CYCLE, 0, 0)
+        else:
             self.growable.discard(job.id)
-            return
-        self.growable.add(job.id)
-        self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)
 
 
 @contextmanager
@@ -624,3 +641,9 @@ def _without(
         if indices:
             kept.append(Placement(placement.node_id, indices))
     return tuple(kept)
+
+
+def _slower_than_best(job: Job) -> bool:
+    """Whether the job runs on a GPU model slower than the fastest it accepts."""
+    speeds = dict(job.spec.speeds)
+    return bool(speeds) and speeds.get(job.gpu_model, 0.0) < max(speeds.values())

@@ -100,11 +100,13 @@ class Workloads:
         policy: SchedulingPolicy,
         time_limits: bool = False,
         grow_every_s: float = 300.0,
+        move_every_s: float = 3600.0,
     ) -> None:
         self.spec = spec
         self.policy = policy
         self.time_limits = time_limits
         self.grow_every_s = grow_every_s
+        self.move_every_s = move_every_s
         self._objects: dict[int, Workload] = {}
         self._changed: dict[int, Job] = {}
 
@@ -134,6 +136,7 @@ class Workloads:
             self.policy.cohorts,
             self.grow_every_s,
             budgets if self.policy.fifo_of is None else (),
+            move_every_s=self.move_every_s,
         )
 
     def workload(self, job: Job) -> Workload:

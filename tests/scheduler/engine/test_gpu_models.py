@@ -207,3 +207,42 @@ def test_moving_to_a_faster_model(workloads, moved):
 def test_a_move_waits_for_its_quota():
     small = make_queue("team", h800=4, h20=16)  # the same id as `team`
     assert moving([on_h20()], queue=small).moves == []
+
+
+@pytest.mark.parametrize(
+    "ends_in_s, outcome_of_1",
+    [
+        (
+            600,
+            "H800: 2.6x faster than the H20 free now; expected to start in 10 min and still end "
+            "sooner there",
+        ),
+        (3000, "h20-dc1-p1-l1-n1"),
+    ],
+    ids=[
+        "the faster model frees in 10 min: it waits, ending sooner than on the H20",
+        "it frees in 50 min: the H20 now ends sooner",
+    ],
+)
+def test_waiting_for_a_faster_model_when_it_ends_sooner(ends_in_s, outcome_of_1):
+    """An hour on the H20 (its time limit allows for its slowest model), 23 min on an H800."""
+    held = make_running(
+        9, team, on(H800[0]), on(H800[1]), time_limit_s=3600, started_at=NOW - 3600 + ends_in_s
+    )
+    job = accepting(1, team, 8, "H800", "H20", speeds=FAST, time_limit_s=3600)
+    snapshot = make_snapshot(H800 + H20, [team], [held, job])
+    assert outcome(plan(snapshot, NOW), snapshot)[1] == outcome_of_1
+
+
+def test_jobs_ahead_count_against_the_wait():
+    """Two jobs could wait for the one H800 node freeing in 10 min: the second would start
+    only when the next frees (an hour on), so it starts on the H20 now."""
+    held = [
+        make_running(8, team, on(H800[0]), time_limit_s=3600, started_at=NOW - 3000),
+        make_running(9, team, on(H800[1]), time_limit_s=7200, started_at=NOW - 3600),
+    ]
+    jobs = [accepting(i, team, 8, "H800", "H20", speeds=FAST, time_limit_s=3600) for i in (1, 2)]
+    snapshot = make_snapshot(H800 + H20, [team], [*held, *jobs])
+    decided = outcome(plan(snapshot, NOW), snapshot)
+    assert decided[1].startswith("H800: 2.6x faster than the H20 free now")
+    assert decided[2] == "h20-dc1-p1-l1-n1"

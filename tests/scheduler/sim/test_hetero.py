@@ -167,3 +167,21 @@ def test_a_jobs_run_time_follows_the_model_the_engine_started_it_on(
     job = simulator.jobs[1]
     assert job.gpu_model == landed
     assert job.finished_at - job.first_start == pytest.approx(jct)
+
+
+def test_a_job_moves_to_the_faster_model_once_it_frees() -> None:
+    """Job 2 starts on the T4s, the A100s being busy for an hour; when they free it moves
+    there (it started an hour before: the engine's `Snapshot.move_every_s`) and does the rest
+    of its work four times as fast, after one restart."""
+    busy = TraceJob(1, 0.0, 8, "A100", 3600.0, "q")
+    mover = TraceJob(2, 1.0, 8, "T4", 4 * 3600.0, "q", accepts=("T4", "A100"), speeds=FAST.speeds)
+    spec = two_model_cluster()
+    config = SimConfig(failures_per_gpu_hour=0.0)
+    simulator = Simulator([busy, mover], spec, wanka(spec), config)
+    simulator.run()
+    job = simulator.jobs[2]
+    assert job.gpu_model == "A100"
+    assert "recovering (moved to A100)" in job.history
+    assert simulator.recorder.moves == 1
+    left_on_a100 = (4 * 3600.0 - 3600.0) / 4
+    assert 3600 + left_on_a100 < job.finished_at < 3600 + left_on_a100 + 600  # and a restart
