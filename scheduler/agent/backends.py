@@ -15,6 +15,7 @@ Backends report what happens between the agent's questions (faults, checkpoints 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -135,6 +136,47 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU: the slice a process sees as its GPU (by this UUID, in
+    CUDA_VISIBLE_DEVICES), its profile as NVIDIA names it ("3g.40gb") and whether a process
+    computes on it."""
+
+    uuid: str
+    profile: str
+    in_use: bool
+
+    def to_message(self) -> dict[str, Any]:
+        return {"uuid": self.uuid, "profile": self.profile, "in_use": self.in_use}
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """A GPU's MIG mode, now and pending (a change of mode takes effect at the GPU's next
+    reset), and, while it is on, the MIG devices it is sliced into."""
+
+    enabled: bool
+    pending: bool
+    devices: tuple[MigDevice, ...] = ()
+
+    def to_message(self) -> dict[str, Any]:
+        """The `mig` record of a heartbeat's GPU sample."""
+        devices = [device.to_message() for device in self.devices]
+        return {"enabled": self.enabled, "pending": self.pending, "devices": devices}
+
+
+def mig_profile(gpu_slices: int, compute_slices: int, memory_mb: int, gpu_memory_mb: int) -> str:
+    """A MIG device's profile as nvidia-smi names it: "3g.40gb" (a GPU instance of three
+    compute slices and 40 GB), or "1c.3g.40gb" for one slice of such an instance. Its memory is
+    named as NVIDIA's tools name it: its share of the GPU's memory rounded up to eighths, times
+    the GPU's memory in whole GiB (rounded up), rounded half up; the instance's own MiB would
+    name a full H100's 80 GB instance "79gb", and an H200's half "70gb" where NVIDIA says 71."""
+    eighths = math.ceil(memory_mb * 8 / gpu_memory_mb)
+    gpu_gib = math.ceil(gpu_memory_mb / 1024)
+    name = f"{gpu_slices}g.{(eighths * gpu_gib + 4) // 8}gb"
+    return name if compute_slices == gpu_slices else f"{compute_slices}c.{name}"
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One GPU's telemetry at one moment, field for field as in a `heartbeat`."""
 
@@ -147,10 +189,13 @@ class GpuSample:
     ecc_dbe: int = 0  # volatile uncorrected (double-bit) ECC errors
     retired_pages: int = 0  # pages retired, or rows remapped on GPUs that remap rows
     processes: tuple[GpuProcess, ...] = ()  # what runs on it (`Backend.telemetry`)
+    mig: MigLayout | None = None  # None: MIG off, or a GPU without it
 
     def to_message(self) -> dict[str, Any]:
-        """One item of a heartbeat's `gpus` list."""
-        return {
+        """One item of a heartbeat's `gpus` list; `mig` only where MIG is on or pending, so
+        the heartbeats of GPUs without it stay as small as they were."""
+        mig = {} if self.mig is None else {"mig": self.mig.to_message()}
+        return mig | {
             "processes": [process.to_message() for process in self.processes],
             "index": self.index,
             "util": self.util,

@@ -10,6 +10,11 @@
   own so the event loop never blocks, classified with `scheduler.faults.for_xid`. New
   uncorrectable ECC errors, and a retired-pages count reaching the site limit, are reported too
   (`scheduler.faults.ecc_fault`).
+- MIG, per GPU and with its telemetry: whether MIG mode is on now and after the next GPU reset
+  (`nvmlDeviceGetMigMode`), and while it is on, each MIG device's UUID, profile (named from
+  `nvmlDeviceGetAttributes`' slice counts and memory, `mig_profile`) and whether a process
+  computes on it. A GPU without MIG answers NotSupported and reports none. Wanka reads the
+  layout only: it neither creates nor destroys GPU instances.
 
 Without NVML (the package not installed, no driver, no GPU) `NvmlMachine()` raises
 `NvmlUnavailable` naming the cause; the agent refuses to start rather than pretend.
@@ -37,10 +42,13 @@ from scheduler.agent.backends import (
     FaultRefused,
     GpuInfo,
     GpuSample,
+    MigDevice,
+    MigLayout,
     NodeInventory,
     TopologyLabels,
     fault_detail,
     lost_gpu,
+    mig_profile,
 )
 from scheduler.agent.host import host_facts
 from scheduler.faults import ecc_fault, for_xid
@@ -232,14 +240,58 @@ class NvmlMachine:
         nvml = self._nvml
         return GpuSample(
             index=index,
-            util=float(min(100, nvml.nvmlDeviceGetUtilizationRates(handle).gpu)),
+            util=self._util(handle),
             memory_used_mb=nvml.nvmlDeviceGetMemoryInfo(handle).used // _MIB,
             temperature_c=float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
             power_w=round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),  # milliwatts
             ecc_sbe=self._ecc(handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ecc_dbe=self._ecc(handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
             retired_pages=self._retired_pages(handle),
+            mig=self._mig(handle),
         )
+
+    def _util(self, handle: Any) -> float:
+        # NVML reports no utilization of a GPU in MIG mode: 0, and its devices' use is in `mig`.
+        nvml = self._nvml
+        try:
+            return float(min(100, nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+        except nvml.NVMLError_NotSupported:
+            return 0.0
+
+    def _mig(self, handle: Any) -> MigLayout | None:
+        nvml = self._nvml
+        try:
+            current, pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError_NotSupported:
+            return None  # a GPU without MIG: before Ampere, or a model that lacks it
+        on = nvml.NVML_DEVICE_MIG_ENABLE
+        if on not in (current, pending):
+            return None
+        return MigLayout(
+            current == on, pending == on, self._mig_devices(handle) if current == on else ()
+        )
+
+    def _mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
+        """The GPU's MIG devices, in NVML's order; NotFound marks a free index."""
+        nvml = self._nvml
+        gpu_memory_mb = _total_mb(nvml, handle)
+        devices = []
+        for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except nvml.NVMLError_NotFound:
+                continue
+            attributes = nvml.nvmlDeviceGetAttributes(device)
+            profile = mig_profile(
+                attributes.gpuInstanceSliceCount,
+                attributes.computeInstanceSliceCount,
+                attributes.memorySizeMB,
+                gpu_memory_mb,
+            )
+            # On a MIG device's handle NVML lists the processes of that device alone.
+            in_use = bool(nvml.nvmlDeviceGetComputeRunningProcesses(device))
+            devices.append(MigDevice(_text(nvml.nvmlDeviceGetUUID(device)), profile, in_use))
+        return tuple(devices)
 
     def _ecc(self, handle: Any, error_type: int) -> int:
         nvml = self._nvml

@@ -282,6 +282,28 @@ _NODE = record(
     optional={"facts": _FACTS},
 )
 
+# A GPU has at most seven MIG devices (seven compute slices; NVML's MIG docs).
+MIG_DEVICES_MAX = 7
+_MIG_DEVICE = record(
+    {
+        "uuid": string(non_empty=True, max_length=64),
+        "profile": string(non_empty=True, max_length=32),
+        "in_use": boolean(),
+    }
+)
+_MIG = record({"enabled": boolean(), "pending": boolean(), "devices": list_of(_MIG_DEVICE)})
+
+
+def check_mig(value: Any, path: str) -> None:
+    """A GPU sample's `mig` record: its MIG mode, now and pending, and its MIG devices.
+
+    Not part of the heartbeat's schema, so `parse` leaves it alone: the server checks it apart,
+    and a malformed layout costs that layout, not the heartbeat that carries it."""
+    _MIG(value, path)
+    if len(value["devices"]) > MIG_DEVICES_MAX:
+        raise ProtocolError(f"{path}.devices", f"expected at most {MIG_DEVICES_MAX} MIG devices")
+
+
 _GPU_SAMPLE = record(
     {
         "index": _GPU_INDEX,
@@ -291,7 +313,8 @@ _GPU_SAMPLE = record(
         "power_w": number(low=0),
     },
     # Volatile ECC counters (since the driver last loaded) and pages retired or rows remapped;
-    # the processes seen on the GPU and the workload each belongs to (null: a stranger).
+    # the processes seen on the GPU and the workload each belongs to (null: a stranger). A GPU
+    # with MIG on or pending also carries `mig`, which `check_mig` checks.
     optional={
         "ecc_sbe": _COUNT,
         "ecc_dbe": _COUNT,

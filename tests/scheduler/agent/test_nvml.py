@@ -6,6 +6,11 @@ answers: names, UUIDs, memory in bytes, power in milliwatts, 18 NVLinks per GPU 
 NVML_NVLINK_MAX_LINKS, row remapping instead of page retirement, and errors as the NVMLError
 subclasses the real module generates. XID events come from a queue the test fills, through
 `nvmlEventSetWait_v2`, which times out as the real one does.
+
+MIG follows NVML's documentation (no MIG GPU recorded here): MIG mode as [current, pending],
+NotSupported on a GPU without MIG, up to seven MIG device indices of which a free one answers
+NotFound, no utilization of a GPU in MIG mode, processes listed per MIG device handle. The MIG
+devices' memory sizes are chosen within the H200's profile sizes, not recorded.
 """
 
 from __future__ import annotations
@@ -20,10 +25,18 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.backends import BackendEvent, FaultRefused, NodeFault, TopologyLabels
+from scheduler.agent.backends import (
+    BackendEvent,
+    FaultRefused,
+    MigDevice,
+    MigLayout,
+    NodeFault,
+    TopologyLabels,
+    mig_profile,
+)
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable, load_pynvml
 from scheduler.agent.processes import ProcessBackend
-from scheduler.agent.protocol import AGENT, encode, parse
+from scheduler.agent.protocol import AGENT, ProtocolError, check_mig, encode, parse
 
 GIB = 2**30
 H200_MEMORY = 150_754_820_096  # bytes: 143,771 MiB, as nvidia-smi shows an H200
@@ -45,8 +58,8 @@ def _error(name: str, value: int) -> type[NVMLError]:
     return type(name, (NVMLError,), {"__init__": lambda self: NVMLError.__init__(self, value)})
 
 
-MESSAGES = {2: "Invalid Argument", 3: "Not Supported", 9: "Driver Not Loaded", 10: "Timeout",
-            12: "NVML Shared Library Not Found", 15: "GPU is lost"}  # fmt: skip
+MESSAGES = {2: "Invalid Argument", 3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded",
+            10: "Timeout", 12: "NVML Shared Library Not Found", 15: "GPU is lost"}  # fmt: skip
 
 
 class Handle:
@@ -54,6 +67,19 @@ class Handle:
 
     def __init__(self, index: int) -> None:
         self.index = index
+
+
+class MigHandle(Handle):
+    """A MIG device's handle: its GPU's index and its MIG device index."""
+
+    def __init__(self, index: int, slot: int) -> None:
+        super().__init__(index)
+        self.slot = slot
+
+
+# A MIG device as the fake keeps it: UUID, GPU instance slices, compute instance slices,
+# memory (MiB), the pids computing on it.
+MigSpec = tuple[str, int, int, int, list[int]]
 
 
 class FakeNvml(types.ModuleType):
@@ -68,10 +94,13 @@ class FakeNvml(types.ModuleType):
     NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
     NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
     nvmlEventTypeXidCriticalError = 0x8
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
 
     NVMLError = NVMLError
     NVMLError_InvalidArgument = _error("NVMLError_InvalidArgument", 2)
     NVMLError_NotSupported = _error("NVMLError_NotSupported", 3)
+    NVMLError_NotFound = _error("NVMLError_NotFound", 6)
     NVMLError_DriverNotLoaded = _error("NVMLError_DriverNotLoaded", 9)
     NVMLError_Timeout = _error("NVMLError_Timeout", 10)
     NVMLError_LibraryNotFound = _error("NVMLError_LibraryNotFound", 12)
@@ -89,6 +118,9 @@ class FakeNvml(types.ModuleType):
         self.lost: set[int] = set()
         self.processes: dict[int, list[int]] = {}  # GPU index -> pids computing there
         self.links_down = {(2, 5)}  # (gpu, link): one NVLink down on GPU 2
+        self.has_mig = True  # False: NotSupported, as on a GPU before Ampere
+        self.mig_mode: dict[int, tuple[int, int]] = {}  # GPU index -> (current, pending); off
+        self.mig_devices: dict[int, dict[int, MigSpec]] = {}  # GPU -> MIG device index -> spec
 
     def nvmlInit(self) -> None:
         self.calls.append("init")
@@ -117,7 +149,36 @@ class FakeNvml(types.ModuleType):
         return "NVIDIA H200"
 
     def nvmlDeviceGetUUID(self, handle: Handle) -> bytes:
+        if isinstance(handle, MigHandle):
+            return self.mig_devices[handle.index][handle.slot][0].encode()
         return UUIDS[handle.index].encode()  # older releases answer bytes
+
+    def nvmlDeviceGetMigMode(self, handle: Handle) -> list[int]:
+        self._check(handle)
+        if not self.has_mig:
+            raise self.NVMLError_NotSupported()
+        return list(self.mig_mode.get(handle.index, (0, 0)))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
+        return 7 if self.mig_mode.get(handle.index, (0, 0))[0] else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, index: int) -> MigHandle:
+        if index >= self.nvmlDeviceGetMaxMigDeviceCount(handle):
+            raise self.NVMLError_InvalidArgument()
+        if index not in self.mig_devices.get(handle.index, {}):
+            raise self.NVMLError_NotFound()
+        return MigHandle(handle.index, index)
+
+    def nvmlDeviceGetAttributes(self, handle: MigHandle) -> Any:
+        _uuid, gpu_slices, compute_slices, memory_mb, _pids = self.mig_devices[handle.index][
+            handle.slot
+        ]
+        return types.SimpleNamespace(
+            gpuInstanceSliceCount=gpu_slices,
+            computeInstanceSliceCount=compute_slices,
+            memorySizeMB=memory_mb,
+            multiprocessorCount=16 * compute_slices,
+        )
 
     def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> Any:
         self._check(handle)
@@ -126,6 +187,8 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
         self._check(handle)
+        if self.mig_mode.get(handle.index, (0, 0))[0]:
+            raise self.NVMLError_NotSupported()
         return types.SimpleNamespace(gpu=97 if handle.index < 4 else 0, memory=40)
 
     def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
@@ -173,8 +236,11 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
         self._check(handle)
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30)
-                for pid in self.processes.get(handle.index, [])]  # fmt: skip
+        if isinstance(handle, MigHandle):
+            pids = self.mig_devices[handle.index][handle.slot][4]
+        else:
+            pids = self.processes.get(handle.index, [])
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in pids]
 
     def _check(self, handle: Handle) -> None:
         if handle.index in self.lost:
@@ -355,3 +421,114 @@ def test_the_real_module_on_a_machine_without_a_gpu_refuses() -> None:
     else:
         assert machine.inventory().gpus  # a GPU machine: NVML works, nothing to refuse
         machine.close()
+
+
+def sliced_h200(nvml: FakeNvml) -> FakeNvml:
+    """GPU 0 in MIG mode as 3g.71gb (a job on it), 2g.35gb and two 1g.18gb, MIG device index 2
+    free; GPU 1 set to MIG at its next reset; GPU 2 in MIG mode, set to leave it, unsliced."""
+    nvml.mig_mode = {0: (1, 1), 1: (0, 1), 2: (1, 0)}
+    nvml.mig_devices = {
+        0: {
+            0: ("MIG-0c1f3a52-3g", 3, 3, 70_912, [4242]),
+            1: ("MIG-0c1f3a52-2g", 2, 2, 35_456, []),
+            3: ("MIG-0c1f3a52-1a", 1, 1, 17_664, []),
+            4: ("MIG-0c1f3a52-1b", 1, 1, 17_664, []),
+        }
+    }
+    return nvml
+
+
+def test_the_mig_layout_is_read_with_each_gpus_telemetry() -> None:
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=sliced_h200(FakeNvml()))
+    samples = machine.telemetry(())
+    assert samples[0].mig == MigLayout(
+        enabled=True,
+        pending=True,
+        devices=(
+            MigDevice("MIG-0c1f3a52-3g", "3g.71gb", in_use=True),
+            MigDevice("MIG-0c1f3a52-2g", "2g.35gb", in_use=False),
+            MigDevice("MIG-0c1f3a52-1a", "1g.18gb", in_use=False),
+            MigDevice("MIG-0c1f3a52-1b", "1g.18gb", in_use=False),
+        ),
+    )
+    assert samples[0].util == 0.0  # NVML has none for a GPU in MIG mode
+    assert samples[1].mig == MigLayout(enabled=False, pending=True)
+    assert samples[2].mig == MigLayout(enabled=True, pending=False)
+    assert [s.mig for s in samples[3:]] == [None] * 5 and samples[3].util == 97.0
+    beat = encode("heartbeat", generation=0, gpus=[s.to_message() for s in samples], workloads=[])
+    gpus = parse(beat, AGENT)["gpus"]
+    check_mig(gpus[0]["mig"], "heartbeat.gpus[0].mig")
+    assert [("mig" in gpu) for gpu in gpus] == [True] * 3 + [False] * 5
+    machine.close()
+
+
+def test_a_gpu_without_mig_reports_none() -> None:
+    """A GPU before Ampere answers NotSupported: no MIG, and a heartbeat as it was."""
+    nvml = FakeNvml()
+    nvml.has_mig = False
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    samples = machine.telemetry(())
+    assert {s.mig for s in samples} == {None}
+    assert not any("mig" in s.to_message() for s in samples)
+    machine.close()
+
+
+def test_a_gpu_in_mig_mode_that_falls_off_the_bus_is_left_out() -> None:
+    nvml = sliced_h200(FakeNvml())
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    nvml.lost.add(0)
+    samples = machine.telemetry(())
+    assert [s.index for s in samples] == list(range(1, 8))
+    assert samples[0].mig == MigLayout(enabled=False, pending=True)
+    machine.close()
+
+
+@pytest.mark.parametrize(
+    ("slices", "memory_mb", "gpu_memory_mb", "profile"),
+    [
+        pytest.param((1, 1), 4_864, 40_536, "1g.5gb", id="the smallest slice of an A100 40GB"),
+        pytest.param((7, 7), 40_192, 40_536, "7g.40gb", id="a whole A100 40GB: 39.25 GiB is 40gb"),
+        pytest.param((1, 1), 9_856, 81_559, "1g.10gb", id="an H100's smallest slice"),
+        pytest.param((7, 7), 80_896, 81_559, "7g.80gb", id="a whole H100: 79 GiB is 80gb"),
+        pytest.param((4, 4), 70_912, 143_771, "4g.71gb", id="half an H200 rounds half up"),
+        pytest.param((1, 3), 40_192, 81_559, "1c.3g.40gb", id="one compute slice of a 3g"),
+    ],
+)
+def test_a_mig_profile_is_named_as_nvidia_names_it(
+    slices: tuple[int, int], memory_mb: int, gpu_memory_mb: int, profile: str
+) -> None:
+    compute_slices, gpu_slices = slices
+    assert mig_profile(gpu_slices, compute_slices, memory_mb, gpu_memory_mb) == profile
+
+
+@pytest.mark.parametrize(
+    ("layout", "field"),
+    [
+        pytest.param({"enabled": "yes", "pending": True, "devices": []}, "mig.enabled", id="mode"),
+        pytest.param({"enabled": True, "pending": True}, "mig.devices", id="no devices"),
+        pytest.param(
+            {
+                "enabled": True,
+                "pending": True,
+                "devices": [{"uuid": "", "profile": "1g.10gb", "in_use": False}],
+            },
+            "mig.devices[0].uuid",
+            id="a device without a UUID",
+        ),  # fmt: skip
+        pytest.param(
+            {
+                "enabled": True,
+                "pending": True,
+                "devices": [
+                    {"uuid": f"MIG-{i}", "profile": "1g.10gb", "in_use": False} for i in range(8)
+                ],
+            },
+            "mig.devices",
+            id="more devices than a GPU has",
+        ),  # fmt: skip
+    ],
+)
+def test_a_malformed_mig_layout_is_refused(layout: dict[str, Any], field: str) -> None:
+    with pytest.raises(ProtocolError) as refused:
+        check_mig(layout, "mig")
+    assert refused.value.field == field
