@@ -46,13 +46,20 @@ class NodeSpec:
     datacenter: str | None = None
     pod: str | None = None
     leaf: str | None = None
+    mig: bool = False  # its GPUs report MIG layouts, where its model has MIG
 
 
 def build_agent(node: NodeSpec, url: str, heartbeat_s: float = 5.0, speed: float = 1.0) -> Agent:
     """An agent for `node` on a `SimulatedBackend`."""
     labels = TopologyLabels(node.datacenter, node.pod, node.leaf)
     backend = SimulatedBackend(
-        node.hostname, node.gpu_model, node.gpus, node.memory_mb, speed=speed, labels=labels
+        node.hostname,
+        node.gpu_model,
+        node.gpus,
+        node.memory_mb,
+        speed=speed,
+        labels=labels,
+        mig=node.mig,
     )
     return Agent(url, node.token, backend, heartbeat_s=heartbeat_s)
 

@@ -22,6 +22,10 @@ Faults a drill can inject (`inject_fault`, the `inject_fault` command), by fault
 The last two groups are for the control plane to notice (missed heartbeats, step rates), so the
 agent reports no event for them.
 
+With `mig`, a node of a model that has MIG (`MIG_MODELS`) reports every GPU in MIG mode, sliced
+as `SIMULATED_MIG` (3g, 2g and two 1g); a simulated workload holds its GPUs whole, so all of a
+busy GPU's MIG devices are in use. Without it (the default) no GPU reports MIG.
+
 Simulated workloads honour the checkpoint contract's variables in their assignment's env:
 `WANKA_CHECKPOINT_INTERVAL_S` (simulated seconds between periodic saves) and
 `WANKA_RESUME_FROM` (a location ending in "/step-<n>" starts the run at step n).
@@ -53,6 +57,8 @@ from scheduler.agent.backends import (
     GpuInfo,
     GpuProcess,
     GpuSample,
+    MigDevice,
+    MigLayout,
     Nic,
     NodeFacts,
     NodeInventory,
@@ -62,6 +68,7 @@ from scheduler.agent.backends import (
     WorkloadExit,
     fault_detail,
     lost_gpu,
+    mig_profile,
     remember_run,
     with_processes,
 )
@@ -86,6 +93,10 @@ _CHECKPOINT_BYTES_PER_GPU = 16 * 2**30
 _NVLINKS_PER_GPU = 18  # H100 / H200 SXM
 LOG_EVERY_STEPS = 100  # a simulated workload's output: one line per this many steps
 _RESUME_STEP = re.compile(r"/step-(\d+)$")
+# GPU models with MIG, by the start of their name (H20 and L40S have none).
+MIG_MODELS = ("A100", "H100", "H200", "H800", "B200")
+# A simulated MIG GPU: (compute slices, eighths of the memory) of each MIG device.
+SIMULATED_MIG = ((3, 4), (2, 2), (1, 1), (1, 1))
 
 
 @dataclass
@@ -113,6 +124,7 @@ class SimulatedGpus:
         tdp_w: float = 700.0,
         labels: TopologyLabels = NO_LABELS,
         seed: int | None = None,
+        mig: bool = False,
     ) -> None:
         self._inventory = NodeInventory(
             hostname=hostname,
@@ -125,6 +137,7 @@ class SimulatedGpus:
         self._rng = random.Random(zlib.crc32(hostname.encode()) if seed is None else seed)
         self._state = [_GpuState() for _ in range(gpus)]
         self._listener: EventListener | None = None
+        self._mig = mig and gpu_model.startswith(MIG_MODELS)
 
     def inventory(self) -> NodeInventory:
         """The simulated node's name, GPUs and facts."""
@@ -209,7 +222,19 @@ class SimulatedGpus:
             state.ecc_sbe,
             state.ecc_dbe,
             state.retired_pages,
+            mig=self._mig_layout(gpu, busy) if self._mig else None,
         )
+
+    def _mig_layout(self, gpu: GpuInfo, busy: bool) -> MigLayout:
+        devices = tuple(
+            MigDevice(
+                f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, f'mig{i}.{gpu.uuid}')}",
+                mig_profile(slices, slices, gpu.memory_mb * eighths // 8, gpu.memory_mb),
+                busy,
+            )
+            for i, (slices, eighths) in enumerate(SIMULATED_MIG)
+        )
+        return MigLayout(enabled=True, pending=True, devices=devices)
 
 
 @dataclass
@@ -255,11 +280,12 @@ class SimulatedBackend:
         tdp_w: float = 700.0,
         seed: int | None = None,
         labels: TopologyLabels = NO_LABELS,
+        mig: bool = False,
     ) -> None:
         if speed <= 0:
             raise ValueError(f"speed must be positive, got {speed}")
         self._gpus = SimulatedGpus(
-            hostname, gpu_model, gpus, memory_mb, tdp_w=tdp_w, labels=labels, seed=seed
+            hostname, gpu_model, gpus, memory_mb, tdp_w=tdp_w, labels=labels, seed=seed, mig=mig
         )
         self._speed = speed
         self._slow_factor = 1.0

