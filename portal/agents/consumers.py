@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.agents import fanin, intake, limits
-from portal.cluster import commands, gpu_history
+from portal.cluster import commands, gpu_history, mig
 from portal.cluster.delivery import mailbox
 from portal.cluster.faults import classify
 from portal.cluster.models import Gpu, Node
@@ -169,6 +169,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         self.group = (self.node.leaf.pod.datacenter.name, self.node.gpu_model.name)
         self.throttle = limits.Throttle(time.monotonic())
         self.history = gpu_history.Recorder(self.node.id)
+        self.mig = None  # the MIG layouts last kept for the node (none yet on this connection)
         CONNECTED[self.channel_name] = self
         FROZEN.opened()
         read_mailbox(self.channel_layer, mailbox(self.channel_name))
@@ -250,6 +251,7 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
 
     async def on_heartbeat(self, message):
         now = time.time()
+        layouts = mig.take_layouts(self.node.name, message["gpus"])
 
         def write(pipe):
             write_heartbeat(pipe, self.node.id, now, message, self.group)
@@ -262,6 +264,9 @@ class AgentConsumer(DirectDispatch, AsyncWebsocketConsumer):
         *_, declared_lost = await BEATS(write)
         if declared_lost:
             await self.reclaim()
+        if layouts != self.mig:  # rarely: a re-sliced GPU, a MIG device taken or freed
+            await in_db(mig.record_layouts)(self.node.id, layouts)
+            self.mig = layouts
         await self.on_workloads(message["workloads"])
 
     async def reclaim(self):

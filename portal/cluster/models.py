@@ -249,6 +249,9 @@ class Gpu(models.Model):
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, blank=True)
     memory_mb = models.PositiveIntegerField(default=0)
+    # Its MIG mode and MIG devices as its agent last reported them ({}: MIG off, or a GPU
+    # without it); `portal.cluster.mig`.
+    mig = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta:
         ordering = ["node", "index"]
