@@ -14,7 +14,7 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.translation import gettext as _
@@ -40,7 +40,7 @@ def cluster_map() -> dict:
     """The map's columns: per node its row (a leaf, "datacenter / pod / leaf"), column (its
     place in the leaf), name, health, GPUs and GPUs held, and from a heartbeat fresher than
     STALE_S its mean utilization and memory used (%), hottest GPU (C) and power (W); None
-    without one."""
+    without one. `mig`: its GPUs' MIG instances ("" where none is in MIG mode)."""
     nodes = Node.objects.order_by(
         "leaf__pod__datacenter__name", "leaf__pod__name", "leaf__name", "name"
     ).values_list(
@@ -50,9 +50,13 @@ def cluster_map() -> dict:
     held = dict(
         Allocation.objects.values("node_id").annotate(n=Count("id")).values_list("node_id", "n")
     )
-    memory = dict(
-        Gpu.objects.values("node_id").annotate(mb=Sum("memory_mb")).values_list("node_id", "mb")
-    )
+    memory, sliced = {}, False
+    for node_id, mb, mig_gpus in (
+        Gpu.objects.values("node_id")
+        .annotate(mb=Sum("memory_mb"), mig=Count("id", filter=~Q(mig={})))
+        .values_list("node_id", "mb", "mig")
+    ):
+        memory[node_id], sliced = mb, sliced or bool(mig_gpus)
     jobs = defaultdict(set)
     for node_id, name in Allocation.objects.values_list("node_id", "workload__name").distinct():
         jobs[node_id].add(name)
@@ -74,7 +78,36 @@ def cluster_map() -> dict:
         ):  # fmt: skip
             columns[key].append(value)
         place += 1
+    mig = _mig() if sliced else {}  # a query more only where GPUs are in MIG mode
+    columns["mig"] = [mig.get(node_id, "") for node_id in columns["id"]]
     return {"rows": rows, "health_names": HEALTH, **columns}
+
+
+def _mig() -> dict[int, str]:
+    """Per node with GPUs in MIG mode (or going to it), a line per such GPU: its MIG devices'
+    profiles and which are in use ("GPU 0: 3g.40gb (in use), 2g.20gb"); one query, of those
+    GPUs only."""
+    said = defaultdict(list)
+    for node_id, index, layout in Gpu.objects.exclude(mig={}).values_list(
+        "node_id", "index", "mig"
+    ):
+        said[node_id].append(mig_line(index, layout))
+    return {node_id: "<br>".join(lines) for node_id, lines in said.items()}
+
+
+def mig_line(index: int, layout: dict) -> str:
+    """A GPU's MIG layout in a line, in the reader's language."""
+    if not layout["enabled"]:
+        return _("GPU %(index)s: MIG on at its next reset") % {"index": index}
+    devices = [
+        _("%(profile)s (in use)") % {"profile": d["profile"]} if d["in_use"] else d["profile"]
+        for d in layout["devices"]
+    ]
+    line = _("GPU %(index)s: %(devices)s") % {
+        "index": index,
+        "devices": ", ".join(devices) or _("MIG on, no MIG instance"),
+    }
+    return line if layout["pending"] else _("%(line)s; MIG off at its next reset") % {"line": line}
 
 
 def _failed() -> set[int]:
@@ -113,9 +146,9 @@ def cluster_map_page(request):
 
 @operator_page
 def node_page(request, pk):
-    """One node: where it sits and its state, each GPU's latest figures and its history over
-    `?range=` (1 h by default), the workloads on it, its faults and its lifecycle (the audit
-    trail of its moves)."""
+    """One node: where it sits and its state, each GPU's latest figures, MIG instances and
+    history over `?range=` (1 h by default), the workloads on it, its faults and its lifecycle
+    (the audit trail of its moves)."""
     node = get_object_or_404(
         Node.objects.select_related("leaf__pod__datacenter", "gpu_model"), pk=pk
     )
@@ -131,6 +164,7 @@ def node_page(request, pk):
             "live": live,
             "seen": datetime.fromtimestamp(live["ts"], UTC) if live else None,
             "workloads": nodes.jobs_here(node),
+            "mig": node.gpus.exclude(mig={}),
             "moves": nodes.allowed(node),
             "faults": node.faults.all()[:50],
             "history": history.select_related("actor").order_by("-at", "-id")[:50],

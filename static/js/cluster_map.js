@@ -1,5 +1,6 @@
 // The cluster map: one heatmap cell per node, one row per leaf; the buttons choose the figure
-// the colour shows. Cells without a figure (no fresh heartbeat) stay blank. Each figure has a
+// the colour shows. A cell's hover names its workloads and, per GPU in MIG mode, its MIG
+// instances. Cells without a figure (no fresh heartbeat) stay blank. Each figure has a
 // fixed scale (a cool GPU is pale whatever the others are), and the map is drawn again each
 // time its data is (parts.js, every 15 s).
 (function () {
@@ -31,7 +32,8 @@
     };
     const text = grid((data.name || []).map((name, i) => {
       const jobs = data.jobs[i] ? `<br>${data.jobs[i]}` : "";
-      return `${name} · ${data.health_labels[data.health[i]]}${jobs}`;
+      const mig = data.mig && data.mig[i] ? `<br>MIG · ${data.mig[i]}` : "";
+      return `${name} · ${data.health_labels[data.health[i]]}${jobs}${mig}`;
     }));
     const spec = METRICS[metric];
     const trace = {
