@@ -2,6 +2,7 @@
 
     python -m bench.device_check setup --backend nvml --datacenter dc-check  # prints a token
     python -m bench.device_check run --backend nvml --agent-pid PID --state-dir DIR --started T
+    python -m bench.device_check mig  # each GPU's MIG layout as the agent reads it; MPS
 
 `setup` reads the GPUs the way the agent will (so that the GPU model it reports exists in the
 database; this is also where a machine without NVML is turned away), migrates the throwaway
@@ -17,12 +18,14 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import time
 from pathlib import Path
 
-from scheduler.agent.backends import NodeInventory
+from scheduler.agent.backends import MigLayout, NodeInventory
+from scheduler.agent.host import mps_running
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable
 from scheduler.agent.processes import LOG_FILE, PGID_FILE
 from scheduler.agent.simulated import SimulatedGpus
@@ -54,6 +57,37 @@ def read_inventory(backend: str, gpus: int, gpu_model: str) -> NodeInventory:
     if not torch.cuda.is_available():
         fail(f"this torch ({torch.__version__}) cannot use the GPU: install a CUDA build")
     return inventory
+
+
+def mig(args) -> None:
+    """Each GPU's MIG mode and MIG devices as the agent reads them (the NVML machine's
+    telemetry), and whether MPS can run here: a line each, then one JSON line. A GPU without
+    MIG passes; a GPU that does not answer fails."""
+    try:
+        machine = NvmlMachine(socket.gethostname())
+    except NvmlUnavailable as exc:
+        fail(f"NVML not available: {exc}")
+    try:
+        gpus, samples = len(machine.inventory().gpus), machine.telemetry(busy=())
+    finally:
+        machine.close()
+    if len(samples) != gpus:
+        fail(f"only {len(samples)} of {gpus} GPUs answered NVML")
+    for sample in samples:
+        say(f"  gpu {sample.index}: {_mig_words(sample.mig)}")
+    control, running = shutil.which("nvidia-cuda-mps-control"), mps_running()
+    say(f"MPS: control {control or 'not installed'}, daemon {'' if running else 'not '}running")
+    layouts = {s.index: s.mig.to_message() for s in samples if s.mig is not None}
+    print(json.dumps({"ok": True, "mig": layouts, "mps_control": control, "mps_running": running}))
+
+
+def _mig_words(layout: MigLayout | None) -> str:
+    if layout is None:
+        return "no MIG (the GPU has none, or MIG mode is off)"
+    devices = [f"{d.profile} {d.uuid}{' (in use)' if d.in_use else ''}" for d in layout.devices]
+    mode = "on" if layout.enabled else "off"
+    after = "on" if layout.pending else "off"
+    return f"MIG {mode} ({after} after a reset): {', '.join(devices) or 'no MIG devices'}"
 
 
 def setup(args) -> None:
@@ -300,7 +334,7 @@ def _django() -> None:
 def main() -> None:
     """Parse the subcommand and run it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["setup", "run"])
+    parser.add_argument("step", choices=["setup", "run", "mig"])
     parser.add_argument("--backend", choices=["nvml", "processes"], default="nvml")
     parser.add_argument("--datacenter", default="dc-check")
     parser.add_argument("--gpus", type=int, default=2, help="simulated GPUs (processes)")
@@ -312,6 +346,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.step == "setup":
         setup(args)
+    elif args.step == "mig":
+        mig(args)
     else:
         run(args)
 

