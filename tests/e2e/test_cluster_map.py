@@ -41,3 +41,22 @@ def test_a_cell_opens_its_nodes_page(portal_server, page, cluster, operator):
                                   "leaf__name", "name").first()  # fmt: skip
     assert page.locator("h1").inner_text().startswith(first.name)
     assert "No heartbeat from this node yet." in page.locator("main").inner_text()
+
+
+def test_a_sliced_gpus_mig_instances_show_in_its_cells_hover(
+    portal_server, page, cluster, operator
+):
+    from portal.cluster.models import Gpu
+
+    node = Node.objects.order_by("leaf__pod__datacenter__name", "leaf__pod__name",
+                                 "leaf__name", "name").first()  # fmt: skip
+    devices = [{"uuid": "MIG-a", "profile": "3g.40gb", "in_use": True},
+               {"uuid": "MIG-b", "profile": "4g.40gb", "in_use": False}]  # fmt: skip
+    Gpu.objects.create(node=node, index=0, mig={"enabled": True, "pending": True,
+                                                "devices": devices})  # fmt: skip
+    base = f"http://127.0.0.1:{portal_server}"
+    sign_in(page, base, "operator", "pw-operator")
+    page.goto(f"{base}/ops/cluster/")
+    page.wait_for_selector("#cluster-map.js-plotly-plot")
+    text = page.evaluate("document.getElementById('cluster-map').data[0].text[0][0]")
+    assert text.endswith("<br>MIG · GPU 0: 3g.40gb (in use), 4g.40gb")

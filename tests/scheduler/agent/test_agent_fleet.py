@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.agent.fleet import NodeSpec, load_nodes, run_fleet
+from scheduler.agent.fleet import NodeSpec, build_agent, load_nodes, run_fleet
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -86,6 +86,16 @@ def test_a_nodes_file_fills_in_defaults(tmp_path: Path) -> None:
         json.dumps([{"hostname": "a", "token": "t"}, {"hostname": "b", "token": "u", "gpus": 4}])
     )
     assert load_nodes(path) == [NodeSpec("a", "t"), NodeSpec("b", "u", gpus=4)]
+
+
+def test_a_fleet_node_with_mig_reports_its_layout(tmp_path: Path) -> None:
+    """Off by default; asked for, a node of a model with MIG heartbeats its layout."""
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps([{"hostname": "a", "token": "t", "gpu_model": "H800", "mig": True}]))
+    (sliced,) = load_nodes(path)
+    plain = NodeSpec("b", "u", gpu_model="H800")
+    beats = [build_agent(n, "ws://x/")._backend.telemetry() for n in (sliced, plain)]
+    assert beats[0][0].mig.devices[0].profile == "3g.40gb" and beats[1][0].mig is None
 
 
 @pytest.mark.parametrize(
