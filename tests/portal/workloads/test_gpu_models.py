@@ -142,3 +142,14 @@ def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
     assert dict(build_snapshot().worth) == {"H800": 989.0, "H20": 200.0}
     GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
     assert worth() == ()
+
+
+def test_pages_show_the_models_it_accepts(llm, alice, client):
+    Node.objects.filter(gpu_model__name="H20").update(connected=False)
+    Node.objects.filter(gpu_model__name="H800").update(connected=False)
+    job_id = submit(alice, gpu_models=["H800", "H20"]).json()["id"]
+    client.force_login(alice)
+    listed = client.get("/workloads/").content.decode()
+    assert "8 × H800 | H20" in listed  # waiting: every model it accepts
+    page = client.get(f"/workloads/{job_id}/").content.decode()
+    assert "(accepts H800, H20)" in page
