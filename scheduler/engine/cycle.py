@@ -49,6 +49,7 @@ from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.engine.shares import Shares
 from scheduler.words import AND_SO, phrase
 
 
@@ -201,7 +202,9 @@ class Cycle:
         running.sort(key=attrgetter("id"))
         self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
-        self.occupancy.add_running(running)
+        # Share jobs are never preempted: stopping one frees part of a GPU, no whole one.
+        self.occupancy.add_running(w for w in running if not w.slices)
+        self.shares = Shares(running, snapshot)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
         charges: dict[tuple[int, str], int] = {}
         for workload in running:
@@ -269,6 +272,8 @@ class Cycle:
         (no preemption makes budget); work its quota allows that fits on free GPUs starts;
         else room is made by preemption where the rules allow; else it waits, a gang head
         perhaps with a reservation. `within`: whether it fits in its queue's nominal quota."""
+        if workload.slices:
+            return self._decide_share(queue, workload, within)
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             pool.check_shape(workload.gpus)
@@ -292,6 +297,28 @@ class Cycle:
         if quota is not None:
             return self._no_fit(workload, quota)
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
+
+    def _decide_share(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
+        """A share job starts on a GPU with room for it (`Shares`) where its budgets and quota
+        allow its share, or waits: it preempts nobody and nothing is reserved for it."""
+        share, seconds = workload.share, workload.time_limit_s
+        if self.budgets:
+            budget = refusal(self.budgets.check, queue, workload, share, seconds, not within)
+            if budget is not None:
+                return self._no_fit(workload, budget)
+        quota = self.ledger.refusal(queue, workload.gpu_model, share)
+        if quota is not None:
+            return self._no_fit(workload, quota)
+        try:
+            pool = self.capacity.pool(queue.region, workload.gpu_model)
+            placement = self.shares.find(pool, workload)
+        except Inadmissible as why:
+            return self._no_fit(workload, str(why))
+        self.shares.take(pool, placement, workload)
+        self.ledger.charge(queue.id, workload.gpu_model, share)
+        self.budgets.charge(queue.id, workload.gpu_model, share, seconds)
+        self.admissions.append(Admission(workload.id, (placement,)))
+        return Outcome.FIT
 
     def _start_smaller(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
         """An elastic workload that can neither start at its size nor have room made for it

@@ -12,6 +12,21 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cached_property
 
+# A share of a GPU is counted in eighths: 0.125 GPU and 10 GB of an 80 GB GPU at the finest.
+# Every multiple of 1/8 is exact in binary floating point, so quota and budget sums of shares
+# stay exact with plain floats (no Fraction or Decimal in the cycle), and a node's state for
+# fragmentation-aware placement (free eighths per GPU) takes few distinct values.
+SLICES = 8
+
+
+class SharePlacement(StrEnum):
+    """How a share job picks its GPU among those with room."""
+
+    # Fragmentation gradient descent (Weng et al., "Beware of Fragmentation", ATC'23): the GPU
+    # whose taking least reduces the node's fit for the expected mix of requests
+    FGD = "fgd"
+    BEST_FIT = "best_fit"  # the GPU with the least room that fits
+
 
 class TopologyLevel(IntEnum):
     """How tightly a job's GPUs must sit; a smaller value is a tighter domain."""
@@ -249,14 +264,24 @@ class Workload:
     # allows: on a node, then a leaf, no other member holds (`Pool.find_apart`).
     spread: str | None = None
     tenant: int | None = None  # whose work: what a single-tenant node asks of it
+    # A share of one GPU in eighths (`SLICES`), 1 to 7, with `gpus` 1; 0: whole GPUs. A share
+    # is its guaranteed minimum of both the GPU's compute and its memory.
+    slices: int = 0
 
     @property
     def is_running(self) -> bool:
         return bool(self.placements)
 
+    @property
+    def share(self) -> float:
+        """What it is charged for, in GPUs: its share, or its whole GPUs."""
+        return self.slices / SLICES if self.slices else self.gpus
+
     @cached_property
-    def held(self) -> int:
-        """GPUs it holds now, counted from its placements."""
+    def held(self) -> float:
+        """GPUs it holds now, counted from its placements (a share job: its share)."""
+        if self.slices:
+            return self.slices / SLICES if self.placements else 0
         return sum(len(placement.gpu_indices) for placement in self.placements)
 
     @property
@@ -338,6 +363,7 @@ class Snapshot:
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
     budgets: tuple[Budget, ...] = ()
+    share_placement: SharePlacement = SharePlacement.FGD
 
 
 @dataclass(frozen=True)
