@@ -37,6 +37,9 @@ class Workload(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRAINING)
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
     gpus = models.PositiveIntegerField()
+    # A share of one GPU in eighths (1-7, with `gpus` 1): the larger of the compute and the
+    # memory asked, rounded up; 0: `gpus` whole GPUs.
+    slices = models.PositiveSmallIntegerField(default=0)
     min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")
     priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
@@ -236,11 +239,16 @@ class WorkloadEvent(models.Model):
 
 
 class Allocation(models.Model):
-    """One GPU booked to one workload. The unique constraint makes double booking impossible."""
+    """One GPU, or a share of one, booked to one workload.
+
+    The unique constraint makes booking a whole GPU twice impossible; `allocations.create`,
+    under a lock of the nodes, refuses a GPU whose shares would pass eight eighths or that
+    would hold shares beside a whole booking."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     gpu_index = models.PositiveSmallIntegerField()
+    slices = models.PositiveSmallIntegerField(default=0, help_text="Eighths of the GPU; 0: all")
     # The node's place in the gang (0 is the master), fixed at admission.
     node_rank = models.PositiveIntegerField(default=0)
     started = models.BooleanField(default=False, help_text="The node's agent runs the workload")
@@ -250,7 +258,9 @@ class Allocation(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["node", "gpu_index"], name="%(app_label)s_%(class)s_unique_gpu_allocation"
+                fields=["node", "gpu_index"],
+                condition=models.Q(slices=0),
+                name="%(app_label)s_%(class)s_unique_gpu_allocation",
             )
         ]
         indexes = [
@@ -302,7 +312,7 @@ class UsageRecord(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="usage")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
-    gpus = models.PositiveIntegerField()
+    gpus = models.FloatField(help_text="GPUs held, a share as its share")
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField()
     gpu_hours = models.FloatField()

@@ -57,7 +57,7 @@ def test_four_quarters_share_one_gpu_and_charge_one_gpu_of_quota() -> None:
             id="a share too big for the room left waits",
         ),
         pytest.param(
-            lambda q: share(2, q, 5), "dc1-p1-l1-n1", id="a share that fits joins the partly used GPU"
+            lambda q: share(2, q, 5), "dc1-p1-l1-n1", id="a share that fits joins the used GPU"
         ),
     ],
 )
