@@ -22,6 +22,7 @@ from portal.workloads.choices import (
     Topology,
 )
 from portal.workloads.reasons import readable
+from scheduler.engine.model import SLICES
 
 
 class IllegalTransition(Conflict):
@@ -113,6 +114,11 @@ class Workload(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def gpu_share(self) -> int | float:
+        """GPUs asked for: its whole GPUs, or its share of one (0.25)."""
+        return self.slices / SLICES if self.slices else self.gpus
 
     @property
     def is_finished(self) -> bool:

@@ -105,3 +105,16 @@ def test_two_transactions_cannot_overfill_one_gpu_with_shares(acme_llm, cluster)
     assert outcomes[0] is None
     assert isinstance(outcomes[1], IntegrityError)
     assert list(Allocation.objects.values_list("workload_id", flat=True)) == [first.pk]
+
+
+@pytest.mark.django_db
+def test_the_cycle_puts_two_quarters_on_one_gpu_and_the_queue_holds_a_half(acme_llm, cluster):
+    from portal.dashboard.queues import gpus_held
+    from portal.workloads.cycle import scheduling_cycle
+
+    share(acme_llm, "a", 2), share(acme_llm, "b", 2)
+    scheduling_cycle()
+    booked = set(Allocation.objects.values_list("node_id", "gpu_index", "slices"))
+    assert len(booked) == 1 and booked.pop()[2] == 2
+    assert Allocation.objects.count() == 2
+    assert gpus_held()[acme_llm.pk, "H800"] == 0.5
