@@ -236,3 +236,18 @@ def reported_steps(samples: dict[int, dict], workload_id: int, attempt: int) -> 
             ):
                 steps[node_id] = item["progress"]
     return steps
+
+
+def reported_share(samples: dict[int, dict], workload_id: int, attempt: int) -> dict | None:
+    """From `heartbeats`: how the node running that attempt of a share job holds it to its
+    share (the agent's `share` record), or None when no agent says."""
+    for sample in samples.values():
+        for item in sample.get("workloads", []):
+            if (
+                item["workload_id"] == workload_id
+                and item["state"] == "running"
+                and item.get("attempt", 0) == attempt
+                and item.get("share")
+            ):
+                return item["share"]
+    return None
