@@ -100,10 +100,11 @@ class Shares:
         if not shared and not fresh:
             return self._fresh(pool, workload)  # raises with the pool's reason
         mix = self.mix(workload.gpu_model)
-        # Ties: a partly used GPU before a free one, then by node name and GPU index.
+        # Ties, as best-fit breaks them: a partly used GPU before a free one, the least room
+        # first, then by node name and GPU index.
         slices = workload.slices
-        _, _, _, index, node_id = min(
-            (self._gradient(pool, node, i, slices, mix), f == SLICES, node.name, i, node.id)
+        *_, index, node_id = min(
+            (self._gradient(pool, node, i, slices, mix), f == SLICES, f, node.name, i, node.id)
             for f, node, i in shared + fresh
         )
         return Placement(node_id, (index,))
