@@ -26,14 +26,21 @@ def create(rows: list[Allocation]) -> None:
     list(Node.objects.select_for_update().filter(id__in=node_ids).order_by("id").values("id"))
     Allocation.objects.bulk_create(rows)
     shared = Allocation.objects.filter(node_id__in=node_ids, slices__gt=0).values("node_id")
-    held: Counter = Counter()
-    for node_id, index, slices in Allocation.objects.filter(node_id__in=shared).values_list(
-        "node_id", "gpu_index", "slices"
-    ):
-        held[node_id, index] += slices or SLICES + 1  # a whole booking never sits beside shares
-    over = [gpu for gpu, eighths in held.items() if eighths > SLICES]
+    over = past_whole(Allocation.objects.filter(node_id__in=shared))
     if over:
-        raise IntegrityError(f"GPUs booked past their whole (node, index): {sorted(over)}")
+        raise IntegrityError(f"GPUs booked past their whole (node, index): {over}")
+
+
+def past_whole(allocations) -> list[tuple]:
+    """The (node id, GPU index) of the GPUs among `allocations` booked past their whole:
+    shares over eight eighths, or shares beside a whole booking."""
+    whole, eighths = set(), Counter()
+    for node_id, index, slices in allocations.values_list("node_id", "gpu_index", "slices"):
+        if slices:
+            eighths[node_id, index] += slices
+        else:
+            whole.add((node_id, index))
+    return sorted(gpu for gpu, n in eighths.items() if n > SLICES or gpu in whole)
 
 
 def release(workload: Workload) -> set[int]:

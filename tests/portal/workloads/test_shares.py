@@ -41,22 +41,23 @@ def test_four_quarters_book_one_gpu_and_count_as_one(acme_llm, cluster):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "slices, books",
+    "slices, index, books",
     [
-        pytest.param(5, False, id="shares past eight eighths roll the plan back"),
-        pytest.param(0, False, id="a whole GPU beside shares rolls the plan back"),
-        pytest.param(4, True, id="a half beside a half is booked"),
+        pytest.param(5, 0, False, id="shares past eight eighths roll the plan back"),
+        pytest.param(0, 0, False, id="a whole GPU beside shares rolls the plan back"),
+        pytest.param(4, 0, True, id="a half beside a half is booked"),
+        pytest.param(0, 1, True, id="a whole GPU on the node of a shared one is booked"),
     ],
 )
-def test_a_gpu_is_never_booked_past_its_whole(acme_llm, cluster, slices, books):
+def test_a_gpu_is_never_booked_past_its_whole(acme_llm, cluster, slices, index, books):
     node = cluster[0]
     admit(node, share(acme_llm, "half", 4))
     late = share(acme_llm, "late", slices) if slices else make_workload(acme_llm, "w", gpus=1)
     if books:
-        admit(node, late)
+        admit(node, late, index=index)
     else:
         with pytest.raises(IntegrityError):
-            admit(node, late)
+            admit(node, late, index=index)
     late.refresh_from_db()
     assert (late.state == State.ADMITTED) is books
     assert Allocation.objects.filter(workload=late).exists() is books
@@ -118,3 +119,16 @@ def test_the_cycle_puts_two_quarters_on_one_gpu_and_the_queue_holds_a_half(acme_
     assert len(booked) == 1 and booked.pop()[2] == 2
     assert Allocation.objects.count() == 2
     assert gpus_held()[acme_llm.pk, "H800"] == 0.5
+
+
+@pytest.mark.django_db
+def test_the_invariants_hold_for_shares_and_see_a_gpu_booked_past_its_whole(acme_llm, cluster):
+    from portal.workloads.invariants import overfilled_gpus, unreconciled_usage
+
+    quarters = [share(acme_llm, f"q{i}", 2) for i in range(3)]
+    admit(cluster[0], *quarters)
+    release(quarters[0])
+    assert not unreconciled_usage() and not overfilled_gpus()
+    # Written past the booking's check, as a bug would: the invariant sees it.
+    Allocation.objects.create(workload=quarters[0], node=cluster[0], gpu_index=0, slices=5)
+    assert overfilled_gpus() == [f"node {cluster[0].name} GPU 0 is booked past its whole"]
