@@ -597,10 +597,11 @@ class ProcessBackend:
         return stopped
 
 
-# What a workload keeps of the agent's environment: names, or prefixes ending in "_".
+# What a workload keeps of the agent's environment: names, or prefixes ending in "_". Where
+# the MPS daemon's pipes are: a share job finds the daemon the agent saw (`mps_running`).
 INHERITED = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LANGUAGE", "LC_", "TZ", "TMPDIR",
-    "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_",
+    "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_", "CUDA_MPS_PIPE_DIRECTORY",
 )  # fmt: skip
 
 

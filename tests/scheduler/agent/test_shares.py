@@ -40,13 +40,15 @@ MPS_VARS = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIM
 def test_a_quarter_gpu_job_sees_its_gpu_and_its_limits(tmp_path: Path, mps, seen, limits) -> None:
     async def scenario() -> None:
         machine = SimulatedGpus("node-a", "H100-SXM-80GB", 4, 81559, seed=1)
-        base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
+        base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
+                "CUDA_MPS_PIPE_DIRECTORY": "/run/mps"}  # fmt: skip
         backend = ProcessBackend(machine, tmp_path / "state", base_env=base, mps=lambda: mps)
         await backend.start(Assignment(7, (2,), DUMP_ENV, slices=2))
         assert backend.share(7) == limits
         assert (await backend.wait(7)).exit_code == 0
         env = json.loads((tmp_path / "state" / "workloads" / "7" / "seen.json").read_text())["env"]
         assert env["CUDA_VISIBLE_DEVICES"] == "2"
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps"  # it finds the daemon the agent saw
         assert {k: env[k] for k in MPS_VARS if k in env} == seen
 
     run(scenario())
