@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler.engine import plan
-from scheduler.engine.model import SharePlacement
+from scheduler.engine.model import SLICES, SharePlacement
 from scheduler.engine.shares import fragmentation
 from scheduler.engine.testing import (
+    apply_plan,
     make_cluster,
     make_queue,
     make_running,
@@ -120,3 +124,69 @@ def test_fgd_keeps_room_for_the_expected_halves_where_best_fit_strands_it() -> N
 )
 def test_fragmentation_is_the_free_capacity_the_mix_cannot_use(state, mix, stranded) -> None:
     assert fragmentation(state, mix) == stranded
+
+
+@st.composite
+def share_streams(draw: st.DrawFn):
+    """Two to four 4-GPU nodes, two queues (one borrowing), and waves of share and whole-GPU
+    jobs to plan in turn, with some finishing between waves."""
+    nodes = make_cluster(nodes=draw(st.integers(2, 4)), gpus=4)
+    queues = [
+        make_queue("a", h800=draw(st.integers(1, 8)), cohort="c"),
+        make_queue("b", h800=draw(st.integers(0, 8)), cohort="c"),
+    ]
+    waves = draw(
+        st.lists(
+            st.lists(
+                st.tuples(
+                    st.integers(0, 1),
+                    st.sampled_from([1, 2, 3, 4, 6, 0, 0]),
+                    st.sampled_from([1, 2, 4]),
+                ),  # fmt: skip
+                min_size=1,
+                max_size=6,
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    policy = draw(st.sampled_from(list(SharePlacement)))
+    return nodes, queues, waves, policy, draw(st.randoms(use_true_random=False))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(share_streams())
+def test_no_gpu_is_ever_held_past_its_whole_and_usage_counts_shares(stream) -> None:
+    """Same plan for the same input; a share on one GPU of one node; no GPU past eight
+    eighths or shared beside a whole job; the plan's usage is the shares and GPUs held."""
+    nodes, queues, waves, policy, rng = stream
+    snapshot = replace(make_snapshot(nodes, queues), share_placement=policy)
+    next_id = 1
+    for number, wave in enumerate(waves):
+        now = NOW + 60 * number
+        running = [w for w in snapshot.workloads if w.placements and rng.random() < 0.7]
+        pending = [w for w in snapshot.workloads if not w.placements]
+        for queue_index, slices, gpus in wave:
+            queue = queues[queue_index]
+            new = share(next_id, queue, slices) if slices else workload(next_id, queue, gpus)
+            pending.append(new)
+            next_id += 1
+        snapshot = replace(make_snapshot(nodes, queues, running + pending), share_placement=policy)
+        result = plan(snapshot, now)
+        assert result == plan(replace(snapshot, workloads=snapshot.workloads[::-1]), now)
+        snapshot = replace(apply_plan(snapshot, result, now), share_placement=policy)
+        eighths: Counter[tuple[int, int]] = Counter()
+        for held in snapshot.workloads:
+            for p in held.placements:
+                for index in p.gpu_indices:
+                    eighths[p.node_id, index] += held.slices or SLICES + 1
+                    if held.slices:
+                        assert len(held.placements) == 1 and len(p.gpu_indices) == 1
+        assert all(n <= SLICES or n == SLICES + 1 for n in eighths.values()), eighths
+        used: Counter[int] = Counter()
+        for held in snapshot.workloads:
+            if held.placements:
+                used[held.queue_id] += held.held
+        assert {k: v for k, v in result.usage.items()} == {
+            (q, "H800"): n for q, n in sorted(used.items()) if n > 0
+        }
