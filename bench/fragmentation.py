@@ -19,8 +19,8 @@ whole-GPU jobs (1, 2 or 4 GPUs) and 15 % gangs of 2 or 4 whole nodes. Each place
   fragmentation stranded: fewer is better (Weng et al.'s measure: the cluster filled with
   the workload until it refuses).
 
-Only shares are placed by the policy: whole-GPU jobs are placed by the engine's best-fit
-under both, so the difference is what share placement does to the room left for the rest.
+Under FGD, shares and small whole-GPU jobs go by FGD (gangs take whole nodes either way);
+under best-fit, both by best-fit.
 `--short`: 250 nodes and 100 churn cycles (under a minute). Progress and figures on stderr;
 the last line is JSON: nodes, gpus, and per policy unallocated_gpus_at_first_refusal (and
 unallocated_by_model), admitted_before_refusal, gangs, gangs_waited, gangs_waited_share.

@@ -421,7 +421,11 @@ class Cycle:
         no_room = pool.known_no_room(workload.gpus, workload.tenant)  # none has room
         if no_room is None:
             try:
-                placements = self._apart(pool, workload) or pool.find(workload)
+                placements = (
+                    self._apart(pool, workload)
+                    or self.shares.find_small(pool, workload)
+                    or pool.find(workload)
+                )
             except Inadmissible as why:
                 no_room = str(why)  # only the reason goes on: a frame holding `why` would be in
                 # a reference cycle with it (exception, traceback, frame) until a collection

@@ -78,6 +78,7 @@ class Shares:
                 for index in placement.gpu_indices:
                     gpus[index] = gpus.get(index, SLICES) - workload.slices
         self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
+        self._active: bool | None = None  # whether the snapshot holds share work, when asked
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -109,6 +110,28 @@ class Shares:
         )
         return Placement(node_id, (index,))
 
+    def find_small(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
+        """GPUs of one node for a small whole-GPU job, by FGD as for shares, where the snapshot
+        holds share work and FGD is the policy; else none, and the engine's best-fit places it
+        as ever (in a cluster of whole GPUs only, nothing changes). Takes nothing."""
+        if self.policy != SharePlacement.FGD or workload.gpus >= pool.node_size:
+            return ()
+        if self._active is None:
+            self._active = bool(self.free) or any(w.slices for w in self._workloads)
+        if not self._active:
+            return ()
+        count = workload.gpus
+        nodes = [n for n in self._breakable(pool, workload) if len(pool.free(n.id)) >= count]
+        if not nodes:
+            return ()
+        mix = self.mix(workload.gpu_model)
+        # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
+        best = min(
+            nodes,
+            key=lambda n: (self._whole_gradient(pool, n, count, mix), len(pool.free(n.id)), n.name),
+        )
+        return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
+
     def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
         """Book the share job's eighths on its GPU (taking the GPU from the free ones if it was
         free)."""
@@ -133,12 +156,15 @@ class Shares:
                     yield node, index, free
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
-        """Nodes with a free GPU to start a share on: one of each count of free GPUs (the
-        others of a count look alike to FGD), and every node that holds shares already."""
+        """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
+        of a count look alike to FGD), and every node that holds shares already (on a
+        single-tenant one, only beside its own tenant's work)."""
         nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
         for node_id in self.free:
             node = pool.node(node_id)
-            if node is not None and pool.free(node_id) and node_id not in pool.held_by:
+            if node is None or not pool.free(node_id) or node_id in pool.held_by:
+                continue
+            if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
         return sorted(nodes.values(), key=lambda node: node.name)
 
@@ -164,6 +190,13 @@ class Shares:
             after = self._state(pool, node, gpus, taken=1)
         else:
             after = self._state(pool, node, gpus)
+        return self._score(after, mix) - self._score(before, mix)
+
+    def _whole_gradient(self, pool: Pool, node: Node, count: int, mix: Mix) -> float:
+        """How much taking `count` free GPUs of the node grows its fragmentation."""
+        partly = self.free.get(node.id, {})
+        before = self._state(pool, node, partly)
+        after = self._state(pool, node, partly, taken=count)
         return self._score(after, mix) - self._score(before, mix)
 
     @staticmethod

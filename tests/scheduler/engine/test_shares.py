@@ -190,3 +190,28 @@ def test_no_gpu_is_ever_held_past_its_whole_and_usage_counts_shares(stream) -> N
         assert {k: v for k, v in result.usage.items()} == {
             (q, "H800"): n for q, n in sorted(used.items()) if n > 0
         }
+
+
+def small_jobs(policy: SharePlacement) -> dict[int, tuple[int, ...]]:
+    """A one-GPU job, then two of four GPUs, where node 1 has 4 free GPUs, node 2 has 5, and
+    node 3 is full but for a GPU holding a share (so that share work is about)."""
+    queue = make_queue("acme", h800=64)
+    first, second, third = make_cluster(nodes=3)
+    jobs = [
+        make_running(10, queue, on(first, 4, 5, 6, 7)),
+        make_running(11, queue, on(second, 5, 6, 7)),
+        make_running(12, queue, on(third, *range(1, 8))),
+        share(13, queue, 2, on(third, 0)),
+        workload(1, queue, 1),
+        workload(2, queue, 4),
+        workload(3, queue, 4),
+    ]
+    snapshot = replace(make_snapshot([first, second, third], [queue], jobs), share_placement=policy)
+    return {a.workload_id: a.placements[0].node_id for a in plan(snapshot, NOW).admissions}
+
+
+def test_fgd_places_a_small_job_where_it_keeps_room_for_the_larger_ones_expected() -> None:
+    # FGD: the one GPU comes off the node with 5 free, leaving 4 and 4: both 4-GPU jobs start.
+    assert small_jobs(SharePlacement.FGD) == {1: 2, 2: 1, 3: 2}
+    # Best-fit: off the node with the fewest free (4 -> 3): one 4-GPU job waits.
+    assert small_jobs(SharePlacement.BEST_FIT) == {1: 1, 2: 2}
