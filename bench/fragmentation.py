@@ -1,6 +1,6 @@
 """Fragmentation-aware placement of GPU shares (FGD) against best-fit, on the engine itself.
 
-    python -m bench.fragmentation [--nodes 1000] [--churn 300] [--seed 7] [--short]
+    python -m bench.fragmentation [--nodes 1000] [--churn 300] [--seed 7] [--seeds 3] [--short]
 
 A mixed cluster of `--nodes` 8-GPU nodes (60 % H800 of 80 GB, 40 % H20 of 96 GB, 25 nodes a
 leaf) takes a synthetic stream of requests, each of one model in proportion to its GPUs:
@@ -22,8 +22,10 @@ whole-GPU jobs (1, 2 or 4 GPUs) and 15 % gangs of 2 or 4 whole nodes. Each place
 Under FGD, shares and small whole-GPU jobs go by FGD (gangs take whole nodes either way);
 under best-fit, both by best-fit.
 `--short`: 250 nodes and 100 churn cycles (under a minute). Progress and figures on stderr;
-the last line is JSON: nodes, gpus, and per policy unallocated_gpus_at_first_refusal (and
-unallocated_by_model), admitted_before_refusal, gangs, gangs_waited, gangs_waited_share.
+the last line is JSON: nodes, gpus, seeds, and per policy the means over `--seeds` streams of
+unallocated_gpus_at_first_refusal and gangs_waited_share, and per_seed: each stream's
+unallocated_gpus_at_first_refusal (and unallocated_by_model), admitted_before_refusal, gangs,
+gangs_waited, gangs_waited_share.
 """
 
 from __future__ import annotations
@@ -236,20 +238,33 @@ def measure(policy: SharePlacement, nodes: tuple[Node, ...], cycles: int, seed: 
     }
 
 
+def over_seeds(runs: list[dict]) -> dict:
+    """One policy's figures over the seeds: the means, and each seed's."""
+    return {
+        "unallocated_gpus_at_first_refusal": round(
+            sum(r["unallocated_gpus_at_first_refusal"] for r in runs) / len(runs), 3
+        ),
+        "gangs_waited_share": round(sum(r["gangs_waited_share"] for r in runs) / len(runs), 4),
+        "per_seed": runs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--churn", type=int, default=300, help="cycles of the churn phase")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seeds", type=int, default=3, help="streams, from --seed on")
     parser.add_argument("--short", action="store_true", help="250 nodes, 100 churn cycles")
     args = parser.parse_args()
     count, cycles = (250, 100) if args.short else (args.nodes, args.churn)
     nodes = cluster(count)
     gpus = count * NODE_GPUS
     say(f"{count} nodes, {gpus} GPUs ({', '.join(f'{m} {p:.0%}' for m, p in MODELS)})")
-    result = {"nodes": count, "gpus": gpus, "slices_per_gpu": SLICES}
+    result = {"nodes": count, "gpus": gpus, "slices_per_gpu": SLICES, "seeds": args.seeds}
     for policy in (SharePlacement.FGD, SharePlacement.BEST_FIT):
-        result[policy.value] = measure(policy, nodes, cycles, args.seed)
+        seeds = range(args.seed, args.seed + args.seeds)
+        result[policy.value] = over_seeds([measure(policy, nodes, cycles, s) for s in seeds])
     print(json.dumps(result))
 
 
