@@ -300,7 +300,8 @@ class Cycle:
 
     def _decide_share(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """A share job starts on a GPU with room for it (`Shares`) where its budgets and quota
-        allow its share, or waits: it preempts nobody and nothing is reserved for it."""
+        allow its share; else room is made for it as for a one-GPU job where the rules allow;
+        else it waits (nothing is reserved for it)."""
         share, seconds = workload.share, workload.time_limit_s
         if self.budgets:
             budget = refusal(self.budgets.check, queue, workload, share, seconds, not within)
@@ -311,9 +312,19 @@ class Cycle:
             return self._no_fit(workload, quota)
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
-            placement = self.shares.find(pool, workload)
         except Inadmissible as why:
             return self._no_fit(workload, str(why))
+        try:
+            placement = self.shares.find(pool, workload)
+        except Inadmissible as why:
+            # No room: a GPU's room is made as for a one-GPU job (reclaim, or within its
+            # queue), held for it, and it takes its share there next cycle.
+            whole = replace(workload, slices=0)
+            claim = self.find_room(pool, queue, whole, within, False)
+            if claim is None:
+                return self._no_fit(workload, str(why))
+            self.apply_claim(pool, queue, whole, claim)
+            return Outcome.PREEMPT
         self.shares.take(pool, placement, workload)
         self.ledger.charge(queue.id, workload.gpu_model, share)
         self.budgets.charge(queue.id, workload.gpu_model, share, seconds)

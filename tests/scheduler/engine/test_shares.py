@@ -215,3 +215,18 @@ def test_fgd_places_a_small_job_where_it_keeps_room_for_the_larger_ones_expected
     assert small_jobs(SharePlacement.FGD) == {1: 2, 2: 1, 3: 2}
     # Best-fit: off the node with the fewest free (4 -> 3): one 4-GPU job waits.
     assert small_jobs(SharePlacement.BEST_FIT) == {1: 1, 2: 2}
+
+
+def test_a_share_within_its_quota_reclaims_a_gpu_from_a_borrower_and_starts_there() -> None:
+    lender, borrower = make_queue("a", h800=1, cohort="c"), make_queue("b", h800=0, cohort="c")
+    [node] = make_cluster(nodes=1, gpus=1)
+    borrowed = make_running(1, borrower, on(node, 0), started_at=NOW - 600)
+    snapshot = make_snapshot([node], [lender, borrower], [borrowed, share(2, lender, 2)])
+    first = plan(snapshot, NOW)
+    [preempted] = first.preemptions
+    assert (preempted.workload_id, preempted.for_workload_id) == (1, 2)
+    assert not first.admissions
+    after = apply_plan(snapshot, first, NOW)
+    second = plan(after, NOW + 10)
+    assert [(a.workload_id, a.placements) for a in second.admissions] == [(2, (on(node, 0),))]
+    assert second.usage == {(lender.id, "H800"): 0.25}
