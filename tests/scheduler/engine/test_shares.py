@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import plan
+from scheduler.engine import Budget, plan
 from scheduler.engine.model import SLICES, SharePlacement
 from scheduler.engine.shares import fragmentation
 from scheduler.engine.testing import (
@@ -230,3 +230,20 @@ def test_a_share_within_its_quota_reclaims_a_gpu_from_a_borrower_and_starts_ther
     second = plan(after, NOW + 10)
     assert [(a.workload_id, a.placements) for a in second.admissions] == [(2, (on(node, 0),))]
     assert second.usage == {(lender.id, "H800"): 0.25}
+
+
+def test_a_hard_budget_counts_a_share_as_its_share_of_a_gpu() -> None:
+    """3 GPU-hours left: a quarter GPU for 10 h (2.5) starts, a whole GPU for 10 h (10) waits,
+    and a running quarter counts a quarter against what is left."""
+    queue = make_queue("acme", h800=8)
+    nodes = make_cluster(nodes=1)
+    left = Budget("queue acme", (queue.id,), 3.0, hard=True)
+    jobs = [share(1, queue, 2, time_limit_s=36_000), workload(2, queue, 1, time_limit_s=36_000)]
+    snapshot = replace(make_snapshot(nodes, [queue], jobs), budgets=(left,))
+    result = plan(snapshot, NOW)
+    assert [a.workload_id for a in result.admissions] == [1]
+    [waiting] = result.pending
+    assert waiting.workload_id == 2 and "this job needs up to 10" in waiting.reason
+    running = make_running(3, queue, on(nodes[0], 7), slices=2, started_at=NOW, time_limit_s=7200)
+    snapshot = replace(make_snapshot(nodes, [queue], [running, jobs[0]]), budgets=(left,))
+    assert [a.workload_id for a in plan(snapshot, NOW).admissions] == [1]  # 0.5 + 2.5 <= 3
