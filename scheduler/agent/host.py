@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 from scheduler.agent.backends import NO_LABELS, Nic, NodeFacts, TopologyLabels
@@ -77,3 +78,17 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def mps_running(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether an NVIDIA MPS control daemon serves this host, as a CUDA client would find it:
+    its pid file in the pipe directory (``CUDA_MPS_PIPE_DIRECTORY``, by default
+    ``/tmp/nvidia-mps``) names a live process. NVML does not say; a stale directory left by a
+    daemon that died must not make the agent promise limits nobody enforces."""
+    pipes = Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+    try:
+        pid = int((pipes / "nvidia-cuda-mps-control.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return (pipes / "control").exists()

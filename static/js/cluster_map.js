@@ -31,7 +31,8 @@
     };
     const text = grid((data.name || []).map((name, i) => {
       const jobs = data.jobs[i] ? `<br>${data.jobs[i]}` : "";
-      return `${name} · ${data.health_labels[data.health[i]]}${jobs}`;
+      const shares = data.shares && data.shares[i] ? `<br>${data.shares[i]}` : "";
+      return `${name} · ${data.health_labels[data.health[i]]}${jobs}${shares}`;
     }));
     const spec = METRICS[metric];
     const trace = {

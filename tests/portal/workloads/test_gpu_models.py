@@ -51,8 +51,13 @@ def test_one_model_keeps_nothing_extra(llm, alice):
         ),
         ({}, "gpu_model", "This field is required."),
         ({"gpu_models": []}, "gpu_models", "From 1 to 16 names; got 0."),
+        (
+            {"gpu_models": ["hopper"], "gpus": 0.25},
+            "gpu_models",
+            "A share of a GPU runs on one GPU model: give gpu_model, not gpu_models.",
+        ),
     ],
-    ids=["unknown", "gpu_model not the first", "neither given", "an empty list"],
+    ids=["unknown", "gpu_model not the first", "neither given", "an empty list", "a share"],
 )
 def test_bad_model_lists_are_refused(llm, alice, fields, field, reason):
     response = submit(alice, **fields)
