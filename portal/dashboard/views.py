@@ -23,7 +23,14 @@ from django.views.decorators.http import require_POST
 
 from portal.cluster.commands import send_command
 from portal.cluster.models import FaultEvent, Node, NodeCommand
-from portal.cluster.summary import RANGES, cluster_summary, heartbeats, history, reported_steps
+from portal.cluster.summary import (
+    RANGES,
+    cluster_summary,
+    heartbeats,
+    history,
+    reported_share,
+    reported_steps,
+)
 from portal.core.access import operator_page
 from portal.core.api import form_fields
 from portal.core.models import audit
@@ -157,11 +164,13 @@ def workload_context(workload: Workload) -> dict:
     events = list(workload.events.all())
     report = job_report(workload)
     allocations = list(workload.allocations.select_related("node"))
-    steps = {}
+    steps, share = {}, None
     if workload.state == State.RUNNING:
         samples = heartbeats({a.node_id for a in allocations})
         steps = reported_steps(samples, workload.pk, workload.attempt)
+        share = reported_share(samples, workload.pk, workload.attempt)
     return {
+        "share": share and {**share, "memory_gb": f"{share['memory_mb'] / 1024:.3g}"},
         "workload": workload,
         "events": events,
         "parallel_plans": list(workload.parallel_plans.all()),

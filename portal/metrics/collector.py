@@ -37,6 +37,7 @@ from portal.services.models import Service, ServiceSample
 from portal.workloads.choices import State
 from portal.workloads.ettr import window_report
 from portal.workloads.models import Allocation, Checkpoint, Recovery, Workload
+from portal.workloads.usage import EIGHTHS, as_gpus
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,12 @@ def gpus_and_nodes() -> list[Metric]:
         counts[row[DC], row["health"], str(row["connected"]).lower()] += row["n"]
     for labels, n in sorted(counts.items()):
         nodes.add_metric(labels, n)
+    # A share counts as its share of a GPU: a GPU four quarters hold is one allocated.
     booked = Allocation.objects.values(
         f"node__{DC}", f"node__{MODEL}", "node__health", "node__connected"
-    ).annotate(n=Count("id"))
+    ).annotate(n=Sum(EIGHTHS))
     for row in booked:
+        row["n"] = as_gpus(row["n"])
         node = {key.removeprefix("node__"): value for key, value in row.items()}
         of_group = states[node[DC], node[MODEL]]
         of_group[_unbooked(node)] -= row["n"]
@@ -105,10 +108,10 @@ def queues() -> list[Metric]:
         labels=labels[:2],
     )
     booked = {
-        tuple(row): n
+        tuple(row): as_gpus(n)
         for *row, n in Allocation.objects.values_list(
             "workload__queue__tenant__slug", "workload__queue__name", f"workload__{MODEL}"
-        ).annotate(n=Count("id"))
+        ).annotate(n=Sum(EIGHTHS))
     }
     quotas = QueueQuota.objects.values_list(
         "queue__tenant__slug", "queue__name", MODEL, "guarantee", "nominal"

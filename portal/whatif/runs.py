@@ -22,6 +22,7 @@ from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
 from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine import Node
+from scheduler.engine.model import SLICES
 from scheduler.sim.philly import load_philly
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
@@ -200,7 +201,7 @@ def history(days: float, now=None) -> list[TraceJob]:
         window.order_by("submitted_at", "id").values(
             "id", "queue_id", "gpu_model__name", "gpus", "min_gpus", "max_gpus", "priority",
             "state", "submitted_at", "started_at", "finished_at", "simulated_duration_s",
-            "time_limit_s", "checkpoint_policy", "checkpoint_interval_s",
+            "time_limit_s", "checkpoint_policy", "checkpoint_interval_s", "slices",
         )
     )  # fmt: skip
     ended = {
@@ -225,8 +226,9 @@ def history(days: float, now=None) -> list[TraceJob]:
 
 def _ran_s(row: dict, gpu_hours: float | None) -> float:
     """How long an ended workload ran on its whole gang (see `history`); 0 if it never ran."""
-    if gpu_hours:
-        return gpu_hours * 3600 / (row["max_gpus"] or row["gpus"])
+    if gpu_hours:  # a share's are its share of its GPU's
+        held = row["slices"] / SLICES if row["slices"] else row["max_gpus"] or row["gpus"]
+        return gpu_hours * 3600 / held
     if row["started_at"] and row["finished_at"]:
         return max(0.0, (row["finished_at"] - row["started_at"]).total_seconds())
     return 0.0
@@ -245,6 +247,7 @@ def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, s
         status=row["state"],
         min_gpus=row["min_gpus"] if row["min_gpus"] and row["min_gpus"] < gpus else None,
         checkpoint=Policy(PolicyKind(row["checkpoint_policy"]), row["checkpoint_interval_s"]),
+        slices=row["slices"],
     )
 
 

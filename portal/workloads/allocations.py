@@ -2,11 +2,45 @@
 released whole. Every change books the GPU-hours of what it frees and returns the nodes it
 touched, for the caller's one `desired.nodes_changed` per transaction."""
 
+from collections import Counter
+
+from django.db import IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.cluster.models import Node
 from portal.core.triggers import trigger_cycle
 from portal.workloads.models import Allocation, UsageRecord, Workload
+from scheduler.engine.model import SLICES
+
+
+def create(rows: list[Allocation]) -> None:
+    """Write new bookings. A whole GPU booked twice fails the unique constraint; a GPU whose
+    shares would pass eight eighths, or that would hold shares beside a whole booking, fails
+    here: every booking transaction locks the rows of the nodes it books on (in id order),
+    then writes, then checks the GPUs of those nodes that hold shares, so two transactions
+    booking one GPU see each other's rows. Raises IntegrityError (the transaction rolls back)."""
+    node_ids = sorted({row.node_id for row in rows})
+    if not node_ids:
+        return
+    list(Node.objects.select_for_update().filter(id__in=node_ids).order_by("id").values("id"))
+    Allocation.objects.bulk_create(rows)
+    shared = Allocation.objects.filter(node_id__in=node_ids, slices__gt=0).values("node_id")
+    over = past_whole(Allocation.objects.filter(node_id__in=shared))
+    if over:
+        raise IntegrityError(f"GPUs booked past their whole (node, index): {over}")
+
+
+def past_whole(allocations) -> list[tuple]:
+    """The (node id, GPU index) of the GPUs among `allocations` booked past their whole:
+    shares over eight eighths, or shares beside a whole booking."""
+    whole, eighths = set(), Counter()
+    for node_id, index, slices in allocations.values_list("node_id", "gpu_index", "slices"):
+        if slices:
+            eighths[node_id, index] += slices
+        else:
+            whole.add((node_id, index))
+    return sorted(gpu for gpu, n in eighths.items() if n > SLICES or gpu in whole)
 
 
 def release(workload: Workload) -> set[int]:
@@ -49,7 +83,7 @@ def add(workload: Workload, added) -> set[int]:
             Allocation(workload=workload, node_id=node_id, gpu_index=i, node_rank=ranks[node_id])
             for i in indices
         ]
-    Allocation.objects.bulk_create(rows)
+    create(rows)
     return {node_id for node_id, _ in added}
 
 
@@ -58,17 +92,21 @@ def book(workload: Workload, gone) -> None:
     workload's start (or admission) and its own booking (a GPU a grow added) until now."""
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
-    starts = [max(since, booked) for booked in gone.values_list("created_at", flat=True)]
+    starts = [
+        (max(since, booked), slices / SLICES if slices else 1)
+        for booked, slices in gone.values_list("created_at", "slices")
+    ]
     if not starts:
         return
     UsageRecord.objects.create(
         tenant_id=workload.tenant_id,
         workload=workload,
         gpu_model_id=workload.gpu_model_id,
-        gpus=len(starts),
-        started_at=min(starts),
+        gpus=sum(share for _, share in starts),
+        started_at=min(start for start, _ in starts),
         ended_at=now,
-        gpu_hours=sum((now - start).total_seconds() for start in starts) / 3600,
+        # A share is charged as its share of the GPU's hours.
+        gpu_hours=sum((now - start).total_seconds() * share for start, share in starts) / 3600,
     )
 
 

@@ -19,7 +19,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import budgets, lifecycle, parallel, preemption, words
+from portal.workloads import allocations, budgets, lifecycle, parallel, preemption, words
 from portal.workloads import calibration as fleet
 from portal.workloads.choices import (
     HOLDING,
@@ -151,6 +151,7 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
+    "slices",
 )  # fmt: skip
 
 
@@ -186,6 +187,7 @@ def _engine_workload(
         tenant=w["tenant_id"],
         accepts=tuple(w["accepts"]),
         speeds=_speeds(w, budget, factors),
+        slices=w["slices"],
     )
 
 
@@ -305,7 +307,7 @@ def apply(plan: engine.Plan) -> set[int]:
 
     Shrinks and preemptions first, then grows, then admissions. A workload cancelled since the
     snapshot is skipped. A GPU booked twice (which the engine never plans) fails the unique
-    constraint and rolls the whole plan back.
+    constraint, or `allocations.create`'s check of shares, and rolls the whole plan back.
     """
     ids = [a.workload_id for a in plan.admissions] + [p.workload_id for p in plan.pending]
     workloads = Workload.objects.select_related("gpu_model").in_bulk(ids)
@@ -368,6 +370,7 @@ def apply(plan: engine.Plan) -> set[int]:
                         node_rank=rank,
                         node_id=placement.node_id,
                         gpu_index=index,
+                        slices=workloads[admission.workload_id].slices,
                     )
                     for index in placement.gpu_indices
                 ]
@@ -381,7 +384,7 @@ def apply(plan: engine.Plan) -> set[int]:
                     else words.ADMITTED_ON.format(gpus=gpus)
                 )
                 parallel.replan(workload, gpus, workload.attempt, why, dcs, factors)
-        Allocation.objects.bulk_create(bookings)
+        allocations.create(bookings)
         changed = []
         for pending in plan.pending:
             workload = workloads[pending.workload_id]

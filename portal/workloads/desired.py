@@ -28,6 +28,7 @@ from portal.workloads.models import (
 from scheduler.agent import contract, protocol
 
 MASTER_PORT_BASE = 29500
+SHARE_PORTS = 20_000  # master ports of share jobs, after those of whole GPUs
 # Redis hash: node id -> the generation its agent was behind at, on the last sweep.
 BEHIND = "wanka:behind_generation"
 
@@ -161,22 +162,34 @@ def _gangs(workload_ids) -> dict[int, tuple[str, int, int, int]]:
 
 def _assignment(workload, indices, rank, gang, env) -> dict:
     master, first_gpu, nnodes, held = gang
-    return {
-        "workload_id": workload.pk,
-        "gpu_indices": indices,
-        "command": workload.command,
-        "env": env,
-        "attempt": workload.attempt,
-        "simulated_duration_s": workload.simulated_duration_s,
-        # Simulated nodes run a job on fewer GPUs than it asked for that much slower.
-        "simulated_speed": held / workload.gpus,
-        "nnodes": nnodes,
-        "node_rank": rank,
-        "master_addr": master,
-        # GPUs are exclusive, so the master's first GPU index makes the port unique there.
-        "master_port": MASTER_PORT_BASE + first_gpu,
-        "tenant": workload.tenant_id,
-    } | ({"serve_port": workload.serve_port} if workload.serve_port else {})
+    return (
+        {
+            "workload_id": workload.pk,
+            "gpu_indices": indices,
+            "command": workload.command,
+            "env": env,
+            "attempt": workload.attempt,
+            "simulated_duration_s": workload.simulated_duration_s,
+            # Simulated nodes run a job on fewer GPUs than it asked for that much slower.
+            "simulated_speed": held / workload.gpus,
+            "nnodes": nnodes,
+            "node_rank": rank,
+            "master_addr": master,
+            "master_port": _master_port(workload, first_gpu),
+            "tenant": workload.tenant_id,
+        }
+        | ({"serve_port": workload.serve_port} if workload.serve_port else {})
+        | ({"slices": workload.slices} if workload.slices else {})
+    )
+
+
+def _master_port(workload, first_gpu: int) -> int:
+    """A port of its own on its master node: a whole GPU is exclusive, so its master's first
+    GPU index makes the port unique there; a share job, one node and one GPU shared with others,
+    takes one of a range of its own by its id (two on one node collide one time in 20,000)."""
+    if workload.slices:
+        return MASTER_PORT_BASE + 256 + workload.pk % SHARE_PORTS
+    return MASTER_PORT_BASE + first_gpu
 
 
 def _env(workload, resume_from: str | None, plan: str | None) -> dict[str, str]:

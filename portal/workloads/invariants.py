@@ -11,9 +11,11 @@ from django.utils import timezone
 
 from portal.cluster.models import Node
 from portal.cluster.summary import heartbeats
+from portal.workloads.allocations import past_whole
 from portal.workloads.choices import HOLDING, State
 from portal.workloads.models import Allocation, UsageRecord, Workload
 from portal.workloads.usage import usage_rows
+from scheduler.engine.model import SLICES
 
 MISSED_HEARTBEATS = 3  # as the lost-node check counts them
 
@@ -21,6 +23,7 @@ MISSED_HEARTBEATS = 3  # as the lost-node check counts them
 def violations() -> list[str]:
     """Every invariant's violations, in a stable order; empty when all hold."""
     checks = (
+        overfilled_gpus,
         unbooked_processes,
         stranger_processes,
         stale_allocations,
@@ -30,6 +33,15 @@ def violations() -> list[str]:
         unreconciled_usage,
     )
     return [violation for check in checks for violation in check()]
+
+
+def overfilled_gpus() -> list[str]:
+    """No GPU booked past its whole: its shares come to eight eighths at most, and a GPU
+    booked whole holds nothing else."""
+    shared = Allocation.objects.filter(slices__gt=0).values("node_id")  # only where shares are
+    over = past_whole(Allocation.objects.filter(node_id__in=shared))
+    names = dict(Node.objects.filter(pk__in={n for n, _ in over}).values_list("pk", "name"))
+    return [f"node {names[node]} GPU {index} is booked past its whole" for node, index in over]
 
 
 def unbooked_processes() -> list[str]:
@@ -153,13 +165,19 @@ def unreconciled_usage() -> list[str]:
         .values_list("tenant__name", "hours")
     )
     held = Allocation.objects.values_list(
-        "workload__tenant__name", "created_at", "workload__started_at", "workload__admitted_at"
+        "workload__tenant__name",
+        "created_at",
+        "workload__started_at",
+        "workload__admitted_at",
+        "slices",
     )
-    gpus: dict[str, int] = defaultdict(int)
+    gpus: dict[str, float] = defaultdict(float)
     hours: dict[str, float] = defaultdict(float, booked)
-    for tenant, booked_at, started, admitted in held:
-        gpus[tenant] += 1
-        hours[tenant] += (now - max(started or admitted or now, booked_at)).total_seconds() / 3600
+    for tenant, booked_at, started, admitted, slices in held:
+        share = slices / SLICES if slices else 1  # a share is billed as its share
+        gpus[tenant] += share
+        since = max(started or admitted or now, booked_at)
+        hours[tenant] += (now - since).total_seconds() / 3600 * share
         first = min(first, booked_at)
     billed = {
         row["tenant"]: row
@@ -174,7 +192,7 @@ def unreconciled_usage() -> list[str]:
                 f"tenant {tenant} is billed {row['gpu_hours']:.3f} GPU-hours, but its "
                 f"allocation records come to {expected:.3f}"
             )
-        if row["in_use"] != gpus.get(tenant, 0):
+        if abs(row["in_use"] - gpus.get(tenant, 0)) > 1e-9:
             found.append(
                 f"tenant {tenant} is billed for {row['in_use']} GPUs in use, but holds "
                 f"{gpus.get(tenant, 0)}"

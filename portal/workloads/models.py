@@ -22,6 +22,7 @@ from portal.workloads.choices import (
     Topology,
 )
 from portal.workloads.reasons import readable
+from scheduler.engine.model import SLICES
 
 
 class IllegalTransition(Conflict):
@@ -41,6 +42,9 @@ class Workload(models.Model):
     # `gpu_model` becomes the one it runs on.
     accepts = models.JSONField(default=list, blank=True)
     gpus = models.PositiveIntegerField()
+    # A share of one GPU in eighths (1-7, with `gpus` 1): the larger of the compute and the
+    # memory asked, rounded up; 0: `gpus` whole GPUs.
+    slices = models.PositiveSmallIntegerField(default=0)
     min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")
     priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
@@ -114,6 +118,11 @@ class Workload(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def gpu_share(self) -> int | float:
+        """GPUs asked for: its whole GPUs, or its share of one (0.25)."""
+        return self.slices / SLICES if self.slices else self.gpus
 
     @property
     def is_finished(self) -> bool:
@@ -240,11 +249,16 @@ class WorkloadEvent(models.Model):
 
 
 class Allocation(models.Model):
-    """One GPU booked to one workload. The unique constraint makes double booking impossible."""
+    """One GPU, or a share of one, booked to one workload.
+
+    The unique constraint makes booking a whole GPU twice impossible; `allocations.create`,
+    under a lock of the nodes, refuses a GPU whose shares would pass eight eighths or that
+    would hold shares beside a whole booking."""
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="allocations")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     gpu_index = models.PositiveSmallIntegerField()
+    slices = models.PositiveSmallIntegerField(default=0, help_text="Eighths of the GPU; 0: all")
     # The node's place in the gang (0 is the master), fixed at admission.
     node_rank = models.PositiveIntegerField(default=0)
     started = models.BooleanField(default=False, help_text="The node's agent runs the workload")
@@ -254,7 +268,9 @@ class Allocation(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["node", "gpu_index"], name="%(app_label)s_%(class)s_unique_gpu_allocation"
+                fields=["node", "gpu_index"],
+                condition=models.Q(slices=0),
+                name="%(app_label)s_%(class)s_unique_gpu_allocation",
             )
         ]
         indexes = [
@@ -306,7 +322,7 @@ class UsageRecord(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="usage")
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
-    gpus = models.PositiveIntegerField()
+    gpus = models.FloatField(help_text="GPUs held, a share as its share")
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField()
     gpu_hours = models.FloatField()

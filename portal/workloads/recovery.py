@@ -399,12 +399,16 @@ def _move_to_spares(workload: Workload, pairs: list[tuple[Node, Node]]) -> None:
     """Move the workload's part on each lost node to its spare; the spares leave the pool."""
     for node, spare in pairs:
         moved = Allocation.objects.filter(workload=workload, node=node)
-        rows = list(moved.values_list("node_rank", "gpu_index"))
+        rows = list(moved.values_list("node_rank", "gpu_index", "slices"))
         allocations.book(workload, moved)  # its GPU-hours there; the spare's start now
         moved.delete()
-        Allocation.objects.bulk_create(
-            Allocation(workload=workload, node=spare, node_rank=rank, gpu_index=index)
-            for rank, index in rows
+        allocations.create(
+            [
+                Allocation(
+                    workload=workload, node=spare, node_rank=rank, gpu_index=index, slices=slices
+                )
+                for rank, index, slices in rows
+            ]
         )
     Node.objects.filter(id__in=[spare.pk for _, spare in pairs]).update(spare=False)
 

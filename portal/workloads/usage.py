@@ -5,12 +5,13 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from math import ceil
 
-from django.db.models import Case, Count, DateTimeField, F, Q, Sum, When
+from django.db.models import Case, DateTimeField, F, IntegerField, Q, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.quotas.models import GpuRate, PriorityFactor
 from portal.workloads.models import Allocation, UsageRecord
+from scheduler.engine.model import SLICES
 
 # What usage can be grouped by: paths from a workload.
 KEYS = {
@@ -23,6 +24,8 @@ KEYS = {
     "tenant_id": "tenant_id",
     "queue_id": "queue_id",
 }
+# What an allocation holds, in eighths of a GPU.
+EIGHTHS = Case(When(slices=0, then=Value(SLICES)), default=F("slices"), output_field=IntegerField())
 REPORT_KEYS = ("tenant", "queue", "gpu_model", "user")  # what people group reports by
 BY_QUEUE = ("tenant", "queue", "gpu_model")
 
@@ -38,9 +41,9 @@ def booked(usage) -> float:
     return usage.aggregate(n=Sum("gpu_hours"))["n"] or 0.0
 
 
-def held_now(workloads) -> tuple[int, float]:
-    """GPUs the `workloads` hold now, each counted (not those they asked for), and the
-    GPU-hours those have used so far."""
+def held_now(workloads) -> tuple[float, float]:
+    """GPUs the `workloads` hold now, each counted (a share as its share; not those they asked
+    for), and the GPU-hours those have used so far."""
     rows = list(held(Allocation.objects.filter(workload__in=workloads)))
     return sum(gpus for *_, gpus in rows), sum(hours for *_, hours, _ in rows)
 
@@ -62,13 +65,19 @@ def held(allocations, keys=(), now=None):
     rows = (
         allocations.annotate(begun=begun)
         .values("workload_id", *paths, "begun")
-        .annotate(gpus=Count("id"))
+        .annotate(eighths=Sum(EIGHTHS))
         .order_by()
-        .values_list("workload_id", *paths, "begun", "gpus")
+        .values_list("workload_id", *paths, "begun", "eighths")
     )
-    for _, *values, begun_at, gpus in rows:
+    for _, *values, begun_at, eighths in rows:
         begun_at = begun_at or now
+        gpus = as_gpus(eighths)
         yield tuple(values), begun_at, now, gpus * (now - begun_at).total_seconds() / 3600, gpus
+
+
+def as_gpus(eighths: int) -> int | float:
+    """GPUs from eighths of a GPU: a whole number stays an int (as whole GPUs always were)."""
+    return eighths // SLICES if eighths % SLICES == 0 else eighths / SLICES
 
 
 def _paths(keys) -> list[str]:

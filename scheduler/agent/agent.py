@@ -561,12 +561,13 @@ class Agent:
         await self._event("workload_exited", wid, result.exit_code, detail)
 
     def _report(self, wid: int, workload: _Workload) -> dict[str, Any]:
-        step, serving, progress = workload.step, None, None
+        step, serving, progress, share = workload.step, None, None, None
         if workload.state == "running":
             try:
                 step = workload.step = self._backend.step(wid)
                 serving = workload.assignment.serve_port and self._backend.serving(wid)
                 progress = self._backend.progress(wid)
+                share = workload.assignment.slices and self._backend.share(wid)
             except Exception:  # one workload's report must never silence the node
                 logger.exception("%s: cannot read workload %s's state", self._hostname, wid)
         report = {
@@ -578,6 +579,8 @@ class Agent:
         }
         if progress is not None:
             report["progress"] = progress
+        if share:
+            report["share"] = share.message()
         return report | {"serving": serving.message()} if serving else report
 
     def _watchers(self) -> set[asyncio.Task[None]]:

@@ -225,6 +225,7 @@ class Assignment:
     attempt: int = 0  # which run: a new attempt of a listed workload restarts it
     serve_port: int | None = None  # an inference replica: it serves HTTP on this port
     tenant: int | None = None  # whose work: an agent that can runs each tenant's as its own user
+    slices: int = 0  # a share of its one GPU, in eighths (1-7); 0: its GPUs whole
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -243,6 +244,7 @@ class Assignment:
             attempt=item.get("attempt", 0),
             serve_port=item.get("serve_port"),
             tenant=item.get("tenant"),
+            slices=item.get("slices", 0),
         )
 
 
@@ -321,6 +323,40 @@ class Serving:
         return {"host": self.host, "port": self.port} | {
             k: v for k, v in known.items() if v is not None
         }
+
+
+@dataclass(frozen=True)
+class ShareLimits:
+    """How the node holds a share job to its share of a GPU: MPS, which caps the job's SMs and
+    pins its device memory (so neighbours keep theirs), or, where no MPS daemon runs, time
+    slicing, which isolates nothing: the job gets turns on the GPU, and its memory is bounded
+    only by its neighbours'."""
+
+    mps: bool
+    sm_percent: int = 0  # of the GPU's SMs the job may use (MPS only)
+    memory_mb: int = 0  # device memory pinned for it (MPS only)
+
+    @classmethod
+    def of(cls, slices: int, mps: bool, gpu_memory_mb: int) -> ShareLimits:
+        """The limits of a share of `slices` eighths of a GPU with `gpu_memory_mb` MB."""
+        if not mps:
+            return cls(mps=False)
+        return cls(True, math.ceil(100 * slices / 8), gpu_memory_mb * slices // 8)
+
+    def env(self) -> dict[str, str]:
+        """The MPS client's variables: the thread percentage, and the pinned memory limit of
+        its one visible device (ordinal 0, `<device>=<N>MB`, as NVIDIA's MPS docs give it)."""
+        if not self.mps:
+            return {}
+        return {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(self.sm_percent),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={self.memory_mb}MB",
+        }
+
+    def message(self) -> dict[str, Any]:
+        """The heartbeat's `share` record."""
+        mode = "mps" if self.mps else "time_slicing"
+        return {"mode": mode, "sm_percent": self.sm_percent, "memory_mb": self.memory_mb}
 
 
 @dataclass(frozen=True)
@@ -472,6 +508,10 @@ class Backend(Protocol):
 
     def serving(self, workload_id: int) -> Serving | None:
         """Where a running inference replica listens and its load; None for other work."""
+        ...
+
+    def share(self, workload_id: int) -> ShareLimits | None:
+        """How a running share job is held to its share of a GPU; None for whole-GPU work."""
         ...
 
     def output(self, workload_id: int, offset: int, limit_bytes: int) -> Output:

@@ -52,6 +52,11 @@ since torchrun takes its defaults from the ``PET_*`` variables):
                              (``load.json`` in the working directory; see the contract)
 ``WANKA_PROGRESS_FILE``      where a training script reports the step it has reached
                              (``progress`` in the working directory, removed at each start)
+``CUDA_MPS_ACTIVE_...``      a share job on a node whose MPS daemon runs (`mps_running`):
+                             ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, its share of the SMs,
+                             and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<N>MB``), its
+                             share of the GPU's memory (`ShareLimits`); without MPS, none:
+                             its GPU is time-sliced with its neighbours, not isolated
 ==========================  ==========================================================
 
 Checkpoints follow `scheduler.agent.contract`: the backend follows each workload's manifest and
@@ -87,7 +92,7 @@ import subprocess
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -104,6 +109,7 @@ from scheduler.agent.backends import (
     NodeInventory,
     Output,
     Serving,
+    ShareLimits,
     WorkloadExit,
     lost_gpu,
     output_line,
@@ -127,6 +133,7 @@ from scheduler.agent.contract import (
     write_plan,
     write_request,
 )
+from scheduler.agent.host import mps_running
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +163,7 @@ class _Proc:
     waiters: dict[str, asyncio.Future[ManifestEntry]] = field(default_factory=dict)
     request_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watcher: asyncio.Task[None] | None = None
+    share: ShareLimits | None = None  # how a share job is held to its share of its GPU
     listening: bool = False  # an inference replica's server has accepted a connection
     bad_load: bool = False  # its load file was refused (said once in the log, until it mends)
 
@@ -173,8 +181,10 @@ class ProcessBackend:
         poll_s: float = 0.5,
         base_env: Mapping[str, str] | None = None,
         job_users: bool | None = None,
+        mps: Callable[[], bool] = mps_running,
     ) -> None:
         self._machine = machine
+        self._mps = mps  # asked at each share job's start: a daemon may come and go
         self._state_dir = Path(state_dir)
         # Each tenant's work as a user of its own: where the agent can (root, and its state
         # directory reachable by other users), unless told.
@@ -302,6 +312,8 @@ class ProcessBackend:
         if assignment.serve_port:
             env[ENV_LOAD_FILE] = str(workdir / LOAD_FILE)
         env[ENV_PROGRESS_FILE] = str(workdir / PROGRESS_FILE)
+        share = self._share_limits(assignment)
+        env.update(share.env() if share else {})
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         user = self._box(assignment, workdir, checkpoint_dir)
@@ -319,6 +331,7 @@ class ProcessBackend:
             log_start,
             ManifestTail(checkpoint_dir, from_end=True),
             step=newest.step if newest is not None else 0,
+            share=share,
         )
         proc.watcher = asyncio.create_task(self._follow(proc), name=f"manifest {wid}")
         logger.info("workload %s: started %s as pid %s", wid, argv[0], process.pid)
@@ -457,6 +470,20 @@ class ProcessBackend:
         ended = proc is None or proc.process.returncode is not None
         return read_output(path, start, offset, limit_bytes, ended)
 
+    def share(self, workload_id: int) -> ShareLimits | None:
+        proc = self._procs.get(workload_id)
+        return proc.share if proc else None
+
+    def _share_limits(self, assignment: Assignment) -> ShareLimits | None:
+        """A share job's limits on its GPU: MPS's where a daemon runs, else time slicing.
+        (Legacy MPS serves one user at a time: where jobs run as their tenants' users, two
+        tenants' shares of one GPU take turns through the daemon.)"""
+        if not assignment.slices:
+            return None
+        [index] = assignment.gpu_indices
+        memory_mb = self._machine.inventory().gpus[index].memory_mb
+        return ShareLimits.of(assignment.slices, self._mps(), memory_mb)
+
     def _check_gpus(self, assignment: Assignment) -> None:
         count = len(self.inventory().gpus)
         for index in assignment.gpu_indices:
@@ -570,10 +597,11 @@ class ProcessBackend:
         return stopped
 
 
-# What a workload keeps of the agent's environment: names, or prefixes ending in "_".
+# What a workload keeps of the agent's environment: names, or prefixes ending in "_". Where
+# the MPS daemon's pipes are: a share job finds the daemon the agent saw (`mps_running`).
 INHERITED = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LANGUAGE", "LC_", "TZ", "TMPDIR",
-    "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_",
+    "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_", "CUDA_MPS_PIPE_DIRECTORY",
 )  # fmt: skip
 
 

@@ -234,6 +234,14 @@ _SERVING = record(
     optional={"in_flight": _COUNT, "requests_per_s": number(low=0)},
 )
 
+_SHARE = record(
+    {
+        "mode": choice("mps", "time_slicing"),
+        "sm_percent": integer(low=0, high=100),
+        "memory_mb": _COUNT,
+    }
+)
+
 _WORKLOAD = record(
     {
         "workload_id": _ID,
@@ -245,7 +253,8 @@ _WORKLOAD = record(
     # An inference replica says where it listens and, when the agent can tell, its load. step:
     # what it can resume from; progress: the training step it reports having reached, absent
     # when it reports none.
-    optional={"attempt": _COUNT, "serving": _SERVING, "progress": _COUNT},
+    # share: how a share job is held to its share of its GPU (MPS limits, or time slicing).
+    optional={"attempt": _COUNT, "serving": _SERVING, "progress": _COUNT, "share": _SHARE},
 )
 
 _NIC = record({"name": string(non_empty=True), "speed_mbps": nullable(_COUNT), "up": boolean()})
@@ -343,6 +352,7 @@ _ASSIGNMENT = record(
         "simulated_speed": number(low=0),
         "serve_port": integer(low=1, high=65535),
         "tenant": _ID,
+        "slices": integer(low=1, high=7),  # a share of its one GPU, in eighths
     },
 )
 

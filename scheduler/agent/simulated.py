@@ -64,6 +64,7 @@ from scheduler.agent.backends import (
     NodeInventory,
     Output,
     Serving,
+    ShareLimits,
     TopologyLabels,
     WorkloadExit,
     fault_detail,
@@ -387,6 +388,14 @@ class SimulatedBackend:
     def progress(self, workload_id: int) -> int | None:
         """A simulated workload reports every step it makes."""
         return self.step(workload_id)
+
+    def share(self, workload_id: int) -> ShareLimits | None:
+        """Simulated GPUs have no MPS: a share is time-sliced (and the pace says nothing of
+        it)."""
+        workload = self._workloads.get(workload_id)
+        if workload is None or not workload.assignment.slices:
+            return None
+        return ShareLimits.of(workload.assignment.slices, False, 0)
 
     def serving(self, workload_id: int) -> Serving | None:
         """A replica's server (on 127.0.0.1 and a port of its own) and its load."""

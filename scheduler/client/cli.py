@@ -157,6 +157,12 @@ def submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _models(workload: dict) -> str:
+    """The model it runs on, or while it waits every model it accepts."""
+    models = workload.get("gpu_models") or [workload["gpu_model"]]
+    return "|".join(models) if workload["state"] == "pending" else workload["gpu_model"]
+
+
 def ls(args: argparse.Namespace) -> int:
     api = client(args)
     query = {"state": args.state, "queue": args.queue, "ordering": "-submitted_at"}
@@ -169,7 +175,7 @@ def ls(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(workloads)
     rows = [
-        (w["id"], w["name"], w["queue"], f"{w['gpus']} × {w['gpu_model']}", w["state"],
+        (w["id"], w["name"], w["queue"], f"{w['gpus']} × {_models(w)}", w["state"],
          _when(w["submitted_at"]), _short(w.get("pending_reason") or ""))
         for w in workloads
     ]  # fmt: skip

@@ -676,6 +676,22 @@ class Pool:
         key = lambda node: (len(self._free[node.id]), node.name)  # noqa: E731
         return min([*own, found] if found else own, key=key, default=None)
 
+    def one_of_each_count(self, tenant: int | None = None) -> list[Node]:
+        """One partly free node per count of free GPUs, and one whole free node: the kinds of
+        node a one-GPU job could go to (the nodes of one kind differ only in where they are),
+        with the single-tenant nodes holding `tenant`'s work."""
+        nodes = []
+        for count in range(1, self.node_size):
+            heap = self._partial[count]
+            while heap and len(self._free[heap[0][1]]) != count:
+                heapq.heappop(heap)
+            if heap:
+                nodes.append(self._nodes[heap[0][1]])
+        if self._whole[()]:
+            nodes.append(self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0])
+        owned = self._owned.get(tenant, ())
+        return nodes + [self._nodes[n] for n in owned if self._free[n]]
+
     def _offered(self, node_id: int, tenant: int | None) -> bool:
         """Whether the node's free GPUs are offered to `tenant`'s work: a shared node's, an
         empty one's, or a single-tenant node's that holds that tenant's work."""

@@ -54,6 +54,7 @@ from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.engine.shares import Shares
 from scheduler.words import AND_SO, phrase
 
 # A running workload moves to another GPU model only where it runs at least this much faster:
@@ -215,7 +216,9 @@ class Cycle:
         running.sort(key=attrgetter("id"))
         self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
-        self.occupancy.add_running(running)
+        # Share jobs are never preempted: stopping one frees part of a GPU, no whole one.
+        self.occupancy.add_running(w for w in running if not w.slices)
+        self.shares = Shares(running, snapshot)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
         charges: dict[tuple[int, str], int] = {}
         for workload in running:
@@ -278,9 +281,9 @@ class Cycle:
         """Admit, preempt for, reserve for, or hold back one workload (`within`: whether it
         fits in its queue's nominal quota). A workload that accepts several GPU models is
         decided on the one it is best placed on now (`_choose_model`), or waits for a faster
-        one (`_worth_waiting`)."""
+        one (`_worth_waiting`); a share of a GPU runs on its one model."""
         free = None
-        if len(workload.accepts) > 1:
+        if len(workload.accepts) > 1 and not workload.slices:
             workload, within, free = self._choose_model(queue, workload)
             if free and (awaited := self._worth_waiting(queue, workload)) is not None:
                 model, start_in_s = awaited
@@ -290,8 +293,8 @@ class Cycle:
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
-        if outcome == Outcome.NO_FIT:  # ahead of later ones that may wait for these GPUs
-            self._awaited[queue.region, workload.gpu_model] += workload.gpus
+        if outcome == Outcome.NO_FIT and not workload.slices:  # ahead of later ones that may
+            self._awaited[queue.region, workload.gpu_model] += workload.gpus  # wait for them
         if free is not None:
             self._say_model(workload, outcome, free)
         return outcome
@@ -389,6 +392,8 @@ class Cycle:
         (no preemption makes budget); work its quota allows that fits on free GPUs starts;
         else room is made by preemption where the rules allow; else it waits, a gang head
         perhaps with a reservation. `within`: whether it fits in its queue's nominal quota."""
+        if workload.slices:
+            return self._decide_share(queue, workload, within)
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
             pool.check_shape(workload.gpus)
@@ -412,6 +417,39 @@ class Cycle:
         if quota is not None:
             return self._no_fit(workload, quota)
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
+
+    def _decide_share(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
+        """A share job starts on a GPU with room for it (`Shares`) where its budgets and quota
+        allow its share; else room is made for it as for a one-GPU job where the rules allow;
+        else it waits (nothing is reserved for it)."""
+        share, seconds = workload.share, workload.time_limit_s
+        if self.budgets:
+            budget = refusal(self.budgets.check, queue, workload, share, seconds, not within)
+            if budget is not None:
+                return self._no_fit(workload, budget)
+        quota = self.ledger.refusal(queue, workload.gpu_model, share)
+        if quota is not None:
+            return self._no_fit(workload, quota)
+        try:
+            pool = self.capacity.pool(queue.region, workload.gpu_model)
+        except Inadmissible as why:
+            return self._no_fit(workload, str(why))
+        try:
+            placement = self.shares.find(pool, workload)
+        except Inadmissible as why:
+            # No room: a GPU's room is made as for a one-GPU job (reclaim, or within its
+            # queue), held for it, and it takes its share there next cycle.
+            whole = replace(workload, slices=0)
+            claim = self.find_room(pool, queue, whole, within, False)
+            if claim is None:
+                return self._no_fit(workload, str(why))
+            self.apply_claim(pool, queue, whole, claim)
+            return Outcome.PREEMPT
+        self.shares.take(pool, placement, workload)
+        self.ledger.charge(queue.id, workload.gpu_model, share)
+        self.budgets.charge(queue.id, workload.gpu_model, share, seconds)
+        self.admissions.append(Admission(workload.id, (placement,)))
+        return Outcome.FIT
 
     def _start_smaller(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
         """An elastic workload that can neither start at its size nor have room made for it
@@ -571,7 +609,11 @@ class Cycle:
         no_room = pool.known_no_room(workload.gpus, workload.tenant)  # none has room
         if no_room is None:
             try:
-                placements = self._apart(pool, workload) or pool.find(workload)
+                placements = (
+                    self._apart(pool, workload)
+                    or self.shares.find_small(pool, workload)
+                    or pool.find(workload)
+                )
             except Inadmissible as why:
                 no_room = str(why)  # only the reason goes on: a frame holding `why` would be in
                 # a reference cycle with it (exception, traceback, frame) until a collection

@@ -12,6 +12,21 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cached_property
 
+# A share of a GPU is counted in eighths: 0.125 GPU and 10 GB of an 80 GB GPU at the finest.
+# Every multiple of 1/8 is exact in binary floating point, so quota and budget sums of shares
+# stay exact with plain floats (no Fraction or Decimal in the cycle), and a node's state for
+# fragmentation-aware placement (free eighths per GPU) takes few distinct values.
+SLICES = 8
+
+
+class SharePlacement(StrEnum):
+    """How a share job picks its GPU among those with room."""
+
+    # Fragmentation gradient descent (Weng et al., "Beware of Fragmentation", ATC'23): the GPU
+    # whose taking least reduces the node's fit for the expected mix of requests
+    FGD = "fgd"
+    BEST_FIT = "best_fit"  # the GPU with the least room that fits
+
 
 class TopologyLevel(IntEnum):
     """How tightly a job's GPUs must sit; a smaller value is a tighter domain."""
@@ -255,14 +270,24 @@ class Workload:
     # Its throughput per GPU on each model it accepts, in any unit (only ratios count): from
     # the planner or its own earlier runs. A model left out has no known speed.
     speeds: tuple[tuple[str, float], ...] = ()
+    # A share of one GPU in eighths (`SLICES`), 1 to 7, with `gpus` 1; 0: whole GPUs. A share
+    # is its guaranteed minimum of both the GPU's compute and its memory.
+    slices: int = 0
 
     @property
     def is_running(self) -> bool:
         return bool(self.placements)
 
+    @property
+    def share(self) -> float:
+        """What it is charged for, in GPUs: its share, or its whole GPUs."""
+        return self.slices / SLICES if self.slices else self.gpus
+
     @cached_property
-    def held(self) -> int:
-        """GPUs it holds now, counted from its placements."""
+    def held(self) -> float:
+        """GPUs it holds now, counted from its placements (a share job: its share)."""
+        if self.slices:
+            return self.slices / SLICES if self.placements else 0
         return sum(len(placement.gpu_indices) for placement in self.placements)
 
     @property
@@ -371,6 +396,7 @@ class Snapshot:
     # given (`quota`); empty: each model's GPUs count apart (Kueue's dominant resource share).
     worth: tuple[tuple[str, float], ...] = ()
     move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
+    share_placement: SharePlacement = SharePlacement.FGD
 
 
 @dataclass(frozen=True)

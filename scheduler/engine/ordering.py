@@ -44,10 +44,10 @@ def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload, fits: bool =
 
     `fits`: the caller knows the head fits in its queue's nominal quota.
     """
-    level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.gpus)
+    level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.share)
     if level == 0:
         return (0, 0.0, *queue_order(workload, queue.priority))
-    share = ledger.share(queue, workload.gpu_model, workload.gpus)
+    share = ledger.share(queue, workload.gpu_model, workload.share)
     return (level, share, *queue_order(workload, queue.priority))
 
 
@@ -118,7 +118,7 @@ class Heads:
         ledger, first = self._ledger, members[-1]
         if queue.id in self._borrowing:
             return -1, False
-        if ledger.within_nominal(queue, first.gpu_model, first.gpus):
+        if ledger.within_nominal(queue, first.gpu_model, first.share):
             return -1, True
         if queue.strategy == Strategy.STRICT_FIFO or len(members) == 1:
             return -1, False
@@ -132,7 +132,7 @@ class Heads:
             workload = members[index]
             if workload.priority != first.priority:
                 break
-            if ledger.within_nominal(queue, workload.gpu_model, workload.gpus):
+            if ledger.within_nominal(queue, workload.gpu_model, workload.share):
                 return index, True
         return -1, False
 

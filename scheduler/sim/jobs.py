@@ -279,7 +279,7 @@ class Job:
         return self.costs.save_stall_s if kind is PolicyKind.PERIODIC else 0.0
 
     def _preempted(self, now: float) -> float:
-        lost = self._roll_back(self.saved) * self.spec.gpus
+        lost = self._roll_back(self.saved) * self.spec.share
         self.lost_gpu_s[Cause.PREEMPTION] += lost
         self.preemptions += 1
         self._stop(now)
@@ -373,6 +373,10 @@ class Job:
 
     def _hold(self, placements: tuple[Placement, ...]) -> None:
         self.placements = placements
+        if self.spec.slices:  # a share job holds its share, at its full pace
+            self.held = self.spec.share if placements else 0
+            self.rate = self.slowdown if placements else 0.0
+            return
         self.held = sum(len(p.gpu_indices) for p in placements)
         speed = self.speed(self.held) * self.spec.speed_on(self.gpu_model)
         self.rate = speed * self.slowdown if self.held else 0.0
@@ -417,7 +421,7 @@ class Job:
 
     def _lose(self, to: float) -> None:
         lost = self._roll_back(to)
-        self.lost_gpu_s[Cause.FAULT] += lost * self.spec.gpus
+        self.lost_gpu_s[Cause.FAULT] += lost * self.spec.share
 
     def _complete(self, now: float, work: float) -> None:
         self.saved = min(work, self.progress)

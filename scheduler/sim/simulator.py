@@ -311,7 +311,7 @@ class Simulator:
 
     def _finish(self, job: Job) -> None:
         self.growable.discard(job.id)
-        self.allocations.give(job.placements)
+        self.allocations.give(job.placements, job.id)
         job.finish(self.now)
         self.workloads.changed(job)
         if job.id not in self.replicas:
@@ -374,7 +374,7 @@ class Simulator:
         every node (requeued), as `interruptions.where` says. The node takes no more work.
         Returns the outcome."""
         allocations = self.allocations
-        allocations.give([leaving])
+        allocations.give([leaving], job.id)
         allocations.close(leaving.node_id)
         old = allocations.nodes[leaving.node_id]
         spare = next(
@@ -386,12 +386,13 @@ class Simulator:
             ),
             None,
         )
-        outcome = where(len(leaving.gpu_indices), job.held, job.spec.min_gpus, spare is not None)
+        held = job.spec.gpus if job.spec.slices else job.held  # a share: its one GPU
+        outcome = where(len(leaving.gpu_indices), held, job.spec.min_gpus, spare is not None)
         if outcome is Restart.SPARE:
             self.spares.discard(spare)
             allocations.close(spare, False)
             moved = Placement(spare, leaving.gpu_indices)
-            allocations.take([moved], job.id)
+            allocations.take([moved], job.id, job.spec.slices)
             job.move(self.now, tuple(moved if p is leaving else p for p in job.placements))
         elif outcome is Restart.SHRUNK:
             job.move(self.now, _without(job.placements, (leaving,)))
@@ -435,7 +436,7 @@ class Simulator:
                 self._claimants[job.id] = preemption.for_workload_id
                 continue
             with self._tracking(job):
-                self.allocations.give(job.placements)
+                self.allocations.give(job.placements, job.id)
                 job.preempt(self.now)
                 self.pending.add(job.id)
                 self.recorder.pending_added(job)
@@ -459,7 +460,7 @@ class Simulator:
         for move in plan.moves:
             job = self.jobs[move.workload_id]
             with self._tracking(job, faults=True):
-                self.allocations.give(job.placements)
+                self.allocations.give(job.placements, job.id)
                 self.allocations.take(move.placements, job.id)
                 job.resize(self.now, move.placements, move.gpu_model)
             self.recorder.moves += 1
@@ -470,7 +471,7 @@ class Simulator:
             if job.id in self.replicas:
                 self.replicas[job.id].started(job, self.now)
             with self._tracking(job, faults=True):
-                self.allocations.take(admission.placements, job.id)
+                self.allocations.take(admission.placements, job.id, job.spec.slices)
                 model = self.allocations.nodes[admission.placements[0].node_id].gpu_model
                 job.start(self.now, admission.placements, model)
                 self.pending.discard(job.id)
@@ -508,7 +509,7 @@ class Simulator:
 
     def _stopped(self, job: Job) -> None:
         """A preempted job's grace is over: its GPUs are free, and it waits again."""
-        self.allocations.give(job.placements)
+        self.allocations.give(job.placements, job.id)
         lost = job.released(self.now)
         run = self.replicas.get(self._claimants.pop(job.id, 0))
         if run is not None:

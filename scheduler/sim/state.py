@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from scheduler.checkpointing import PolicyKind
 from scheduler.engine import Budget, Node, Placement, Snapshot, Workload
+from scheduler.engine.model import SLICES
 from scheduler.sim.jobs import Job, Phase
 from scheduler.sim.policies import SchedulingPolicy
 from scheduler.sim.spec import ClusterSpec
@@ -32,14 +33,19 @@ class Allocations:
         self._changed: set[int] = set()
         self.closed: set[int] = set(spec.spares)  # nodes that take no work: spares, and down
         self._changed.update(self.closed)
-        self.used: Counter[str] = Counter()  # GPUs in use per model
+        self.used: Counter[str] = Counter()  # GPUs in use per model (shared ones whole)
+        self.shares: dict[tuple[int, int], dict[int, int]] = {}  # (node, GPU) -> job -> eighths
         # Nodes per (model, free GPUs, node size): what fragmentation is measured from.
         self.by_free: Counter[tuple[str, int, int]] = Counter(
             (node.gpu_model, node.gpus, node.gpus) for node in spec.nodes
         )
 
-    def take(self, placements: Iterable[Placement], owner: int) -> None:
-        """Mark GPUs used by job `owner`; SimulationError if one is not free."""
+    def take(self, placements: Iterable[Placement], owner: int, slices: int = 0) -> None:
+        """Mark GPUs used by job `owner` (a share job: `slices` eighths of its one GPU);
+        SimulationError if one is not free (a shared one: if the share does not fit)."""
+        if slices:
+            self._take_share(placements, owner, slices)
+            return
         for placement in placements:
             free = self.free.get(placement.node_id)
             wanted = set(placement.gpu_indices)
@@ -50,15 +56,42 @@ class Allocations:
                 )
             self._change(placement.node_id, lambda f, w=wanted: f.difference_update(w))
 
+    def _take_share(self, placements: Iterable[Placement], owner: int, slices: int) -> None:
+        """A share job's eighths of its GPU: the GPU leaves the free ones with its first."""
+        [placement] = placements
+        [index] = placement.gpu_indices
+        holders = self.shares.get((placement.node_id, index))
+        if holders is None:
+            self.take([placement], owner)
+            holders = self.shares[placement.node_id, index] = {}
+        if sum(holders.values()) + slices > SLICES:
+            raise SimulationError(
+                f"job {owner} was given {slices}/{SLICES} of GPU {index} of node "
+                f"{placement.node_id}, which has {SLICES - sum(holders.values())}/{SLICES} free"
+            )
+        holders[owner] = slices
+
     def close(self, node_id: int, closed: bool = True) -> None:
         """Take the node out of service (a spare, or a node a job left), or put it back."""
         (self.closed.add if closed else self.closed.discard)(node_id)
         self._changed.add(node_id)
 
-    def give(self, placements: Iterable[Placement]) -> None:
-        """Mark GPUs free again."""
+    def give(self, placements: Iterable[Placement], owner: int | None = None) -> None:
+        """Mark GPUs free again; a shared GPU once its last share job (`owner`) leaves."""
         for placement in placements:
-            self._change(placement.node_id, lambda f, p=placement: f.update(p.gpu_indices))
+            freed = []
+            for index in placement.gpu_indices:
+                holders = self.shares.get((placement.node_id, index))
+                if holders is None:
+                    freed.append(index)
+                    continue
+                if owner not in holders:
+                    raise SimulationError(f"job {owner} gives back a share it does not hold")
+                del holders[owner]
+                if not holders:
+                    del self.shares[placement.node_id, index]
+                    freed.append(index)
+            self._change(placement.node_id, lambda f, g=freed: f.update(g))
 
     def _change(self, node_id: int, edit) -> None:
         node = self.nodes[node_id]
@@ -150,8 +183,9 @@ class Workloads:
             spec.id,
             self.policy.queue_id(spec, self.spec),
             job.gpu_model if running else spec.gpu_model,
-            job.held if running else spec.gpus,
+            job.held if running and not spec.slices else spec.gpus,
             spec.submit_s,
+            slices=spec.slices,
             priority=self.policy.priority(spec),
             placements=job.placements,
             min_gpus=spec.min_gpus if elastic else None,

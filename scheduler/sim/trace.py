@@ -5,8 +5,9 @@ and a header naming its columns, in any order (unknown columns are ignored); the
 documented in `docs/sim-trace-format.md`:
 
 - required: `submit_s` (seconds from the start of the trace), `gpus` (its maximum when
-  elastic), `gpu_model` (as in the cluster spec), `duration_s` (run time on `gpus` GPUs
-  without faults or preemption), `queue` or `tenant` (the queue it is submitted to);
+  elastic; below 1, a share of one GPU rounded up to eighths: `0.25`), `gpu_model` (as in
+  the cluster spec), `duration_s` (run time on `gpus` GPUs, or on its share, without faults
+  or preemption), `queue` or `tenant` (the queue it is submitted to);
 - optional: `id` (unique whole number; default the row's number), `priority` (default 0),
   `status` (the source's final status, kept for reports), `min_gpus` (elastic when below
   `gpus`), `checkpoint` (`periodic`, `async`, `triggered` or `none`, with an optional interval
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.checkpointing import Policy, PolicyKind
+from scheduler.engine.model import SLICES
 from scheduler.parallelism import MODELS
 
 REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
@@ -61,6 +63,12 @@ class TraceJob:
     # Its throughput per GPU on each accepted model relative to `gpu_model` (1 there): what
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
+    slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
+
+    @property
+    def share(self) -> float:
+        """What it holds when it runs, in GPUs: its share, or its GPUs."""
+        return self.slices / SLICES if self.slices else self.gpus
 
     @property
     def fewest_gpus(self) -> int:
@@ -94,8 +102,10 @@ def read_csv(lines: Iterable[str]) -> list[TraceJob]:
 
 def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
     cell = _Cells(row, line)
-    gpus = cell.whole("gpus", minimum=1)
+    gpus, slices = cell.gpus("gpus")
     min_gpus = cell.whole("min_gpus", minimum=1, optional=True)
+    if slices and min_gpus is not None:
+        raise TraceError(f"line {line}, column min_gpus: a share of a GPU is not elastic")
     if min_gpus is not None and min_gpus > gpus:
         raise TraceError(f"line {line}, column min_gpus: {min_gpus} is more than gpus ({gpus})")
     queue = (row.get("queue") or "").strip() or (row.get("tenant") or "").strip()
@@ -120,6 +130,7 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         global_batch=batch,
         accepts=accepts,
         speeds=cell.speeds("speeds", accepts or (gpu_model,)),
+        slices=slices,
     )
 
 
@@ -174,6 +185,21 @@ class _Cells:
         if minimum is not None and value < minimum:
             raise self.error(column, f"{value} is less than {minimum}")
         return value
+
+    def gpus(self, column: str) -> tuple[int, int]:
+        """(GPUs, eighths of one): a whole number of GPUs, or a share of one below 1, rounded
+        up to eighths (eight eighths are one GPU)."""
+        raw = self._raw(column, optional=False)
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except ValueError:
+            raise self.error(column, f"{raw!r} is not a whole number") from None
+        if not math.isfinite(value) or value <= 0 or value.is_integer():
+            return self.whole(column, minimum=1), 0  # type: ignore[return-value]
+        if value > 1:
+            raise self.error(column, f"{raw} is neither a whole number nor a share below 1")
+        slices = math.ceil(value * SLICES - 1e-9)
+        return 1, 0 if slices >= SLICES else slices
 
     def checkpoint(self, column: str) -> Policy | None:
         raw = self._raw(column, optional=True)
@@ -291,7 +317,7 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
             [
                 job.id,
                 _seconds(job.submit_s),
-                job.gpus,
+                job.share,
                 job.gpu_model,
                 _seconds(job.duration_s),
                 job.queue,

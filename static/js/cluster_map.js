@@ -32,8 +32,9 @@
     };
     const text = grid((data.name || []).map((name, i) => {
       const jobs = data.jobs[i] ? `<br>${data.jobs[i]}` : "";
+      const shares = data.shares && data.shares[i] ? `<br>${data.shares[i]}` : "";
       const mig = data.mig && data.mig[i] ? `<br>MIG · ${data.mig[i]}` : "";
-      return `${name} · ${data.health_labels[data.health[i]]}${jobs}${mig}`;
+      return `${name} · ${data.health_labels[data.health[i]]}${jobs}${shares}${mig}`;
     }));
     const spec = METRICS[metric];
     const trace = {

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
-from portal.cluster.models import Node
+from portal.cluster.models import GpuModel, Node
 from portal.services import autoscaling
 from portal.services.models import Service
 from portal.tenancy.models import ApiToken
@@ -148,6 +148,15 @@ def test_the_example_job_file_is_a_submission_the_api_takes(acme_llm, bob):
     answer = api_client(bob).post("/api/v1/workloads/", spec, format="json")
     assert answer.status_code == 201, answer.json()
     assert answer.json()["command"] == "python3 train_tiny.py --log-every 50"
+
+
+def test_the_example_share_job_file_asks_for_a_quarter_of_a_gpu(acme_llm, bob):
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+    spec = yaml.safe_load((ROOT / "examples" / "eval.yaml").read_text())
+    answer = api_client(bob).post("/api/v1/workloads/", spec, format="json")
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["gpus"] == 0.25
+    assert Workload.objects.get(pk=answer.json()["id"]).slices == 2
 
 
 def test_an_inference_service_from_the_terminal_runs_real_replicas(portal, tmp_path, bob):

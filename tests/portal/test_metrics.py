@@ -301,3 +301,14 @@ def test_services_replicas_and_load(flow, client, acme, acme_llm):
         ("wanka_service_panic", 1),
     ]:
         assert value(families[name], name, tenant="acme", service="chat") == expected
+
+
+def test_a_share_counts_as_its_share_of_a_gpu(flow, client):
+    quarter = make_workload(flow["job"].queue, "notebook", gpus=1, slices=2)
+    scheduling_cycle()
+    assert Allocation.objects.get(workload=quarter).slices == 2
+    families = scrape(client)
+    queue = {"tenant": "acme", "queue": "llm"}
+    assert value(families["wanka_queue_used_gpus"], "wanka_queue_used_gpus", **queue) == 16.25
+    gpus = families["wanka_gpus"]
+    assert sum(s.value for s in gpus if s.labels["state"] == "allocated") == 16.25

@@ -1,4 +1,5 @@
 import json
+import math
 import re
 from datetime import timedelta
 
@@ -26,6 +27,7 @@ from portal.workloads.phrasebook import translate
 from portal.workloads.reasons import Reader
 from portal.workloads.usage import BY_QUEUE, REPORT_KEYS, gpu_hours
 from scheduler import parallelism
+from scheduler.engine.model import SLICES
 from scheduler.ettr import Phase
 from scheduler.parallelism import SpecError
 
@@ -140,6 +142,44 @@ class AcceptsField(serializers.JSONField):
         return [getattr(instance, "gpu_model_name", None) or instance.gpu_model.name]
 
 
+class GpusField(serializers.FloatField):
+    """GPUs: a whole number of them, or a share of one below 1 (0.25); whole ones read back as
+    integers, as they always did."""
+
+    def to_representation(self, value):
+        return int(value) if float(value).is_integer() else float(value)
+
+
+def as_share(attrs) -> None:
+    """Turn the `gpus` asked for (`gpu_share`) and `gpu_memory_gb` into what the model stores:
+    whole GPUs, or one GPU and a share of it in eighths, the larger of the compute and the
+    memory asked, rounded up (a share is a guaranteed minimum of both). ValidationError for a
+    fraction above one, an elastic share, or more memory than the GPU model has."""
+    asked, memory, model = (
+        attrs.pop("gpu_share"),
+        attrs.pop("gpu_memory_gb", None),
+        attrs["gpu_model"],
+    )
+    if memory is not None and memory > model.memory_gb:
+        why = f"A {model} GPU has {model.memory_gb} GB; {memory:g} GB asked."
+        raise serializers.ValidationError({"gpu_memory_gb": why})
+    if asked.is_integer():
+        attrs["gpus"], attrs["slices"] = int(asked), 0
+        return
+    if asked > 1:
+        why = (
+            f"A share of a GPU is below 1, and more than one GPU is a whole number of them "
+            f"(a gang takes whole GPUs): {asked:g} is neither."
+        )
+        raise serializers.ValidationError({"gpus": why})
+    if attrs.get("min_gpus") is not None or attrs.get("max_gpus") is not None:
+        why = "A share of a GPU runs on one GPU of one node: it has no min_gpus or max_gpus."
+        raise serializers.ValidationError({"min_gpus": why})
+    share = max(asked, (memory or 0) / model.memory_gb)
+    slices = math.ceil(share * SLICES - 1e-9)
+    attrs["gpus"], attrs["slices"] = 1, 0 if slices >= SLICES else slices
+
+
 class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSerializer):
     """A job or service of the tenant: what it asks for, where it stands, and, while it
     waits, why and when it is expected to start."""
@@ -158,7 +198,10 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         "preference: it starts on the fastest with room where its speeds are known (it names "
         "its model), else on the first with room",
     )
-    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+    gpus = GpusField(source="gpu_share", min_value=0.01, max_value=100_000)
+    gpu_memory_gb = serializers.FloatField(
+        min_value=0.1, required=False, write_only=True, help_text="GPU memory asked, per GPU"
+    )
     # Elastic bounds; one below `gpus` or above them says so on min_gpus (`validate`).
     min_gpus = serializers.IntegerField(
         min_value=0, max_value=100_000, required=False, allow_null=True
@@ -198,6 +241,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             "gpu_model",
             "gpu_models",
             "gpus",
+            "gpu_memory_gb",
             "min_gpus",
             "max_gpus",
             "priority",
@@ -263,6 +307,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         return env
 
     def validate(self, attrs):
+        self._share(attrs)
         gpus, queue = attrs["gpus"], attrs["queue"]
         lo, hi = attrs.get("min_gpus"), attrs.get("max_gpus")
         lo, hi = gpus if lo is None else lo, gpus if hi is None else hi  # 0 is a value, not unset
@@ -275,6 +320,21 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         if "topology" not in attrs and queue.spans_datacenters:
             attrs["topology"] = Topology.ANY  # the queue's default: any data center
         return attrs
+
+    def _share(self, attrs) -> None:
+        """Whole GPUs, or a share of one of its one GPU model (`as_share`): a share's eighths
+        depend on the model's memory, so a job that accepts several takes whole GPUs."""
+        if "accepts" not in attrs:
+            if "gpu_model" not in attrs:
+                raise serializers.ValidationError({"gpu_model": "This field is required."})
+            as_share(attrs)
+            return
+        asked = attrs.pop("gpu_share")
+        if not asked.is_integer():
+            why = "A share of a GPU runs on one GPU model: give gpu_model, not gpu_models."
+            raise serializers.ValidationError({"gpu_models": why})
+        attrs.pop("gpu_memory_gb", None)
+        attrs["gpus"], attrs["slices"] = int(asked), 0
 
     def _validate_models(self, attrs, fewest: int) -> None:
         """The GPU models the job accepts, each one it can run on (`_validate_on`):

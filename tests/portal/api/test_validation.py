@@ -80,7 +80,7 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
             "gpus",
             "Jobs larger than one node take whole nodes: ask for a multiple of 8.",
         ),
-        ({"gpus": 0}, "gpus", "Ensure this value is greater than or equal to 1."),
+        ({"gpus": 0}, "gpus", "Ensure this value is greater than or equal to 0.01."),
         ({"gpu_model": "X9"}, "gpu_model", "Unknown GPU model X9."),
         ({"min_gpus": 32}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 32 <= 16 <= 16."),
         ({"max_gpus": 0}, "min_gpus", "Need min_gpus <= gpus <= max_gpus; got 16 <= 16 <= 0."),

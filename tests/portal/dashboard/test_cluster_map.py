@@ -108,3 +108,19 @@ def test_a_node_a_fault_took_down_is_drawn_apart_from_one_taken_out_of_service(
     health = {node.name: found["health_names"][found["health"][at[node.name]]] for node in cluster}
     assert health[failed.name] == "failed" and health[drained.name] == Health.DOWN
     assert health[cluster[2].name] == Health.READY
+
+
+def test_a_shared_gpu_shows_on_its_node_with_its_share_jobs(cluster, acme, clean_redis):
+    from portal.workloads.allocations import create
+    from portal.workloads.models import Allocation
+    from tests.builders import make_queue, make_workload
+
+    queue = make_queue(acme, "llm", h800=8)
+    node = cluster[0]
+    jobs = [make_workload(queue, f"q{i}", gpus=1, slices=s) for i, s in enumerate((2, 4))]
+    create([Allocation(workload=w, node=node, gpu_index=3, slices=w.slices) for w in jobs])
+    found = cluster_map()
+    at = found["name"].index(node.name)
+    assert found["held"][at] == 0.75
+    assert found["shares"][at] == "GPU 3: 6/8 held by 2 share jobs"
+    assert found["shares"][found["name"].index(cluster[1].name)] == ""

@@ -51,8 +51,13 @@ def test_one_model_keeps_nothing_extra(llm, alice):
         ),
         ({}, "gpu_model", "This field is required."),
         ({"gpu_models": []}, "gpu_models", "From 1 to 16 names; got 0."),
+        (
+            {"gpu_models": ["hopper"], "gpus": 0.25},
+            "gpu_models",
+            "A share of a GPU runs on one GPU model: give gpu_model, not gpu_models.",
+        ),
     ],
-    ids=["unknown", "gpu_model not the first", "neither given", "an empty list"],
+    ids=["unknown", "gpu_model not the first", "neither given", "an empty list", "a share"],
 )
 def test_bad_model_lists_are_refused(llm, alice, fields, field, reason):
     response = submit(alice, **fields)
@@ -142,3 +147,14 @@ def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
     assert dict(build_snapshot().worth) == {"H800": 989.0, "H20": 200.0}
     GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
     assert worth() == ()
+
+
+def test_pages_show_the_models_it_accepts(llm, alice, client):
+    Node.objects.filter(gpu_model__name="H20").update(connected=False)
+    Node.objects.filter(gpu_model__name="H800").update(connected=False)
+    job_id = submit(alice, gpu_models=["H800", "H20"]).json()["id"]
+    client.force_login(alice)
+    listed = client.get("/workloads/").content.decode()
+    assert "8 × H800 | H20" in listed  # waiting: every model it accepts
+    page = client.get(f"/workloads/{job_id}/").content.decode()
+    assert "(accepts H800, H20)" in page

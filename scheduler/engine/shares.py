@@ -1,0 +1,213 @@
+"""Shares of a GPU: which partly used GPUs have room, and which GPU a share job takes.
+
+A share job (`Workload.slices`) takes eighths of one GPU of one node. A GPU that holds shares
+is not free to whole-GPU work (the snapshot lists it as taken, like any held GPU); this keeps,
+per node, the free eighths of each such GPU.
+
+The default placement is fragmentation gradient descent (FGD; Weng et al., "Beware of
+Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX
+ATC'23). A node's fragmentation for one kind of request is the free GPU capacity that kind
+could not use there (all of it, when the kind does not fit at all); weighted by how often each
+kind is expected (`Mix`), it measures how much of the node the expected work would leave
+stranded. A share goes to the GPU whose taking grows that measure least. Best-fit (the partly
+used GPU with the least room that fits, else a free GPU of the fullest node) is the
+alternative.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from scheduler.engine.capacity import Pool
+from scheduler.engine.errors import Inadmissible
+from scheduler.engine.model import SLICES, Node, Placement, SharePlacement, Snapshot, Workload
+from scheduler.words import phrase
+
+NO_SHARE_ROOM = phrase(
+    "no {model} GPU has {share} of a GPU free (the roomiest partly used one has {most}) and "
+    "no {model} GPU is free"
+)
+
+# Kinds of request, as eighths of a GPU asked for (a whole GPU is `SLICES`), with their weights.
+Mix = tuple[tuple[int, float], ...]
+
+
+def demand(workload: Workload) -> int:
+    """What the workload asks for, in eighths of a GPU."""
+    return workload.slices or workload.gpus * SLICES
+
+
+def mix_of(workloads: Iterable[Workload]) -> Mix:
+    """The expected kinds of request, weighted by how often they occur among `workloads` (the
+    pending and running work of a GPU model: what came lately and what waits)."""
+    counts = Counter(demand(workload) for workload in workloads)
+    total = sum(counts.values())
+    return tuple((kind, count / total) for kind, count in sorted(counts.items()))
+
+
+def fragmentation(state: tuple[int, ...], mix: Mix) -> float:
+    """The free capacity of a node, in eighths, that the expected mix could not use: per kind
+    of request, what it cannot use there, weighted (Weng et al.'s F_n(M)). `state` is the
+    node's free eighths per GPU, largest first."""
+    total = sum(state)
+    whole = state.count(SLICES)
+    stranded = 0.0
+    for kind, weight in mix:
+        if kind < SLICES:  # a share: GPUs with less room than it are stranded
+            unusable = sum(f for f in state if f < kind) if state[0] >= kind else total
+        elif kind <= len(state) * SLICES:  # whole GPUs of this node: partly used are stranded
+            unusable = total - whole * SLICES if whole * SLICES >= kind else total
+        else:  # whole nodes of a gang: only an empty node helps it
+            unusable = 0 if whole == len(state) else total
+        stranded += weight * unusable
+    return stranded
+
+
+class Shares:
+    """The partly used GPUs of the cycle, and where share jobs go."""
+
+    def __init__(self, running: Iterable[Workload], snapshot: Snapshot) -> None:
+        self.policy = snapshot.share_placement
+        self._workloads = snapshot.workloads
+        self._mixes: dict[str, Mix] = {}  # per GPU model, when first asked
+        self.free: dict[int, dict[int, int]] = {}  # node id -> GPU index -> free eighths
+        for workload in running:
+            for placement in workload.placements if workload.slices else ():
+                gpus = self.free.setdefault(placement.node_id, {})
+                for index in placement.gpu_indices:
+                    gpus[index] = gpus.get(index, SLICES) - workload.slices
+        self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
+        self._active: bool | None = None  # whether the snapshot holds share work, when asked
+
+    def mix(self, gpu_model: str) -> Mix:
+        """The expected mix of requests for a GPU model: its pending and running work."""
+        mix = self._mixes.get(gpu_model)
+        if mix is None:
+            of_model = (w for w in self._workloads if w.gpu_model == gpu_model)
+            mix = self._mixes[gpu_model] = mix_of(of_model)
+        return mix
+
+    def find(self, pool: Pool, workload: Workload) -> Placement:
+        """The GPU the share job takes (takes nothing), or Inadmissible with the reason."""
+        shared = [(f, node, i) for node, i, f in self._with_room(pool, workload)]
+        if self.policy == SharePlacement.BEST_FIT:
+            if shared:
+                _, node, index = min(shared, key=lambda c: (c[0], c[1].name, c[2]))
+                return Placement(node.id, (index,))
+            return self._fresh(pool, workload)
+        breakable = self._breakable(pool, workload)
+        fresh = [(SLICES, node, min(pool.free(node.id))) for node in breakable]
+        if not shared and not fresh:
+            return self._fresh(pool, workload)  # raises with the pool's reason
+        mix = self.mix(workload.gpu_model)
+        # Ties, as best-fit breaks them: a partly used GPU before a free one, the least room
+        # first, then by node name and GPU index.
+        slices = workload.slices
+        *_, index, node_id = min(
+            (self._gradient(pool, node, i, slices, mix), f == SLICES, f, node.name, i, node.id)
+            for f, node, i in shared + fresh
+        )
+        return Placement(node_id, (index,))
+
+    def find_small(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
+        """GPUs of one node for a small whole-GPU job, by FGD as for shares, where the snapshot
+        holds share work and FGD is the policy; else none, and the engine's best-fit places it
+        as ever (in a cluster of whole GPUs only, nothing changes). Takes nothing."""
+        if self.policy != SharePlacement.FGD or workload.gpus >= pool.node_size:
+            return ()
+        if self._active is None:
+            self._active = bool(self.free) or any(w.slices for w in self._workloads)
+        if not self._active:
+            return ()
+        count = workload.gpus
+        nodes = [n for n in self._breakable(pool, workload) if len(pool.free(n.id)) >= count]
+        if not nodes:
+            return ()
+        mix = self.mix(workload.gpu_model)
+        # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
+        best = min(
+            nodes,
+            key=lambda n: (self._whole_gradient(pool, n, count, mix), len(pool.free(n.id)), n.name),
+        )
+        return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
+
+    def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
+        """Book the share job's eighths on its GPU (taking the GPU from the free ones if it was
+        free)."""
+        [index] = placement.gpu_indices
+        if index in pool.free(placement.node_id):
+            pool.take(placement, workload.tenant)
+        gpus = self.free.setdefault(placement.node_id, {})
+        gpus[index] = gpus.get(index, SLICES) - workload.slices
+
+    def _with_room(self, pool: Pool, workload: Workload) -> Iterable[tuple[Node, int, int]]:
+        """(node, GPU index, free eighths) of the partly used GPUs of the pool the job may
+        take: room enough, a schedulable node not held for a reservation, and on a
+        single-tenant node only beside its own tenant's work."""
+        for node_id, gpus in self.free.items():
+            node = pool.node(node_id)
+            if node is None or not node.schedulable or node_id in pool.held_by:
+                continue
+            if node.single_tenant and node.tenant not in (None, workload.tenant):
+                continue
+            for index, free in gpus.items():
+                if workload.slices <= free < SLICES:
+                    yield node, index, free
+
+    def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
+        """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
+        of a count look alike to FGD), and every node that holds shares already (on a
+        single-tenant one, only beside its own tenant's work)."""
+        nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
+        for node_id in self.free:
+            node = pool.node(node_id)
+            if node is None or not pool.free(node_id) or node_id in pool.held_by:
+                continue
+            if not node.single_tenant or node.tenant in (None, workload.tenant):
+                nodes[node_id] = node
+        return sorted(nodes.values(), key=lambda node: node.name)
+
+    def _fresh(self, pool: Pool, workload: Workload) -> Placement:
+        """A free GPU of the fullest node that has one (best-fit, as for a one-GPU job)."""
+        try:
+            [placement] = pool.find(workload, 1)
+        except Inadmissible:
+            most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
+            share = f"{workload.slices}/{SLICES}"
+            raise Inadmissible(
+                NO_SHARE_ROOM.format(model=workload.gpu_model, share=share, most=f"{most}/8")
+            ) from None
+        return Placement(placement.node_id, placement.gpu_indices[:1])
+
+    def _gradient(self, pool: Pool, node: Node, index: int, slices: int, mix: Mix) -> float:
+        """How much taking `slices` eighths of GPU `index` grows the node's fragmentation."""
+        gpus = dict(self.free.get(node.id, {}))
+        before = self._state(pool, node, gpus)
+        gpus[index] = gpus.get(index, SLICES) - slices
+        if index in pool.free(node.id):
+            # The state counts the free GPUs as `SLICES` each: one of them is now partly used.
+            after = self._state(pool, node, gpus, taken=1)
+        else:
+            after = self._state(pool, node, gpus)
+        return self._score(after, mix) - self._score(before, mix)
+
+    def _whole_gradient(self, pool: Pool, node: Node, count: int, mix: Mix) -> float:
+        """How much taking `count` free GPUs of the node grows its fragmentation."""
+        partly = self.free.get(node.id, {})
+        before = self._state(pool, node, partly)
+        after = self._state(pool, node, partly, taken=count)
+        return self._score(after, mix) - self._score(before, mix)
+
+    @staticmethod
+    def _state(pool: Pool, node: Node, partly: dict[int, int], taken: int = 0) -> tuple:
+        free = [SLICES] * (len(pool.free(node.id)) - taken) + list(partly.values())
+        free += [0] * (node.gpus - len(free))
+        return tuple(sorted(free, reverse=True))
+
+    def _score(self, state: tuple[int, ...], mix: Mix) -> float:
+        key = (state, mix)
+        score = self._scores.get(key)
+        if score is None:
+            score = self._scores[key] = fragmentation(state, mix)
+        return score

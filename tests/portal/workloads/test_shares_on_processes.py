@@ -1,0 +1,71 @@
+"""Two quarter-GPU jobs share one GPU on real processes: `wanka-agent --backend processes`
+runs both at once on the same GPU index, without MPS (this machine has no MPS daemon: the
+agent detects none and says its shares are time-sliced), and the job page says so, in both
+languages."""
+
+import shlex
+import sys
+
+import pytest
+
+from portal.workloads.choices import State
+from portal.workloads.cycle import scheduling_cycle
+from portal.workloads.models import Allocation, LogChunk, Workload
+from tests.builders import make_cluster, make_queue, make_workload
+from tests.portal.processes import start_agent, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SAYS_ENV = shlex.join(
+    [
+        sys.executable,
+        "-c",
+        "import os, time; e = os.environ; print('gpus', e['CUDA_VISIBLE_DEVICES'], "
+        "'mps', e.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'), flush=True); time.sleep(60)",
+    ]
+)
+
+
+def _output(workload) -> str:
+    return "\n".join(c.text for c in LogChunk.objects.filter(workload=workload).order_by("id"))
+
+
+def test_two_quarter_gpu_jobs_run_side_by_side_on_one_gpu(
+    portal_server, celery_worker, clean_redis, tmp_path, acme, alice, client
+):
+    [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
+    agent = start_agent(portal_server, node, tmp_path / "agent")
+    try:
+        queue = make_queue(acme, "llm", h800=1)
+        jobs = [
+            make_workload(queue, name, gpus=1, slices=2, command=SAYS_ENV, checkpoint_policy="none")
+            for name in ("a", "b")
+        ]
+        scheduling_cycle()
+        for job in jobs:
+            wait_until(
+                lambda job=job: Workload.objects.get(pk=job.pk).state == State.RUNNING,
+                30,
+                f"{job.name} to run",
+                check=agent,
+            )
+        [(index, slices)] = set(Allocation.objects.values_list("gpu_index", "slices"))
+        assert slices == 2
+        for job in jobs:
+            wait_until(lambda job=job: "gpus" in _output(job), 30, f"{job.name}'s output")
+            assert f"gpus {index} mps None" in _output(job)
+        client.force_login(alice)
+        page = wait_until(
+            lambda: (
+                "time slicing: not isolated"
+                in (text := client.get(f"/workloads/{jobs[0].pk}/").content.decode())
+                and text
+            ),
+            10,
+            "the job page to say how its share is held",
+        )
+        assert "0.25 × H800" in page
+        client.cookies["django_language"] = "zh-hans"
+        assert "时间片轮转：未隔离" in client.get(f"/workloads/{jobs[0].pk}/").content.decode()
+    finally:
+        agent.stop()
