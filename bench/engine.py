@@ -23,8 +23,8 @@ at most 0.45).
 
 `--mixed`: a mixed fleet instead. Every third pod holds H20 nodes, the rest H800; queues have
 quota of both; running work is of either; a third of the pending jobs accept both models, half
-of those with the speeds of each (2.6 to 1, the planner's ratio for a mid-size model), so the
-engine weighs the choice for each.
+of those with the speeds of each (2.6 to 1), so the engine weighs the choice for each, and a
+tenth are shares of one GPU (one to seven eighths), placed by FGD.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from scheduler.engine import (
     Workload,
     plan,
 )
+from scheduler.engine.model import SLICES
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "philly" / "gpu_counts.csv"
 NOW = 1_700_000_000.0
@@ -58,6 +59,7 @@ NODE_GPUS = 8
 NODES_PER_LEAF, LEAVES_PER_POD = 25, 25
 OCCUPIED = 0.85
 HOUR = 3600.0
+NODE = TopologyLevel.NODE
 
 
 def philly_sizes() -> list[tuple[int, int]]:
@@ -259,9 +261,12 @@ def build_pending(
         )
         if models is not None:
             job = replace(job, gpu_model=pick_model(models, rng))
-            if rng.random() < 1 / 3:
+            draw = rng.random()
+            if draw < 1 / 3:
                 speeds = MIXED_SPEEDS if rng.random() < 0.5 else ()
                 job = replace(job, accepts=tuple(models), speeds=speeds)
+            elif draw < 1 / 3 + 0.1:  # a share of one GPU
+                job = replace(job, gpus=1, slices=rng.randint(1, SLICES - 1), topology=NODE)
         pending.append(job)
     return pending
 
@@ -300,6 +305,7 @@ def run(gpus: int, repeat: int, seed: int, mixed: bool = False) -> dict:
         "running": sum(1 for w in snapshot.workloads if w.is_running),
         "pending": sum(1 for w in snapshot.workloads if not w.is_running),
         "accepting_two": sum(1 for w in snapshot.workloads if len(w.models) > 1),
+        "shares": sum(1 for w in snapshot.workloads if w.slices),
         "cycle_s_median": round(statistics.median(times), 4),
         "cycle_s_max": round(max(times), 4),
         "admitted": len(result.admissions),

@@ -44,11 +44,13 @@ class Tree:
     """Every queue and cohort as the engine sees them, with the GPUs held now (`gpus`, per
     queue id and GPU model) charged to the engine's own quota ledger."""
 
-    def __init__(self, gpus: Counter, queues=None):
-        """`queues`: every Queue, read `engine.with_quotas`, when the caller has them."""
+    def __init__(self, gpus: Counter, queues=None, shares: bool = False):
+        """`queues`: every Queue, read `engine.with_quotas`, when the caller has them;
+        `shares`: the caller shows fair shares, weighed by the GPU models' worth."""
         self.queues = {queue.id: queue for queue in engine.queues(queues)}
         self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
-        self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values(), engine.worth())
+        worth = engine.worth() if shares else ()
+        self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values(), worth)
         for (queue_id, gpu_model), n in gpus.items():
             self.ledger.charge(queue_id, gpu_model, n)
 
@@ -233,7 +235,7 @@ def queues_page(request):
     gpus = Counter()
     for key, _start, _end, _hours, n in holding:
         gpus[key] += n
-    tree = Tree(gpus, queues)
+    tree = Tree(gpus, queues, shares=True)
     tenants = sorted({queue.tenant.slug: queue.tenant for queue in queues}.items())
     tenant = request.GET.get("tenant", "") if membership is None else ""
     if membership is not None or tenant:

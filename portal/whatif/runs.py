@@ -201,7 +201,7 @@ def history(days: float, now=None) -> list[TraceJob]:
         window.order_by("submitted_at", "id").values(
             "id", "queue_id", "gpu_model__name", "gpus", "min_gpus", "max_gpus", "priority",
             "state", "submitted_at", "started_at", "finished_at", "simulated_duration_s",
-            "time_limit_s", "checkpoint_policy", "checkpoint_interval_s", "slices",
+            "time_limit_s", "checkpoint_policy", "checkpoint_interval_s", "slices", "accepts",
         )
     )  # fmt: skip
     ended = {
@@ -235,12 +235,12 @@ def _ran_s(row: dict, gpu_hours: float | None) -> float:
 
 
 def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, str]) -> TraceJob:
-    gpus = row["max_gpus"] or row["gpus"]
+    gpus, model = row["max_gpus"] or row["gpus"], row["gpu_model__name"]
     return TraceJob(
         id=row["id"],
         submit_s=submit_s,
         gpus=gpus,
-        gpu_model=row["gpu_model__name"],
+        gpu_model=model,
         duration_s=duration_s,
         queue=names[row["queue_id"]],
         priority=row["priority"],
@@ -248,6 +248,9 @@ def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, s
         min_gpus=row["min_gpus"] if row["min_gpus"] and row["min_gpus"] < gpus else None,
         checkpoint=Policy(PolicyKind(row["checkpoint_policy"]), row["checkpoint_interval_s"]),
         slices=row["slices"],
+        # The models it accepts, the one it ran on first (its run time is from there); no
+        # speeds, so the same run time on each.
+        accepts=tuple(dict.fromkeys((model, *row["accepts"]))) if row["accepts"] else (),
     )
 
 

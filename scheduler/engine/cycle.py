@@ -239,6 +239,9 @@ class Cycle:
         # GPUs workloads chose to wait for there this cycle.
         self._ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
         self._awaited: Counter[tuple[str, str]] = Counter()
+        # The free GPUs `_free_now` found for a workload: (id, GPU model, GPUs, placements),
+        # taken as they are when the same workload is admitted next.
+        self._found: tuple | None = None
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -289,7 +292,7 @@ class Cycle:
                 model, start_in_s = awaited
                 self._awaited[queue.region, model] += workload.gpus
                 reason = awaited_reason(workload, model, workload.gpu_model, start_in_s)
-                return self._no_fit(replace(workload, gpu_model=model), reason)
+                return self._no_fit(workload.on(model), reason)
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
@@ -306,10 +309,10 @@ class Cycle:
         the best, to make room or reserve for, or wait. With whether it fits in its queue's
         nominal quota there and whether it was free."""
         for model in workload.models:
-            candidate = replace(workload, gpu_model=model)
+            candidate = workload.on(model)
             if self._free_now(queue, candidate):
                 return candidate, self.ledger.within_nominal(queue, model, workload.gpus), True
-        best = replace(workload, gpu_model=workload.models[0])
+        best = workload.on(workload.models[0])
         return best, self.ledger.within_nominal(queue, best.gpu_model, best.gpus), False
 
     def _worth_waiting(self, queue: Queue, workload: Workload) -> tuple[str, float] | None:
@@ -369,10 +372,12 @@ class Cycle:
             borrows = not self.ledger.within_nominal(queue, workload.gpu_model, gpus)
             if refusal(self.budgets.check, queue, workload, gpus, seconds, borrows) is not None:
                 return False
+        pool = self.capacity.pool(queue.region, workload.gpu_model)
         try:
-            self.capacity.pool(queue.region, workload.gpu_model).find(workload)
+            placements = self._placements(pool, workload)
         except Inadmissible:
             return False
+        self._found = (workload.id, workload.gpu_model, workload.gpus, placements)
         return True
 
     def _say_model(self, workload: Workload, outcome: Outcome, free: bool) -> None:
@@ -552,7 +557,7 @@ class Cycle:
             if not self._free_now(queue, moved):
                 continue
             pool = self.capacity.pool(queue.region, model)
-            placements = pool.find(moved)
+            placements, self._found = self._found[3], None
             for placement in placements:
                 pool.take(placement, workload.tenant)
             self.ledger.charge(queue.id, model, workload.held)
@@ -606,14 +611,14 @@ class Cycle:
     def admit(self, pool: Pool, queue: Queue, workload: Workload) -> str | None:
         """Place the whole gang on free GPUs, or on held ones it may backfill; take them and
         charge the quota. The reason when there is no room, else None."""
+        found, self._found = self._found, None
+        if found is not None and found[:3] == (workload.id, workload.gpu_model, workload.gpus):
+            self._book(pool, queue, workload, found[3])  # `_free_now` just found them
+            return None
         no_room = pool.known_no_room(workload.gpus, workload.tenant)  # none has room
         if no_room is None:
             try:
-                placements = (
-                    self._apart(pool, workload)
-                    or self.shares.find_small(pool, workload)
-                    or pool.find(workload)
-                )
+                placements = self._placements(pool, workload)
             except Inadmissible as why:
                 no_room = str(why)  # only the reason goes on: a frame holding `why` would be in
                 # a reference cycle with it (exception, traceback, frame) until a collection
@@ -621,6 +626,15 @@ class Cycle:
                 self._book(pool, queue, workload, placements)
                 return None
         return self._backfill(pool, queue, workload, no_room)
+
+    def _placements(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
+        """Free GPUs for the workload (away from its spread group, by FGD where shares are
+        about, else best-fit), or Inadmissible; takes nothing."""
+        return (
+            self._apart(pool, workload)
+            or self.shares.find_small(pool, workload)
+            or (pool.find(workload))
+        )
 
     def _apart(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
         """Room away from the other members of its spread group, or none."""

@@ -148,7 +148,8 @@ def test_an_operator_reads_chinese_and_english_follows_the_browser(pages, page, 
 
 
 def _cluster_names() -> set[str]:
-    """The fleet's names the builders made: regions, data centers, pods, leaves and nodes."""
+    """The fleet's names the builders made: GPU models and their families, regions, data
+    centers, pods, leaves and nodes."""
     from portal.cluster import models
 
     kinds = (
@@ -159,5 +160,6 @@ def _cluster_names() -> set[str]:
         models.Leaf,
         models.Node,
     )
+    families = models.GpuModel.objects.values_list("family", flat=True)
     return {w for kind in kinds for name in kind.objects.values_list("name", flat=True)
-            for w in LATIN.findall(name)}  # fmt: skip
+            for w in LATIN.findall(name)} | set(families)  # fmt: skip

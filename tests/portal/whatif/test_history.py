@@ -153,3 +153,13 @@ def test_manage_py_simulate_replays_the_history(tmp_path, cluster, acme):
     figures = tmp_path / "r.json"
     call_command("simulate", "--trace", "history", "--policy", "fifo", "--json", str(figures))
     assert '"finished": 1' in figures.read_text()
+
+
+def test_a_job_that_accepted_several_models_keeps_them_in_the_trace(cluster, acme):
+    llm = make_queue(acme, "llm", h800=64, h20=32)
+    ended(llm, "either", gpus=8, model="H20", accepts=["H800", "H20"])
+    ended(llm, "one", gpus=8)
+    by_name = {job.id: job for job in history(1, NOW)}
+    either, one = sorted(by_name.values(), key=lambda job: job.id)
+    assert (either.gpu_model, either.accepts) == ("H20", ("H20", "H800"))  # where it ran first
+    assert one.accepts == ()
