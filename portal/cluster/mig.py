@@ -30,15 +30,14 @@ def take_layouts(node_name: str, gpus: list[dict]) -> dict[int, dict]:
     return layouts
 
 
-def record_layouts(node_id: int, layouts: dict[int, dict]) -> int:
-    """Keep the layouts that differ from those on record; how many GPUs changed."""
+def record_layouts(node_id: int, layouts: dict[int, dict]) -> None:
+    """Keep the layouts that differ from those on record (one query when none does)."""
     changed = []
     for gpu in Gpu.objects.filter(node_id=node_id, index__in=layouts):
         if gpu.mig != layouts[gpu.index]:
             gpu.mig = layouts[gpu.index]
             changed.append(gpu)
     Gpu.objects.bulk_update(changed, ["mig"])
-    return len(changed)
 
 
 def _check(layout: dict, index: int) -> None:

@@ -119,11 +119,11 @@ def _mig() -> dict[int, str]:
     for node_id, index, layout in Gpu.objects.exclude(mig={}).values_list(
         "node_id", "index", "mig"
     ):
-        said[node_id].append(mig_line(index, layout))
+        said[node_id].append(_mig_line(index, layout))
     return {node_id: "<br>".join(lines) for node_id, lines in said.items()}
 
 
-def mig_line(index: int, layout: dict) -> str:
+def _mig_line(index: int, layout: dict) -> str:
     """A GPU's MIG layout in a line, in the reader's language."""
     if not layout["enabled"]:
         return _("GPU %(index)s: MIG on at its next reset") % {"index": index}
