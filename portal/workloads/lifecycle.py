@@ -241,12 +241,8 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
     of work, it is asked to save instead and grows once the save is in (the engine offers the
     grow again). Returns every node it touched (none when it did not grow)."""
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        if workload.state != State.RUNNING:
-            return set()
-        now = timezone.now()
-        if work_lost(workload, now) > FRESH_SAVE_S:
-            _save_before(workload, f"before growing: {reason}")
+        workload, now = _running_and_saved(workload, f"before growing: {reason}")
+        if workload is None:
             return set()
         node_ids = set(workload.allocations.values_list("node_id", flat=True))
         node_ids |= allocations.add(workload, added)
@@ -263,12 +259,8 @@ def move(workload: Workload, gpu_model_id: int, placements, reason: str) -> set[
     for a save first when that one would lose more than FRESH_SAVE_S, and moves once the save
     is in (the engine offers the move again). Returns every node it touched."""
     with transaction.atomic():
-        workload = Workload.objects.select_for_update().get(pk=workload.pk)
-        if workload.state != State.RUNNING:
-            return set()
-        now = timezone.now()
-        if work_lost(workload, now) > FRESH_SAVE_S:
-            _save_before(workload, f"before moving: {reason}")
+        workload, now = _running_and_saved(workload, f"before moving: {reason}")
+        if workload is None:
             return set()
         lost_s = work_lost(workload, now)
         node_ids = allocations.release(workload)  # booked as the model it ran on
@@ -279,6 +271,19 @@ def move(workload: Workload, gpu_model_id: int, placements, reason: str) -> set[
         recovery.resized(workload, reason, lost_s, now, RecoveryOutcome.MOVED)
         transition(workload, State.RECOVERING, reason=reason)
     return node_ids
+
+
+def _running_and_saved(workload: Workload, why: str) -> tuple[Workload | None, object]:
+    """The workload locked, and now, when it runs and its newest save loses at most
+    FRESH_SAVE_S of work; else None, and a running one is asked for a save (`why`)."""
+    workload = Workload.objects.select_for_update().get(pk=workload.pk)
+    now = timezone.now()
+    if workload.state != State.RUNNING:
+        return None, now
+    if work_lost(workload, now) > FRESH_SAVE_S:
+        _save_before(workload, why)
+        return None, now
+    return workload, now
 
 
 def _save_before(workload: Workload, why: str) -> None:
