@@ -1,9 +1,9 @@
 """The operators' pages that shape queues and cohorts: a queue's settings (the fields the API lets
 operators change: cohort, priority, weight, strategy, preemption policy, grace, reclaim deadline)
-and a cohort's parent, each with its quotas per GPU model. The model checks them (`Queue.clean`,
-`Cohort.clean`, the quotas' constraints); a preview says what the new quotas do to the GPUs the
-queue holds now; a save needs a reason, is whole or nothing, is audited with the before and after
-of what changed, and is handed to the next scheduling cycle."""
+and a cohort's parent, each with its quotas per GPU model, and a queue's per GPU family. The model
+checks them (`Queue.clean`, `Cohort.clean`, the quotas' constraints); a preview says what the new
+quotas do to the GPUs the queue holds now; a save needs a reason, is whole or nothing, is audited
+with the before and after of what changed, and is handed to the next scheduling cycle."""
 
 from django import forms
 from django.contrib import messages
@@ -13,11 +13,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from portal.cluster.models import GpuModel
 from portal.core.access import operator_page
 from portal.core.models import audit
 from portal.core.triggers import trigger_cycle
 from portal.quotas.api.serializers import QUEUE_CHANGES
-from portal.quotas.models import Cohort, CohortQuota, Queue, QueueQuota
+from portal.quotas.models import Cohort, CohortQuota, FamilyQuota, Queue, QueueQuota
 from portal.workloads.models import Allocation
 
 # A tuple: an inline formset adds its foreign key to a list of fields in place.
@@ -114,6 +115,33 @@ def _quotas(model, quota):
 
 
 QueueQuotas, CohortQuotas = _quotas(Queue, QueueQuota), _quotas(Cohort, CohortQuota)
+FAMILY_FIELDS = ("family", "nominal", "borrowing_limit")
+
+
+class FamilyQuotaForm(forms.ModelForm):
+    """One GPU family's quota, above its models'; a quota's family stays what it is, a new row
+    names one of the families the GPU models have. Deleting it leaves the models' quotas."""
+
+    class Meta:
+        help_texts = {
+            "nominal": gettext_lazy("GPUs of the family's models in all, any mix"),
+            "borrowing_limit": gettext_lazy("Empty: no limit"),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        families = GpuModel.objects.exclude(family="").order_by("family")
+        names = families.values_list("family", flat=True).distinct()
+        self.fields["family"] = forms.ChoiceField(
+            label=gettext_lazy("GPU family"),
+            choices=[("", "---------"), *((name, name) for name in names)],
+            disabled=self.instance.pk is not None,
+        )
+
+
+FamilyQuotas = forms.inlineformset_factory(
+    Queue, FamilyQuota, form=FamilyQuotaForm, fields=FAMILY_FIELDS, extra=1, can_delete=True
+)
 
 
 def _facts(owner, fields) -> dict:
@@ -127,6 +155,9 @@ def _facts(owner, fields) -> dict:
     for quota in owner.quotas.select_related("gpu_model"):
         for name in QUOTA_FIELDS[1:]:
             facts[f"{quota.gpu_model.name}.{name}"] = getattr(quota, name)
+    for quota in getattr(owner, "family_quotas", FamilyQuota.objects.none()).all():
+        for name in FAMILY_FIELDS[1:]:
+            facts[f"{quota.family}.{name}"] = getattr(quota, name)
     return facts
 
 
@@ -160,7 +191,7 @@ def _over_nominal(quotas, held: dict[str, int]) -> list[str]:
     return lines
 
 
-def _edit(request, owner, form_class, formset_class, context):
+def _edit(request, owner, form_class, formset_class, context, families_class=None):
     """GET: the forms. POST: all of them checked; with `preview`, what the change would do;
     else saved in one transaction with its audit entry and a scheduling cycle after it."""
     data = request.POST if request.method == "POST" else None
@@ -174,13 +205,22 @@ def _edit(request, owner, form_class, formset_class, context):
     held = _held(owner) if isinstance(owner, Queue) else {}
     for quota in quotas.forms:
         quota.held = held.get(quota.instance.gpu_model.name, 0) if quota.instance.pk else None
+    families = None
+    if families_class is not None:
+        families = families_class(data, instance=owner, prefix="families")
+        members = GpuModel.objects.values_list("name", "family")
+        for quota in families.forms:
+            family = quota.instance.family
+            quota.held = sum(held.get(m, 0) for m, f in members if f == family) if family else None
     impact = []
-    if data is not None and all([form.is_valid(), quotas.is_valid()]):
+    formsets = [quotas] if families is None else [quotas, families]
+    if data is not None and all([form.is_valid(), *(f.is_valid() for f in formsets)]):
         impact = _over_nominal(quotas, held)
         if not previewing and reason.is_valid():
             with transaction.atomic():
                 form.save()
-                quotas.save()
+                for formset in formsets:
+                    formset.save()
                 changed = _changed(before, _facts(owner, form_class._meta.fields))
                 if changed:
                     action = f"{owner._meta.model_name}.changed"
@@ -204,6 +244,7 @@ def _edit(request, owner, form_class, formset_class, context):
             **context,
             "form": form,
             "quotas": quotas,
+            "families": families,
             "reason": reason,
             "impact": impact,
             "previewed": previewing,
@@ -236,7 +277,7 @@ def _saved(request, owner, changed: dict, impact: list[str]) -> None:
 @operator_page
 def queue_edit(request, pk):
     queue = get_object_or_404(Queue.objects.select_related("tenant", "region"), pk=pk)
-    return _edit(request, queue, QueueForm, QueueQuotas, {"queue": queue})
+    return _edit(request, queue, QueueForm, QueueQuotas, {"queue": queue}, FamilyQuotas)
 
 
 @operator_page

@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from portal.cluster.choices import Health
 from portal.cluster.models import Node
 from portal.dashboard.queues import gpus_held
+from portal.quotas.engine import family_models
 from portal.workloads.models import Allocation
 
 REGION = "leaf__pod__datacenter__region_id"
@@ -41,9 +42,13 @@ def queue_choices(queues, quota_request: bool = False) -> dict:
     request for any model its region has (the quota now, the region's GPUs)."""
     free, held = free_now(), gpus_held()
     region_gpus = _gpus(Node.objects.exclude(health=Health.DOWN)) if quota_request else None
-    found = {}
+    queues = list(queues)
+    families, found = family_models(queues), {}
     for queue in queues:
         quotas = {quota.gpu_model.name: quota.nominal for quota in queue.quotas.all()}
+        for family in queue.family_quotas.all():
+            for model in families.get(family.family, ()):
+                quotas.setdefault(model, family.nominal)
         if quota_request:
             models = sorted(
                 (model for (region, model), n in region_gpus.items() if region == queue.region_id),

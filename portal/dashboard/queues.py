@@ -1,9 +1,9 @@
-"""The queues page: per queue and GPU model its guarantee and nominal quota against the GPUs it
-holds, borrows and lends, the work waiting for it and the GPU-hours it used this week and this
-month, as bars; for operators also the cohort tree with each queue's fair share as the engine
-counts it (Slurm's `sshare`, for cohorts). A tenant's members see their own queues, and what
-they lend as a figure, never to whom. Operators filter the queues by tenant and read them 50 at a
-time; the tree shows them all.
+"""The queues page: per queue and GPU model (and GPU family with a quota of its own) its
+guarantee and nominal quota against the GPUs it holds, borrows and lends, the work waiting for it
+and the GPU-hours it used this week and this month, as bars; for operators also the cohort tree
+with each queue's fair share as the engine counts it (Slurm's `sshare`, for cohorts). A tenant's
+members see their own queues, and what they lend as a figure, never to whom. Operators filter the
+queues by tenant and read them 50 at a time; the tree shows them all.
 
 A fixed number of queries whatever the fleet's size: the queues, the engine's view of every
 queue and cohort, GPUs held and pending work per queue and model, two usage windows.
@@ -125,40 +125,50 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
         .order_by()
     }
     lent = tree.lent()
+    families = engine.family_models(queues)
+
+    def row(queue, name, quota, keys, lends=0, **extra):
+        used = sum(tree.used(*key) for key in keys)
+        pending = [waiting[key] for key in keys if key in waiting]
+        demand = sum(p["gpus"] or 0 for p in pending)
+        guarantee = getattr(quota, "guarantee", 0)
+        scale = max(used + lends + demand, quota.nominal, 1) * 1.1
+        guaranteed = min(used, guarantee)
+        segments = (
+            ("g", guaranteed),
+            ("n", min(used, quota.nominal) - guaranteed),
+            ("b", max(0, used - quota.nominal)),
+            ("l", lends),
+            ("p", demand),
+        )
+        return {
+            "queue": queue,
+            "gpu_model": name,
+            "quota": quota,
+            "guarantee": guarantee,
+            "used": used,
+            "borrowed": max(0, used - quota.nominal),
+            "lent": lends,
+            "pending_gpus": demand,
+            "pending_jobs": sum(p["jobs"] for p in pending),
+            "oldest": min((p["oldest"] for p in pending), default=None),
+            "week_hours": sum(used_since.get(week, {}).get(key, 0.0) for key in keys),
+            "month_hours": sum(used_since.get(month, {}).get(key, 0.0) for key in keys),
+            "segments": [(kind, 100 * n / scale) for kind, n in segments if n],
+            "marks": [100 * guarantee / scale, 100 * quota.nominal / scale],
+            **extra,
+        }
+
     rows = []
     for queue in queues:
         for quota in queue.quotas.all():
             key = (queue.pk, quota.gpu_model.name)
-            used = tree.used(*key)
-            pending = waiting.get(key, {})
-            lends = round(lent.get(key, 0))
-            demand = pending.get("gpus") or 0
-            scale = max(used + lends + demand, quota.nominal, 1) * 1.1
-            guaranteed = min(used, quota.guarantee)
-            segments = (
-                ("g", guaranteed),
-                ("n", min(used, quota.nominal) - guaranteed),
-                ("b", max(0, used - quota.nominal)),
-                ("l", lends),
-                ("p", demand),
-            )
-            rows.append(
-                {
-                    "queue": queue,
-                    "gpu_model": quota.gpu_model.name,
-                    "quota": quota,
-                    "used": used,
-                    "borrowed": max(0, used - quota.nominal),
-                    "lent": lends,
-                    "pending_gpus": demand,
-                    "pending_jobs": pending.get("jobs", 0),
-                    "oldest": pending.get("oldest"),
-                    "week_hours": used_since.get(week, {}).get(key, 0.0),
-                    "month_hours": used_since.get(month, {}).get(key, 0.0),
-                    "segments": [(kind, 100 * n / scale) for kind, n in segments if n],
-                    "marks": [100 * quota.guarantee / scale, 100 * quota.nominal / scale],
-                }
-            )
+            rows.append(row(queue, key[1], quota, [key], round(lent.get(key, 0))))
+        for quota in queue.family_quotas.all():
+            models = families.get(quota.family, ())
+            keys = [(queue.pk, model) for model in models]
+            # Its models' GPUs, counted again: the cohort tree's figures take them once.
+            rows.append(row(queue, quota.family, quota, keys, family=models))
     return rows
 
 
@@ -170,6 +180,8 @@ def cohort_tree(tree: Tree, rows: list[dict]) -> list[dict]:
     lower of which borrows first. Queues in no cohort come last, at the top."""
     by_queue = defaultdict(lambda: {"used": 0, "borrowed": 0, "pending": 0, "hours": 0.0})
     for row in rows:
+        if "family" in row:
+            continue  # its models' rows count its GPUs
         figures = by_queue[row["queue"].pk]
         figures["used"] += row["used"]
         figures["borrowed"] += row["borrowed"]

@@ -62,7 +62,7 @@ def service_list(request):
     queues = (
         membership.tenant.queues.order_by("name")
         .select_related("region")
-        .prefetch_related("quotas__gpu_model")
+        .prefetch_related("quotas__gpu_model", "family_quotas")
     )
     choices = queue_choices(queues)
     data, offered = with_defaults(request.POST if serializer else DEFAULTS, choices, not serializer)

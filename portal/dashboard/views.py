@@ -231,7 +231,7 @@ def _form_context(membership, data, serializer=None, quota_request=False):
     """A form whose queue drives the GPU model and the region (`dashboard.choices`)."""
     queues = list(
         membership.tenant.queues.select_related("region", "cohort")
-        .prefetch_related("quotas__gpu_model")
+        .prefetch_related("quotas__gpu_model", "family_quotas")
         .order_by("name")
     )
     choices = queue_choices(queues, quota_request)

@@ -8,6 +8,7 @@ from portal.quotas.models import (
     CapacityCheck,
     Cohort,
     CohortQuota,
+    FamilyQuota,
     GpuRate,
     PriorityFactor,
     Queue,
@@ -18,6 +19,11 @@ from portal.quotas.models import (
 
 class QueueQuotaInline(admin.TabularInline):
     model = QueueQuota
+    extra = 0
+
+
+class FamilyQuotaInline(admin.TabularInline):
+    model = FamilyQuota
     extra = 0
 
 
@@ -61,7 +67,7 @@ class QueueAdmin(admin.ModelAdmin):
             },
         ),
     ]
-    inlines = [QueueQuotaInline]
+    inlines = [QueueQuotaInline, FamilyQuotaInline]
 
 
 class CohortQuotaInline(admin.TabularInline):

@@ -1,4 +1,4 @@
-"""Queues and cohorts as the engine sees them, read from the database in three queries: the
+"""Queues and cohorts as the engine sees them, read from the database in a few queries: the
 scheduling cycle's snapshot and the API's "could this queue ever hold it" check use the same
 ones, so the API never refuses what the engine would admit."""
 
@@ -30,14 +30,29 @@ def preemption_policy(queue: Queue) -> engine.PreemptionPolicy:
 
 
 def with_quotas(queues):
-    """Queues with what the engine reads of them, in three queries."""
-    return queues.select_related("cohort", "region", "tenant").prefetch_related("quotas__gpu_model")
+    """Queues with what the engine reads of them, in four queries."""
+    return queues.select_related("cohort", "region", "tenant").prefetch_related(
+        "quotas__gpu_model", "family_quotas"
+    )
+
+
+def family_models(queues) -> dict[str, tuple[str, ...]]:
+    """Each GPU family's models, by name, where one of `queues` (with their family quotas
+    prefetched) has a family quota; else nothing is read."""
+    found: dict[str, tuple[str, ...]] = {}
+    if not any(queue.family_quotas.all() for queue in queues):
+        return found
+    for name, family in GpuModel.objects.exclude(family="").values_list("name", "family"):
+        found[family] = (*found.get(family, ()), name)
+    return found
 
 
 def queues(objects=None) -> tuple[engine.Queue, ...]:
     """Every queue (or those of `objects`, read `with_quotas`) as the engine sees it, named
     `tenant/queue` so that its reasons say whose (`workloads.reasons` shows a tenant only its
     own)."""
+    objects = list(with_quotas(Queue.objects.all()) if objects is None else objects)
+    families = family_models(objects)
     return tuple(
         engine.Queue(
             id=q.id,
@@ -49,8 +64,13 @@ def queues(objects=None) -> tuple[engine.Queue, ...]:
             strategy=engine.Strategy(q.strategy),
             preemption=preemption_policy(q),
             quotas=tuple(engine_quota(quota) for quota in q.quotas.all()),
+            families=tuple(
+                engine.FamilyQuota(f.family, families[f.family], f.nominal, f.borrowing_limit)
+                for f in q.family_quotas.all()
+                if f.family in families
+            ),
         )
-        for q in (with_quotas(Queue.objects.all()) if objects is None else objects)
+        for q in objects
     )
 
 

@@ -262,6 +262,39 @@ class QueueQuota(Quota):
         return f"{self.queue} {self.gpu_model}: {self.nominal}"
 
 
+class FamilyQuota(models.Model):
+    """One queue's quota for a family of GPU models (`GpuModel.family`, e.g. hopper), above
+    its quotas per model: so many GPUs of the family's models in all, any mix; a model of the
+    family with no quota of its own may use all of it. Beyond it the queue borrows, within the
+    borrowing limit (empty: unlimited)."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="family_quotas")
+    family = models.CharField(_("family"), max_length=32)
+    nominal = models.PositiveIntegerField(_("nominal quota"), default=0)
+    borrowing_limit = models.PositiveIntegerField(_("borrowing limit"), null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "family"], name="quotas_family_unique")
+        ]
+        verbose_name, verbose_name_plural = _("family quota"), _("family quotas")
+
+    def __str__(self):
+        return f"{self.queue} {self.family}: {self.nominal}"
+
+    def clean(self):
+        if self.family and not GpuModel.objects.filter(family=self.family).exists():
+            families = sorted(
+                set(GpuModel.objects.exclude(family="").values_list("family", flat=True))
+            )
+            raise ValidationError(
+                {
+                    "family": _("No GPU model is of family %(family)s (families: %(known)s).")
+                    % {"family": self.family, "known": ", ".join(families) or _("none")}
+                }
+            )
+
+
 class CohortQuota(Quota):
     """A cohort's own quota for one GPU model, lent to the queues below it, with its limits
     toward its parent cohort."""

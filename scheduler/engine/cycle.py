@@ -765,7 +765,7 @@ class Cycle:
         if not queue.preemption.within_queue:
             return False
         model = workload.gpu_model
-        spare = queue.quota(model).nominal - self.ledger.usage[queue.id, model]
+        spare = self.ledger.nominal_room(queue, model)
         if spare <= 0:
             return False  # at its nominal quota already: it borrows, as in Kueue
         for victim in self.occupancy.ordered(pool, queue.id):

@@ -82,6 +82,19 @@ class Quota:
     lending_limit: int | None = None
 
 
+@dataclass(frozen=True)
+class FamilyQuota:
+    """One queue's quota for a family of GPU models (Hopper: H800 and H20), above its quotas
+    per model as a cohort is above its queues: `nominal` GPUs of the family's models in all, any
+    mix; a model of the family with no quota of its own may use all of it. Beyond `nominal` the
+    queue borrows, within `borrowing_limit` (None: unlimited) and what its cohort tree lends."""
+
+    family: str
+    models: tuple[str, ...]
+    nominal: int
+    borrowing_limit: int | None = None
+
+
 class ReclaimWithinCohort(StrEnum):
     """Kueue's reclaimWithinCohort: what a queue under its nominal quota takes back from the
     borrowed work of the other queues of its cohort tree."""
@@ -178,16 +191,37 @@ class Queue:
     region: str = ""  # its work runs only on nodes of this region
     strategy: Strategy = Strategy.BEST_EFFORT_FIFO
     preemption: PreemptionPolicy = PreemptionPolicy()
+    families: tuple[FamilyQuota, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A model of a family quota with no quota of its own may use all the family's.
+        own = {quota.gpu_model for quota in self.quotas}
+        implied = tuple(
+            Quota(model, nominal=family.nominal, borrowing_limit=family.borrowing_limit)
+            for family in self.families
+            for model in family.models
+            if model not in own
+        )
+        if implied:
+            object.__setattr__(self, "quotas", self.quotas + implied)
 
     def quota(self, gpu_model: str) -> Quota:
         """This queue's quota for `gpu_model`; zero when it has none."""
         found = self._by_model.get(gpu_model)
         return Quota(gpu_model, nominal=0) if found is None else found
 
+    def family(self, gpu_model: str) -> FamilyQuota | None:
+        """The family quota above `gpu_model`'s, or None."""
+        return self._family_of.get(gpu_model)
+
     @cached_property
     def _by_model(self) -> dict[str, Quota]:
         """Its quotas by GPU model (the first of a model, should one be listed twice)."""
         return {quota.gpu_model: quota for quota in reversed(self.quotas)}
+
+    @cached_property
+    def _family_of(self) -> dict[str, FamilyQuota]:
+        return {model: family for family in reversed(self.families) for model in family.models}
 
 
 @dataclass(frozen=True)

@@ -296,7 +296,7 @@ class VictimSearch:
         if move.rule in (Rule.PRIORITY, Rule.NEWER):
             after = used - gpus + self.claimant.gpus
             return after >= min(self._usage_before, guarantee)
-        if used <= victim_queue.quota(model).nominal or used - gpus < guarantee:
+        if self.ledger.borrowing(victim_queue, model, gone) <= 0 or used - gpus < guarantee:
             return False
         _, branch = self.ledger.branches(self.claimant.queue, victim_queue)
         if branch[0] == "c":

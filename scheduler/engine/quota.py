@@ -20,15 +20,23 @@ can lend, divided by the queue's weight. Where the snapshot says what a GPU of e
 worth (`Snapshot.worth`), the share is of value instead: the worth of the GPUs the queue
 borrows over the worth of all its root cohort can lend, so that borrowing 20 GPUs of a model
 worth a fifth of another's counts a fifth as much, and borrowing on several models adds up.
+
+A family quota (`FamilyQuota`: Hopper, over H800 and H20) sits above its models' quotas as a
+cohort above its queues: the queue's GPUs of the family's models, in all, are within its nominal
+quota only while within both their model's and the family's, and beyond the family's they are
+borrowed (within the family's borrowing limit and what the cohort tree lends of that model).
+While a queue holds more of a family than its quota, any of its GPUs of the family may be taken
+back; fair sharing counts that excess once, at the worth of the family's cheapest model.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from scheduler.engine.errors import Inadmissible
-from scheduler.engine.model import Cohort, Queue, Quota
+from scheduler.engine.model import Cohort, FamilyQuota, Queue, Quota
 from scheduler.words import phrase
 
 # A node of the quota tree: ("q", queue id) or ("c", cohort name).
@@ -47,6 +55,17 @@ AT_BORROWING_LIMIT = phrase(
     "queue {queue} is at its borrowing limit for {model} ({borrowed}/{limit} borrowed beyond "
     "its quota of {nominal}; the job needs {gpus}, which would make {would})"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Over:
+    """What refuses more GPUs: a model's quota or a family's (`name`), the GPUs used of it, and
+    the GPUs its cohort tree could give (None: its borrowing limit refuses first)."""
+
+    name: str
+    used: int
+    quota: Quota | FamilyQuota
+    available: int | None
 
 
 class QuotaLedger:
@@ -355,9 +374,21 @@ class QuotaLedger:
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether `gpus` more GPUs keep the queue (one of the ledger's) within its nominal
-        quota."""
+        quota (and its family's)."""
+        return gpus <= self.nominal_room(queue, gpu_model)
+
+    def nominal_room(self, queue: Queue, gpu_model: str) -> int:
+        """GPUs of `gpu_model` the queue may still start within its nominal quota and its
+        family's (negative: it borrows that many)."""
         key = (queue.id, gpu_model)
-        return self.usage.get(key, 0) + gpus <= self._nominal.get(key, 0)
+        room = self._nominal.get(key, 0) - self.usage.get(key, 0)
+        family = queue.family(gpu_model)
+        if family is not None:
+            room = min(room, family.nominal - self._family_used(queue, family))
+        return room
+
+    def _family_used(self, queue: Queue, family: FamilyQuota) -> int:
+        return sum(self.usage.get((queue.id, model), 0) for model in family.models)
 
     def staying(self, queue_id: int, gpu_model: str) -> int:
         """GPUs the queue uses, less those of its work told to stop this cycle."""
@@ -375,15 +406,30 @@ class QuotaLedger:
             listed = []
             for queue_id in self.members(queue):
                 member = self._queues[queue_id]
-                used = self.staying(queue_id, gpu_model)
-                if used > member.quota(gpu_model).nominal:
-                    listed.append((member, used))
+                if self.borrowing(member, gpu_model) > 0:
+                    listed.append((member, self.staying(queue_id, gpu_model)))
             found = self._borrowers[root, gpu_model] = (changes, listed)
         return found[1]
 
-    def borrowing(self, queue: Queue, gpu_model: str) -> int:
-        """GPUs the queue uses beyond its nominal quota, not counting work told to stop."""
-        return max(0, self.staying(queue.id, gpu_model) - queue.quota(gpu_model).nominal)
+    def borrowing(self, queue: Queue, gpu_model: str, released: int = 0) -> int:
+        """GPUs of `gpu_model` the queue uses beyond its quota, not counting work told to stop,
+        with `released` fewer."""
+        return self._excess(queue, gpu_model, -released, self.staying)
+
+    def _excess(self, queue: Queue, gpu_model: str, extra: int, count) -> int:
+        """GPUs of `gpu_model` the queue holds (`count(queue id, model)`, with `extra` more)
+        beyond its model's quota, or, while it holds more of the model's family than the
+        family's quota, up to all it holds of the model."""
+        held = count(queue.id, gpu_model) + extra
+        over = held - queue.quota(gpu_model).nominal
+        family = queue.family(gpu_model)
+        if family is not None:
+            family_held = sum(count(queue.id, model) for model in family.models) + extra
+            over = max(over, min(held, family_held - family.nominal))
+        return max(0, over)
+
+    def _held(self, queue_id: int, gpu_model: str) -> int:
+        return self.usage.get((queue_id, gpu_model), 0)
 
     def allows(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether the queue may use `gpus` more GPUs of `gpu_model` (`refusal` without the
@@ -395,15 +441,14 @@ class QuotaLedger:
         over = self._over(queue, gpu_model, gpus)
         if over is None:
             return None
-        used, available = over
-        nominal = queue.quota(gpu_model).nominal
-        fields = {"queue": queue.name, "model": gpu_model, "used": used, "nominal": nominal}
+        used, available, nominal = over.used, over.available, over.quota.nominal
+        fields = {"queue": queue.name, "model": over.name, "used": used, "nominal": nominal}
         if queue.cohort is None:
             return NO_COHORT.format(gpus=gpus, **fields)
         if available is None:
             return AT_BORROWING_LIMIT.format(
                 borrowed=max(0, used - nominal),
-                limit=queue.quota(gpu_model).borrowing_limit,
+                limit=over.quota.borrowing_limit,
                 gpus=gpus,
                 would=used + gpus - nominal,
                 **fields,
@@ -411,21 +456,36 @@ class QuotaLedger:
         idle = max(0, available - max(0, nominal - used))
         return COHORT_IDLE.format(gpus=gpus, cohort=queue.cohort, idle=idle, **fields)
 
-    def _over(self, queue: Queue, gpu_model: str, gpus: int) -> tuple[int, int | None] | None:
-        """None when the queue may use `gpus` more GPUs of `gpu_model`; else (GPUs it uses,
-        GPUs its cohort tree could give it, or None when its borrowing limit refuses first)."""
+    def _over(self, queue: Queue, gpu_model: str, gpus: int) -> _Over | None:
+        """None when the queue may use `gpus` more GPUs of `gpu_model`; else what refuses: the
+        model's quota or its family's."""
         key = (queue.id, gpu_model)
         used = self.usage.get(key, 0)
-        borrowed_after = used + gpus - self._nominal.get(key, 0)
+        if used + gpus <= self._nominal.get(key, 0):
+            over = None
+        else:
+            over = self._borrow(queue, gpu_model, gpus, gpu_model, used, queue.quota(gpu_model))
+        family = queue.family(gpu_model)
+        if over is None and family is not None:
+            used = self._family_used(queue, family)
+            over = self._borrow(queue, gpu_model, gpus, family.family, used, family)
+        return over
+
+    def _borrow(
+        self, queue: Queue, gpu_model: str, gpus: int, name: str, used: int, quota
+    ) -> _Over | None:
+        """None when `gpus` more keep `used` GPUs within `quota` (a model's or a family's), or
+        the queue may borrow what they take beyond it; else why not."""
+        borrowed_after = used + gpus - quota.nominal
         if borrowed_after <= 0:
             return None
         if queue.cohort is None:
-            return used, 0
-        limit = queue.quota(gpu_model).borrowing_limit
+            return _Over(name, used, quota, 0)
+        limit = quota.borrowing_limit
         if limit is not None and borrowed_after > limit:
-            return used, None
+            return _Over(name, used, quota, None)
         available = self._available_to(queue, gpu_model)
-        return None if gpus <= available else (used, available)
+        return None if gpus <= available else _Over(name, used, quota, available)
 
     def _available_to(self, queue: Queue, gpu_model: str) -> int:
         """`available` for a queue, worked out again only once its cohort tree's usage changed
@@ -463,10 +523,17 @@ class QuotaLedger:
         over its weight (a model without a worth counts 1 a GPU)."""
         models = {quota.gpu_model for quota in queue.quotas} | {gpu_model} - {None}
         borrowed = 0.0
+        over_model: dict[str, int] = {}
         for model in models:
             extra = gpus if model == gpu_model else 0
             over = self.usage.get((queue.id, model), 0) + extra - queue.quota(model).nominal
-            borrowed += max(0, over) * self._worth.get(model, 1.0)
+            over_model[model] = max(0, over)
+            borrowed += over_model[model] * self._worth.get(model, 1.0)
+        for family in queue.families:
+            held = self._family_used(queue, family) + (gpus if gpu_model in family.models else 0)
+            rest = held - family.nominal - sum(over_model.get(m, 0) for m in family.models)
+            if rest > 0:
+                borrowed += rest * min(self._worth.get(m, 1.0) for m in family.models)
         if borrowed == 0:
             return 0.0
         if queue.weight <= 0:
@@ -493,7 +560,7 @@ class QuotaLedger:
 
     def _borrowed_share(self, queue: Queue, quota: Quota, extra: int) -> float:
         """GPUs of one model the queue borrows, over what its root cohort can lend."""
-        borrowed = self.usage.get((queue.id, quota.gpu_model), 0) + extra - quota.nominal
+        borrowed = self._excess(queue, quota.gpu_model, extra, self._held)
         if borrowed <= 0:
             return 0.0
         root = self.root(queue)

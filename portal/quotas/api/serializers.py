@@ -5,6 +5,7 @@ from portal.core.api import KnownFields, NameField
 from portal.quotas.models import (
     THRESHOLD_NEEDS_BORROWING,
     Cohort,
+    FamilyQuota,
     Queue,
     QueueQuota,
     QuotaRequest,
@@ -18,6 +19,12 @@ class QueueQuotaSerializer(serializers.ModelSerializer):
     class Meta:
         model = QueueQuota
         fields = ["gpu_model", "guarantee", "nominal", "borrowing_limit", "lending_limit"]
+
+
+class FamilyQuotaSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FamilyQuota
+        fields = ["family", "nominal", "borrowing_limit"]
 
 
 # What operators may change, here and on the queue's console page.
@@ -38,6 +45,7 @@ class QueueSerializer(KnownFields, serializers.ModelSerializer):
     region = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cohort = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     quotas = QueueQuotaSerializer(many=True, read_only=True)
+    family_quotas = FamilyQuotaSerializer(many=True, read_only=True)
 
     class Meta:
         model = Queue
@@ -47,6 +55,7 @@ class QueueSerializer(KnownFields, serializers.ModelSerializer):
             "region",
             *QUEUE_CHANGES,
             "quotas",
+            "family_quotas",
         ]
 
     def validate(self, attrs):

@@ -20,7 +20,7 @@ from portal.quotas.models import Queue, QuotaRequest
 
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
     queryset = Queue.objects.select_related("region", "cohort").prefetch_related(
-        "quotas__gpu_model"
+        "quotas__gpu_model", "family_quotas"
     )
     serializer_class = QueueSerializer
     filterset_fields = ["name", "region__name"]

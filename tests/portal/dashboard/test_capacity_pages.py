@@ -27,7 +27,10 @@ from tests.builders import api_client, make_cluster, make_queue, make_workload
 def shown(response) -> dict:
     """What the browser sends back for the page's forms left as they are."""
     context = response.context
-    forms = [context["form"], context["quotas"].management_form, *context["quotas"].forms]
+    forms = [context["form"]]
+    for formset in (context["quotas"], context.get("families")):
+        if formset is not None:
+            forms += [formset.management_form, *formset.forms]
     data = {}
     for form in forms:
         for field in form:
@@ -347,3 +350,40 @@ def test_an_operator_sets_the_straggler_policy_and_cross_dc_default_in_the_porta
     job = {"name": "spread", "queue": "small", "gpu_model": "H800", "gpus": 8}
     answer = api_client(bob).post("/api/v1/workloads/", job, format="json")
     assert answer.json()["topology"] == "any"
+
+
+def test_an_operator_gives_a_queue_a_family_quota_and_its_jobs_run_on_any_of_its_models(
+    small, operator, bob, client
+):
+    """Hopper (H800 and H20) gets 16 GPUs above the queue's 8 H800: its H20 work starts, the
+    family's 16 cap the two models together, and the pages and the API show it."""
+    GpuModel.objects.filter(name__in=["H800", "H20"]).update(family="hopper")
+    job = {"name": "on-h20", "queue": "small", "gpu_model": "H20", "gpus": 8}
+    refused = api_client(bob).post("/api/v1/workloads/", job, format="json")
+    assert refused.status_code == 400 and "H20" in str(refused.json())
+    client.force_login(operator)
+    url = f"/ops/queues/{small.pk}/"
+    assert "Quota for a GPU family" in client.get(url).content.decode()
+    refused = edit(client, url, "hopper", **{"families-0-family": "volta", "families-0-nominal": 8})
+    assert "Select a valid choice" in refused.content.decode()
+    fields = {"families-0-family": "hopper", "families-0-nominal": 16}
+    done = edit(client, url, "any hopper", **fields)
+    assert (done.status_code, done.url) == (302, "/queues/")
+    entry = AuditEvent.objects.get(action="queue.changed")
+    assert entry.data["changed"] == {"hopper.nominal": [None, 16]}
+    assert api_client(bob).post("/api/v1/workloads/", job, format="json").status_code == 201
+    on_h800 = make_workload(small, "on-h800", gpus=8, model="H800")
+    scheduling_cycle()
+    third = make_workload(small, "third", gpus=8, model="H20")
+    scheduling_cycle()
+    states = {w.name: w.state for w in small.workloads.all()}
+    assert states == {"on-h20": State.ADMITTED, "on-h800": State.ADMITTED, "third": State.PENDING}
+    third.refresh_from_db()
+    assert "hopper quota (16/16 in use" in third.pending_reason
+    page = client.get("/queues/").content.decode()
+    row = re.search(rf'data-queue="{small.pk}/hopper">(.*?)</tr>', page, re.S).group(1)
+    assert "hopper family" in row and "H20, H800" in row and "16 in use" in row
+    client.force_login(bob)
+    answer = api_client(bob).get(f"/api/v1/queues/{small.pk}/").json()
+    assert answer["family_quotas"] == [{"family": "hopper", "nominal": 16, "borrowing_limit": None}]
+    assert "hopper family: 16 / ∞" in client.get("/quota/").content.decode()

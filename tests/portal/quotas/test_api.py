@@ -56,6 +56,8 @@ def _console_change(client, queue, **policy):
         "quotas-INITIAL_FORMS": 0,
         "quotas-MIN_NUM_FORMS": 0,
         "quotas-MAX_NUM_FORMS": 1000,
+        "family_quotas-TOTAL_FORMS": 0,
+        "family_quotas-INITIAL_FORMS": 0,
     }
     for field, value in policy.items():
         if value is True:
