@@ -262,6 +262,7 @@ def describe_cluster(spec: ClusterSpec) -> dict:
                 "cohort": q.cohort,
                 "priority": q.priority,
                 "quotas": {x.gpu_model: x.nominal for x in q.quotas},
+                **({"families": {f.family: f.nominal for f in q.families}} if q.families else {}),
             }
             for q in spec.queues
         },

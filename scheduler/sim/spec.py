@@ -18,7 +18,8 @@
          "preemption": {"reclaim_within_cohort": "Any", "within_cluster_queue": "LowerPriority",
                         "borrow_within_cohort": false, "max_priority_threshold": null,
                         "fair_sharing": "LessThanOrEqualToFinalShare"}},
-        {"name": "cv", "cohort": "research", "quotas": {"H800": 256}}
+        {"name": "cv", "cohort": "research", "quotas": {"H800": 256},
+         "families": {"hopper": {"models": ["H800", "H20"], "nominal": 320}}}
       ],
       "budgets": [
         {"name": "tenant acme", "queues": ["nlp", "cv"], "gpu_hours": 100000, "hard": true,
@@ -30,7 +31,8 @@ A pod with `count` n stands for n pods named `<name>1` ... `<name>n`. Leaves are
 count (with `nodes_per_leaf`, `gpu_model` and `gpus_per_node`, default 8) or as a list of
 leaves, each with its own `nodes` and `gpu_model`. Nodes are named `dc1-p1-l1-n1` and numbered
 from 1 in spec order; queues are numbered from 1 in spec order. A quota given as a number is
-the nominal quota. Omitted queue fields take the engine's defaults. Budgets are optional
+the nominal quota; a family quota (`families`) lists its models and sits above their quotas
+(`scheduler.engine.quota`). Omitted queue fields take the engine's defaults. Budgets are optional
 (`scheduler.sim.budgets`): weighted GPU-hours per window of `window_days` (default 30), calendar
 windows one after the other unless `rolling`, `used` what the window had used at the start, a
 GPU model's weight 1 unless given; a hard one defaults to false. A bad spec raises
@@ -51,6 +53,7 @@ from scheduler.engine import (
     Budget,
     Cohort,
     FairSharing,
+    FamilyQuota,
     Node,
     PreemptionPolicy,
     Queue,
@@ -344,7 +347,31 @@ def _queue(data: dict, queue_id: int, where: str) -> Queue:
         region=str(data.get("region", "")),
         strategy=strategy,
         preemption=_preemption(data.get("preemption", {}), f"{where}.preemption"),
+        families=_families(data.get("families"), f"{where}.families"),
     )
+
+
+def _families(data: Any, where: str) -> tuple[FamilyQuota, ...]:
+    """Family quotas: `{"hopper": {"models": ["H800", "H20"], "nominal": 64}}`."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: must map GPU families to quotas")
+    families = []
+    for family, value in sorted(data.items()):
+        at = f"{where}.{family}"
+        models = value.get("models") if isinstance(value, dict) else None
+        if not models or not isinstance(models, list):
+            raise SpecError(f"{at}.models: must list the family's GPU models")
+        families.append(
+            FamilyQuota(
+                family,
+                tuple(str(model) for model in models),
+                _whole(value.get("nominal", 0), f"{at}.nominal"),
+                _optional_whole(value.get("borrowing_limit"), f"{at}.borrowing_limit"),
+            )
+        )
+    return tuple(families)
 
 
 def _int(value: Any, where: str) -> int:

@@ -13,7 +13,7 @@ from scheduler.sim.jobs import Checkpointing, Job
 from scheduler.sim.policies import blind, wanka
 from scheduler.sim.sia import CLUSTER, DEFAULT_DIR, SLOWDOWNS, Profiles, load_sia, placeable
 from scheduler.sim.simulator import SimConfig, Simulator
-from scheduler.sim.spec import ClusterSpec, parse_spec
+from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
 
 HEADER = "submit_s,gpus,gpu_model,duration_s,queue,accepts,speeds"
@@ -185,3 +185,37 @@ def test_a_job_moves_to_the_faster_model_once_it_frees() -> None:
     assert simulator.recorder.moves == 1
     left_on_a100 = (4 * 3600.0 - 3600.0) / 4
     assert 3600 + left_on_a100 < job.finished_at < 3600 + left_on_a100 + 600  # and a restart
+
+
+def test_a_family_quota_caps_a_queue_across_its_models_in_the_simulator() -> None:
+    """A family quota of 8 over T4 and A100: two 8-GPU jobs, one per model, run one after the
+    other although each model has room, and a spec without the family runs them together."""
+    leaves = [{"name": m, "nodes": 1, "gpu_model": m} for m in ("T4", "A100")]
+    family = {"gpus": {"models": ["T4", "A100"], "nominal": 8, "borrowing_limit": 0}}
+    jobs = [TraceJob(1, 0.0, 8, "T4", 3600.0, "q"), TraceJob(2, 0.0, 8, "A100", 3600.0, "q")]
+    ends = {}
+    for name, queue in [
+        ("family", {"families": family}),
+        ("none", {"quotas": {"T4": 8, "A100": 8}}),
+    ]:
+        spec = parse_spec(
+            {
+                "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+                "queues": [{"name": "q", **queue}],
+            }
+        )
+        config = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.NONE))
+        simulator = Simulator(jobs, spec, wanka(spec), config)
+        simulator.run()
+        ends[name] = max(job.finished_at for job in simulator.jobs.values())
+    assert ends["family"] >= 2 * 3600.0 > ends["none"]
+
+
+def test_a_bad_family_quota_names_its_place() -> None:
+    leaves = [{"name": "l1", "nodes": 1, "gpu_model": "T4"}]
+    spec = {
+        "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+        "queues": [{"name": "q", "families": {"hopper": {"nominal": 8}}}],
+    }
+    with pytest.raises(SpecError, match=r"queues\[0\].families.hopper.models: must list"):
+        parse_spec(spec)
