@@ -372,7 +372,7 @@ def test_an_operator_gives_a_queue_a_family_quota_and_its_jobs_run_on_any_of_its
     entry = AuditEvent.objects.get(action="queue.changed")
     assert entry.data["changed"] == {"hopper.nominal": [None, 16]}
     assert api_client(bob).post("/api/v1/workloads/", job, format="json").status_code == 201
-    on_h800 = make_workload(small, "on-h800", gpus=8, model="H800")
+    make_workload(small, "on-h800", gpus=8, model="H800")
     scheduling_cycle()
     third = make_workload(small, "third", gpus=8, model="H20")
     scheduling_cycle()
