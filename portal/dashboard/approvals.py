@@ -106,7 +106,7 @@ def _refused(quota_request, approve: bool) -> str:
 def _done(quota_request, approve: bool) -> str:
     facts = {
         "count": quota_request.count,
-        "model": quota_request.gpu_model.name,
+        "model": quota_request.asked,
         "queue": str(quota_request.queue),
     }
     if approve:

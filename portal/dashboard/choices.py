@@ -3,13 +3,13 @@ GPU models it can ask for, each with how much of its quota is left and how many 
 now, so that a form's defaults are always ones its queue can take (the page's script swaps the
 models when another queue is chosen, `static/js/queue_choices.js`)."""
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from django.db.models import Count, Sum
 from django.utils.translation import gettext as _
 
 from portal.cluster.choices import Health
-from portal.cluster.models import Node
+from portal.cluster.models import GpuModel, Node
 from portal.dashboard.queues import gpus_held
 from portal.quotas.engine import family_models
 from portal.workloads.models import Allocation
@@ -39,9 +39,11 @@ def free_now() -> Counter:
 def queue_choices(queues, quota_request: bool = False) -> dict:
     """Per queue name: its region and its GPU models as (name, label) pairs, the default first.
     A job or a service asks for a model of the queue's quota (left of it, free now); a quota
-    request for any model its region has (the quota now, the region's GPUs)."""
+    request for any model its region has, or any family of them (the quota now, the region's
+    GPUs)."""
     free, held = free_now(), gpus_held()
     region_gpus = _gpus(Node.objects.exclude(health=Health.DOWN)) if quota_request else None
+    family_of = dict(GpuModel.objects.values_list("name", "family")) if quota_request else {}
     queues = list(queues)
     families, found = family_models(queues), {}
     for queue in queues:
@@ -63,6 +65,22 @@ def queue_choices(queues, quota_request: bool = False) -> dict:
                 }
                 for model in models
             ]
+            of_family = defaultdict(list)
+            for model in models:
+                if family_of.get(model):
+                    of_family[family_of[model]].append(model)
+            held_quota = {f.family: f.nominal for f in queue.family_quotas.all()}
+            for family, members in sorted(of_family.items()):
+                models.append(family)
+                labels.append(
+                    _("%(family)s family (%(models)s): quota %(quota)d, %(gpus)d in the region")
+                    % {
+                        "family": family,
+                        "models": ", ".join(members),
+                        "quota": held_quota.get(family, 0),
+                        "gpus": sum(region_gpus[queue.region_id, m] for m in members),
+                    }
+                )
         else:
             models = sorted(quotas, key=lambda model: (-quotas[model], model))
             labels = [

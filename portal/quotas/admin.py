@@ -89,7 +89,7 @@ class QuotaRequestAdmin(admin.ModelAdmin):
         "requested_at",
         "tenant",
         "queue",
-        "gpu_model",
+        "asked",
         "region",
         "count",
         "status",
@@ -100,6 +100,7 @@ class QuotaRequestAdmin(admin.ModelAdmin):
         "tenant",
         "queue",
         "gpu_model",
+        "family",
         "region",
         "count",
         "reason",
@@ -116,6 +117,10 @@ class QuotaRequestAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return QuotaRequest.with_capacity(super().get_queryset(request))
+
+    @admin.display(description="GPU model or family")
+    def asked(self, obj):
+        return obj.asked
 
     @admin.display(description="Capacity check")
     def capacity(self, obj):

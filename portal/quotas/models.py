@@ -4,7 +4,7 @@ from datetime import UTC, timedelta
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
-from django.db.models import F, OuterRef, Subquery, Sum, Value
+from django.db.models import Case, F, OuterRef, Q, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -308,15 +308,18 @@ class CohortQuota(Quota):
         return f"{self.cohort} {self.gpu_model}: {self.nominal}"
 
 
-def _capacity_nodes(region, gpu_model):
-    return Node.objects.filter(leaf__pod__datacenter__region=region, gpu_model=gpu_model).exclude(
+def _capacity_nodes(region, gpu_model=None, family=None):
+    """Nodes of a model (or of a family's models) in a region that are not down."""
+    of = {"gpu_model": gpu_model} if family is None else {"gpu_model__family": family}
+    return Node.objects.filter(leaf__pod__datacenter__region=region, **of).exclude(
         health=Health.DOWN
     )
 
 
-def region_capacity(region_id: int, gpu_model_id: int) -> int:
-    """GPUs of a model in a region, on nodes that are not down."""
-    return _capacity_nodes(region_id, gpu_model_id).aggregate(n=Sum("gpu_count"))["n"] or 0
+def region_capacity(region_id: int, gpu_model_id: int | None, family: str | None = None) -> int:
+    """GPUs of a model (or of a family's models) in a region, on nodes that are not down."""
+    nodes = _capacity_nodes(region_id, gpu_model_id, family)
+    return nodes.aggregate(n=Sum("gpu_count"))["n"] or 0
 
 
 def _total(queryset, field):
@@ -384,16 +387,36 @@ class Request(models.Model):
 
 
 class QuotaRequest(Request):
-    """A tenant admin's request for more GPU quota on one queue, decided by an operator."""
+    """A tenant admin's request for more GPU quota on one queue, of a GPU model or of a GPU
+    family (its `FamilyQuota`), decided by an operator."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_requests")
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="quota_requests")
-    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    gpu_model = models.ForeignKey(
+        GpuModel, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    family = models.CharField(max_length=32, blank=True)
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="+")
     count = models.PositiveIntegerField()
 
+    class Meta(Request.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_model__isnull=False, family="")
+                | Q(gpu_model__isnull=True) & ~Q(family=""),
+                name="quotas_request_model_or_family",
+            )
+        ]
+
     def __str__(self):
-        return f"{self.count} x {self.gpu_model} for {self.queue}"
+        return f"{self.count} x {self.asked} for {self.queue}"
+
+    @property
+    def asked(self) -> str:
+        """What quota it asks for: a GPU model's name, or "hopper family"."""
+        if self.gpu_model_id is None:
+            return _("%(family)s family") % {"family": self.family}
+        return self.gpu_model.name
 
     @classmethod
     def file(cls, serializer, user) -> "QuotaRequest":
@@ -405,20 +428,34 @@ class QuotaRequest(Request):
             actor=user,
             tenant=request.tenant,
             count=request.count,
-            gpu_model=request.gpu_model.name,
+            gpu_model=request.gpu_model.name if request.gpu_model else None,
+            family=request.family or None,
             queue=request.queue.name,
         )
         return request
 
     @staticmethod
     def with_capacity(queryset):
-        """`queryset` annotated with its region's capacity and committed quota for the model,
-        in the same query, so a list of requests costs one query however long."""
-        region, model = OuterRef("region"), OuterRef("gpu_model")
+        """`queryset` annotated with its region's capacity and committed quota for the model
+        (or the family: its models' GPUs, and the family quotas of the region's queues), in the
+        same query, so a list of requests costs one query however long."""
+        region, model, family = OuterRef("region"), OuterRef("gpu_model"), OuterRef("family")
+        of_model = Q(gpu_model__isnull=False)
         return queryset.annotate(
-            capacity_gpus=_total(_capacity_nodes(region, model), "gpu_count"),
-            committed_gpus=_total(
-                QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"
+            capacity_gpus=Case(
+                When(of_model, then=_total(_capacity_nodes(region, model), "gpu_count")),
+                default=_total(_capacity_nodes(region, family=family), "gpu_count"),
+            ),
+            committed_gpus=Case(
+                When(
+                    of_model,
+                    then=_total(
+                        QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"
+                    ),
+                ),
+                default=_total(
+                    FamilyQuota.objects.filter(queue__region=region, family=family), "nominal"
+                ),
             ),
         )
 
@@ -446,9 +483,9 @@ class QuotaRequest(Request):
             if not claimed:
                 return False
             if approve:
-                quota, _ = QueueQuota.objects.select_for_update().get_or_create(
-                    queue=self.queue, gpu_model=self.gpu_model
-                )
+                quotas = QueueQuota.objects if self.gpu_model_id else FamilyQuota.objects
+                of = {"gpu_model": self.gpu_model} if self.gpu_model_id else {"family": self.family}
+                quota, _ = quotas.select_for_update().get_or_create(queue=self.queue, **of)
                 quota.nominal += self.count
                 quota.save(update_fields=["nominal"])
             self.refresh_from_db()
@@ -458,7 +495,8 @@ class QuotaRequest(Request):
                 actor=operator,
                 tenant=self.tenant,
                 count=self.count,
-                gpu_model=self.gpu_model.name,
+                gpu_model=self.gpu_model.name if self.gpu_model else None,
+                family=self.family or None,
                 queue=self.queue.name,
             )
         publish_tenant(
@@ -468,7 +506,7 @@ class QuotaRequest(Request):
                 "id": self.pk,
                 "status": self.status,
                 "queue": self.queue.name,
-                "gpu_model": self.gpu_model.name,
+                "gpu_model": self.gpu_model.name if self.gpu_model else self.family,
                 "count": self.count,
             },
         )

@@ -77,7 +77,7 @@ def test_the_nodes_list_counts_each_nodes_allocated_gpus(many_workloads, bob):
     [
         ("/", 16),  # with the tide: booked stretches and GPUs held, by kind
         ("/workloads/", 14),
-        ("/quota/", 21),  # with the bars: every queue and cohort, GPUs held, pending work
+        ("/quota/", 22),  # with the bars: every queue and cohort, GPUs held, pending work
         ("/queues/", 24),  # and GPU-hours this week and month
         ("/workloads/new/", 14),
         ("/services/", 12),  # and each queue's models (and families), quota left and GPUs free

@@ -88,12 +88,25 @@ class TenantQueueField(NameField):
         return Queue.objects.visible_to(self.context["request"].user)
 
 
+class ModelOrFamilyField(NameField):
+    """A GPU model by its name, or a GPU family by its own (`GpuModel.family`): a family's name
+    reads as the name, for `validate` to ask the family's quota."""
+
+    def to_internal_value(self, data):
+        models = GpuModel.objects
+        named = isinstance(data, str) and models.filter(name=data).exists()
+        if isinstance(data, str) and not named and models.filter(family=data).exists():
+            return data
+        return super().to_internal_value(data)
+
+
 class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
     queue = TenantQueueField()
-    gpu_model = NameField(
+    gpu_model = ModelOrFamilyField(
         slug_field="name",
         queryset=GpuModel.objects.all(),
-        error_messages={"does_not_exist": "Unknown GPU model {value}."},
+        error_messages={"does_not_exist": "Unknown GPU model or family {value}."},
+        help_text="A GPU model, or a GPU family (hopper) for quota on the family's models in all",
     )
     region = NameField(
         slug_field="name",
@@ -108,6 +121,7 @@ class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
             "id",
             "queue",
             "gpu_model",
+            "family",
             "region",
             "count",
             "reason",
@@ -116,7 +130,7 @@ class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
             "decided_at",
             "decision_note",
         ]
-        read_only_fields = ["status", "requested_at", "decided_at", "decision_note"]
+        read_only_fields = ["family", "status", "requested_at", "decided_at", "decision_note"]
 
     def validate(self, attrs):
         queue, model, region = attrs["queue"], attrs["gpu_model"], attrs["region"]
@@ -124,7 +138,12 @@ class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"region": f"Queue {queue.name} is in region {queue.region}, not {region}."}
             )
-        capacity = region_capacity(region.pk, model.pk)
+        if isinstance(model, str):  # a family
+            attrs["gpu_model"], attrs["family"] = None, model
+            capacity = region_capacity(region.pk, None, family=model)
+            model = f"{model} family"
+        else:
+            capacity = region_capacity(region.pk, model.pk)
         if capacity == 0:
             raise serializers.ValidationError(
                 {"gpu_model": f"Region {region} has no {model} GPUs."}

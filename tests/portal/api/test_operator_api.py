@@ -7,9 +7,9 @@ from rest_framework.test import APIClient
 
 from portal.agents.intake import record_acks
 from portal.cluster.choices import Health
-from portal.cluster.models import Node, NodeCommand
+from portal.cluster.models import GpuModel, Node, NodeCommand
 from portal.core.models import AuditEvent
-from portal.quotas.models import Cohort, QueueQuota
+from portal.quotas.models import Cohort, FamilyQuota, QueueQuota
 from portal.tenancy.models import ApiToken
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
@@ -136,3 +136,39 @@ def test_operators_cancel_any_tenants_job(ops, acme_llm, charlie):
     answer = ops.post(f"/api/v1/workloads/{job.pk}/cancel/")
     assert (answer.status_code, answer.json()["state"]) == (200, State.CANCELLED)
     assert ops.post("/api/v1/workloads/", {"name": "x"}).status_code == 403  # submit: tenants only
+
+
+def test_a_tenant_asks_for_a_familys_quota_and_an_approval_lets_its_jobs_run_on_any_model(
+    ops, alice, acme_llm, client, operator
+):
+    """Hopper (H800 and H20, 128 GPUs in cn-east): a request names the family where it names a
+    model; its capacity check is the family's; approved, the queue gets a family quota and its
+    H20 work, which had no quota, starts."""
+    GpuModel.objects.filter(name__in=["H800", "H20"]).update(family="hopper")
+    ask = {"queue": "llm", "gpu_model": "hopper", "region": "cn-east", "reason": "any hopper"}
+    tenant = api_client(alice)
+    too_many = tenant.post("/api/v1/quota-requests/", {**ask, "count": 200}, format="json")
+    assert too_many.status_code == 400
+    assert "200 hopper family GPUs exceeds the 128" in str(too_many.json())
+    unknown = tenant.post("/api/v1/quota-requests/", {**ask, "gpu_model": "volta", "count": 8})
+    assert "Unknown GPU model or family volta." in str(unknown.json())
+    filed = tenant.post("/api/v1/quota-requests/", {**ask, "count": 16}, format="json")
+    assert filed.status_code == 201, filed.json()
+    assert (filed.json()["gpu_model"], filed.json()["family"]) == (None, "hopper")
+    client.force_login(operator)
+    listed = client.get("/ops/quota-requests/").content.decode()
+    assert "hopper family" in listed and "0 committed + 16 requested = 16 of 128 GPUs" in listed
+    job = make_workload(acme_llm, "on-h20", gpus=8, model="H20")
+    scheduling_cycle()
+    job.refresh_from_db()
+    assert job.state == State.PENDING
+    approved = ops.post(f"/api/v1/quota-requests/{filed.json()['id']}/approve/", {"note": "ok"})
+    assert approved.status_code == 200
+    assert FamilyQuota.objects.get(queue=acme_llm, family="hopper").nominal == 16
+    scheduling_cycle()
+    job.refresh_from_db()
+    assert job.state == State.ADMITTED
+    client.force_login(alice)
+    page = client.get("/quota/").content.decode()
+    assert "16 × hopper family" in page
+    assert "hopper family (H20, H800): quota 16, 128 in the region" in page

@@ -21,7 +21,7 @@ QUOTA_OK = {
     [
         ({"count": -8}, "count", "Ensure this value is greater than or equal to 1."),
         ({"count": 0}, "count", "Ensure this value is greater than or equal to 1."),
-        ({"gpu_model": "B300"}, "gpu_model", "Unknown GPU model B300."),
+        ({"gpu_model": "B300"}, "gpu_model", "Unknown GPU model or family B300."),
         ({"region": "mars-1"}, "region", "Unknown region mars-1."),
         ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
         ({"gpu_model": "A100"}, "gpu_model", "Region cn-east has no A100 GPUs."),
