@@ -82,3 +82,13 @@ def test_the_next_submission_starts_where_its_earlier_runs_went_fastest(
     page = client.get(reverse("workload-detail", args=[third.pk])).content.decode()
     speeds = page[page.index("data-speeds") : page.index("</dd>", page.index("data-speeds"))]
     assert "H20 ×1.0 · H800 ×2.0 (measured over 2 earlier runs of this job)" in speeds
+
+
+def test_a_job_that_names_its_model_shows_the_planners_speeds(llm, alice, client):
+    fields = {"gpu_models": ["H20", "H800"], "model": "gpt3-1.3b", "global_batch": 64}
+    response = api_client(alice).post("/api/v1/workloads/", {**JOB, **fields}, format="json")
+    client.force_login(alice)
+    page = client.get(reverse("workload-detail", args=[response.json()["id"]])).content.decode()
+    speeds = page[page.index("data-speeds") : page.index("</dd>", page.index("data-speeds"))]
+    assert "H20 ×1.0 · H800 ×" in speeds and "(predicted by the planner)" in speeds
+    assert "measured" not in speeds
