@@ -164,7 +164,7 @@ COLUMNS = (
 
 
 def _job(w: dict) -> tuple[int, str] | None:
-    """Which job a workload is again, for its measured speeds: its tenant's and its name, for
+    """Which job a workload is again, for its measured speeds: its tenant and its name, for
     one the planner knows nothing of (`calibration.measured_speeds`)."""
     return None if w["model_spec"] else (w["tenant_id"], w["name"])
 
@@ -218,7 +218,7 @@ def _speeds(w: dict, budget: parallel.Budget, factors, runs) -> tuple[tuple, int
     """A job's speed per GPU on each GPU model it accepts, what the engine starts (and may
     move) it by, and how many of its earlier `runs` measured them: where it names its model,
     the planner's tokens/s (0 runs); else the steps/s its runs measured
-    (`calibration.measured_speeds`). A model without one is unknown; with none known, it takes
+    (`calibration.measured_speeds`). A model without one is unknown; until each has one, it takes
     its models in their listed order."""
     if len(w["accepts"]) < 2:
         return (), 0
