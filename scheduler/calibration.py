@@ -17,6 +17,10 @@ Buckets: the model family (`family`), the GPU model, and the job's GPU count rou
 power of two (`scale`); a prediction takes the factor of its own bucket where a run measured
 one, else of its family and GPU at any scale, else none. Nothing here imports Django: the portal
 hands in runs as `Run`s and reads back a plain dict.
+
+A job the planner knows nothing of (no model named) has its speed on each GPU model measured
+by its own earlier runs instead, the same step timing's steps per second per GPU
+(`measured_speeds`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ HALF_LIFE_S = 30 * 86400.0
 OUTLIER = 2.0
 PRIOR_RUNS = 1.0
 ANY_SCALE = 0  # the scale of a bucket that holds a family and GPU's runs at every scale
+RECENT_RUNS = 5  # a job's newest runs on a GPU model that its measured speed there rests on
 
 # "llama3-70b" -> "llama3", "gpt3-1.3b" -> "gpt3", "megatron-1t" -> "megatron": the name less a
 # trailing parameter count; a name without one is its own family.
@@ -136,3 +141,16 @@ def record(factor: Factor, uncalibrated_s: float) -> dict:
         "scale": factor.scale,
         "uncalibrated_s": round(uncalibrated_s, 4),
     }
+
+
+def measured_speeds(runs, accepts) -> tuple[tuple[tuple[str, float], ...], int]:
+    """A job's speed on each GPU model it `accepts` that its earlier `runs` ((GPU model, steps
+    per second per GPU), newest first) measured: the geometric mean of its newest
+    `RECENT_RUNS` there; and how many runs that rests on. A model no run measured is left out:
+    its speed is unknown."""
+    rates: dict[str, list[float]] = {}
+    for gpu, rate in runs:
+        if gpu in accepts and rate > 0 and len(rates.setdefault(gpu, [])) < RECENT_RUNS:
+            rates[gpu].append(rate)
+    speeds = tuple((gpu, statistics.geometric_mean(found)) for gpu, found in rates.items())
+    return speeds, sum(len(found) for found in rates.values())

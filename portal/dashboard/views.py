@@ -174,6 +174,7 @@ def workload_context(workload: Workload) -> dict:
         "workload": workload,
         "events": events,
         "parallel_plans": list(workload.parallel_plans.all()),
+        "speeds": _speeds(workload) if len(workload.accepts) > 1 else None,
         "nodes": sorted({a.node.name for a in allocations}),
         "held": len(allocations),
         "progress": max(steps.values(), default=None),
@@ -189,6 +190,18 @@ def workload_context(workload: Workload) -> dict:
         "advice": advice_report(workload.gpus),
         "log_days": f"{settings.WANKA['LOG_RETENTION_DAYS']:g}",
     }
+
+
+def _speeds(workload: Workload) -> dict | None:
+    """How much faster the job runs per GPU on each model it accepts than on the slowest known
+    (None: unknown), and how many of its runs measured that (0: the planner's); None when no
+    speed is known."""
+    speeds, runs = cycle.speeds_of(workload)
+    if not speeds:
+        return None
+    known, slowest = dict(speeds), min(rate for _, rate in speeds)
+    times = {model: f"{known[model] / slowest:.1f}" for model in known}
+    return {"models": [(model, times.get(model)) for model in workload.accepts], "runs": runs}
 
 
 @login_required

@@ -10,13 +10,19 @@ recovered, never counts; only a run timed over `MEASURE_OVER_S` counts, and its 
 updated at most every `MEASURE_EVERY_S` (all of a look's measurements in one write). The time
 includes what stalls the training loop in that run (routine saves), as the job's real pace
 does.
+
+Every run's pace is kept as well (`RunPace`: its GPU model and GPUs), plan or none: a job the
+planner knows nothing of gets its speed on each GPU model it accepts from the runs of its
+tenant's workloads of the same name, its own attempts among them (`measured`).
 """
 
+from collections import defaultdict
+
 from django.core.cache import cache
-from django.db.models import Max
+from django.db.models import Count, Max
 from django.utils import timezone
 
-from portal.workloads.models import ParallelPlan
+from portal.workloads.models import ParallelPlan, RunPace, Workload
 from scheduler import calibration
 
 MEASURE_OVER_S = 120.0
@@ -41,11 +47,30 @@ def pace(seen: dict, now: float) -> float | None:
 
 
 def record(paces: dict[int, float]) -> None:
-    """Write each workload's measured seconds per iteration on its latest plan (the plan its
-    current run was handed; none where no layout fit): two queries and one write for any
-    number."""
+    """Write each workload's measured seconds per iteration on its current run's `RunPace`
+    and on its latest plan (the plan that run was handed; none where no layout fit): three
+    queries and two writes for any number."""
     if not paces:
         return
+    now = timezone.now()
+    runs = Workload.objects.filter(pk__in=paces).annotate(held=Count("allocations"))
+    RunPace.objects.bulk_create(
+        [
+            RunPace(
+                workload_id=pk,
+                attempt=attempt,
+                gpu_model_id=model,
+                gpus=held,
+                step_s=paces[pk],
+                measured_at=now,
+            )
+            for pk, attempt, model, held in runs.values_list("pk", "attempt", "gpu_model", "held")
+            if held
+        ],
+        update_conflicts=True,
+        unique_fields=["workload", "attempt"],
+        update_fields=["gpu_model", "gpus", "step_s", "measured_at"],
+    )
     latest = (
         ParallelPlan.objects.filter(workload_id__in=paces)
         .values("workload_id")
@@ -53,7 +78,6 @@ def record(paces: dict[int, float]) -> None:
         .values_list("last", flat=True)
     )
     rows = [row for row in ParallelPlan.objects.filter(pk__in=list(latest)) if row.plan]
-    now = timezone.now()
     for row in rows:
         row.measured_s, row.measured_at = paces[row.workload_id], now
     ParallelPlan.objects.bulk_update(rows, ["measured_s", "measured_at"])
@@ -91,3 +115,24 @@ def factors() -> calibration.Table:
 
 def _table() -> calibration.Table:
     return calibration.table(runs(), timezone.now().timestamp())
+
+
+def measured(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], list[tuple[str, float]]]:
+    """The measured runs of each job, keyed (tenant, name): the runs of that tenant's workloads
+    of that name, as (GPU model, steps per second per GPU), newest first; one query for any
+    number of jobs, none for none."""
+    if not jobs:
+        return {}
+    rows = (
+        RunPace.objects.filter(
+            workload__tenant_id__in={tenant for tenant, _ in jobs},
+            workload__name__in={name for _, name in jobs},
+        )
+        .order_by("-measured_at")
+        .values_list("workload__tenant_id", "workload__name", "gpu_model__name", "gpus", "step_s")
+    )
+    found = defaultdict(list)
+    for tenant, name, gpu, gpus, step_s in rows:
+        if (tenant, name) in jobs:
+            found[tenant, name].append((gpu, 1 / (step_s * gpus)))
+    return found

@@ -126,13 +126,21 @@ def build_snapshot(now=None) -> engine.Snapshot:
         .annotate(at=Max("created_at"))
         .values_list("workload_id", "at")
     )
+    rows = list(
+        Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id").values(*COLUMNS)
+    )
+    measured = fleet.measured({job for w in rows if len(w["accepts"]) > 1 and (job := _job(w))})
     workloads = leaving + tuple(
         _engine_workload(
-            w, placements[w["id"]], budget, saved.get(w["id"]), resized.get(w["id"]), factors
+            w,
+            placements[w["id"]],
+            budget,
+            saved.get(w["id"]),
+            resized.get(w["id"]),
+            factors,
+            measured.get(_job(w), ()),
         )
-        for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
-        .order_by("id")
-        .values(*COLUMNS)
+        for w in rows
     )
     return engine.Snapshot(
         nodes=nodes,
@@ -151,15 +159,29 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
-    "slices",
+    "slices", "name",
 )  # fmt: skip
 
 
+def _job(w: dict) -> tuple[int, str] | None:
+    """Which job a workload is again, for its measured speeds: its tenant and its name, for
+    one the planner knows nothing of (`calibration.measured_speeds`)."""
+    return None if w["model_spec"] else (w["tenant_id"], w["name"])
+
+
+def _earlier_runs(w: dict) -> list:
+    """One workload's earlier runs (`fleet.measured`), where they would give its speeds."""
+    job = _job(w) if len(w["accepts"] or ()) > 1 else None
+    return fleet.measured({job}).get(job, []) if job else []
+
+
 def _engine_workload(
-    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table
+    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table, runs=()
 ) -> engine.Workload:
     """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds; the
-    fleet's calibration `factors` correct its throughput curve."""
+    fleet's calibration `factors` correct its throughput curve, and its earlier `runs`
+    (`fleet.measured`) give its speeds where the planner knows nothing of it."""
+    speeds, measured = _speeds(w, budget, factors, runs)
     return engine.Workload(
         id=w["id"],
         queue_id=w["queue_id"],
@@ -186,18 +208,32 @@ def _engine_workload(
         spread=w["spread"] or None,
         tenant=w["tenant_id"],
         accepts=tuple(w["accepts"]),
-        speeds=_speeds(w, budget, factors),
+        speeds=speeds,
+        measured=measured,
         slices=w["slices"],
     )
 
 
-def _speeds(w: dict, budget: parallel.Budget, factors) -> tuple:
-    """A job's tokens/s per GPU on each GPU model it accepts, where it names its model and the
-    planner has a plan: what the engine starts (and may move) it by; else none, and it takes
+def _speeds(w: dict, budget: parallel.Budget, factors, runs) -> tuple[tuple, int]:
+    """A job's speed per GPU on each GPU model it accepts, what the engine starts (and may
+    move) it by, and how many of its earlier `runs` measured them: where it names its model,
+    the planner's tokens/s (0 runs); else the steps/s its runs measured
+    (`calibration.measured_speeds`). A model without one is unknown; until each has one, it takes
     its models in their listed order."""
-    if len(w["accepts"]) < 2 or not w["model_spec"] or not budget.allows():
-        return ()
-    return parallel.speeds(w["model_spec"], w["accepts"], w["gpus"], w["global_batch"], factors)
+    if len(w["accepts"]) < 2:
+        return (), 0
+    if not w["model_spec"]:
+        return calibration.measured_speeds(runs, w["accepts"])
+    if not budget.allows():
+        return (), 0
+    spec, gpus, batch = w["model_spec"], w["gpus"], w["global_batch"]
+    return parallel.speeds(spec, w["accepts"], gpus, batch, factors), 0
+
+
+def speeds_of(workload: Workload) -> tuple[tuple, int]:
+    """`_speeds` of one workload, as the next cycle sees them: for its page."""
+    w = {column: getattr(workload, column, None) for column in COLUMNS}
+    return _speeds(w, parallel.Budget(), fleet.factors(), _earlier_runs(w))
 
 
 def preview(workload: Workload, reader: Reader | None) -> dict:
@@ -217,7 +253,8 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
         "submitted_at": now,
         "head_of_queue": False,
     }
-    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {})
+    runs = _earlier_runs(fields)
+    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {}, runs)
     plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
     for admission in plan.admissions:
         if admission.workload_id == -1:

@@ -223,6 +223,27 @@ class ParallelPlan(models.Model):
         return f"TP{layout['tp']} x PP{layout['pp']} x DP{layout['dp']} on {self.gpus} GPUs"
 
 
+class RunPace(models.Model):
+    """How fast one run (attempt) of a workload went: its seconds per iteration on the GPUs it
+    held, as the fleet's calibration times them (`portal.workloads.calibration`). A job the
+    planner knows nothing of is started where its earlier runs went fastest."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="paces")
+    attempt = models.PositiveIntegerField()
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
+    gpus = models.PositiveIntegerField()
+    step_s = models.FloatField()
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "attempt"], name="workloads_pace_run")
+        ]
+
+    def __str__(self):
+        return f"{self.step_s:.3g} s per iteration on {self.gpus} GPUs"
+
+
 class WorkloadEvent(models.Model):
     """One state change of a workload, with why and by whom: its timeline."""
 

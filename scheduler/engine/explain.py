@@ -360,11 +360,15 @@ MODEL_AWAITED = phrase(
     "still end sooner there"
 )
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
+# Speeds measured by the job's own earlier runs, not predicted by the planner.
+MODEL_MEASURED = phrase("{choice}, as measured over {runs} earlier runs")
+MODEL_MEASURED_ONE = phrase("{choice}, as measured over one earlier run")
 
 
 def model_reason(workload: Workload, chosen: str) -> str:
     """Why `workload` starts on `chosen`, one of the GPU models it accepts (`Workload.models`,
-    the best first)."""
+    the best first), and where its speeds were measured, over how many of its runs (the
+    planner's error is no measurement's)."""
     best, slowest = workload.models[0], workload.models[-1]
     speed, best_speed = workload.speed(chosen), workload.speed(best)
     if any(workload.speed(model) is None for model in workload.models):
@@ -377,6 +381,9 @@ def model_reason(workload: Workload, chosen: str) -> str:
     else:
         ratio = best_speed / speed
         choice = MODEL_FASTER_FULL.format(model=chosen, faster=best, times=f"{ratio:.1f}")
+    if workload.measured:
+        template = MODEL_MEASURED_ONE if workload.measured == 1 else MODEL_MEASURED
+        return template.format(choice=choice, runs=workload.measured)
     if ratio - 1 < PREDICTION_ERROR:
         return MODEL_UNSURE.format(choice=choice, error=f"{PREDICTION_ERROR:.0%}")
     return choice

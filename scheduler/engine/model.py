@@ -304,6 +304,9 @@ class Workload:
     # Its throughput per GPU on each model it accepts, in any unit (only ratios count): from
     # the planner or its own earlier runs. A model left out has no known speed.
     speeds: tuple[tuple[str, float], ...] = ()
+    # How many of its earlier runs `speeds` were measured over (`calibration.measured_speeds`,
+    # for a job the planner knows nothing of); 0: they are the planner's, or there are none.
+    measured: int = 0
     # A share of one GPU in eighths (`SLICES`), 1 to 7, with `gpus` 1; 0: whole GPUs. A share
     # is its guaranteed minimum of both the GPU's compute and its memory.
     slices: int = 0

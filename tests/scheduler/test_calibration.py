@@ -84,3 +84,17 @@ def test_a_calibrated_plan_is_slower_by_its_factor_and_its_curve_too():
         (8, 100.0),
         (16, 144.0),
     )
+
+
+def test_measured_speeds_are_each_models_newest_runs_on_the_models_it_accepts():
+    runs = [("H800", 0.4), ("H20", 0.1), ("H800", 0.1), ("A100", 0.3), ("H20", 0.0)]
+    speeds, measured = calibration.measured_speeds(runs, ["H20", "H800"])
+    assert dict(speeds) == pytest.approx({"H800": 0.2, "H20": 0.1})  # a geometric mean
+    assert measured == 3  # a model it does not accept, and a run with no steps, count not
+
+
+def test_a_models_measured_speed_rests_on_its_newest_runs():
+    runs = [("H800", 2.0)] * calibration.RECENT_RUNS + [("H800", 0.01)] * 3
+    speeds, measured = calibration.measured_speeds(runs, ["H800", "H20"])
+    assert speeds == (("H800", pytest.approx(2.0)),)  # H20 unknown
+    assert measured == calibration.RECENT_RUNS

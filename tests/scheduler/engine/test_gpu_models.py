@@ -25,6 +25,7 @@ H20 = make_cluster("H20", nodes=2, first_id=3, prefix="h20-")  # ids 3, 4
 team = make_queue("team", h800=16, h20=16)
 only_h20 = make_queue("only-h20", h20=16)
 FAST = (("H800", 2.6), ("H20", 1.0))
+STEPS = (("H800", 0.21), ("H20", 0.1))  # steps/s per GPU its runs measured
 
 
 def accepting(workload_id, queue, gpus, *models, speeds=(), **extra):
@@ -86,6 +87,31 @@ def decided(queue, *workloads):
             "H800: the fastest of the GPU models it accepts (1.1x H20) (a difference within "
             "the planner's error of 9%, so either would do)",
             id="a gain within the planner's error is said to be one",
+        ),
+        pytest.param(
+            team,
+            [accepting(1, team, 8, "H20", "H800", speeds=STEPS, measured=3)],
+            "H800",
+            "H800: the fastest of the GPU models it accepts (2.1x H20), as measured over 3 "
+            "earlier runs",
+            id="speeds its own runs measured: said so",
+        ),
+        pytest.param(
+            team,
+            [
+                make_running(9, team, on(H800[0]), on(H800[1])),
+                accepting(1, team, 8, "H800", "H20", speeds=FAST, measured=1),
+            ],
+            "H20",
+            "H20: H800 would be 2.6x faster but has no room now, as measured over one earlier run",
+            id="measured, the fastest full",
+        ),
+        pytest.param(
+            team,
+            [accepting(1, team, 8, "H20", "H800", speeds=(("H800", 0.2),), measured=2)],
+            "H20",
+            "H20: the first of the GPU models it accepts",
+            id="measured on one model only: the other unknown, the submitter's order",
         ),
     ],
 )
