@@ -284,6 +284,7 @@ def workload_new(request):
             draft = Workload(tenant=membership.tenant, **serializer.validated_data)
             preview = cycle.preview(draft, None)  # its reason read by the page (`readable`)
             preview["budgets"] = budget_notes(membership.tenant_id, draft.queue_id)
+            preview["speeds"] = _speeds(draft) if len(draft.accepts or ()) > 1 else None
         elif serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})

@@ -2,6 +2,7 @@
 the cycle starts the job on the fastest with room (the planner's speeds where it names its
 model, else its order), writes the model it runs on and says why in its timeline."""
 
+import re
 import pytest
 
 from portal.cluster.models import GpuModel, Node
@@ -119,6 +120,11 @@ def test_the_form_offers_other_models_and_previews_the_choice(llm, alice, client
     preview = client.post("/workloads/new/", {**asked, "preview": "1"}).content.decode()
     assert "It would start in the next cycle, on 1 node." in preview
     assert "H20: H800, listed before it, has no room now" in preview
+    assert "data-speeds" not in preview  # the planner knows nothing of it, nor its runs
+    planned = {**asked, "model": "gpt3-1.3b", "global_batch": "64", "preview": "1"}
+    preview = client.post("/workloads/new/", planned).content.decode()
+    speeds = re.search(r"<span data-speeds>(.*?)</span>", preview, re.S).group(1)
+    assert re.search(r"H800 ×\d+\.\d · H20 ×1\.0 \(predicted by the planner\)", speeds), speeds
     assert not Workload.objects.exists()
     client.post("/workloads/new/", asked)
     job = Workload.objects.get()
