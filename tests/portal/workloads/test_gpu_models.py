@@ -3,6 +3,7 @@ the cycle starts the job on the fastest with room (the planner's speeds where it
 model, else its order), writes the model it runs on and says why in its timeline."""
 
 import re
+
 import pytest
 
 from portal.cluster.models import GpuModel, Node
