@@ -164,11 +164,18 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
         for quota in queue.quotas.all():
             key = (queue.pk, quota.gpu_model.name)
             rows.append(row(queue, key[1], quota, [key], round(lent.get(key, 0))))
+        own = {quota.gpu_model.name for quota in queue.quotas.all()}
         for quota in queue.family_quotas.all():
             models = families.get(quota.family, ())
             keys = [(queue.pk, model) for model in models]
-            # Its models' GPUs, counted again: the cohort tree's figures take them once.
-            rows.append(row(queue, quota.family, quota, keys, family=models))
+            family = row(queue, quota.family, quota, keys, family=models)
+            # The cohort tree counts each GPU once: here those of its models without a row.
+            alone = row(queue, quota.family, quota, [k for k in keys if k[1] not in own])
+            borrowed_there = sum(
+                r["borrowed"] for r in rows if r["queue"] is queue and r["gpu_model"] in models
+            )
+            family["tree"] = {**alone, "borrowed": max(0, family["borrowed"] - borrowed_there)}
+            rows.append(family)
     return rows
 
 
@@ -180,9 +187,8 @@ def cohort_tree(tree: Tree, rows: list[dict]) -> list[dict]:
     lower of which borrows first. Queues in no cohort come last, at the top."""
     by_queue = defaultdict(lambda: {"used": 0, "borrowed": 0, "pending": 0, "hours": 0.0})
     for row in rows:
-        if "family" in row:
-            continue  # its models' rows count its GPUs
         figures = by_queue[row["queue"].pk]
+        row = row.get("tree", row)  # a family's row: only what its models' rows leave out
         figures["used"] += row["used"]
         figures["borrowed"] += row["borrowed"]
         figures["pending"] += row["pending_gpus"]

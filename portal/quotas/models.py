@@ -437,24 +437,27 @@ class QuotaRequest(Request):
     @staticmethod
     def with_capacity(queryset):
         """`queryset` annotated with its region's capacity and committed quota for the model
-        (or the family: its models' GPUs, and the family quotas of the region's queues), in the
-        same query, so a list of requests costs one query however long."""
-        region, model, family = OuterRef("region"), OuterRef("gpu_model"), OuterRef("family")
+        (or the family: its models' GPUs), in the same query, so a list of requests costs one
+        query however long. Quota of a family counts as committed to each of its models, and
+        its models' quotas to it: either may be spent all on the other."""
+        region, model = OuterRef("region"), OuterRef("gpu_model")
+        family = Coalesce(OuterRef("gpu_model__family"), OuterRef("family"))
+        in_region = {"queue__region": region}
         of_model = Q(gpu_model__isnull=False)
+        families = _total(FamilyQuota.objects.filter(family=family, **in_region), "nominal")
         return queryset.annotate(
             capacity_gpus=Case(
                 When(of_model, then=_total(_capacity_nodes(region, model), "gpu_count")),
                 default=_total(_capacity_nodes(region, family=family), "gpu_count"),
             ),
-            committed_gpus=Case(
+            committed_gpus=families
+            + Case(
                 When(
                     of_model,
-                    then=_total(
-                        QueueQuota.objects.filter(queue__region=region, gpu_model=model), "nominal"
-                    ),
+                    then=_total(QueueQuota.objects.filter(gpu_model=model, **in_region), "nominal"),
                 ),
                 default=_total(
-                    FamilyQuota.objects.filter(queue__region=region, family=family), "nominal"
+                    QueueQuota.objects.filter(gpu_model__family=family, **in_region), "nominal"
                 ),
             ),
         )

@@ -193,18 +193,6 @@ class Queue:
     preemption: PreemptionPolicy = PreemptionPolicy()
     families: tuple[FamilyQuota, ...] = ()
 
-    def __post_init__(self) -> None:
-        # A model of a family quota with no quota of its own may use all the family's.
-        own = {quota.gpu_model for quota in self.quotas}
-        implied = tuple(
-            Quota(model, nominal=family.nominal, borrowing_limit=family.borrowing_limit)
-            for family in self.families
-            for model in family.models
-            if model not in own
-        )
-        if implied:
-            object.__setattr__(self, "quotas", self.quotas + implied)
-
     def quota(self, gpu_model: str) -> Quota:
         """This queue's quota for `gpu_model`; zero when it has none."""
         found = self._by_model.get(gpu_model)
@@ -215,9 +203,22 @@ class Queue:
         return self._family_of.get(gpu_model)
 
     @cached_property
+    def model_quotas(self) -> tuple[Quota, ...]:
+        """Its quotas per GPU model, and those its family quotas imply: a model of a family
+        with no quota of its own may use all the family's."""
+        own = {quota.gpu_model for quota in self.quotas}
+        implied = tuple(
+            Quota(model, nominal=family.nominal, borrowing_limit=family.borrowing_limit)
+            for family in self.families
+            for model in family.models
+            if model not in own
+        )
+        return self.quotas + implied
+
+    @cached_property
     def _by_model(self) -> dict[str, Quota]:
         """Its quotas by GPU model (the first of a model, should one be listed twice)."""
-        return {quota.gpu_model: quota for quota in reversed(self.quotas)}
+        return {quota.gpu_model: quota for quota in reversed(self.model_quotas)}
 
     @cached_property
     def _family_of(self) -> dict[str, FamilyQuota]:

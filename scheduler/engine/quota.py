@@ -84,7 +84,7 @@ class QuotaLedger:
         self._nominal = {
             (queue.id, quota.gpu_model): queue.quota(quota.gpu_model).nominal
             for queue in self._queues.values()
-            for quota in queue.quotas
+            for quota in queue.model_quotas
         }
         self._cohorts = {cohort.name: cohort for cohort in cohorts}
         for queue in self._queues.values():
@@ -183,7 +183,9 @@ class QuotaLedger:
 
     def _quotas_of(self, node: TreeNode) -> tuple[Quota, ...]:
         kind, key = node
-        return (self._queues if kind == "q" else self._cohorts)[key].quotas  # type: ignore[index]
+        if kind == "q":
+            return self._queues[key].model_quotas  # type: ignore[index]
+        return self._cohorts[key].quotas  # type: ignore[index]
 
     def _static(self, node: TreeNode, gpu_model: str) -> tuple[int, int, int | None]:
         """(subtree quota, kept, borrowing limit) of a tree node for one GPU model."""
@@ -273,11 +275,17 @@ class QuotaLedger:
 
     def ceiling(self, queue: Queue, gpu_model: str) -> int:
         """The most GPUs of `gpu_model` the queue could hold with nothing else charged to the
-        ledger: its nominal quota, or all its cohort tree could lend it within its limits."""
-        nominal = queue.quota(gpu_model).nominal
-        if queue.cohort is None:
-            return nominal
-        return max(nominal, self.available(("q", queue.id), gpu_model))
+        ledger: its nominal quota, or all its cohort tree could lend it within its limits (and
+        its family's)."""
+        most = queue.quota(gpu_model).nominal
+        if queue.cohort is not None:
+            most = max(most, self.available(("q", queue.id), gpu_model))
+        family = queue.family(gpu_model)
+        if family is not None and queue.cohort is None:
+            most = min(most, family.nominal)
+        elif family is not None and family.borrowing_limit is not None:
+            most = min(most, family.nominal + family.borrowing_limit)
+        return most
 
     def path(self, queue: Queue) -> tuple[TreeNode, ...]:
         """The queue's node and its cohorts up to the root, lowest first."""
@@ -382,7 +390,7 @@ class QuotaLedger:
         family's (negative: it borrows that many)."""
         key = (queue.id, gpu_model)
         room = self._nominal.get(key, 0) - self.usage.get(key, 0)
-        family = queue.family(gpu_model)
+        family = queue.family(gpu_model) if queue.families else None
         if family is not None:
             room = min(room, family.nominal - self._family_used(queue, family))
         return room
@@ -414,17 +422,18 @@ class QuotaLedger:
     def borrowing(self, queue: Queue, gpu_model: str, released: int = 0) -> int:
         """GPUs of `gpu_model` the queue uses beyond its quota, not counting work told to stop,
         with `released` fewer."""
-        return self._excess(queue, gpu_model, -released, self.staying)
+        return self._excess(queue, gpu_model, gpu_model, -released, self.staying)
 
-    def _excess(self, queue: Queue, gpu_model: str, extra: int, count) -> int:
-        """GPUs of `gpu_model` the queue holds (`count(queue id, model)`, with `extra` more)
-        beyond its model's quota, or, while it holds more of the model's family than the
-        family's quota, up to all it holds of the model."""
-        held = count(queue.id, gpu_model) + extra
-        over = held - queue.quota(gpu_model).nominal
-        family = queue.family(gpu_model)
+    def _excess(self, queue: Queue, model: str, gpu_model: str | None, extra: int, count) -> int:
+        """GPUs of `model` the queue holds (`count(queue id, model)`, with `extra` more of
+        `gpu_model`) beyond the model's quota, or, while it holds more of the model's family
+        than the family's quota, up to all it holds of the model."""
+        held = count(queue.id, model) + (extra if model == gpu_model else 0)
+        over = held - queue.quota(model).nominal
+        family = queue.family(model) if queue.families else None
         if family is not None:
-            family_held = sum(count(queue.id, model) for model in family.models) + extra
+            family_held = sum(count(queue.id, m) for m in family.models)
+            family_held += extra if gpu_model in family.models else 0
             over = max(over, min(held, family_held - family.nominal))
         return max(0, over)
 
@@ -465,7 +474,7 @@ class QuotaLedger:
             over = None
         else:
             over = self._borrow(queue, gpu_model, gpus, gpu_model, used, queue.quota(gpu_model))
-        family = queue.family(gpu_model)
+        family = queue.family(gpu_model) if queue.families else None
         if over is None and family is not None:
             used = self._family_used(queue, family)
             over = self._borrow(queue, gpu_model, gpus, family.family, used, family)
@@ -485,6 +494,11 @@ class QuotaLedger:
         if limit is not None and borrowed_after > limit:
             return _Over(name, used, quota, None)
         available = self._available_to(queue, gpu_model)
+        if isinstance(quota, FamilyQuota):
+            # Beyond its family's quota it borrows what others lend, never its own idle quota
+            # of the model (which its cohort counts as lendable).
+            key = (queue.id, gpu_model)
+            available -= max(0, self._nominal.get(key, 0) - self.usage.get(key, 0))
         return None if gpus <= available else _Over(name, used, quota, available)
 
     def _available_to(self, queue: Queue, gpu_model: str) -> int:
@@ -507,13 +521,11 @@ class QuotaLedger:
             return self._worth_share(queue, gpu_model, gpus)
         dominant = 0.0
         seen = False
-        for quota in queue.quotas:
-            extra = 0
-            if quota.gpu_model == gpu_model:
-                extra, seen = gpus, True
-            dominant = max(dominant, self._borrowed_share(queue, quota, extra))
+        for quota in queue.model_quotas:
+            seen = seen or quota.gpu_model == gpu_model
+            dominant = max(dominant, self._borrowed_share(queue, quota.gpu_model, gpu_model, gpus))
         if gpu_model is not None and not seen:
-            dominant = max(dominant, self._borrowed_share(queue, queue.quota(gpu_model), gpus))
+            dominant = max(dominant, self._borrowed_share(queue, gpu_model, gpu_model, gpus))
         if dominant == 0:
             return 0.0
         return dominant / queue.weight if queue.weight > 0 else float("inf")
@@ -521,7 +533,7 @@ class QuotaLedger:
     def _worth_share(self, queue: Queue, gpu_model: str | None, gpus: int) -> float:
         """The worth of what the queue borrows over the worth of what its root cohort can lend,
         over its weight (a model without a worth counts 1 a GPU)."""
-        models = {quota.gpu_model for quota in queue.quotas} | {gpu_model} - {None}
+        models = {quota.gpu_model for quota in queue.model_quotas} | {gpu_model} - {None}
         borrowed = 0.0
         over_model: dict[str, int] = {}
         for model in models:
@@ -558,11 +570,12 @@ class QuotaLedger:
             found += [child, *self._descendants(child)]
         return found
 
-    def _borrowed_share(self, queue: Queue, quota: Quota, extra: int) -> float:
-        """GPUs of one model the queue borrows, over what its root cohort can lend."""
-        borrowed = self._excess(queue, quota.gpu_model, extra, self._held)
+    def _borrowed_share(self, queue: Queue, model: str, gpu_model: str | None, gpus: int) -> float:
+        """GPUs of `model` the queue borrows (with `gpus` more of `gpu_model`), over what its
+        root cohort can lend."""
+        borrowed = self._excess(queue, model, gpu_model, gpus, self._held)
         if borrowed <= 0:
             return 0.0
         root = self.root(queue)
-        lendable = max(1, self._static(root, quota.gpu_model)[0]) if root[0] == "c" else 1
+        lendable = max(1, self._static(root, model)[0]) if root[0] == "c" else 1
         return borrowed / lendable

@@ -383,6 +383,9 @@ def test_an_operator_gives_a_queue_a_family_quota_and_its_jobs_run_on_any_of_its
     page = client.get("/queues/").content.decode()
     row = re.search(rf'data-queue="{small.pk}/hopper">(.*?)</tr>', page, re.S).group(1)
     assert "hopper family" in row and "H20, H800" in row and "16 in use" in row
+    tree = re.search(r'data-tree="acme/small">(.*?)</tr>', page, re.S).group(1)
+    cells = re.findall(r"<td>([^<]*)</td>", tree)
+    assert cells[2:5] == ["16", "0", "8"]  # held (its H20 counted once), borrowed, waiting
     client.force_login(bob)
     answer = api_client(bob).get(f"/api/v1/queues/{small.pk}/").json()
     assert answer["family_quotas"] == [{"family": "hopper", "nominal": 16, "borrowing_limit": None}]

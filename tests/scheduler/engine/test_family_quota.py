@@ -125,7 +125,7 @@ def test_a_queue_over_its_family_quota_gives_back_what_it_borrows():
     fate, preempted = fates([lender, borrower], *running, claim)
     assert preempted == {2}
     # Without the family above it, the same H20 work is within its queue's quota: kept.
-    per_model = replace(borrower, families=(), quotas=borrower.quotas)
+    per_model = replace(borrower, families=(), quotas=borrower.model_quotas)
     fate, preempted = fates([lender, per_model], *running, replace(claim))
     assert preempted == set()
 
@@ -141,3 +141,28 @@ def test_fair_sharing_counts_a_family_excess_once_at_its_cheapest_worth():
     assert ledger.share(queue) == pytest.approx(4 * 1.0 / lendable)
     assert not ledger.within_nominal(queue, "H20", 1)
     assert ledger.nominal_room(queue, "H800") == -4
+
+
+def test_beyond_its_family_a_queue_borrows_only_what_others_lend():
+    """Alone in its cohort with H800 16 and Hopper 16, holding 16 H20: its idle H800 quota is
+    its own, not something to borrow past its family's ceiling."""
+    queue = hopper(make_queue("solo", cohort="c", h800=16), 16)
+    running = make_running(1, queue, on(H20[0]), on(H20[1]), gpu_model="H20")
+    fate, _ = fates([queue], running, workload(2, queue, 8, gpu_model="H800"))
+    assert fate[2].startswith("queue solo would exceed its hopper quota (16/16 in use")
+
+
+def test_the_ceiling_the_api_checks_keeps_to_the_family():
+    ledger = QuotaLedger([capped, strict, lender])
+    assert ledger.ceiling(capped, "H800") == 8  # its own model quota
+    assert ledger.ceiling(capped, "H20") == 16  # the family's, no cohort to borrow from
+    assert ledger.ceiling(strict, "H20") == 8  # the family's borrowing limit of 0
+
+
+def test_a_share_after_a_release_counts_the_release_on_the_whole_family():
+    queue = hopper(make_queue("q", cohort="c"), 8)
+    ledger = QuotaLedger([queue, lender])
+    ledger.charge(queue.id, "H800", 8)
+    ledger.charge(queue.id, "H20", 4)
+    assert ledger.share(queue) > 0
+    assert ledger.share(queue, "H20", -4) == 0  # back within the family's 8
