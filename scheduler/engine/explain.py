@@ -351,6 +351,10 @@ MODEL_FIRST_FULL = phrase("{model}: {first}, listed before it, has no room now")
 MODEL_UNSURE = phrase(
     "{choice} (a difference within the planner's error of {error}, so either would do)"
 )
+DEFRAGMENTED = phrase(
+    "moved within pod {pod} to node {node}, so that whole {model} nodes free up there for "
+    "workload {gang} ({gpus} GPUs), which waits with enough GPUs free but scattered"
+)
 MOVED = phrase(
     "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
     "for them"
@@ -399,3 +403,9 @@ def awaited_reason(workload: Workload, model: str, free: str, start_in_s: float)
     times = workload.speed(model) / workload.speed(free)
     minutes = max(1, math.ceil(start_in_s / 60))
     return MODEL_AWAITED.format(model=model, times=f"{times:.1f}", free=free, minutes=minutes)
+
+
+def defrag_reason(node: str, pod: str, gang: Workload) -> str:
+    """Why a running workload moves to `node` within `pod`: so that `gang` finds whole nodes."""
+    model, gpus = gang.gpu_model, gang.gpus
+    return DEFRAGMENTED.format(pod=pod, node=node, model=model, gang=gang.id, gpus=gpus)

@@ -1,0 +1,189 @@
+"""Defragmentation: in a pod the operator made due, small running jobs that save and may move
+go to other nodes of the pod so that a gang waiting with enough free GPUs, scattered over
+partly used nodes, finds whole ones; within the pod's moves, fewest used GPUs first, onto the
+fullest node that holds them, never by preempting and never a job marked not to move."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler.engine import plan
+from scheduler.engine.testing import (
+    apply_plan,
+    make_cluster,
+    make_queue,
+    make_running,
+    make_snapshot,
+    on,
+    outcome,
+)
+from scheduler.engine.testing import make_workload as workload
+
+NOW = 10_000.0
+N1, N2, N3 = make_cluster(nodes=3)  # dc1-p1-l1-n1 ... n3, pod "p1"
+OTHER_POD = make_cluster(nodes=2, first_id=4, prefix="x-")  # pod "p1" of another name
+team = make_queue("team", h800=64)
+small = make_queue("small", h800=8)
+
+
+def running(workload_id, *placements, queue=team, **extra):
+    return make_running(workload_id, queue, *placements, started_at=0.0, **extra)
+
+
+def gang(workload_id=9, gpus=8, queue=team):
+    return workload(workload_id, queue, gpus, submitted_at=5_000.0)
+
+
+def moves_of(workloads, defrag=(("p1", 4),), nodes=(N1, N2, N3)):
+    snapshot = replace(make_snapshot(nodes, [team, small], workloads), defrag=defrag)
+    result = plan(snapshot, NOW)
+    names = {node.id: node.name for node in nodes}
+    return {
+        m.workload_id: " ".join(f"{names[p.node_id]}{list(p.gpu_indices)}" for p in m.placements)
+        for m in result.moves
+    }, result
+
+
+# Three nodes: n3 full with a big job, n1 and n2 half used: 8 GPUs free, no node whole.
+HALF_1 = running(1, on(N1, 0, 1, 2, 3))
+HALF_2 = running(2, on(N2, 0, 1, 2, 3))
+FULL_3 = running(3, on(N3))
+
+
+@pytest.mark.parametrize(
+    "workloads, defrag, moved",
+    [
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, gang()],
+            (("p1", 4),),
+            {1: "dc1-p1-l1-n2[4, 5, 6, 7]"},
+            id="two half-used nodes: the first by name moves onto the other, one node frees",
+        ),
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, gang()],
+            (),
+            {},
+            id="the pod is not due: nothing moves",
+        ),
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, gang()],
+            (("p1", 0),),
+            {},
+            id="its moves are spent: nothing moves",
+        ),
+        pytest.param(
+            [replace(HALF_1, movable=False), HALF_2, FULL_3, gang()],
+            (("p1", 4),),
+            {2: "dc1-p1-l1-n1[4, 5, 6, 7]"},
+            id="a job marked not to move stays; the other one moves onto its node",
+        ),
+        pytest.param(
+            [replace(HALF_1, movable=False), replace(HALF_2, movable=False), FULL_3, gang()],
+            (("p1", 4),),
+            {},
+            id="both marked not to move: nothing moves",
+        ),
+        pytest.param(
+            [replace(HALF_1, saves=False), replace(HALF_2, saves=False), FULL_3, gang()],
+            (("p1", 4),),
+            {},
+            id="jobs that never save are not moved (they would lose their work)",
+        ),
+        pytest.param(
+            [replace(HALF_1, started_at=NOW - 60), HALF_2, FULL_3, gang()],
+            (("p1", 4),),
+            {2: "dc1-p1-l1-n1[4, 5, 6, 7]"},
+            id="a job that started a minute ago is not moved yet; the older one is",
+        ),
+        pytest.param(
+            [running(1, on(N1, 0, 1, 2, 3, 4, 5)), running(2, on(N2, 0, 1)), FULL_3, gang()],
+            (("p1", 4),),
+            {2: "dc1-p1-l1-n1[6, 7]"},
+            id="the node with the fewest GPUs used is emptied (2 GPUs move, not 6)",
+        ),
+        pytest.param(
+            [running(1, on(N1, 0, 1)), running(4, on(N1, 2, 3)), HALF_2, FULL_3, gang()],
+            (("p1", 1),),
+            {2: "dc1-p1-l1-n1[4, 5, 6, 7]"},
+            id="one move left: the node whose emptying takes two is passed over",
+        ),
+        pytest.param(
+            [running(1, on(N1, 0, 1)), running(4, on(N1, 2, 3)), HALF_2, FULL_3, gang()],
+            (("p1", 2),),
+            {1: "dc1-p1-l1-n2[4, 5]", 4: "dc1-p1-l1-n2[6, 7]"},
+            id="two moves: the first node by name is emptied, its two jobs onto the other",
+        ),
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, gang(gpus=16)],
+            (("p1", 4),),
+            {},
+            id="a gang of two nodes with one node's GPUs free: moving cannot help",
+        ),
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, gang(queue=small, gpus=16)],
+            (("p1", 4),),
+            {},
+            id="a gang its quota does not allow is not moved for",
+        ),
+        pytest.param(
+            [running(1, on(N1, 0, 1, 2, 3), queue=small), HALF_2, FULL_3, gang(queue=small)],
+            (("p1", 4),),
+            {},
+            id="a gang over its queue's quota: nothing moves",
+        ),
+        pytest.param(
+            [HALF_1, HALF_2, FULL_3, workload(9, team, 4)],
+            (("p1", 4),),
+            {},
+            id="no gang waits (a small job starts on free GPUs): nothing moves",
+        ),
+    ],
+)
+def test_defragmentation(workloads, defrag, moved):
+    found, result = moves_of(workloads, defrag)
+    assert found == moved
+    assert not result.preemptions
+
+
+def test_the_gang_starts_at_the_next_cycle_on_the_node_freed():
+    snapshot = replace(
+        make_snapshot((N1, N2, N3), [team], [HALF_1, HALF_2, FULL_3, gang()]),
+        defrag=(("p1", 4),),
+    )
+    first = plan(snapshot, NOW)
+    assert [m.workload_id for m in first.moves] == [1]
+    assert first.moves[0].pod == "p1"
+    assert first.moves[0].reason == (
+        "moved within pod p1 to node dc1-p1-l1-n2, so that whole H800 nodes free up there for "
+        "workload 9 (8 GPUs), which waits with enough GPUs free but scattered"
+    )
+    assert 9 in {p.workload_id for p in first.pending}
+    second = plan(apply_plan(snapshot, first, NOW), NOW + 30)
+    assert outcome(second, snapshot)[9] == "dc1-p1-l1-n1"
+    assert not second.moves  # the moved job moved lately, and nothing waits
+
+
+def test_only_the_due_pod_is_defragmented():
+    pod2 = tuple(replace(node, pod="p2") for node in OTHER_POD)
+    nodes = (N1, N2, *pod2)
+    workloads = [
+        HALF_1,
+        HALF_2,
+        running(5, on(pod2[0], 0, 1, 2, 3)),
+        running(6, on(pod2[1], 0, 1, 2, 3)),
+        gang(gpus=8),
+    ]
+    found, _ = moves_of(workloads, (("p2", 4),), nodes)
+    assert found == {5: "x-dc1-p1-l1-n2[4, 5, 6, 7]"}
+
+
+def test_moves_never_exceed_the_budget_for_several_gangs():
+    nodes = make_cluster(nodes=6)
+    workloads = [running(i + 1, on(node, 0, 1, 2, 3)) for i, node in enumerate(nodes)]
+    workloads += [gang(20), gang(21)]
+    found, _ = moves_of(workloads, (("p1", 3),), nodes)
+    assert len(found) == 2  # one node per gang, a move each; the third would free half a node
+    targets = set(found.values())
+    assert len(targets) == 2  # never onto the same GPUs, nor onto a node being emptied
