@@ -19,7 +19,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import allocations, budgets, lifecycle, parallel, preemption, words
+from portal.workloads import allocations, budgets, defrag, lifecycle, parallel, preemption, words
 from portal.workloads import calibration as fleet
 from portal.workloads.choices import (
     HOLDING,
@@ -58,7 +58,12 @@ UNPREEMPTIBLE = 2**31
 
 
 # Restarts on other GPUs the engine decided: a job is resized (or moved) again only so often.
-RESIZED = [RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN, RecoveryOutcome.MOVED]
+RESIZED = [
+    RecoveryOutcome.SHRUNK,
+    RecoveryOutcome.GROWN,
+    RecoveryOutcome.MOVED,
+    RecoveryOutcome.DEFRAGMENTED,
+]
 
 
 def build_snapshot(now=None) -> engine.Snapshot:
@@ -134,6 +139,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         .order_by("id")
         .values(*COLUMNS)
     )
+    now = now or timezone.now()
     return engine.Snapshot(
         nodes=nodes,
         queues=quota_engine.queues(),
@@ -141,8 +147,9 @@ def build_snapshot(now=None) -> engine.Snapshot:
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
         move_every_s=settings.WANKA["MOVE_EVERY_S"],
-        budgets=budgets.engine_budgets(now or timezone.now()),
+        budgets=budgets.engine_budgets(now),
         worth=quota_engine.worth(),
+        defrag=defrag.due(now),
     )
 
 
@@ -151,7 +158,7 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
-    "slices",
+    "slices", "movable",
 )  # fmt: skip
 
 
@@ -188,6 +195,7 @@ def _engine_workload(
         accepts=tuple(w["accepts"]),
         speeds=_speeds(w, budget, factors),
         slices=w["slices"],
+        movable=w["movable"],
     )
 
 
@@ -346,7 +354,10 @@ def apply(plan: engine.Plan) -> set[int]:
         for moved in plan.moves:
             placements = [(p.node_id, p.gpu_indices) for p in moved.placements]
             model = models[moved.gpu_model]
-            touched |= lifecycle.move(victims[moved.workload_id], model, placements, moved.reason)
+            outcome = RecoveryOutcome.DEFRAGMENTED if moved.pod else RecoveryOutcome.MOVED
+            touched |= lifecycle.move(
+                victims[moved.workload_id], model, placements, moved.reason, outcome
+            )
         bookings = []
         for admission in plan.admissions:
             model = chosen.get(admission.workload_id)

@@ -62,15 +62,13 @@ def empty_nodes(
 def _emptiable(
     pool: Pool, nodes: list[Node], occupants: dict[int, list[Workload]], emptied: set[int]
 ) -> list[Node]:
-    """Full-sized, shared, partly used nodes whose every used GPU is held by work that may
-    move."""
+    """Full-sized, partly used nodes whose every used GPU is held by work that may move."""
     return [
         node
         for node in nodes
         if node.id in occupants
         and node.id not in emptied
         and node.gpus == pool.node_size
-        and not node.single_tenant
         and len(pool.free(node.id)) + sum(w.gpus for w in occupants[node.id]) == node.gpus
     ]
 
@@ -88,8 +86,8 @@ def _targets(pool: Pool, nodes: list[Node], jobs: list[Workload], away: set[int]
             node
             for node in nodes
             if node.id not in away
-            and not node.single_tenant
             and job.gpus <= len(pool.free(node.id)) < node.gpus
+            and pool.offered(node.id, job.tenant)  # a single-tenant node: its tenant's only
         ]
         if not room:
             _undo(pool, moves)

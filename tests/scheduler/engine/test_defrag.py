@@ -187,3 +187,25 @@ def test_moves_never_exceed_the_budget_for_several_gangs():
     assert len(found) == 2  # one node per gang, a move each; the third would free half a node
     targets = set(found.values())
     assert len(targets) == 2  # never onto the same GPUs, nor onto a node being emptied
+
+
+@pytest.mark.parametrize(
+    "other_tenant, moved",
+    [
+        pytest.param(
+            1, {1: "dc1-p1-l1-n2[4, 5, 6, 7]"}, id="onto a node holding its tenant's work"
+        ),
+        pytest.param(2, {}, id="never onto a node holding another tenant's work"),
+    ],
+)
+def test_single_tenant_nodes_take_only_their_tenants_moves(other_tenant, moved):
+    nodes = tuple(replace(node, single_tenant=True) for node in (N1, N2, N3))
+    nodes = (replace(nodes[0], tenant=1), replace(nodes[1], tenant=other_tenant), nodes[2])
+    workloads = [
+        replace(HALF_1, tenant=1),
+        replace(HALF_2, tenant=other_tenant),
+        replace(FULL_3, tenant=1),
+        replace(gang(), tenant=1),
+    ]
+    found, _ = moves_of(workloads, (("p1", 4),), nodes)
+    assert found == moved
