@@ -21,7 +21,7 @@ from typing import Protocol
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.budget import BudgetLedger, seconds_left
 from scheduler.engine.capacity import DEPTH, Capacity, Domain, NodeIndex, Pool, widest_level
-from scheduler.engine.defrag import empty_nodes
+from scheduler.engine.defrag import MOVES_PER_CYCLE, empty_nodes
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     awaited_reason,
@@ -586,24 +586,36 @@ class Cycle:
         """In each pod due for defragmentation (`Snapshot.defrag`), by name, move small running
         work to other nodes of the pod so that whole nodes free up for the gangs waiting there
         that their quota and budgets allow, in their decision order, within the pod's moves
-        (`defrag.empty_nodes`): only work that saves, may move (`_may_move`), runs on one node
-        and did not change this cycle, never by preempting. Each move restarts from a save."""
+        and MOVES_PER_CYCLE (`defrag.empty_nodes`): only work that saves, may move
+        (`_may_move`), runs on one node and did not change this cycle, never by preempting.
+        Each move restarts from a save. A gang's shape that found no moves in a pod is not
+        looked at again there this cycle (fewer moves and GPUs are left for the next)."""
         gangs = self._waiting_gangs() if self.defrag else []
         if not gangs:
             return
         occupants = self._may_defragment()
         emptied: set[int] = set()
+        failed: set[tuple] = set()
         for pod, budget in sorted(self.defrag):
             for pool, gang in gangs:
+                budget = min(budget, MOVES_PER_CYCLE - len(self.moves))
                 domain = _pod_domain(pool, pod)
-                if domain is None or budget <= 0:
+                shape = (pool.gpu_model, domain, gang.gpus, widest_level(gang))
+                if (
+                    budget <= 0
+                    or domain is None
+                    or (shape in failed and not pool.held_nodes(gang.id))
+                ):
                     continue
                 with pool.lent(gang.id):  # its own reservation's GPUs are room for the moves
                     moves = empty_nodes(pool, domain, gang, occupants, budget, emptied)
-                for job, placement in moves or ():
+                if moves is None:
+                    failed.add(shape)
+                    continue
+                for job, placement in moves:
                     reason = defrag_reason(pool.node(placement.node_id).name, pod, gang)
                     self.moves.append(Move(job.id, job.gpu_model, (placement,), reason, pod))
-                budget -= len(moves or ())
+                budget -= len(moves)
 
     def _waiting_gangs(self) -> list[tuple[Pool, Workload]]:
         """Waiting work of whole nodes, with its pool, that its quota and budgets allow and

@@ -18,6 +18,10 @@ from scheduler.engine.model import Node, Placement, Workload
 
 Moves = list[tuple[Workload, Placement]]
 
+# The moves one cycle plans at most, whatever the pods' budgets: each is a save and a restart,
+# and finding each looks at every node of its pod; what is left waits for the next cycles.
+MOVES_PER_CYCLE = 32
+
 
 def empty_nodes(
     pool: Pool,

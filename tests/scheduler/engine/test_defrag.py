@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.engine import plan
+from scheduler.engine.defrag import MOVES_PER_CYCLE
 from scheduler.engine.testing import (
     apply_plan,
     make_cluster,
@@ -26,6 +27,7 @@ N1, N2, N3 = make_cluster(nodes=3)  # dc1-p1-l1-n1 ... n3, pod "p1"
 OTHER_POD = make_cluster(nodes=2, first_id=4, prefix="x-")  # pod "p1" of another name
 team = make_queue("team", h800=64)
 small = make_queue("small", h800=8)
+big = make_queue("big", h800=10_000)
 
 
 def running(workload_id, *placements, queue=team, **extra):
@@ -37,7 +39,7 @@ def gang(workload_id=9, gpus=8, queue=team):
 
 
 def moves_of(workloads, defrag=(("p1", 4),), nodes=(N1, N2, N3)):
-    snapshot = replace(make_snapshot(nodes, [team, small], workloads), defrag=defrag)
+    snapshot = replace(make_snapshot(nodes, [team, small, big], workloads), defrag=defrag)
     result = plan(snapshot, NOW)
     names = {node.id: node.name for node in nodes}
     return {
@@ -209,3 +211,11 @@ def test_single_tenant_nodes_take_only_their_tenants_moves(other_tenant, moved):
     ]
     found, _ = moves_of(workloads, (("p1", 4),), nodes)
     assert found == moved
+
+
+def test_a_cycle_plans_at_most_its_share_of_moves_the_rest_wait():
+    nodes = make_cluster(nodes=80)
+    workloads = [running(i + 1, on(node, 0, 1, 2, 3), queue=big) for i, node in enumerate(nodes)]
+    workloads += [gang(1000 + k, queue=big) for k in range(40)]
+    found, _ = moves_of(workloads, (("p1", 100),), nodes)
+    assert len(found) == MOVES_PER_CYCLE
