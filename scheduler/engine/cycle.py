@@ -27,6 +27,7 @@ from scheduler.engine.explain import (
     awaited_reason,
     claim_reason,
     defrag_reason,
+    defragged_reason,
     grow_reason,
     kept_off_reason,
     model_reason,
@@ -616,6 +617,8 @@ class Cycle:
                     reason = defrag_reason(pool.node(placement.node_id).name, pod, gang)
                     self.moves.append(Move(job.id, job.gpu_model, (placement,), reason, pod))
                 budget -= len(moves)
+                waiting, why = self._waiting[gang.id]
+                self._waiting[gang.id] = (waiting, defragged_reason(why, len(moves), pod))
 
     def _waiting_gangs(self) -> list[tuple[Pool, Workload]]:
         """Waiting work of whole nodes, with its pool, that its quota and budgets allow and

@@ -10,7 +10,7 @@ from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.parallelism import PREDICTION_ERROR
-from scheduler.words import HOURS, phrase
+from scheduler.words import AND_SO, HOURS, phrase
 
 COHORT_ROOM = phrase(
     "cohort {cohort} of queue {queue} has room in its {model} quota ({used}/{quota} in use, "
@@ -355,6 +355,10 @@ DEFRAGMENTED = phrase(
     "moved within pod {pod} to node {node}, so that whole {model} nodes free up there for "
     "workload {gang} ({gpus} GPUs), which waits with enough GPUs free but scattered"
 )
+DEFRAGGING = (
+    phrase("{count} job moves within pod {pod} to free whole nodes for it"),
+    phrase("{count} jobs move within pod {pod} to free whole nodes for it"),
+)
 MOVED = phrase(
     "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
     "for them"
@@ -409,3 +413,9 @@ def defrag_reason(node: str, pod: str, gang: Workload) -> str:
     """Why a running workload moves to `node` within `pod`: so that `gang` finds whole nodes."""
     model, gpus = gang.gpu_model, gang.gpus
     return DEFRAGMENTED.format(pod=pod, node=node, model=model, gang=gang.id, gpus=gpus)
+
+
+def defragged_reason(reason: str, count: int, pod: str) -> str:
+    """A waiting gang's reason, and the jobs that move to free whole nodes for it."""
+    then = DEFRAGGING[count > 1].format(count=count, pod=pod)
+    return AND_SO.format(reason=reason, then=then)
