@@ -50,8 +50,8 @@ def empty_nodes(
         if len(chosen) == need:
             break
         jobs = occupants[node.id]
-        if len(moves) + len(jobs) > budget:
-            continue
+        if len(moves) + len(jobs) > budget or any(p.node_id == node.id for _, p in moves):
+            continue  # over budget, or it took a moved job: it would not be whole
         found = _targets(pool, nodes, jobs, emptied | chosen | {node.id})
         if found is not None:
             moves += found

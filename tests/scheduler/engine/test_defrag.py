@@ -221,3 +221,10 @@ def test_a_cycle_plans_at_most_its_share_of_moves_the_rest_wait():
     workloads += [gang(1000 + k, queue=big) for k in range(40)]
     found, _ = moves_of(workloads, (("p1", 100),), nodes)
     assert len(found) == MOVES_PER_CYCLE
+
+
+def test_a_node_that_takes_a_moved_job_is_not_emptied_for_the_same_gang():
+    nodes = make_cluster(nodes=4)
+    workloads = [running(i + 1, on(node, 0, 1, 2, 3), queue=big) for i, node in enumerate(nodes)]
+    found, _ = moves_of(workloads + [gang(gpus=16, queue=big)], (("p1", 4),), nodes)
+    assert found == {1: "dc1-p1-l1-n2[4, 5, 6, 7]", 3: "dc1-p1-l1-n4[4, 5, 6, 7]"}
