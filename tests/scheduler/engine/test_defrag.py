@@ -5,9 +5,12 @@ fullest node that holds them, never by preempting and never a job marked not to 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduler.engine import plan
 from scheduler.engine.defrag import MOVES_PER_CYCLE
@@ -21,6 +24,7 @@ from scheduler.engine.testing import (
     outcome,
 )
 from scheduler.engine.testing import make_workload as workload
+from tests.scheduler.engine.test_plan_properties import PROPERTY
 
 NOW = 10_000.0
 N1, N2, N3 = make_cluster(nodes=3)  # dc1-p1-l1-n1 ... n3, pod "p1"
@@ -228,3 +232,57 @@ def test_a_node_that_takes_a_moved_job_is_not_emptied_for_the_same_gang():
     workloads = [running(i + 1, on(node, 0, 1, 2, 3), queue=big) for i, node in enumerate(nodes)]
     found, _ = moves_of(workloads + [gang(gpus=16, queue=big)], (("p1", 4),), nodes)
     assert found == {1: "dc1-p1-l1-n2[4, 5, 6, 7]", 3: "dc1-p1-l1-n4[4, 5, 6, 7]"}
+
+
+@st.composite
+def scattered(draw: st.DrawFn):
+    """Two pods of 1-4 nodes of 8 GPUs, each node holding 1-3 small jobs (some that may not
+    move, some just started), and 1-3 gangs of 8 or 16 GPUs waiting."""
+    nodes = make_cluster(pods=2, nodes=draw(st.integers(1, 4)))
+    workloads = []
+    for node in nodes:
+        start = 0
+        for size in draw(st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=3)):
+            if start + size > node.gpus:
+                break
+            gpus = tuple(range(start, start + size))
+            extra = {
+                "movable": draw(st.integers(0, 4)) > 0,
+                "saves": draw(st.integers(0, 4)) > 0,
+                "started_at": draw(st.sampled_from([0.0, NOW - 60])),
+            }
+            workloads.append(make_running(len(workloads) + 1, big, on(node, *gpus), **extra))
+            start += size
+    gangs = draw(st.lists(st.sampled_from([8, 16]), min_size=1, max_size=3))
+    workloads += [workload(100 + i, big, gpus) for i, gpus in enumerate(gangs)]
+    return make_snapshot(nodes, [big], workloads)
+
+
+@PROPERTY
+@given(scattered(), st.integers(0, 3))
+def test_moves_land_on_free_gpus_of_their_pod_within_its_budget(snapshot, moves):
+    """Every pod due: no GPU is given twice (admissions and moves), a move lands on free GPUs
+    of another node of its own pod and model, only of a job that may move, and no pod makes
+    more moves than it may."""
+    pods = sorted({node.pod for node in snapshot.nodes})
+    snapshot = replace(snapshot, defrag=tuple((pod, moves) for pod in pods))
+    result = plan(snapshot, NOW)
+    nodes = {node.id: node for node in snapshot.nodes}
+    held = {w.id: w for w in snapshot.workloads}
+    taken = Counter(
+        (p.node_id, i) for w in snapshot.workloads for p in w.placements for i in p.gpu_indices
+    )
+    given = [p for a in result.admissions for p in a.placements]
+    given += [p for m in result.moves for p in m.placements]
+    for placement in given:
+        assert set(placement.gpu_indices) <= set(nodes[placement.node_id].free)
+        taken.update((placement.node_id, i) for i in placement.gpu_indices)
+    assert all(count == 1 for count in taken.values())
+    for move in result.moves:
+        moved = held[move.workload_id]
+        [target] = move.placements
+        old = nodes[moved.placements[0].node_id]
+        assert nodes[target.node_id].pod == old.pod == move.pod and target.node_id != old.id
+        assert moved.movable and moved.saves and moved.started_at == 0.0
+    assert all(count <= moves for count in Counter(m.pod for m in result.moves).values())
+    assert not result.preemptions
