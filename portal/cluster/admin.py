@@ -27,9 +27,10 @@ for model in (GpuModel, Region, DataCenter, Leaf):
 
 @admin.register(Pod)
 class PodAdmin(admin.ModelAdmin):
-    """Each pod's pool of hot spares: its target, the ready spares it has, what is missing."""
+    """Each pod's pool of hot spares (its target, the ready spares it has, what is missing) and
+    its defragmentation."""
 
-    list_display = ["__str__", "hot_spares", "ready_spares", "missing"]
+    list_display = ["__str__", "hot_spares", "ready_spares", "missing", "defrag", "defrag_at"]
     list_editable = ["hot_spares"]
     list_select_related = ["datacenter"]
 

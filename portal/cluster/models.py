@@ -3,6 +3,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, Exists, OuterRef, Q, Subquery
@@ -72,7 +73,7 @@ class DataCenter(models.Model):
 
 
 class Pod(models.Model):
-    """A spine group inside a data center, and its pool of hot spares."""
+    """A spine group inside a data center: the pool of its hot spares, and of defragmentation."""
 
     datacenter = models.ForeignKey(DataCenter, on_delete=models.PROTECT, related_name="pods")
     name = models.CharField(max_length=64)
@@ -81,6 +82,35 @@ class Pod(models.Model):
         help_text=_(
             "Nodes kept free for fault recovery; a repaired node refills the pool when it is short"
         ),
+    )
+    # Defragmentation (`portal.workloads.defrag`): small jobs that save move within the pod so
+    # that whole nodes free up for waiting gangs.
+    defrag = models.BooleanField(
+        _("defragment"),
+        default=False,
+        help_text=_(
+            "Move small running jobs that save (saving first) to other nodes of the pod so that "
+            "whole nodes free up for waiting gangs"
+        ),
+    )
+    defrag_at = models.TimeField(
+        _("defragment daily at"),
+        null=True,
+        blank=True,
+        help_text=_("For an hour from this time of day, every day"),
+    )
+    defrag_when_scattered = models.BooleanField(
+        _("defragment when free GPUs are scattered"),
+        default=False,
+        help_text=_(
+            "At any time, whenever a waiting gang has enough free GPUs in the pod but not the "
+            "whole nodes"
+        ),
+    )
+    defrag_moves = models.PositiveSmallIntegerField(
+        _("moves per hour"),
+        default=4,
+        help_text=_("At most this many jobs moved in any hour"),
     )
 
     class Meta:
@@ -92,6 +122,12 @@ class Pod(models.Model):
 
     def __str__(self):
         return f"{self.datacenter}/{self.name}"
+
+    def clean(self):
+        if self.defrag and self.defrag_at is None and not self.defrag_when_scattered:
+            raise ValidationError(
+                {"defrag": _("Say when: a time of day, or when free GPUs are scattered, or both.")}
+            )
 
     def spares_missing(self) -> int:
         """How many ready spares the pool lacks to meet its target."""

@@ -5,6 +5,7 @@ Operators change a pod's target, and keep a node as a spare or give it back to o
 (`Node.set_spare`), each with a reason, audited. Three queries whatever the number of pods."""
 
 from collections import defaultdict
+from datetime import time
 
 from django import forms
 from django.contrib import messages
@@ -12,7 +13,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
 from portal.cluster.models import USABLE, Node, Pod
@@ -53,6 +54,7 @@ def spare_pools(request):
     for pod in pods:
         pod.counts = counts[pod.pk]
         pod.short = max(0, pod.hot_spares - pod.counts["ready"])
+        pod.defrag_when = defrag_when(pod)
     spares = (
         Node.objects.filter(spare=True)
         .select_related("leaf__pod__datacenter")
@@ -69,38 +71,76 @@ def spare_pools(request):
 class PodTargetForm(forms.ModelForm):
     class Meta:
         model = Pod
-        fields = ["hot_spares"]
+        fields = ["hot_spares", "defrag", "defrag_at", "defrag_when_scattered", "defrag_moves"]
         labels = {"hot_spares": gettext_lazy("Target: hot spares kept")}
+        widgets = {"defrag_at": forms.TimeInput(attrs={"type": "time"}, format="%H:%M")}
 
 
 @operator_page
 def pod_target(request, pk):
-    """GET: the pod's pool and its target; POST: a new target, with a reason, audited."""
+    """GET: the pod's pool, its target and its defragmentation; POST: new settings, with a
+    reason, audited."""
     pod = get_object_or_404(Pod.objects.select_related("datacenter"), pk=pk)
-    before = pod.hot_spares
+    before = {name: getattr(pod, name) for name in PodTargetForm.Meta.fields}
+    when = defrag_when(pod)  # as saved: the form's checks change the instance
     data = request.POST if request.method == "POST" else None
     form, reason = PodTargetForm(data, instance=pod), ReasonForm(data)
     if data is not None and all([form.is_valid(), reason.is_valid()]):
-        if form.cleaned_data["hot_spares"] == before:
+        changed = {
+            name: [_plain(was), _plain(getattr(pod, name))]
+            for name, was in before.items()
+            if getattr(pod, name) != was
+        }
+        if not changed:
             messages.info(request, _("%(pod)s: nothing changed.") % {"pod": pod})
             return redirect("ops-spares")
         with transaction.atomic():
             form.save()
-            changed = {"hot_spares": [before, pod.hot_spares]}
             why = reason.cleaned_data["reason"]
             audit("pod.changed", pod, actor=request.user, changed=changed, reason=why)
-        messages.success(
-            request,
-            _("%(pod)s now keeps %(after)s hot spares (it kept %(before)s).")
-            % {"pod": pod, "after": pod.hot_spares, "before": before},
-        )
+        messages.success(request, _pod_words(pod, before["hot_spares"]))
+        if "defrag" in changed or pod.defrag:
+            trigger_cycle()  # the next cycle defragments by the new settings
         return redirect("ops-spares")
     counts = pool_counts()[pod.pk]
     return render(
         request,
         "dashboard/ops_spare_change.html",
-        {"pod": pod, "counts": counts, "forms": [form, reason]},
+        {"pod": pod, "counts": counts, "forms": [form, reason], "defrag_when": when},
     )
+
+
+def _plain(value):
+    """A setting as the audit log keeps it (JSON): a time of day as "02:00"."""
+    return value.strftime("%H:%M") if isinstance(value, time) else value
+
+
+def _pod_words(pod: Pod, spares_before: int) -> str:
+    said = _("%(pod)s now keeps %(after)s hot spares (it kept %(before)s).") % {
+        "pod": pod,
+        "after": pod.hot_spares,
+        "before": spares_before,
+    }
+    if not pod.defrag:
+        return said
+    return " ".join([said, _("Defragmentation: %(when)s.") % {"when": defrag_when(pod)}])
+
+
+def defrag_when(pod: Pod) -> str:
+    """When the pod is defragmented and how much, in words ("" when it is not)."""
+    if not pod.defrag:
+        return ""
+    when = []
+    if pod.defrag_at:
+        when.append(_("daily from %(at)s for an hour") % {"at": pod.defrag_at.strftime("%H:%M")})
+    if pod.defrag_when_scattered:
+        when.append(_("whenever free GPUs are scattered"))
+    moves = ngettext(
+        "at most %(moves)s move an hour", "at most %(moves)s moves an hour", pod.defrag_moves
+    ) % {"moves": pod.defrag_moves}
+    if len(when) == 2:
+        when = [_("%(first)s, and %(second)s") % {"first": when[0], "second": when[1]}]
+    return _("%(when)s; %(moves)s") % {"when": when[0], "moves": moves}
 
 
 class NodeSpareForm(ReasonForm):

@@ -334,6 +334,7 @@ def _blank_to_none(post):
     comes as NAME=value lines; a line without '=' is left for the serializer to refuse."""
     data = {key: value for key, value in post.items() if value != ""}
     data["topology_required"] = "topology_required" in post
+    data["movable"] = "pinned" not in post
     lines = [line.strip() for line in data.pop("env", "").splitlines() if line.strip()]
     if lines:
         pairs = [line.partition("=") for line in lines]
@@ -356,7 +357,7 @@ def _as_form(workload):
 # The request's fields a clone keeps (its queue and GPU model by name, its env as lines).
 CLONED = [
     "name", "kind", "gpus", "min_gpus", "max_gpus", "priority", "topology", "topology_required",
-    "checkpoint_policy", "checkpoint_interval_s", "command", "time_limit_s",
+    "checkpoint_policy", "checkpoint_interval_s", "movable", "command", "time_limit_s",
     "preemption_grace_s", "simulated_duration_s", "model", "global_batch",
 ]  # fmt: skip
 

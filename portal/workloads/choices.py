@@ -129,5 +129,6 @@ class RecoveryOutcome(models.TextChoices):
     SHRUNK = "shrunk", _("Shrunk and restarted")
     GROWN = "grown", _("Grown and restarted")
     MOVED = "moved", _("Moved to a faster GPU model and restarted")
+    DEFRAGMENTED = "defragmented", _("Moved to free whole nodes and restarted")
     REQUEUED = "requeued", _("Requeued at the head of its queue")
     ENDED = "ended", _("Ended while recovering")

@@ -19,7 +19,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
-from portal.workloads import allocations, budgets, lifecycle, parallel, preemption, words
+from portal.workloads import allocations, budgets, defrag, lifecycle, parallel, preemption, words
 from portal.workloads import calibration as fleet
 from portal.workloads.choices import (
     HOLDING,
@@ -58,7 +58,12 @@ UNPREEMPTIBLE = 2**31
 
 
 # Restarts on other GPUs the engine decided: a job is resized (or moved) again only so often.
-RESIZED = [RecoveryOutcome.SHRUNK, RecoveryOutcome.GROWN, RecoveryOutcome.MOVED]
+RESIZED = [
+    RecoveryOutcome.SHRUNK,
+    RecoveryOutcome.GROWN,
+    RecoveryOutcome.MOVED,
+    RecoveryOutcome.DEFRAGMENTED,
+]
 
 
 def build_snapshot(now=None) -> engine.Snapshot:
@@ -142,6 +147,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         )
         for w in rows
     )
+    now = now or timezone.now()
     return engine.Snapshot(
         nodes=nodes,
         queues=quota_engine.queues(),
@@ -149,8 +155,9 @@ def build_snapshot(now=None) -> engine.Snapshot:
         cohorts=quota_engine.cohorts(),
         grow_every_s=settings.WANKA["GROW_EVERY_S"],
         move_every_s=settings.WANKA["MOVE_EVERY_S"],
-        budgets=budgets.engine_budgets(now or timezone.now()),
+        budgets=budgets.engine_budgets(now),
         worth=quota_engine.worth(),
+        defrag=defrag.due(now),
     )
 
 
@@ -159,7 +166,7 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
-    "slices", "name",
+    "slices", "name", "movable",
 )  # fmt: skip
 
 
@@ -211,6 +218,7 @@ def _engine_workload(
         speeds=speeds,
         measured=measured,
         slices=w["slices"],
+        movable=w["movable"],
     )
 
 
@@ -383,7 +391,10 @@ def apply(plan: engine.Plan) -> set[int]:
         for moved in plan.moves:
             placements = [(p.node_id, p.gpu_indices) for p in moved.placements]
             model = models[moved.gpu_model]
-            touched |= lifecycle.move(victims[moved.workload_id], model, placements, moved.reason)
+            outcome = RecoveryOutcome.DEFRAGMENTED if moved.pod else RecoveryOutcome.MOVED
+            touched |= lifecycle.move(
+                victims[moved.workload_id], model, placements, moved.reason, outcome
+            )
         bookings = []
         for admission in plan.admissions:
             model = chosen.get(admission.workload_id)

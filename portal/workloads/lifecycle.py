@@ -252,23 +252,30 @@ def grow(workload: Workload, added, reason: str) -> set[int]:
     return node_ids
 
 
-def move(workload: Workload, gpu_model_id: int, placements, reason: str) -> set[int]:
-    """Move a running workload to GPUs of another model (`placements`: (node id, GPU indices)
-    pairs), a faster one it accepts: it gives back every GPU it holds and restarts there as a
-    new attempt from its newest save, recorded as a recovery that moved. As a grow, it asks
-    for a save first when that one would lose more than FRESH_SAVE_S, and moves once the save
-    is in (the engine offers the move again). Returns every node it touched."""
+def move(
+    workload: Workload,
+    gpu_model_id: int,
+    placements,
+    reason: str,
+    outcome: RecoveryOutcome = RecoveryOutcome.MOVED,
+) -> set[int]:
+    """Move a running workload to other GPUs (`placements`: (node id, GPU indices) pairs): of
+    a faster model it accepts (MOVED), or of its own model elsewhere in its pod so that whole
+    nodes free up there (DEFRAGMENTED). It gives back every GPU it holds and restarts there as
+    a new attempt from its newest save, recorded as a recovery of that `outcome`. As a grow,
+    it asks for a save first when that one would lose more than FRESH_SAVE_S, and moves once
+    the save is in (the engine offers the move again). Returns every node it touched."""
     with transaction.atomic():
         workload, now = _running_and_saved(workload, f"before moving: {reason}")
         if workload is None:
             return set()
         lost_s = work_lost(workload, now)
-        node_ids = allocations.release(workload)  # booked as the model it ran on
+        left = allocations.release(workload)  # booked as the model it ran on
         Workload.objects.filter(pk=workload.pk).update(gpu_model_id=gpu_model_id)
         workload.gpu_model_id = gpu_model_id
-        node_ids |= allocations.add(workload, placements)
+        node_ids = left | allocations.add(workload, placements)
         recovery.new_attempt(workload, reason)
-        recovery.resized(workload, reason, lost_s, now, RecoveryOutcome.MOVED)
+        recovery.resized(workload, reason, lost_s, now, outcome, left)
         transition(workload, State.RECOVERING, reason=reason)
     return node_ids
 

@@ -64,6 +64,11 @@ class Workload(models.Model):
     spread = models.CharField(
         max_length=64, blank=True, help_text="Placed apart from the others of this group"
     )
+    # False: never moved while it runs (defragmentation, a faster GPU model); it stays where it
+    # started until it ends, is preempted, or a fault moves it.
+    movable = models.BooleanField(
+        default=True, help_text="False: never moved to other GPUs while it runs"
+    )
     time_limit_s = models.PositiveIntegerField(null=True, blank=True)
     simulated_duration_s = models.FloatField(
         null=True, blank=True, help_text="Run time on simulated nodes; real agents ignore it"

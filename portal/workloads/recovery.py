@@ -338,10 +338,11 @@ def new_attempt(workload: Workload, replan_why: str | None = None) -> None:
 
 
 def resized(
-    workload: Workload, reason: str, lost_s: float, now, outcome=RecoveryOutcome.SHRUNK
+    workload: Workload, reason: str, lost_s: float, now, outcome=RecoveryOutcome.SHRUNK, left=()
 ) -> Recovery:
     """A shrink or a grow restarts the workload (inside its transaction): a recovery already
-    restarting, so that it closes like any other once every node runs the new attempt."""
+    restarting, so that it closes like any other once every node runs the new attempt. `left`:
+    the nodes a move leaves (what a pod's defragmentation counts its moves by)."""
     latest = checkpointing.latest_complete(
         workload.checkpoints.filter(status=CheckpointStatus.COMPLETE)
     )
@@ -350,6 +351,7 @@ def resized(
         step=RecoveryStep.RESTARTING,
         outcome=outcome,
         detail=reason[:500],
+        lost_nodes=sorted(left),
         resume_step=latest.step if latest else None,
         resume_location=latest.location if latest else "",
         lost_s=lost_s,

@@ -44,6 +44,7 @@ OUTCOMES = {
     RecoveryOutcome.SHRUNK: phrase("shrunk and restarted"),
     RecoveryOutcome.GROWN: phrase("grown and restarted"),
     RecoveryOutcome.MOVED: phrase("moved to a faster GPU model and restarted"),
+    RecoveryOutcome.DEFRAGMENTED: phrase("moved to free whole nodes and restarted"),
     RecoveryOutcome.REQUEUED: phrase("requeued at the head of its queue"),
     RecoveryOutcome.ENDED: phrase("ended while recovering"),
 }

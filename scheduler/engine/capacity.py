@@ -389,7 +389,7 @@ class Pool:
             self._partial = defaultdict(list)
             for node_id, free in self._free.items():
                 node = self._nodes[node_id]
-                if free and not self.is_whole(node) and self._offered(node_id, None):
+                if free and not self.is_whole(node) and self.offered(node_id, None):
                     self._partial[len(free)].append((node.name, node_id))
             for heap in self._partial.values():
                 heapq.heapify(heap)
@@ -552,7 +552,7 @@ class Pool:
         leaves = {self._domains[n][-1] for n in used if n in self._domains}
         best: tuple[tuple, int] | None = None
         for node_id, free in self._free.items():
-            if len(free) < gpus or node_id in used or not self._offered(node_id, workload.tenant):
+            if len(free) < gpus or node_id in used or not self.offered(node_id, workload.tenant):
                 continue
             key = (self._domains[node_id][-1] in leaves, len(free), self._nodes[node_id].name)
             if best is None or key < best[0]:
@@ -613,7 +613,7 @@ class Pool:
             self._free_gpus[domain] += after - before
             if whole_change:
                 self._wholes.change(domain, whole_change)
-        if not self._offered(node.id, None):
+        if not self.offered(node.id, None):
             return  # partly free single-tenant: its tenant's only (`_owned`)
         if 0 < after < node.gpus or (after and node.gpus != self.node_size):
             heapq.heappush(self._partial[after], (node.name, node.id))
@@ -692,7 +692,7 @@ class Pool:
         owned = self._owned.get(tenant, ())
         return nodes + [self._nodes[n] for n in owned if self._free[n]]
 
-    def _offered(self, node_id: int, tenant: int | None) -> bool:
+    def offered(self, node_id: int, tenant: int | None) -> bool:
         """Whether the node's free GPUs are offered to `tenant`'s work: a shared node's, an
         empty one's, or a single-tenant node's that holds that tenant's work."""
         return (

@@ -20,11 +20,14 @@ from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.budget import BudgetLedger, seconds_left
-from scheduler.engine.capacity import DEPTH, Capacity, NodeIndex, Pool, widest_level
+from scheduler.engine.capacity import DEPTH, Capacity, Domain, NodeIndex, Pool, widest_level
+from scheduler.engine.defrag import MOVES_PER_CYCLE, empty_nodes
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     awaited_reason,
     claim_reason,
+    defrag_reason,
+    defragged_reason,
     grow_reason,
     kept_off_reason,
     model_reason,
@@ -133,10 +136,12 @@ def _plan(snapshot: Snapshot, now: float, clock: Clock | None, index: NodeIndex 
             if queue.strategy == Strategy.STRICT_FIFO and cycle.waits(workload):
                 cycle.wait_behind(workload, queue, heads.drain(queue.id))
     # 5. Grow: free GPUs no waiting work can use go to elastic work below its most, then move
-    #    work that accepts several GPU models to a much faster one where they are free.
+    #    work that accepts several GPU models to a much faster one where they are free, and
+    #    small work within pods due for defragmentation so that waiting gangs fit there.
     with timer("5. grow"):
         cycle.grow()
         cycle.move()
+        cycle.defragment()
     # 6. Requeue the rest: each waiting workload's reason and position in its queue.
     with timer("6. explain"):
         pending = cycle.number_in_queues()
@@ -204,6 +209,7 @@ class Cycle:
         self.now = now
         self.grow_every_s = snapshot.grow_every_s
         self.move_every_s = snapshot.move_every_s
+        self.defrag = snapshot.defrag
         self.budgets = BudgetLedger(snapshot.budgets, snapshot.workloads, now)
         queues = self.budgets.soften(snapshot.queues)
         self.ledger = QuotaLedger(queues, snapshot.cohorts, snapshot.worth)
@@ -380,6 +386,17 @@ class Cycle:
         self._found = (workload.id, workload.gpu_model, workload.gpus, placements)
         return True
 
+    def _allowed(self, queue: Queue, workload: Workload) -> bool:
+        """Whether the workload's quota and budgets allow it to start now."""
+        if self.ledger.refusal(queue, workload.gpu_model, workload.gpus) is not None:
+            return False
+        if self.budgets:
+            gpus, seconds = workload.gpus, workload.time_limit_s
+            borrows = not self.ledger.within_nominal(queue, workload.gpu_model, gpus)
+            if refusal(self.budgets.check, queue, workload, gpus, seconds, borrows) is not None:
+                return False
+        return True
+
     def _say_model(self, workload: Workload, outcome: Outcome, free: bool) -> None:
         """Say which GPU model a workload that accepts several starts on and why, or why none
         of them would do now."""
@@ -541,7 +558,7 @@ class Cycle:
 
     def _may_move(self, workload: Workload) -> bool:
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
-        if workload.preempting or not workload.saves or not times:
+        if workload.preempting or not workload.saves or not workload.movable or not times:
             return False
         return self.now - max(times) >= self.move_every_s
 
@@ -565,6 +582,72 @@ class Cycle:
             reason = move_reason(workload, model)
             self.moves.append(Move(workload.id, model, placements, reason))
             return
+
+    def defragment(self) -> None:
+        """In each pod due for defragmentation (`Snapshot.defrag`), by name, move small running
+        work to other nodes of the pod so that whole nodes free up for the gangs waiting there
+        that their quota and budgets allow, in their decision order, within the pod's moves
+        and MOVES_PER_CYCLE (`defrag.empty_nodes`): only work that saves, may move
+        (`_may_move`), runs on one node and did not change this cycle, never by preempting.
+        Each move restarts from a save. A gang's shape that found no moves in a pod is not
+        looked at again there this cycle (fewer moves and GPUs are left for the next)."""
+        gangs = self._waiting_gangs() if self.defrag else []
+        if not gangs:
+            return
+        occupants = self._may_defragment()
+        emptied: set[int] = set()
+        failed: set[tuple] = set()
+        for pod, budget in sorted(self.defrag):
+            for pool, gang in gangs:
+                budget = min(budget, MOVES_PER_CYCLE - len(self.moves))
+                domain = _pod_domain(pool, pod)
+                shape = (pool.gpu_model, domain, gang.gpus, widest_level(gang))
+                if (
+                    budget <= 0
+                    or domain is None
+                    or (shape in failed and not pool.held_nodes(gang.id))
+                ):
+                    continue
+                with pool.lent(gang.id):  # its own reservation's GPUs are room for the moves
+                    moves = empty_nodes(pool, domain, gang, occupants, budget, emptied)
+                if moves is None:
+                    failed.add(shape)
+                    continue
+                for job, placement in moves:
+                    reason = defrag_reason(pool.node(placement.node_id).name, pod, gang)
+                    self.moves.append(Move(job.id, job.gpu_model, (placement,), reason, pod))
+                budget -= len(moves)
+                waiting, why = self._waiting[gang.id]
+                self._waiting[gang.id] = (waiting, defragged_reason(why, len(moves), pod))
+
+    def _waiting_gangs(self) -> list[tuple[Pool, Workload]]:
+        """Waiting work of whole nodes, with its pool, that its quota and budgets allow and
+        that made no room by preemption."""
+        claimed = {p.for_workload_id for p in self.preemptions}
+        gangs = []
+        for workload, _ in self._waiting.values():
+            queue = self.ledger.queue_or_none(workload.queue_id)
+            if queue is None or workload.slices or workload.id in claimed:
+                continue
+            try:
+                pool = self.capacity.pool(queue.region, workload.gpu_model)
+            except Inadmissible:
+                continue
+            if workload.gpus >= pool.node_size and self._allowed(queue, workload):
+                gangs.append((pool, workload))
+        return gangs
+
+    def _may_defragment(self) -> dict[int, list[Workload]]:
+        """Per node, the running work there that a defragmentation may move."""
+        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
+        changed |= {g.workload_id for g in self.grows} | {m.workload_id for m in self.moves}
+        found: dict[int, list[Workload]] = defaultdict(list)
+        for workload in self.running:
+            if workload.slices or len(workload.placements) != 1 or workload.id in changed:
+                continue
+            if self._may_move(workload):
+                found[workload.placements[0].node_id].append(workload)
+        return found
 
     def _may_grow(self, workload: Workload) -> bool:
         """Whether a running elastic workload may grow now."""
@@ -945,3 +1028,8 @@ def _room_kind(
         small,
         over,
     )
+
+
+def _pod_domain(pool: Pool, pod: str) -> Domain | None:
+    """The domain of the pool's nodes in `pod` (as nodes name it), or None when it has none."""
+    return next((domain for domain in pool.domains_at(2) if domain[1] == pod), None)

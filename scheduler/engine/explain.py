@@ -10,7 +10,7 @@ from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.parallelism import PREDICTION_ERROR
-from scheduler.words import HOURS, phrase
+from scheduler.words import AND_SO, HOURS, phrase
 
 COHORT_ROOM = phrase(
     "cohort {cohort} of queue {queue} has room in its {model} quota ({used}/{quota} in use, "
@@ -351,6 +351,14 @@ MODEL_FIRST_FULL = phrase("{model}: {first}, listed before it, has no room now")
 MODEL_UNSURE = phrase(
     "{choice} (a difference within the planner's error of {error}, so either would do)"
 )
+DEFRAGMENTED = phrase(
+    "moved within pod {pod} to node {node}, so that whole {model} nodes free up there for "
+    "workload {gang} ({gpus} GPUs), which waits with enough GPUs free but scattered"
+)
+DEFRAGGING = (
+    phrase("{count} job moves within pod {pod} to free whole nodes for it"),
+    phrase("{count} jobs move within pod {pod} to free whole nodes for it"),
+)
 MOVED = phrase(
     "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
     "for them"
@@ -406,3 +414,15 @@ def awaited_reason(workload: Workload, model: str, free: str, start_in_s: float)
     times = workload.speed(model) / workload.speed(free)
     minutes = max(1, math.ceil(start_in_s / 60))
     return MODEL_AWAITED.format(model=model, times=f"{times:.1f}", free=free, minutes=minutes)
+
+
+def defrag_reason(node: str, pod: str, gang: Workload) -> str:
+    """Why a running workload moves to `node` within `pod`: so that `gang` finds whole nodes."""
+    model, gpus = gang.gpu_model, gang.gpus
+    return DEFRAGMENTED.format(pod=pod, node=node, model=model, gang=gang.id, gpus=gpus)
+
+
+def defragged_reason(reason: str, count: int, pod: str) -> str:
+    """A waiting gang's reason, and the jobs that move to free whole nodes for it."""
+    then = DEFRAGGING[count > 1].format(count=count, pod=pod)
+    return AND_SO.format(reason=reason, then=then)

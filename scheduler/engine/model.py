@@ -311,6 +311,7 @@ class Workload:
     # A share of one GPU in eighths (`SLICES`), 1 to 7, with `gpus` 1; 0: whole GPUs. A share
     # is its guaranteed minimum of both the GPU's compute and its memory.
     slices: int = 0
+    movable: bool = True  # False: its submitter asked that it never be moved while it runs
 
     @property
     def is_running(self) -> bool:
@@ -445,6 +446,9 @@ class Snapshot:
     worth: tuple[tuple[str, float], ...] = ()
     move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
     share_placement: SharePlacement = SharePlacement.FGD
+    # (pod, moves it may still make): the pods due for defragmentation (`defrag`), as the
+    # nodes name their pod.
+    defrag: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -499,13 +503,16 @@ class Grow:
 
 @dataclass(frozen=True)
 class Move:
-    """Move a running workload that accepts several GPU models to the free GPUs `placements`
-    of a faster one, `gpu_model`: it restarts there from a save, its GPUs now going back."""
+    """Move a running workload to the free GPUs `placements`: of a faster model it accepts,
+    `gpu_model`, or, where `pod` is set, of its own model in that pod, so that whole nodes
+    free up there for a waiting gang (`defrag`). It restarts there from a save, its GPUs now
+    going back."""
 
     workload_id: int
     gpu_model: str
     placements: tuple[Placement, ...]
     reason: str
+    pod: str = ""
 
 
 @dataclass(frozen=True)

@@ -232,9 +232,11 @@ def make_snapshot(
 def apply_plan(snapshot: Snapshot, plan: Plan, now: float) -> Snapshot:
     """The snapshot after the plan, as if every step took effect at once: preempted workloads
     stop and wait again (keeping their submit time), shrunk ones give back their released
-    GPUs, admitted ones start on their placements at `now`."""
+    GPUs, moved ones restart on their new GPUs, admitted ones start on their placements at
+    `now`."""
     stopped = {p.workload_id for p in plan.preemptions}
     shrunk = {s.workload_id: s for s in plan.shrinks}
+    moved = {m.workload_id: m for m in plan.moves}
     started = {a.workload_id: a.placements for a in plan.admissions}
     models = {node.id: node.gpu_model for node in snapshot.nodes}
     workloads = []
@@ -243,6 +245,11 @@ def apply_plan(snapshot: Snapshot, plan: Plan, now: float) -> Snapshot:
             workload = replace(workload, placements=(), started_at=None, preempting=False)
         elif workload.id in shrunk:
             workload = _shrunk(workload, shrunk[workload.id].released)
+        elif workload.id in moved:
+            move = moved[workload.id]
+            workload = replace(
+                workload, placements=move.placements, gpu_model=move.gpu_model, resized_at=now
+            )
         elif workload.id in started:
             placements = started[workload.id]
             gpus = sum(len(p.gpu_indices) for p in placements)

@@ -249,6 +249,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             "topology_required",
             "checkpoint_policy",
             "checkpoint_interval_s",
+            "movable",
             "command",
             "env",
             "time_limit_s",

@@ -255,7 +255,9 @@ def test_an_operator_changes_a_pods_target_with_a_reason(cluster, operator, clie
     bad = client.post(url, {"hot_spares": -1, "reason": "more"})
     assert "greater than or equal to 0" in bad.content.decode()
     assert Pod.objects.get(pk=pod.pk).hot_spares == 0 and not AuditEvent.objects.exists()
-    done = client.post(url, {"hot_spares": 2, "reason": "XID storms this week"}, follow=True)
+    done = client.post(
+        url, {"hot_spares": 2, "defrag_moves": 4, "reason": "XID storms this week"}, follow=True
+    )
     assert "dc1/p1 now keeps 2 hot spares (it kept 0)." in done.content.decode()
     assert _row(done.content.decode(), "dc1/p1")[2:8] == [
         "2",

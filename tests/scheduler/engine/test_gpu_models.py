@@ -204,6 +204,7 @@ def on_h20(workload_id=1, started=NOW - 7200, speeds=FAST, **extra):
             [on_h20(started=NOW - 9000, resized_at=NOW - 1800)], {}, id="moved within the hour"
         ),
         pytest.param([on_h20(saves=False)], {}, id="a job that does not save never moves"),
+        pytest.param([on_h20(movable=False)], {}, id="a job marked not to move never moves"),
         pytest.param([on_h20(speeds=(("H800", 1.2), ("H20", 1.0)))], {}, id="gain below 25 %"),
         pytest.param([on_h20(speeds=())], {}, id="speeds unknown"),
         pytest.param(
