@@ -31,6 +31,13 @@ def create(rows: list[Allocation]) -> None:
         raise IntegrityError(f"GPUs booked past their whole (node, index): {over}")
 
 
+def slices_of(workload: Workload) -> int:
+    """What a booking of the workload holds of its GPU, in eighths: a share's eighths, a MIG
+    instance's memory slots (of eight), or 0 for the whole GPU. A GPU's MIG instances never
+    hold more than its eight memory slots, so `past_whole` guards them as it guards shares."""
+    return workload.mig_profile.slots if workload.mig else workload.slices
+
+
 def past_whole(allocations) -> list[tuple]:
     """The (node id, GPU index) of the GPUs among `allocations` booked past their whole:
     shares over eight eighths, or shares beside a whole booking."""

@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal.cluster.choices import Health
-from portal.cluster.models import GpuModel, Node
+from portal.cluster.models import Gpu, GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
@@ -40,7 +40,7 @@ from portal.workloads.models import (
     transition,
 )
 from portal.workloads.reasons import Reader
-from scheduler import calibration, engine
+from scheduler import calibration, engine, mig
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,16 @@ def build_snapshot(now=None) -> engine.Snapshot:
         .annotate(at=Max("created_at"))
         .values_list("workload_id", "at")
     )
+    mig_profiles = _mig_profiles()
     workloads = leaving + tuple(
         _engine_workload(
-            w, placements[w["id"]], budget, saved.get(w["id"]), resized.get(w["id"]), factors
+            w,
+            placements[w["id"]],
+            budget,
+            saved.get(w["id"]),
+            resized.get(w["id"]),
+            factors,
+            mig_profiles,
         )
         for w in Workload.objects.filter(state__in=[State.PENDING, *HOLDING])
         .order_by("id")
@@ -143,7 +150,26 @@ def build_snapshot(now=None) -> engine.Snapshot:
         move_every_s=settings.WANKA["MOVE_EVERY_S"],
         budgets=budgets.engine_budgets(now or timezone.now()),
         worth=quota_engine.worth(),
+        mig_profiles=mig_profiles,
+        mig_layouts=_mig_layouts(),
     )
+
+
+def _mig_profiles() -> dict:
+    """The MIG profiles of each GPU model that has them."""
+    models = GpuModel.objects.values_list("name", "memory_gb")
+    return {name: found for name, memory in models if (found := mig.profiles(name, memory))}
+
+
+def _mig_layouts() -> dict[tuple[int, int], tuple[str, ...]]:
+    """The profiles of the MIG instances of each GPU in MIG mode, as its agent last reported."""
+    return {
+        (node_id, index): tuple(device["profile"] for device in layout["devices"])
+        for node_id, index, layout in Gpu.objects.exclude(mig={}).values_list(
+            "node_id", "index", "mig"
+        )
+        if layout["enabled"]
+    }
 
 
 COLUMNS = (
@@ -151,15 +177,16 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
-    "slices",
+    "slices", "mig",
 )  # fmt: skip
 
 
 def _engine_workload(
-    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table
+    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table, mig_profiles: dict
 ) -> engine.Workload:
     """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds; the
-    fleet's calibration `factors` correct its throughput curve."""
+    fleet's calibration `factors` correct its throughput curve; a MIG job is charged its
+    profile's share (`mig_profiles`, per GPU model)."""
     return engine.Workload(
         id=w["id"],
         queue_id=w["queue_id"],
@@ -188,6 +215,8 @@ def _engine_workload(
         accepts=tuple(w["accepts"]),
         speeds=_speeds(w, budget, factors),
         slices=w["slices"],
+        mig=w["mig"],
+        mig_charge=mig_profiles[w["gpu_model__name"]][w["mig"]].charge if w["mig"] else 0.0,
     )
 
 
@@ -217,7 +246,7 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
         "submitted_at": now,
         "head_of_queue": False,
     }
-    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {})
+    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {}, snapshot.mig_profiles)
     plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
     for admission in plan.admissions:
         if admission.workload_id == -1:
@@ -370,7 +399,7 @@ def apply(plan: engine.Plan) -> set[int]:
                         node_rank=rank,
                         node_id=placement.node_id,
                         gpu_index=index,
-                        slices=workloads[admission.workload_id].slices,
+                        slices=allocations.slices_of(workloads[admission.workload_id]),
                     )
                     for index in placement.gpu_indices
                 ]

@@ -226,6 +226,7 @@ class Assignment:
     serve_port: int | None = None  # an inference replica: it serves HTTP on this port
     tenant: int | None = None  # whose work: an agent that can runs each tenant's as its own user
     slices: int = 0  # a share of its one GPU, in eighths (1-7); 0: its GPUs whole
+    mig: str = ""  # a MIG instance of its one GPU, of this profile ("1g.10gb"); "": none
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -245,6 +246,7 @@ class Assignment:
             serve_port=item.get("serve_port"),
             tenant=item.get("tenant"),
             slices=item.get("slices", 0),
+            mig=item.get("mig", ""),
         )
 
 
