@@ -49,8 +49,9 @@ class Profile:
 
 
 def has_mig(gpu_model: str) -> bool:
-    """Whether GPUs of the model can be cut into MIG instances."""
-    return gpu_model.upper().startswith(MIG_MODELS)
+    """Whether GPUs of the model can be cut into MIG instances (named as Wanka's models are,
+    "H800", or as NVML names them, "NVIDIA H200")."""
+    return gpu_model.upper().removeprefix("NVIDIA ").startswith(MIG_MODELS)
 
 
 def profiles(gpu_model: str, memory_gb: int) -> dict[str, Profile]:

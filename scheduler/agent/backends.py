@@ -426,6 +426,12 @@ class Machine(Protocol):
         empty where there is no hardware to ask."""
         ...
 
+    def mig_instance(self, index: int, profile: str, taken: Collection[str]) -> str:
+        """The UUID of a MIG device of `profile` on GPU `index` that no process uses and that
+        is none of `taken`: an idle one, else one created, the GPU re-sliced where it has no
+        room and none of its MIG devices is in use. ValueError saying why where none can be."""
+        ...
+
     def check(self) -> str:
         """A node's health check of its GPUs (slow: seconds): a line of what passed, or
         NodeFault / RuntimeError saying what failed."""
