@@ -99,8 +99,10 @@ def book(workload: Workload, gone) -> None:
     workload's start (or admission) and its own booking (a GPU a grow added) until now."""
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
+    # A MIG booking's slices are its memory slots: it is charged its profile's share instead.
+    mig = workload.gpu_share if workload.mig else None
     starts = [
-        (max(since, booked), slices / SLICES if slices else 1)
+        (max(since, booked), mig or (slices / SLICES if slices else 1))
         for booked, slices in gone.values_list("created_at", "slices")
     ]
     if not starts:
@@ -112,7 +114,7 @@ def book(workload: Workload, gone) -> None:
         gpus=sum(share for _, share in starts),
         started_at=min(start for start, _ in starts),
         ended_at=now,
-        # A share is charged as its share of the GPU's hours.
+        # A share, or a MIG instance, is charged as its share of the GPU's hours.
         gpu_hours=sum((now - start).total_seconds() * share for start, share in starts) / 3600,
     )
 

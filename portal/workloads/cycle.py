@@ -165,9 +165,9 @@ def _mig_layouts() -> dict[tuple[int, int], tuple[str, ...]]:
     """The profiles of the MIG instances of each GPU in MIG mode, as its agent last reported."""
     return {
         (node_id, index): tuple(device["profile"] for device in layout["devices"])
-        for node_id, index, layout in Gpu.objects.exclude(mig={}).values_list(
-            "node_id", "index", "mig"
-        )
+        for node_id, index, layout in Gpu.objects.exclude(mig={})
+        .order_by()
+        .values_list("node_id", "index", "mig")
         if layout["enabled"]
     }
 

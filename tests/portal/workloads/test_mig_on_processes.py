@@ -1,6 +1,7 @@
-"""A MIG job end to end: submitted through the API, placed by the cycle on a GPU in MIG mode
-whose one instance is idle but of another profile, the agent re-slices the GPU through NVML
-and the job's process sees its MIG device in CUDA_VISIBLE_DEVICES.
+"""A MIG job end to end: submitted through the API, placed by the cycle on the node's GPU in
+MIG mode (GPU 1, whose one instance is idle but of another profile) rather than on its GPU not
+in MIG mode (GPU 0, which best-fit would take), the agent re-slices that GPU through NVML and
+the job's process sees its MIG device in CUDA_VISIBLE_DEVICES.
 
 The agent is `wanka-agent --backend nvml` (real processes, as the processes backend runs
 them) on a fake of NVML (`tests/fake_pynvml`, `tests.fake_nvml`), which stands in for NVML
@@ -36,7 +37,7 @@ def _output(job_id: int) -> str:
 
 
 def _profiles(node) -> list[str]:
-    layout = Gpu.objects.get(node=node, index=0).mig
+    layout = Gpu.objects.get(node=node, index=1).mig
     return [device["profile"] for device in layout.get("devices", ())]
 
 
@@ -45,7 +46,7 @@ def test_a_mig_job_re_slices_an_idle_gpu_and_runs_on_its_mig_device(
 ):
     GpuModel.objects.create(name="NVIDIA H200", memory_gb=141)
     [node] = make_cluster({"dc1": {"p1": ("NVIDIA H200", 1)}}, nodes_per_leaf=1, connected=False)
-    node.gpu_count = 1
+    node.gpu_count = 2
     node.save(update_fields=["gpu_count"])
     changes = tmp_path / "nvml-changes.log"
     agent = start_agent(portal_server, node, tmp_path / "agent", fake_nvml_log=changes)
@@ -69,13 +70,13 @@ def test_a_mig_job_re_slices_an_idle_gpu_and_runs_on_its_mig_device(
         [uuid] = _output(job_id).split()[1:2]
         assert uuid.startswith("MIG-")
         assert changes.read_text().splitlines() == [
-            "GPU 0: MIG device 7g.141gb destroyed",
-            "GPU 0: GPU instance 7g.141gb destroyed",
-            "GPU 0: GPU instance 1g.18gb at slot 0",
-            f"GPU 0: MIG device 1g.18gb {uuid}",
+            "GPU 1: MIG device 7g.141gb destroyed",
+            "GPU 1: GPU instance 7g.141gb destroyed",
+            "GPU 1: GPU instance 1g.18gb at slot 0",
+            f"GPU 1: MIG device 1g.18gb {uuid}",
         ]
         assert Workload.objects.get(pk=job_id).state == State.RUNNING
-        assert list(Allocation.objects.values_list("gpu_index", "slices")) == [(0, 1)]
+        assert list(Allocation.objects.values_list("gpu_index", "slices")) == [(1, 1)]
         wait_until(lambda: _profiles(node) == ["1g.18gb"], 10, "the new layout reported")
     finally:
         agent.stop()
