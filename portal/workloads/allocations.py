@@ -100,7 +100,7 @@ def book(workload: Workload, gone) -> None:
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
     # A MIG booking's slices are its memory slots: it is charged its profile's share instead.
-    mig = workload.gpu_share if workload.mig else None
+    mig = workload.mig_profile.charge if workload.mig else None
     starts = [
         (max(since, booked), mig or (slices / SLICES if slices else 1))
         for booked, slices in gone.values_list("created_at", "slices")

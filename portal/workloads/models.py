@@ -125,14 +125,12 @@ class Workload(models.Model):
 
     @property
     def gpu_share(self) -> int | float:
-        """GPUs asked for: its whole GPUs, or its share of one (0.25; a MIG instance's charge)."""
-        if self.mig:
-            return self.mig_profile.charge
+        """GPUs asked for: its whole GPUs, or its share of one (0.25); a MIG job's one GPU."""
         return self.slices / SLICES if self.slices else self.gpus
 
     @property
     def mig_profile(self) -> Profile:
-        """Its MIG profile (a MIG job only)."""
+        """Its MIG profile (a MIG job only): what it holds of its GPU, and is charged."""
         return profiles(self.gpu_model.name, self.gpu_model.memory_gb)[self.mig]
 
     @property

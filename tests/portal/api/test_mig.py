@@ -24,7 +24,7 @@ def h800_80gb(db):
 def test_a_mig_job_is_one_gpu_charged_its_profiles_share(acme_llm, bob, h800_80gb, profile, charge):
     response = api_client(bob).post("/api/v1/workloads/", {**JOB, "mig": profile}, format="json")
     assert response.status_code == 201, response.json()
-    assert response.json()["mig"] == profile
+    assert (response.json()["gpus"], response.json()["mig"]) == (1, profile)  # as asked
     workload = Workload.objects.get()
     assert (workload.gpus, workload.slices, workload.mig) == (1, 0, profile)
     [seen] = build_snapshot().workloads

@@ -42,7 +42,7 @@ def _profiles(node) -> list[str]:
 
 
 def test_a_mig_job_re_slices_an_idle_gpu_and_runs_on_its_mig_device(
-    portal_server, celery_worker, clean_redis, tmp_path, acme, alice
+    portal_server, celery_worker, clean_redis, tmp_path, acme, alice, client
 ):
     GpuModel.objects.create(name="NVIDIA H200", memory_gb=141)
     [node] = make_cluster({"dc1": {"p1": ("NVIDIA H200", 1)}}, nodes_per_leaf=1, connected=False)
@@ -78,5 +78,7 @@ def test_a_mig_job_re_slices_an_idle_gpu_and_runs_on_its_mig_device(
         assert Workload.objects.get(pk=job_id).state == State.RUNNING
         assert list(Allocation.objects.values_list("gpu_index", "slices")) == [(1, 1)]
         wait_until(lambda: _profiles(node) == ["1g.18gb"], 10, "the new layout reported")
+        client.force_login(alice)
+        assert "1g.18gb × NVIDIA H200" in client.get(f"/workloads/{job_id}/").content.decode()
     finally:
         agent.stop()
