@@ -33,7 +33,7 @@ def test_the_node_page_lists_each_gpus_mig_instances(sliced, client, operator):
     assert table.count("1g.10gb (free)") == 2
     assert "<td>1</td><td>off · on at its next reset</td>" in table
     assert "<td>2</td>" not in table  # no MIG: not listed
-    assert "Wanka does not place work on MIG instances yet" in page
+    assert "a GPU with an instance in use is never re-sliced" in page
     chinese = client.get(f"/ops/nodes/{sliced.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans")
     text = chinese.content.decode()
     assert "MIG 实例" in text and "3g.40gb (使用中)" in text and "关闭 · 下次重置后开启" in text
