@@ -216,8 +216,17 @@ def _engine_workload(
         speeds=_speeds(w, budget, factors),
         slices=w["slices"],
         mig=w["mig"],
-        mig_charge=mig_profiles[w["gpu_model__name"]][w["mig"]].charge if w["mig"] else 0.0,
+        mig_charge=_charge(w, mig_profiles),
     )
+
+
+def _charge(w: dict, mig_profiles: dict) -> float:
+    """A MIG job's profile's share of its GPU; a whole GPU where its model lacks the profile
+    (its memory changed since): the engine lets it wait, saying why."""
+    if not w["mig"]:
+        return 0.0
+    profile = mig_profiles.get(w["gpu_model__name"], {}).get(w["mig"])
+    return profile.charge if profile else 1.0
 
 
 def _speeds(w: dict, budget: parallel.Budget, factors) -> tuple:

@@ -430,6 +430,8 @@ class Cycle:
         its budgets and quota allow its share; else room is made for it as for a one-GPU job
         where the rules allow; else it waits (nothing is reserved for it)."""
         share, seconds = workload.share, workload.time_limit_s
+        if workload.mig and (never := self.mig.unknown(workload)):
+            return self._no_fit(workload, never)
         if self.budgets:
             budget = refusal(self.budgets.check, queue, workload, share, seconds, not within)
             if budget is not None:

@@ -47,12 +47,16 @@ class MigInstances:
             for placement in workload.placements if workload.mig else ():
                 self.held[placement.node_id, placement.gpu_indices[0]].append(workload.mig)
 
+    def unknown(self, workload: Workload) -> str | None:
+        """Why the MIG job can never run (its model has no such profile), or None."""
+        if workload.mig in self.profiles.get(workload.gpu_model, {}):
+            return None
+        return NO_MIG_PROFILE.format(model=workload.gpu_model, profile=workload.mig)
+
     def find(self, pool: Pool, workload: Workload) -> Placement:
         """The GPU the MIG job takes (takes nothing), or Inadmissible with the reason."""
         model, name = workload.gpu_model, workload.mig
-        profiles = self.profiles.get(model, {})
-        if name not in profiles:
-            raise Inadmissible(NO_MIG_PROFILE.format(model=model, profile=name))
+        profiles = self.profiles[model]
         mine = list(self._gpus(pool, workload))
         idle = [(gpu, node) for gpu, node in mine if name in self._idle(gpu)]
         held = [(gpu, node) for gpu, node in mine if gpu in self.held]

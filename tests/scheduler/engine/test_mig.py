@@ -119,6 +119,19 @@ def test_a_gpu_held_whole_is_not_taken_even_in_mig_mode() -> None:
     assert "no H800 GPU is free" in outcome(plan(snapshot, NOW), snapshot)[2]
 
 
+def test_a_profile_the_model_lacks_waits_and_takes_nothing() -> None:
+    """Its model's memory changed since it was submitted: it waits, saying why, and preempts
+    nothing to make room it could never use."""
+    lender, borrower = make_queue("a", h800=1, cohort="c"), make_queue("b", h800=0, cohort="c")
+    [node] = make_cluster(nodes=1, gpus=1)
+    borrowed = make_running(1, borrower, on(node, 0))
+    pending = workload(2, lender, 1, mig="3g.71gb", mig_charge=1.0)
+    snapshot = snapshot_with([node], [lender, borrower], [borrowed, pending], {})
+    result = plan(snapshot, NOW)
+    assert not result.preemptions and not result.admissions
+    assert outcome(result, snapshot)[2].endswith("H800 GPUs have no MIG profile 3g.71gb")
+
+
 @pytest.mark.parametrize(
     "profile, charge",
     [
