@@ -4,8 +4,11 @@ instances, each with its profile and whether it is in use."""
 import pytest
 from django.utils import translation
 
-from portal.cluster.models import Gpu
+from portal.cluster.models import Gpu, GpuModel
 from portal.dashboard.cluster_map import cluster_map
+from portal.workloads.cycle import apply
+from scheduler import engine
+from tests.builders import make_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -56,3 +59,13 @@ def test_the_map_names_each_sliced_gpus_instances_in_the_readers_language(
     assert found["mig"][found["name"].index(cluster[1].name)] == ""
     with translation.override("zh-hans"):
         assert cluster_map()["mig"][at].startswith("GPU 0：3g.40gb（使用中）, 2g.20gb")
+
+
+def test_the_map_counts_a_mig_job_as_held_not_as_a_share_job(cluster, acme_llm, clean_redis):
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+    job = make_workload(acme_llm, "half", gpus=1, mig="3g.40gb")
+    placement = engine.Placement(cluster[0].id, (0,))
+    apply(engine.Plan(admissions=[engine.Admission(job.pk, (placement,))]))
+    found = cluster_map()
+    at = found["name"].index(cluster[0].name)
+    assert (found["held"][at], found["shares"][at]) == (0.5, "")  # its 4 memory slots of 8
