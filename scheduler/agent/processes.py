@@ -32,7 +32,9 @@ Launch variables, as `torchrun` means them (a launch of ``torchrun train.py`` ne
 since torchrun takes its defaults from the ``PET_*`` variables):
 
 ==========================  ==========================================================
-``CUDA_VISIBLE_DEVICES``     the assigned GPU indices, e.g. ``0,1,2,3`` (``""``: none)
+``CUDA_VISIBLE_DEVICES``     the assigned GPU indices, e.g. ``0,1,2,3`` (``""``: none); a
+                             MIG job's MIG device, ``MIG-<uuid>``, which the machine sets
+                             up on its GPU (`Machine.mig_instance`)
 ``CUDA_DEVICE_ORDER``        ``PCI_BUS_ID``, so the indices mean what NVML's mean
 ``MASTER_ADDR``              the rank-0 node's address (``127.0.0.1`` when not given)
 ``MASTER_PORT``              its port (when given)
