@@ -19,7 +19,7 @@ when it starts the job (`scheduler.agent.backends.MigSlicer`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
@@ -43,9 +43,29 @@ class MigInstances:
         self.profiles = snapshot.mig_profiles
         self.layouts: dict[Gpu, tuple[str, ...]] = dict(snapshot.mig_layouts)
         self.held: defaultdict[Gpu, list[str]] = defaultdict(list)
+        models: dict[Gpu, str] = {}
         for workload in running:
             for placement in workload.placements if workload.mig else ():
-                self.held[placement.node_id, placement.gpu_indices[0]].append(workload.mig)
+                gpu = (placement.node_id, placement.gpu_indices[0])
+                self.held[gpu].append(workload.mig)
+                models[gpu] = workload.gpu_model
+        for gpu, model in models.items():
+            self._catch_up(gpu, self.profiles.get(model, {}))
+
+    def _catch_up(self, gpu: Gpu, profiles: Mapping[str, Profile]) -> None:
+        """A GPU's layout as its agent last reported it may lag its bookings: a job started
+        since holds an instance the report lacks. That instance is added where it fits beside
+        the reported ones; else the GPU was re-sliced since, and its instances are those held."""
+        missing = list(self.held[gpu])
+        for name in self.layouts.get(gpu, ()):
+            if name in missing:
+                missing.remove(name)
+        if not missing:
+            return
+        layout = (*self.layouts.get(gpu, ()), *missing)
+        known = all(name in profiles for name in layout)
+        fitting = known and fits(profiles[name] for name in layout)
+        self.layouts[gpu] = layout if fitting else tuple(self.held[gpu])
 
     def unknown(self, workload: Workload) -> str | None:
         """Why the MIG job can never run (its model has no such profile), or None."""

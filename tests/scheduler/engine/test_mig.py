@@ -157,3 +157,38 @@ def test_quota_counts_mig_jobs_by_their_charge() -> None:
     result = plan(snapshot, NOW)
     assert [a.workload_id for a in result.admissions] == [1]
     assert "job needs 0.57" in outcome(result, snapshot)[2]
+
+
+@pytest.mark.parametrize(
+    "reported, pending, gpu",
+    [
+        pytest.param(
+            ("7g.80gb",),
+            "7g.80gb",
+            1,
+            id="a GPU re-sliced since its report has no idle 7g.80gb left: a free GPU is taken",
+        ),
+        pytest.param(
+            ("1g.10gb",),
+            "2g.20gb",
+            0,
+            id="the new instance is counted beside the reported one: a 2g.20gb still fits",
+        ),
+        pytest.param(
+            ("4g.40gb",),
+            "3g.40gb",
+            1,
+            id="the new instance is counted beside the reported one: a 3g.40gb no longer fits",
+        ),
+    ],
+)
+def test_a_layout_reported_before_the_last_start_is_brought_up_to_date(
+    reported, pending, gpu
+) -> None:
+    """GPU 0 holds a 3g.40gb started since its agent last reported GPU 0's layout."""
+    queue = make_queue("acme", h800=8)
+    [node] = make_cluster(nodes=1, gpus=2)
+    jobs = [mig(1, queue, "3g.40gb", on(node, 0)), mig(2, queue, pending)]
+    result = plan(snapshot_with([node], [queue], jobs, {(1, 0): reported}), NOW)
+    [admission] = result.admissions
+    assert admission.placements == (on(node, gpu),)
