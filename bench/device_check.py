@@ -4,6 +4,7 @@
     python -m bench.device_check run --backend nvml --agent-pid PID --state-dir DIR --started T
     python -m bench.device_check mps --state-dir DIR  # with nvidia-cuda-mps-control
     python -m bench.device_check mig  # each GPU's MIG layout as the agent reads it; MPS
+    python -m bench.device_check mig --set --state-dir DIR  # and a MIG job on GPU 0
 
 `setup` reads the GPUs the way the agent will (so that the GPU model it reports exists in the
 database; this is also where a machine without NVML is turned away), migrates the throwaway
@@ -33,6 +34,7 @@ from scheduler.agent.host import mps_running
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable
 from scheduler.agent.processes import LOG_FILE, PGID_FILE, ProcessBackend
 from scheduler.agent.simulated import SimulatedGpus
+from scheduler.mig import profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 60.0  # for each step: enrolment, the job starting, the checkpoint, the stop
@@ -82,7 +84,79 @@ def mig(args) -> None:
     control, running = shutil.which("nvidia-cuda-mps-control"), mps_running()
     say(f"MPS: control {control or 'not installed'}, daemon {'' if running else 'not '}running")
     layouts = {s.index: s.mig.to_message() for s in samples if s.mig is not None}
-    print(json.dumps({"ok": True, "mig": layouts, "mps_control": control, "mps_running": running}))
+    result = {"ok": True, "mig": layouts, "mps_control": control, "mps_running": running}
+    if args.set:
+        result["set"] = mig_set(Path(args.state_dir or tempfile.mkdtemp(prefix="wanka-mig-")))
+    print(json.dumps(result))
+
+
+# A MIG job's probe: the device it sees, that it computes there, and that device's memory.
+MIG_PROBE = (
+    "import json, os, torch; x = torch.ones(1 << 24, device='cuda'); "
+    "print(json.dumps({'visible': os.environ['CUDA_VISIBLE_DEVICES'], 'sum': int(x.sum().item()), "
+    "'memory_mb': torch.cuda.get_device_properties(0).total_memory // 2**20}))"
+)
+
+
+def mig_set(state_dir: Path) -> dict:
+    """A job of the GPU model's smallest MIG profile on GPU 0, started as the agent starts one
+    (the processes backend on the NVML machine): NVML turns MIG on where it is off and creates
+    the instance, re-slicing the GPU where it has no room and no MIG device is in use. The job
+    must see its MIG device, compute on it, and have no more than its slice's memory. A GPU 0
+    whose MIG was off is given back with MIG off (`nvidia-smi`); one that had MIG keeps the new
+    instance. Skipped (and passed) on a GPU model without MIG; fails where a process uses GPU 0."""
+    try:
+        machine = NvmlMachine(socket.gethostname())
+    except NvmlUnavailable as exc:
+        fail(f"NVML not available: {exc}")
+    gpu = machine.inventory().gpus[0]
+    named = profiles(machine.inventory().gpu_model, -(-gpu.memory_mb // 1024))
+    if not named:
+        machine.close()
+        return {"skipped": f"{machine.inventory().gpu_model} has no MIG"}
+    if machine.compute_processes().get(0):
+        machine.close()
+        fail("a process computes on GPU 0: MIG is set on an idle GPU only")
+    was_on = machine.telemetry(busy=())[0].mig is not None
+    profile = next(iter(named))
+    say(f"MIG: a {profile} job on GPU 0 (MIG {'on' if was_on else 'off'} before)")
+    try:
+        seen = asyncio.run(_mig_job(machine, state_dir, profile))
+        layout = machine.telemetry(busy=())[0].mig
+    finally:
+        machine.close()
+        if not was_on:
+            _mig_off()
+    uuids = [device.uuid for device in layout.devices] if layout else []
+    if seen["visible"] not in uuids:
+        fail(f"the job saw {seen['visible']}, not one of GPU 0's MIG devices {uuids}")
+    if seen["sum"] != 1 << 24 or seen["memory_mb"] > gpu.memory_mb * named[profile].slots // 8:
+        fail(f"the {profile} job did not compute within its slice: {seen}")
+    say(f"  {profile} on {seen['visible']}: {seen['memory_mb']} MiB, computed")
+    return {"profile": profile, **seen, "layout": layout.to_message(), "mig_was_on": was_on}
+
+
+def _mig_off() -> None:
+    """GPU 0 given back with MIG off: its instances destroyed, then its MIG mode."""
+    try:
+        for off in (["mig", "-dci"], ["mig", "-dgi"], ["-mig", "0"]):
+            subprocess.run(["nvidia-smi", "-i", "0", *off], check=False)
+    except OSError as exc:
+        say(f"MIG left on GPU 0: cannot run nvidia-smi: {exc}")
+
+
+async def _mig_job(machine: NvmlMachine, state_dir: Path, profile: str) -> dict:
+    backend = ProcessBackend(machine, state_dir, job_users=False)
+    command = shlex.join([sys.executable, "-c", MIG_PROBE])
+    try:
+        await backend.start(Assignment(1, (0,), command, mig=profile))
+    except ValueError as exc:  # NVML could not set the layout: says why
+        fail(str(exc))
+    ended = await backend.wait(1)
+    lines = _read(state_dir / "workloads" / "1" / LOG_FILE).strip().splitlines()
+    if ended.exit_code != 0 or not lines:
+        fail(f"the {profile} job exited with {ended.exit_code}: {lines[-5:]}")
+    return json.loads(lines[-1])
 
 
 def _mig_words(layout: MigLayout | None) -> str:
@@ -423,6 +497,7 @@ def main() -> None:
     parser.add_argument("--state-dir", default="")
     parser.add_argument("--started", type=float, default=time.time())
     parser.add_argument("--telemetry-s", type=float, default=5.0)
+    parser.add_argument("--set", action="store_true", help="mig: also run a MIG job on GPU 0")
     args = parser.parse_args()
     if args.step == "setup":
         setup(args)

@@ -5,6 +5,7 @@
 #   bash bench/device_check.sh --backend processes   # dry run without a GPU (simulated GPUs,
 #   DEVICE_CHECK_BACKEND=processes bash bench/device_check.sh    real processes)
 #   DEVICE_CHECK_PYTHON=python3 bash bench/device_check.sh       # that interpreter, no .venv
+#   DEVICE_CHECK_MIG_SET=1 bash bench/device_check.sh   # also a MIG job on GPU 0 (sets MIG)
 #
 # It prints each GPU's MIG mode and MIG devices and whether an MPS daemon runs, as the agent reads
 # them; reads the GPUs through NVML as the agent will (and stops there without NVML), migrates a
@@ -92,9 +93,11 @@ REDIS_PORT=$(free_port) WEB_PORT=$(free_port)
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 
 # MIG and MPS as the agent sees them (prints; passes on a GPU without MIG); not on a dry run.
+# With DEVICE_CHECK_MIG_SET, a MIG job on GPU 0 too: the agent's NVML calls set the layout
+# (GPU 0 must be idle; one whose MIG was off is given back with MIG off).
 if [[ $BACKEND == nvml ]]; then
-    say "MIG layout and MPS, as the agent reads them"
-    $PY -m bench.device_check mig >&2
+    say "MIG layout and MPS, as the agent reads them${DEVICE_CHECK_MIG_SET:+, and a MIG job}"
+    $PY -m bench.device_check mig ${DEVICE_CHECK_MIG_SET:+--set --state-dir "$DATA/mig"} >&2
 fi
 
 # First what the agent will report (no NVML: stop here), then the database (needs no Redis).

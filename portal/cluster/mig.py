@@ -2,8 +2,8 @@
 
 A layout comes with the GPU's telemetry (a heartbeat sample's `mig`, where MIG is on or
 pending) and is kept on the GPU's row when it changes, for the cluster map and the node page.
-This is what the nodes have, not what is booked: the engine does not place work on MIG devices
-yet.
+This is what the nodes have, not what is booked; the scheduling cycle reads it to place MIG
+jobs (`portal.workloads.cycle`, `scheduler.engine.mig`).
 """
 
 import logging

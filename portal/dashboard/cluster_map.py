@@ -93,11 +93,11 @@ def cluster_map() -> dict:
 
 def _shares() -> dict[int, str]:
     """Per node with shared GPUs, each of them: how much of it its share jobs hold, and how
-    many they are ("GPU 3: 6/8 held by 3 share jobs"); one query, of shares only."""
+    many they are ("GPU 3: 6/8 held by 3 share jobs"); one query, of shares only (a MIG job's
+    booking holds memory slots, and its GPU's line is in `_mig`)."""
     gpus = defaultdict(lambda: [0, 0])
-    for node_id, index, slices in Allocation.objects.filter(slices__gt=0).values_list(
-        "node_id", "gpu_index", "slices"
-    ):
+    shares = Allocation.objects.filter(slices__gt=0, workload__mig="")
+    for node_id, index, slices in shares.values_list("node_id", "gpu_index", "slices"):
         gpus[node_id, index][0] += slices
         gpus[node_id, index][1] += 1
     said = defaultdict(list)

@@ -356,8 +356,9 @@ def _as_form(workload):
 
 # The request's fields a clone keeps (its queue and GPU model by name, its env as lines).
 CLONED = [
-    "name", "kind", "gpus", "min_gpus", "max_gpus", "priority", "topology", "topology_required",
-    "checkpoint_policy", "checkpoint_interval_s", "movable", "command", "time_limit_s",
+    "name", "kind", "gpus", "mig", "min_gpus", "max_gpus", "priority", "topology",
+    "topology_required", "checkpoint_policy", "checkpoint_interval_s", "movable", "command",
+    "time_limit_s",
     "preemption_grace_s", "simulated_duration_s", "model", "global_batch",
 ]  # fmt: skip
 

@@ -31,6 +31,13 @@ def create(rows: list[Allocation]) -> None:
         raise IntegrityError(f"GPUs booked past their whole (node, index): {over}")
 
 
+def slices_of(workload: Workload) -> int:
+    """What a booking of the workload holds of its GPU, in eighths: a share's eighths, a MIG
+    instance's memory slots (of eight), or 0 for the whole GPU. A GPU's MIG instances never
+    hold more than its eight memory slots, so `past_whole` guards them as it guards shares."""
+    return workload.mig_profile.slots if workload.mig else workload.slices
+
+
 def past_whole(allocations) -> list[tuple]:
     """The (node id, GPU index) of the GPUs among `allocations` booked past their whole:
     shares over eight eighths, or shares beside a whole booking."""
@@ -92,8 +99,10 @@ def book(workload: Workload, gone) -> None:
     workload's start (or admission) and its own booking (a GPU a grow added) until now."""
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
+    # A MIG booking's slices are its memory slots: it is charged its profile's share instead.
+    mig = workload.mig_profile.charge if workload.mig else None
     starts = [
-        (max(since, booked), slices / SLICES if slices else 1)
+        (max(since, booked), mig or (slices / SLICES if slices else 1))
         for booked, slices in gone.values_list("created_at", "slices")
     ]
     if not starts:
@@ -105,7 +114,7 @@ def book(workload: Workload, gone) -> None:
         gpus=sum(share for _, share in starts),
         started_at=min(start for start, _ in starts),
         ended_at=now,
-        # A share is charged as its share of the GPU's hours.
+        # A share, or a MIG instance, is charged as its share of the GPU's hours.
         gpu_hours=sum((now - start).total_seconds() * share for start, share in starts) / 3600,
     )
 

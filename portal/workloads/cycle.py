@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal.cluster.choices import Health
-from portal.cluster.models import GpuModel, Node
+from portal.cluster.models import Gpu, GpuModel, Node
 from portal.core import measure
 from portal.core.redis import client
 from portal.quotas import engine as quota_engine
@@ -40,7 +40,7 @@ from portal.workloads.models import (
     transition,
 )
 from portal.workloads.reasons import Reader
-from scheduler import calibration, engine
+from scheduler import calibration, engine, mig
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         Workload.objects.filter(state__in=[State.PENDING, *HOLDING]).order_by("id").values(*COLUMNS)
     )
     measured = fleet.measured({job for w in rows if len(w["accepts"]) > 1 and (job := _job(w))})
+    mig_profiles = _mig_profiles()
     workloads = leaving + tuple(
         _engine_workload(
             w,
@@ -143,6 +144,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
             saved.get(w["id"]),
             resized.get(w["id"]),
             factors,
+            mig_profiles,
             measured.get(_job(w), ()),
         )
         for w in rows
@@ -158,7 +160,26 @@ def build_snapshot(now=None) -> engine.Snapshot:
         budgets=budgets.engine_budgets(now),
         worth=quota_engine.worth(),
         defrag=defrag.due(now),
+        mig_profiles=mig_profiles,
+        mig_layouts=_mig_layouts(),
     )
+
+
+def _mig_profiles() -> dict:
+    """The MIG profiles of each GPU model that has them."""
+    models = GpuModel.objects.values_list("name", "memory_gb")
+    return {name: found for name, memory in models if (found := mig.profiles(name, memory))}
+
+
+def _mig_layouts() -> dict[tuple[int, int], tuple[str, ...]]:
+    """The profiles of the MIG instances of each GPU in MIG mode, as its agent last reported."""
+    return {
+        (node_id, index): tuple(device["profile"] for device in layout["devices"])
+        for node_id, index, layout in Gpu.objects.exclude(mig={})
+        .order_by()
+        .values_list("node_id", "index", "mig")
+        if layout["enabled"]
+    }
 
 
 COLUMNS = (
@@ -166,7 +187,7 @@ COLUMNS = (
     "topology_required", "min_gpus", "max_gpus", "started_at", "time_limit_s", "state",
     "head_of_queue", "model_spec", "global_batch", "spread", "checkpoint_policy", "tenant_id",
     "accepts",
-    "slices", "name", "movable",
+    "slices", "name", "movable", "mig",
 )  # fmt: skip
 
 
@@ -183,11 +204,19 @@ def _earlier_runs(w: dict) -> list:
 
 
 def _engine_workload(
-    w: dict, placed: dict, budget, saved, resized, factors: calibration.Table, runs=()
+    w: dict,
+    placed: dict,
+    budget,
+    saved,
+    resized,
+    factors: calibration.Table,
+    mig_profiles: dict,
+    runs=(),
 ) -> engine.Workload:
     """A workload as the engine sees it, from its `COLUMNS` and the GPUs it holds; the
     fleet's calibration `factors` correct its throughput curve, and its earlier `runs`
-    (`fleet.measured`) give its speeds where the planner knows nothing of it."""
+    (`fleet.measured`) give its speeds where the planner knows nothing of it; a MIG job is
+    charged its profile's share (`mig_profiles`, per GPU model)."""
     speeds, measured = _speeds(w, budget, factors, runs)
     return engine.Workload(
         id=w["id"],
@@ -219,7 +248,18 @@ def _engine_workload(
         measured=measured,
         slices=w["slices"],
         movable=w["movable"],
+        mig=w["mig"],
+        mig_charge=_charge(w, mig_profiles),
     )
+
+
+def _charge(w: dict, mig_profiles: dict) -> float:
+    """A MIG job's profile's share of its GPU; a whole GPU where its model lacks the profile
+    (its memory changed since): the engine lets it wait, saying why."""
+    if not w["mig"]:
+        return 0.0
+    profile = mig_profiles.get(w["gpu_model__name"], {}).get(w["mig"])
+    return profile.charge if profile else 1.0
 
 
 def _speeds(w: dict, budget: parallel.Budget, factors, runs) -> tuple[tuple, int]:
@@ -262,7 +302,8 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
         "head_of_queue": False,
     }
     runs = _earlier_runs(fields)
-    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {}, runs)
+    profiles = snapshot.mig_profiles
+    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {}, profiles, runs)
     plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
     for admission in plan.admissions:
         if admission.workload_id == -1:
@@ -418,7 +459,7 @@ def apply(plan: engine.Plan) -> set[int]:
                         node_rank=rank,
                         node_id=placement.node_id,
                         gpu_index=index,
-                        slices=workloads[admission.workload_id].slices,
+                        slices=allocations.slices_of(workloads[admission.workload_id]),
                     )
                     for index in placement.gpu_indices
                 ]

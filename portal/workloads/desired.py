@@ -180,6 +180,7 @@ def _assignment(workload, indices, rank, gang, env) -> dict:
         }
         | ({"serve_port": workload.serve_port} if workload.serve_port else {})
         | ({"slices": workload.slices} if workload.slices else {})
+        | ({"mig": workload.mig} if workload.mig else {})
     )
 
 
@@ -187,7 +188,7 @@ def _master_port(workload, first_gpu: int) -> int:
     """A port of its own on its master node: a whole GPU is exclusive, so its master's first
     GPU index makes the port unique there; a share job, one node and one GPU shared with others,
     takes one of a range of its own by its id (two on one node collide one time in 20,000)."""
-    if workload.slices:
+    if workload.slices or workload.mig:  # a MIG job shares its GPU too
         return MASTER_PORT_BASE + 256 + workload.pk % SHARE_PORTS
     return MASTER_PORT_BASE + first_gpu
 

@@ -23,6 +23,7 @@ from portal.workloads.choices import (
 )
 from portal.workloads.reasons import readable
 from scheduler.engine.model import SLICES
+from scheduler.mig import Profile, profiles
 
 
 class IllegalTransition(Conflict):
@@ -45,6 +46,9 @@ class Workload(models.Model):
     # A share of one GPU in eighths (1-7, with `gpus` 1): the larger of the compute and the
     # memory asked, rounded up; 0: `gpus` whole GPUs.
     slices = models.PositiveSmallIntegerField(default=0)
+    # A MIG profile of one GPU ("1g.10gb", with `gpus` 1 and `slices` 0; `scheduler.mig`);
+    # "": none.
+    mig = models.CharField(max_length=16, blank=True, default="")
     min_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic lower bound")
     max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Elastic upper bound")
     priority = models.IntegerField(choices=PriorityClass.choices, default=PriorityClass.NORMAL)
@@ -126,8 +130,13 @@ class Workload(models.Model):
 
     @property
     def gpu_share(self) -> int | float:
-        """GPUs asked for: its whole GPUs, or its share of one (0.25)."""
+        """GPUs asked for: its whole GPUs, or its share of one (0.25); a MIG job's one GPU."""
         return self.slices / SLICES if self.slices else self.gpus
+
+    @property
+    def mig_profile(self) -> Profile:
+        """Its MIG profile (a MIG job only): what it holds of its GPU, and is charged."""
+        return profiles(self.gpu_model.name, self.gpu_model.memory_gb)[self.mig]
 
     @property
     def is_finished(self) -> bool:

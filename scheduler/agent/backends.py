@@ -226,6 +226,7 @@ class Assignment:
     serve_port: int | None = None  # an inference replica: it serves HTTP on this port
     tenant: int | None = None  # whose work: an agent that can runs each tenant's as its own user
     slices: int = 0  # a share of its one GPU, in eighths (1-7); 0: its GPUs whole
+    mig: str = ""  # a MIG instance of its one GPU, of this profile ("1g.10gb"); "": none
 
     @classmethod
     def from_message(cls, item: Mapping[str, Any]) -> Assignment:
@@ -245,6 +246,7 @@ class Assignment:
             serve_port=item.get("serve_port"),
             tenant=item.get("tenant"),
             slices=item.get("slices", 0),
+            mig=item.get("mig", ""),
         )
 
 
@@ -422,6 +424,12 @@ class Machine(Protocol):
     def compute_processes(self) -> dict[int, list[int]]:
         """The pids the hardware sees computing on each GPU (NVML's compute processes);
         empty where there is no hardware to ask."""
+        ...
+
+    def mig_instance(self, index: int, profile: str, taken: Collection[str]) -> str:
+        """The UUID of a MIG device of `profile` on GPU `index` that no process uses and that
+        is none of `taken`: an idle one, else one created, the GPU re-sliced where it has no
+        room and none of its MIG devices is in use. ValueError saying why where none can be."""
         ...
 
     def check(self) -> str:

@@ -13,8 +13,15 @@
 - MIG, per GPU and with its telemetry: whether MIG mode is on now and after the next GPU reset
   (`nvmlDeviceGetMigMode`), and while it is on, each MIG device's UUID, profile (named from
   `nvmlDeviceGetAttributes`' slice counts and memory, `mig_profile`) and whether a process
-  computes on it. A GPU without MIG answers NotSupported and reports none. Wanka reads the
-  layout only: it neither creates nor destroys GPU instances.
+  computes on it. A GPU without MIG answers NotSupported and reports none.
+- MIG, set when a job of a MIG profile starts (`mig_instance`): an idle MIG device of the
+  profile is taken as it is; else MIG mode is turned on where it is off
+  (`nvmlDeviceSetMigMode`), and a GPU instance of the profile is created
+  (`nvmlDeviceGetGpuInstanceProfileInfo`, `nvmlDeviceCreateGpuInstance`) with one compute
+  instance spanning it (`nvmlGpuInstanceGetComputeInstanceProfileInfo`,
+  `nvmlGpuInstanceCreateComputeInstance`); where the GPU has no room for it and none of its
+  MIG devices is in use, the GPU is re-sliced: each device's compute and GPU instance destroyed
+  (`nvmlComputeInstanceDestroy`, `nvmlGpuInstanceDestroy`), then the instance created.
 
 Without NVML (the package not installed, no driver, no GPU) `NvmlMachine()` raises
 `NvmlUnavailable` naming the cause; the agent refuses to start rather than pretend.
@@ -154,6 +161,106 @@ class NvmlMachine:
             found[index] = [process.pid for process in running]
         return found
 
+    def mig_instance(self, index: int, profile: str, taken: Collection[str]) -> str:
+        """The UUID of a MIG device of `profile` on GPU `index` for a job to run on, none of
+        `taken` (the devices this agent's jobs hold) and none a process computes on: an idle
+        one, else one created, re-slicing the GPU where it has no room and all its devices are
+        idle. ValueError saying why where none can be had."""
+        nvml, handle = self._nvml, self._handles[index]
+        try:
+            self._mig_on(index, handle)
+            devices = self._mig_devices(handle)
+            for device in devices:
+                if device.profile == profile and device.uuid not in taken and not device.in_use:
+                    return device.uuid
+            try:
+                return self._create_mig(handle, profile)
+            except nvml.NVMLError_InsufficientResources:
+                if any(d.in_use or d.uuid in taken for d in devices):
+                    raise ValueError(
+                        f"GPU {index} has no room for a {profile} MIG device beside those in use"
+                    ) from None
+            self._destroy_mig(handle)
+            return self._create_mig(handle, profile)
+        except nvml.NVMLError as exc:
+            raise ValueError(f"GPU {index}: cannot set up a {profile} MIG device: {exc}") from None
+
+    def _mig_on(self, index: int, handle: Any) -> None:
+        nvml, on = self._nvml, self._nvml.NVML_DEVICE_MIG_ENABLE
+        if nvml.nvmlDeviceGetMigMode(handle)[0] == on:
+            return
+        nvml.nvmlDeviceSetMigMode(handle, on)
+        logger.info("GPU %s: MIG mode set on", index)
+        if nvml.nvmlDeviceGetMigMode(handle)[0] != on:
+            raise ValueError(f"GPU {index}: MIG mode is on only after a GPU reset")
+
+    def _create_mig(self, handle: Any, profile: str) -> str:
+        """Create a GPU instance of `profile` and one compute instance spanning it; its UUID."""
+        nvml = self._nvml
+        info = self._gpu_instance_profile(handle, profile)
+        instance = nvml.nvmlDeviceCreateGpuInstance(handle, info.id)
+        for compute in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                found = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    instance, compute, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
+                continue
+            if found.sliceCount == info.sliceCount:
+                created = nvml.nvmlGpuInstanceCreateComputeInstance(instance, found.id)
+                break
+        else:
+            nvml.nvmlGpuInstanceDestroy(instance)
+            raise ValueError(f"no compute instance spans a {profile} GPU instance")
+        wanted = (
+            nvml.nvmlGpuInstanceGetInfo(instance).id,
+            nvml.nvmlComputeInstanceGetInfo(created).id,
+        )
+        for device in self._mig_handles(handle):
+            if self._instance_ids(device) == wanted:
+                logger.info("MIG device %s created", profile)
+                return _text(nvml.nvmlDeviceGetUUID(device))
+        raise ValueError(f"the new {profile} MIG device is not listed")
+
+    def _gpu_instance_profile(self, handle: Any, profile: str) -> Any:
+        """NVML's GPU instance profile that nvidia-smi names `profile` on this GPU."""
+        nvml = self._nvml
+        gpu_memory_mb = _total_mb(nvml, handle)
+        for number in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, number)
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
+                continue
+            slices = info.sliceCount
+            if mig_profile(slices, slices, info.memorySizeMB, gpu_memory_mb) == profile:
+                return info
+        raise ValueError(f"this GPU has no MIG profile {profile}")
+
+    def _destroy_mig(self, handle: Any) -> None:
+        """Destroy each MIG device's compute and GPU instance: re-slicing an idle GPU."""
+        nvml = self._nvml
+        for gpu_instance_id, compute_instance_id in [
+            self._instance_ids(device) for device in self._mig_handles(handle)
+        ]:
+            instance = nvml.nvmlDeviceGetGpuInstanceById(handle, gpu_instance_id)
+            compute = nvml.nvmlGpuInstanceGetComputeInstanceById(instance, compute_instance_id)
+            nvml.nvmlComputeInstanceDestroy(compute)
+            nvml.nvmlGpuInstanceDestroy(instance)
+        logger.info("MIG devices destroyed to re-slice the GPU")
+
+    def _mig_handles(self, handle: Any) -> list[Any]:
+        nvml, found = self._nvml, []
+        for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                found.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index))
+            except nvml.NVMLError_NotFound:
+                continue
+        return found
+
+    def _instance_ids(self, device: Any) -> tuple[int, int]:
+        nvml = self._nvml
+        return nvml.nvmlDeviceGetGpuInstanceId(device), nvml.nvmlDeviceGetComputeInstanceId(device)
+
     def check(self) -> str:
         """Every GPU answers NVML, has no uncorrected ECC error pending, and, where PyTorch is
         installed, allocates memory and runs a kernel (`KERNEL_CHECK`, one process per GPU)."""
@@ -276,11 +383,7 @@ class NvmlMachine:
         nvml = self._nvml
         gpu_memory_mb = _total_mb(nvml, handle)
         devices = []
-        for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-            try:
-                device = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-            except nvml.NVMLError_NotFound:
-                continue
+        for device in self._mig_handles(handle):
             attributes = nvml.nvmlDeviceGetAttributes(device)
             profile = mig_profile(
                 attributes.gpuInstanceSliceCount,

@@ -32,7 +32,9 @@ Launch variables, as `torchrun` means them (a launch of ``torchrun train.py`` ne
 since torchrun takes its defaults from the ``PET_*`` variables):
 
 ==========================  ==========================================================
-``CUDA_VISIBLE_DEVICES``     the assigned GPU indices, e.g. ``0,1,2,3`` (``""``: none)
+``CUDA_VISIBLE_DEVICES``     the assigned GPU indices, e.g. ``0,1,2,3`` (``""``: none); a
+                             MIG job's MIG device, ``MIG-<uuid>``, which the machine sets
+                             up on its GPU (`Machine.mig_instance`)
 ``CUDA_DEVICE_ORDER``        ``PCI_BUS_ID``, so the indices mean what NVML's mean
 ``MASTER_ADDR``              the rank-0 node's address (``127.0.0.1`` when not given)
 ``MASTER_PORT``              its port (when given)
@@ -164,6 +166,7 @@ class _Proc:
     request_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watcher: asyncio.Task[None] | None = None
     share: ShareLimits | None = None  # how a share job is held to its share of its GPU
+    mig: str = ""  # the UUID of the MIG device a MIG job runs on
     listening: bool = False  # an inference replica's server has accepted a connection
     bad_load: bool = False  # its load file was refused (said once in the log, until it mends)
 
@@ -314,6 +317,9 @@ class ProcessBackend:
         env[ENV_PROGRESS_FILE] = str(workdir / PROGRESS_FILE)
         share = self._share_limits(assignment)
         env.update(share.env() if share else {})
+        mig = self._mig_device(assignment)
+        if mig:
+            env["CUDA_VISIBLE_DEVICES"] = mig
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         user = self._box(assignment, workdir, checkpoint_dir)
@@ -332,6 +338,7 @@ class ProcessBackend:
             ManifestTail(checkpoint_dir, from_end=True),
             step=newest.step if newest is not None else 0,
             share=share,
+            mig=mig,
         )
         proc.watcher = asyncio.create_task(self._follow(proc), name=f"manifest {wid}")
         logger.info("workload %s: started %s as pid %s", wid, argv[0], process.pid)
@@ -483,6 +490,15 @@ class ProcessBackend:
         [index] = assignment.gpu_indices
         memory_mb = self._machine.inventory().gpus[index].memory_mb
         return ShareLimits.of(assignment.slices, self._mps(), memory_mb)
+
+    def _mig_device(self, assignment: Assignment) -> str:
+        """A MIG job's MIG device (its UUID), set up on its GPU by the machine, beside those
+        this agent's running jobs hold; "" for any other job."""
+        if not assignment.mig:
+            return ""
+        taken = {p.mig for p in self._procs.values() if p.mig and p.process.returncode is None}
+        [index] = assignment.gpu_indices
+        return self._machine.mig_instance(index, assignment.mig, taken)
 
     def _check_gpus(self, assignment: Assignment) -> None:
         count = len(self.inventory().gpus)

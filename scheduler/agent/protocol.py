@@ -353,6 +353,7 @@ _ASSIGNMENT = record(
         "serve_port": integer(low=1, high=65535),
         "tenant": _ID,
         "slices": integer(low=1, high=7),  # a share of its one GPU, in eighths
+        "mig": string(max_length=16),  # a MIG instance of its one GPU, of this profile
     },
 )
 

@@ -22,9 +22,9 @@ Faults a drill can inject (`inject_fault`, the `inject_fault` command), by fault
 The last two groups are for the control plane to notice (missed heartbeats, step rates), so the
 agent reports no event for them.
 
-With `mig`, a node of a model that has MIG (`MIG_MODELS`) reports every GPU in MIG mode, sliced
-as `SIMULATED_MIG` (3g, 2g and two 1g); a simulated workload holds its GPUs whole, so all of a
-busy GPU's MIG devices are in use. Without it (the default) no GPU reports MIG.
+With `mig`, a node of a model that has MIG (`scheduler.mig.has_mig`) reports every GPU in MIG
+mode, sliced as `SIMULATED_MIG` (3g, 2g and two 1g); a simulated workload holds its GPUs
+whole, so all of a busy GPU's MIG devices are in use. Without it (the default) no GPU reports MIG.
 
 Simulated workloads honour the checkpoint contract's variables in their assignment's env:
 `WANKA_CHECKPOINT_INTERVAL_S` (simulated seconds between periodic saves) and
@@ -76,6 +76,7 @@ from scheduler.agent.backends import (
 from scheduler.agent.contract import ENV_CHECKPOINT_INTERVAL_S, ENV_RESUME_FROM
 from scheduler.agent.serving import SimulatedReplica
 from scheduler.faults import RETIRED_PAGES_LIMIT, FaultKind, lookup
+from scheduler.mig import has_mig
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +95,6 @@ _CHECKPOINT_BYTES_PER_GPU = 16 * 2**30
 _NVLINKS_PER_GPU = 18  # H100 / H200 SXM
 LOG_EVERY_STEPS = 100  # a simulated workload's output: one line per this many steps
 _RESUME_STEP = re.compile(r"/step-(\d+)$")
-# GPU models with MIG, by the start of their name (H20 and L40S have none).
-MIG_MODELS = ("A100", "H100", "H200", "H800", "B200")
 # A simulated MIG GPU: (compute slices, eighths of the memory) of each MIG device.
 SIMULATED_MIG = ((3, 4), (2, 2), (1, 1), (1, 1))
 
@@ -138,7 +137,7 @@ class SimulatedGpus:
         self._rng = random.Random(zlib.crc32(hostname.encode()) if seed is None else seed)
         self._state = [_GpuState() for _ in range(gpus)]
         self._listener: EventListener | None = None
-        self._mig = mig and gpu_model.startswith(MIG_MODELS)
+        self._mig = mig and has_mig(gpu_model)
 
     def inventory(self) -> NodeInventory:
         """The simulated node's name, GPUs and facts."""
@@ -163,6 +162,10 @@ class SimulatedGpus:
     def compute_processes(self) -> dict[int, list[int]]:
         """No hardware to ask: the processes backend reports its own."""
         return {}
+
+    def mig_instance(self, index: int, profile: str, taken: Collection[str]) -> str:
+        """Simulated GPUs are not sliced: a MIG job needs NVML (the nvml backend)."""
+        raise ValueError(f"simulated GPUs have no {profile} MIG devices to run on")
 
     def check(self) -> str:
         """Every simulated GPU is still on the bus."""

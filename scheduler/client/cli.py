@@ -175,7 +175,7 @@ def ls(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(workloads)
     rows = [
-        (w["id"], w["name"], w["queue"], f"{w['gpus']} × {_models(w)}", w["state"],
+        (w["id"], w["name"], w["queue"], f"{w.get('mig') or w['gpus']} × {_models(w)}", w["state"],
          _when(w["submitted_at"]), _short(w.get("pending_reason") or ""))
         for w in workloads
     ]  # fmt: skip

@@ -36,6 +36,7 @@ from scheduler.engine.explain import (
     preemption_reason,
     shrink_reason,
 )
+from scheduler.engine.mig import MigInstances
 from scheduler.engine.model import (
     Admission,
     Grow,
@@ -222,9 +223,10 @@ class Cycle:
         running.sort(key=attrgetter("id"))
         self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
-        # Share jobs are never preempted: stopping one frees part of a GPU, no whole one.
-        self.occupancy.add_running(w for w in running if not w.slices)
+        # Share and MIG jobs are never preempted: stopping one frees part of a GPU, no whole one.
+        self.occupancy.add_running(w for w in running if not w.fraction)
         self.shares = Shares(running, snapshot)
+        self.mig = MigInstances(running, snapshot)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
         charges: dict[tuple[int, str], int] = {}
         for workload in running:
@@ -292,7 +294,7 @@ class Cycle:
         decided on the one it is best placed on now (`_choose_model`), or waits for a faster
         one (`_worth_waiting`); a share of a GPU runs on its one model."""
         free = None
-        if len(workload.accepts) > 1 and not workload.slices:
+        if len(workload.accepts) > 1 and not workload.fraction:
             workload, within, free = self._choose_model(queue, workload)
             if free and (awaited := self._worth_waiting(queue, workload)) is not None:
                 model, start_in_s = awaited
@@ -302,7 +304,7 @@ class Cycle:
         outcome = self._decide(queue, workload, within)
         if outcome != Outcome.FIT and not within:
             self.rooms.borrowers_waiting.add(queue.id)
-        if outcome == Outcome.NO_FIT and not workload.slices:  # ahead of later ones that may
+        if outcome == Outcome.NO_FIT and not workload.fraction:  # ahead of later ones that may
             self._awaited[queue.region, workload.gpu_model] += workload.gpus  # wait for them
         if free is not None:
             self._say_model(workload, outcome, free)
@@ -414,7 +416,7 @@ class Cycle:
         (no preemption makes budget); work its quota allows that fits on free GPUs starts;
         else room is made by preemption where the rules allow; else it waits, a gang head
         perhaps with a reservation. `within`: whether it fits in its queue's nominal quota."""
-        if workload.slices:
+        if workload.fraction:
             return self._decide_share(queue, workload, within)
         try:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
@@ -441,10 +443,12 @@ class Cycle:
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
 
     def _decide_share(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
-        """A share job starts on a GPU with room for it (`Shares`) where its budgets and quota
-        allow its share; else room is made for it as for a one-GPU job where the rules allow;
-        else it waits (nothing is reserved for it)."""
+        """A share or MIG job starts on a GPU with room for it (`Shares`, `MigInstances`) where
+        its budgets and quota allow its share; else room is made for it as for a one-GPU job
+        where the rules allow; else it waits (nothing is reserved for it)."""
         share, seconds = workload.share, workload.time_limit_s
+        if workload.mig and (never := self.mig.unknown(workload)):
+            return self._no_fit(workload, never)
         if self.budgets:
             budget = refusal(self.budgets.check, queue, workload, share, seconds, not within)
             if budget is not None:
@@ -456,18 +460,19 @@ class Cycle:
             pool = self.capacity.pool(queue.region, workload.gpu_model)
         except Inadmissible as why:
             return self._no_fit(workload, str(why))
+        placer = self.mig if workload.mig else self.shares
         try:
-            placement = self.shares.find(pool, workload)
+            placement = placer.find(pool, workload)
         except Inadmissible as why:
             # No room: a GPU's room is made as for a one-GPU job (reclaim, or within its
             # queue), held for it, and it takes its share there next cycle.
-            whole = replace(workload, slices=0)
+            whole = replace(workload, slices=0, mig="")
             claim = self.find_room(pool, queue, whole, within, False)
             if claim is None:
                 return self._no_fit(workload, str(why))
             self.apply_claim(pool, queue, whole, claim)
             return Outcome.PREEMPT
-        self.shares.take(pool, placement, workload)
+        placer.take(pool, placement, workload)
         self.ledger.charge(queue.id, workload.gpu_model, share)
         self.budgets.charge(queue.id, workload.gpu_model, share, seconds)
         self.admissions.append(Admission(workload.id, (placement,)))

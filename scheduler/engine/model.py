@@ -8,9 +8,12 @@ Every field added after the first engine has a default, so older callers keep wo
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cached_property
+
+from scheduler.mig import Profile
 
 # A share of a GPU is counted in eighths: 0.125 GPU and 10 GB of an 80 GB GPU at the finest.
 # Every multiple of 1/8 is exact in binary floating point, so quota and budget sums of shares
@@ -312,6 +315,15 @@ class Workload:
     # is its guaranteed minimum of both the GPU's compute and its memory.
     slices: int = 0
     movable: bool = True  # False: its submitter asked that it never be moved while it runs
+    # A MIG profile of one GPU ("1g.10gb"), with `gpus` 1 and `slices` 0, charged `mig_charge`
+    # (`scheduler.mig`); "": none.
+    mig: str = ""
+    mig_charge: float = 0.0
+
+    @property
+    def fraction(self) -> bool:
+        """Whether it takes part of one GPU: a share or a MIG instance."""
+        return bool(self.slices or self.mig)
 
     @property
     def is_running(self) -> bool:
@@ -320,13 +332,15 @@ class Workload:
     @property
     def share(self) -> float:
         """What it is charged for, in GPUs: its share, or its whole GPUs."""
+        if self.mig:
+            return self.mig_charge
         return self.slices / SLICES if self.slices else self.gpus
 
     @cached_property
     def held(self) -> float:
         """GPUs it holds now, counted from its placements (a share job: its share)."""
-        if self.slices:
-            return self.slices / SLICES if self.placements else 0
+        if self.fraction:
+            return self.share if self.placements else 0
         return sum(len(placement.gpu_indices) for placement in self.placements)
 
     @property
@@ -449,6 +463,10 @@ class Snapshot:
     # (pod, moves it may still make): the pods due for defragmentation (`defrag`), as the
     # nodes name their pod.
     defrag: tuple[tuple[str, int], ...] = ()
+    # The MIG profiles of each model that has them (`scheduler.mig.profiles`), and the profiles
+    # of each GPU's MIG instances now, by (node id, GPU index), for the GPUs in MIG mode.
+    mig_profiles: Mapping[str, Mapping[str, Profile]] = field(default_factory=dict)
+    mig_layouts: Mapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -131,16 +131,24 @@ def start_fleet(port: int, heartbeat: float = 0.2) -> Child:
     )
 
 
-def start_agent(port: int, node, state_dir: Path) -> Child:
+def start_agent(port: int, node, state_dir: Path, fake_nvml_log: Path | None = None) -> Child:
     """`wanka-agent` for `node` with the processes backend: its workloads run as real
-    processes, on simulated GPUs of the node's model."""
+    processes, on simulated GPUs of the node's model; or, given `fake_nvml_log`, on the GPU of
+    the fake NVML of `tests/fake_pynvml` (the nvml backend, which runs processes too), which
+    writes what it is made to change to that file."""
+    if fake_nvml_log is None:
+        gpus = ["--backend", "processes", "--gpus", str(node.gpu_count)]
+        gpus += ["--gpu-model", node.gpu_model.name]
+        env = {"PYTHONPATH": str(ROOT)}
+    else:
+        gpus = ["--backend", "nvml"]
+        path = os.pathsep.join([str(ROOT / "tests" / "fake_pynvml"), str(ROOT)])
+        env = {"PYTHONPATH": path, "WANKA_FAKE_NVML_LOG": str(fake_nvml_log)}
     command = [
         sys.executable, "-m", "scheduler.agent.cli",
-        "--url", f"ws://127.0.0.1:{port}/ws/agent/",
-        "--backend", "processes", "--hostname", node.name, "--gpus", str(node.gpu_count),
-        "--gpu-model", node.gpu_model.name, "--state-dir", str(state_dir),
-        "--heartbeat-s", "0.5", "--grace-s", "2",
+        "--url", f"ws://127.0.0.1:{port}/ws/agent/", "--hostname", node.name, *gpus,
+        "--state-dir", str(state_dir), "--heartbeat-s", "0.5", "--grace-s", "2",
     ]  # fmt: skip
-    agent = Child("agent", command, WANKA_AGENT_TOKEN=node.issue_token(), PYTHONPATH=str(ROOT))
+    agent = Child("agent", command, WANKA_AGENT_TOKEN=node.issue_token(), **env)
     wait_until(lambda: type(node).objects.get(pk=node.pk).connected, 30, "the agent", check=agent)
     return agent

@@ -159,6 +159,14 @@ def test_the_example_share_job_file_asks_for_a_quarter_of_a_gpu(acme_llm, bob):
     assert Workload.objects.get(pk=answer.json()["id"]).slices == 2
 
 
+def test_the_example_mig_job_file_asks_for_a_1g_10gb_instance(acme_llm, bob):
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+    spec = yaml.safe_load((ROOT / "examples" / "mig.yaml").read_text())
+    answer = api_client(bob).post("/api/v1/workloads/", spec, format="json")
+    assert answer.status_code == 201, answer.json()
+    assert (answer.json()["gpus"], answer.json()["mig"]) == (1, "1g.10gb")
+
+
 def test_an_inference_service_from_the_terminal_runs_real_replicas(portal, tmp_path, bob):
     """`wanka serve` a service whose replica is a real server process (`serve_tiny.py`); its
     load, written to the agent's load file, reaches the autoscaler; scale, list, stop."""

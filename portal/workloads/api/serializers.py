@@ -29,6 +29,7 @@ from portal.workloads.usage import BY_QUEUE, REPORT_KEYS, gpu_hours
 from scheduler import parallelism
 from scheduler.engine.model import SLICES
 from scheduler.ettr import Phase
+from scheduler.mig import profiles
 from scheduler.parallelism import SpecError
 
 GPU_MODEL_FIELD = {
@@ -180,6 +181,30 @@ def as_share(attrs) -> None:
     attrs["gpus"], attrs["slices"] = 1, 0 if slices >= SLICES else slices
 
 
+def as_mig(attrs) -> None:
+    """One GPU, as a MIG instance of a profile of its model (`scheduler.mig`). ValidationError
+    for a profile the model lacks, or with more or less than one GPU, a share's memory or
+    elastic bounds."""
+    model, name = attrs["gpu_model"], attrs["mig"]
+    known = profiles(model.name, model.memory_gb)
+    if name not in known:
+        why = (
+            f"{model} GPUs have MIG profiles {', '.join(known)}; not {name}."
+            if known
+            else f"{model} GPUs have no MIG."
+        )
+        raise serializers.ValidationError({"mig": why})
+    if attrs.pop("gpu_share", 1) != 1:
+        raise serializers.ValidationError({"gpus": "A MIG instance is of one GPU: gpus is 1."})
+    if attrs.pop("gpu_memory_gb", None) is not None:
+        why = f"A MIG instance has its profile's memory: {name} has no gpu_memory_gb."
+        raise serializers.ValidationError({"gpu_memory_gb": why})
+    if attrs.get("min_gpus") is not None or attrs.get("max_gpus") is not None:
+        why = "A MIG instance runs on one GPU of one node: it has no min_gpus or max_gpus."
+        raise serializers.ValidationError({"min_gpus": why})
+    attrs["gpus"], attrs["slices"] = 1, 0
+
+
 class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSerializer):
     """A job or service of the tenant: what it asks for, where it stands, and, while it
     waits, why and when it is expected to start."""
@@ -201,6 +226,13 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
     gpus = GpusField(source="gpu_share", min_value=0.01, max_value=100_000)
     gpu_memory_gb = serializers.FloatField(
         min_value=0.1, required=False, write_only=True, help_text="GPU memory asked, per GPU"
+    )
+    mig = serializers.CharField(
+        max_length=16,
+        required=False,
+        allow_blank=True,
+        help_text="A MIG profile of one GPU of its model (e.g. 1g.10gb, 3g.40gb), instead of "
+        "whole GPUs or a share",
     )
     # Elastic bounds; one below `gpus` or above them says so on min_gpus (`validate`).
     min_gpus = serializers.IntegerField(
@@ -242,6 +274,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             "gpu_models",
             "gpus",
             "gpu_memory_gb",
+            "mig",
             "min_gpus",
             "max_gpus",
             "priority",
@@ -328,8 +361,14 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         if "accepts" not in attrs:
             if "gpu_model" not in attrs:
                 raise serializers.ValidationError({"gpu_model": "This field is required."})
-            as_share(attrs)
+            if attrs.get("mig"):
+                as_mig(attrs)
+            else:
+                as_share(attrs)
             return
+        if attrs.get("mig"):
+            why = "A MIG instance is of one GPU model: give gpu_model, not gpu_models."
+            raise serializers.ValidationError({"gpu_models": why})
         asked = attrs.pop("gpu_share")
         if not asked.is_integer():
             why = "A share of a GPU runs on one GPU model: give gpu_model, not gpu_models."

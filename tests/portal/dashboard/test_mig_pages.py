@@ -4,8 +4,11 @@ instances, each with its profile and whether it is in use."""
 import pytest
 from django.utils import translation
 
-from portal.cluster.models import Gpu
+from portal.cluster.models import Gpu, GpuModel
 from portal.dashboard.cluster_map import cluster_map
+from portal.workloads.cycle import apply
+from scheduler import engine
+from tests.builders import make_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +36,7 @@ def test_the_node_page_lists_each_gpus_mig_instances(sliced, client, operator):
     assert table.count("1g.10gb (free)") == 2
     assert "<td>1</td><td>off · on at its next reset</td>" in table
     assert "<td>2</td>" not in table  # no MIG: not listed
-    assert "Wanka does not place work on MIG instances yet" in page
+    assert "a GPU with an instance in use is never re-sliced" in page
     chinese = client.get(f"/ops/nodes/{sliced.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans")
     text = chinese.content.decode()
     assert "MIG 实例" in text and "3g.40gb (使用中)" in text and "关闭 · 下次重置后开启" in text
@@ -56,3 +59,13 @@ def test_the_map_names_each_sliced_gpus_instances_in_the_readers_language(
     assert found["mig"][found["name"].index(cluster[1].name)] == ""
     with translation.override("zh-hans"):
         assert cluster_map()["mig"][at].startswith("GPU 0：3g.40gb（使用中）, 2g.20gb")
+
+
+def test_the_map_counts_a_mig_job_as_held_not_as_a_share_job(cluster, acme_llm, clean_redis):
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+    job = make_workload(acme_llm, "half", gpus=1, mig="3g.40gb")
+    placement = engine.Placement(cluster[0].id, (0,))
+    apply(engine.Plan(admissions=[engine.Admission(job.pk, (placement,))]))
+    found = cluster_map()
+    at = found["name"].index(cluster[0].name)
+    assert (found["held"][at], found["shares"][at]) == (0.5, "")  # its 4 memory slots of 8

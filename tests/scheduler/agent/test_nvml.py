@@ -1,31 +1,18 @@
-"""The NVML machine against a recorded fake of the `pynvml` module.
-
-The fake is a fake because this machine has no GPU: `FakeNvml` is a module object with the
-functions `NvmlMachine` calls, answering as an 8 x H200 node with driver 550.90.07 (CUDA 12.4)
-answers: names, UUIDs, memory in bytes, power in milliwatts, 18 NVLinks per GPU out of
-NVML_NVLINK_MAX_LINKS, row remapping instead of page retirement, and errors as the NVMLError
-subclasses the real module generates. XID events come from a queue the test fills, through
-`nvmlEventSetWait_v2`, which times out as the real one does.
-
-MIG follows NVML's documentation (no MIG GPU recorded here): MIG mode as [current, pending],
-NotSupported on a GPU without MIG, up to seven MIG device indices of which a free one answers
-NotFound, no utilization of a GPU in MIG mode, processes listed per MIG device handle. The MIG
-devices' memory sizes are chosen within the H200's profile sizes, not recorded.
-"""
+"""The NVML machine against a fake of the `pynvml` module (`tests.fake_nvml`), which stands in
+for NVML because this machine has no GPU: the fake answers as NVML's documentation says."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import queue
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scheduler.agent.backends import (
+    Assignment,
     BackendEvent,
     FaultRefused,
     MigDevice,
@@ -37,215 +24,7 @@ from scheduler.agent.backends import (
 from scheduler.agent.nvml import NvmlMachine, NvmlUnavailable, load_pynvml
 from scheduler.agent.processes import ProcessBackend
 from scheduler.agent.protocol import AGENT, ProtocolError, check_mig, encode, parse
-
-GIB = 2**30
-H200_MEMORY = 150_754_820_096  # bytes: 143,771 MiB, as nvidia-smi shows an H200
-UUIDS = [f"GPU-5a1e{i:04x}-9c3e-4be2-8f4e-2c1d0b9a{i:04x}" for i in range(8)]
-
-
-class NVMLError(Exception):
-    """The fake's NVMLError: a code, and a subclass per code, as pynvml generates them."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return MESSAGES.get(self.value, f"NVML Error with code {self.value}")
-
-
-def _error(name: str, value: int) -> type[NVMLError]:
-    return type(name, (NVMLError,), {"__init__": lambda self: NVMLError.__init__(self, value)})
-
-
-MESSAGES = {2: "Invalid Argument", 3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded",
-            10: "Timeout", 12: "NVML Shared Library Not Found", 15: "GPU is lost"}  # fmt: skip
-
-
-class Handle:
-    """A device handle: only the fake looks inside."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-class MigHandle(Handle):
-    """A MIG device's handle: its GPU's index and its MIG device index."""
-
-    def __init__(self, index: int, slot: int) -> None:
-        super().__init__(index)
-        self.slot = slot
-
-
-# A MIG device as the fake keeps it: UUID, GPU instance slices, compute instance slices,
-# memory (MiB), the pids computing on it.
-MigSpec = tuple[str, int, int, int, list[int]]
-
-
-class FakeNvml(types.ModuleType):
-    """What `NvmlMachine` calls of pynvml, recorded from an 8 x H200 node."""
-
-    NVML_TEMPERATURE_GPU = 0
-    NVML_FEATURE_ENABLED = 1
-    NVML_NVLINK_MAX_LINKS = 36
-    NVML_VOLATILE_ECC = 0
-    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
-    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
-    nvmlEventTypeXidCriticalError = 0x8
-    NVML_DEVICE_MIG_DISABLE = 0
-    NVML_DEVICE_MIG_ENABLE = 1
-
-    NVMLError = NVMLError
-    NVMLError_InvalidArgument = _error("NVMLError_InvalidArgument", 2)
-    NVMLError_NotSupported = _error("NVMLError_NotSupported", 3)
-    NVMLError_NotFound = _error("NVMLError_NotFound", 6)
-    NVMLError_DriverNotLoaded = _error("NVMLError_DriverNotLoaded", 9)
-    NVMLError_Timeout = _error("NVMLError_Timeout", 10)
-    NVMLError_LibraryNotFound = _error("NVMLError_LibraryNotFound", 12)
-    NVMLError_GpuIsLost = _error("NVMLError_GpuIsLost", 15)
-
-    def __init__(self, gpus: int = 8, init_error: type[NVMLError] | None = None) -> None:
-        super().__init__("pynvml")
-        self.gpus = gpus
-        self.init_error = init_error
-        self.events: queue.Queue[tuple[int, int]] = queue.Queue()  # (gpu index, xid)
-        self.registered: list[int] = []
-        self.calls: list[str] = []
-        self.dbe = [0] * gpus
-        self.remapped = [(0, 0)] * gpus
-        self.lost: set[int] = set()
-        self.processes: dict[int, list[int]] = {}  # GPU index -> pids computing there
-        self.links_down = {(2, 5)}  # (gpu, link): one NVLink down on GPU 2
-        self.has_mig = True  # False: NotSupported, as on a GPU before Ampere
-        self.mig_mode: dict[int, tuple[int, int]] = {}  # GPU index -> (current, pending); off
-        self.mig_devices: dict[int, dict[int, MigSpec]] = {}  # GPU -> MIG device index -> spec
-
-    def nvmlInit(self) -> None:
-        self.calls.append("init")
-        if self.init_error is not None:
-            raise self.init_error()
-
-    def nvmlShutdown(self) -> None:
-        self.calls.append("shutdown")
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "550.90.07"
-
-    def nvmlSystemGetCudaDriverVersion(self) -> int:
-        return 12040
-
-    def nvmlDeviceGetCount(self) -> int:
-        return self.gpus
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
-        return Handle(index)
-
-    def nvmlDeviceGetIndex(self, handle: Handle) -> int:
-        return handle.index
-
-    def nvmlDeviceGetName(self, handle: Handle) -> str:
-        return "NVIDIA H200"
-
-    def nvmlDeviceGetUUID(self, handle: Handle) -> bytes:
-        if isinstance(handle, MigHandle):
-            return self.mig_devices[handle.index][handle.slot][0].encode()
-        return UUIDS[handle.index].encode()  # older releases answer bytes
-
-    def nvmlDeviceGetMigMode(self, handle: Handle) -> list[int]:
-        self._check(handle)
-        if not self.has_mig:
-            raise self.NVMLError_NotSupported()
-        return list(self.mig_mode.get(handle.index, (0, 0)))
-
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
-        return 7 if self.mig_mode.get(handle.index, (0, 0))[0] else 0
-
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, index: int) -> MigHandle:
-        if index >= self.nvmlDeviceGetMaxMigDeviceCount(handle):
-            raise self.NVMLError_InvalidArgument()
-        if index not in self.mig_devices.get(handle.index, {}):
-            raise self.NVMLError_NotFound()
-        return MigHandle(handle.index, index)
-
-    def nvmlDeviceGetAttributes(self, handle: MigHandle) -> Any:
-        _uuid, gpu_slices, compute_slices, memory_mb, _pids = self.mig_devices[handle.index][
-            handle.slot
-        ]
-        return types.SimpleNamespace(
-            gpuInstanceSliceCount=gpu_slices,
-            computeInstanceSliceCount=compute_slices,
-            memorySizeMB=memory_mb,
-            multiprocessorCount=16 * compute_slices,
-        )
-
-    def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> Any:
-        self._check(handle)
-        used = (100 + 5 * handle.index) * GIB if handle.index < 4 else 600 * 2**20
-        return types.SimpleNamespace(total=H200_MEMORY, used=used, free=H200_MEMORY - used)
-
-    def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> Any:
-        self._check(handle)
-        if self.mig_mode.get(handle.index, (0, 0))[0]:
-            raise self.NVMLError_NotSupported()
-        return types.SimpleNamespace(gpu=97 if handle.index < 4 else 0, memory=40)
-
-    def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
-        assert sensor == self.NVML_TEMPERATURE_GPU
-        return 71 if handle.index < 4 else 34
-
-    def nvmlDeviceGetPowerUsage(self, handle: Handle) -> int:
-        return 612_345 if handle.index < 4 else 74_020  # milliwatts
-
-    def nvmlDeviceGetTotalEccErrors(self, handle: Handle, error_type: int, counter: int) -> int:
-        assert counter == self.NVML_VOLATILE_ECC
-        return self.dbe[handle.index] if error_type else 2 * handle.index
-
-    def nvmlDeviceGetRetiredPages(self, handle: Handle, cause: int) -> list[int]:
-        raise self.NVMLError_NotSupported()  # Hopper remaps rows instead
-
-    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
-        corrected, uncorrected = self.remapped[handle.index]
-        return corrected, uncorrected, 0, 0
-
-    def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
-        if link >= 18:
-            raise self.NVMLError_InvalidArgument()
-        return 0 if (handle.index, link) in self.links_down else 1
-
-    def nvmlEventSetCreate(self) -> str:
-        return "event-set"
-
-    def nvmlDeviceRegisterEvents(self, handle: Handle, types_: int, event_set: str) -> None:
-        assert types_ == self.nvmlEventTypeXidCriticalError and event_set == "event-set"
-        self.registered.append(handle.index)
-
-    def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> Any:
-        try:
-            index, xid = self.events.get(timeout=timeout_ms / 1000)
-        except queue.Empty:
-            raise self.NVMLError_Timeout() from None
-        return types.SimpleNamespace(
-            device=Handle(index), eventType=self.nvmlEventTypeXidCriticalError, eventData=xid,
-            gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF,
-        )  # fmt: skip
-
-    def nvmlEventSetFree(self, event_set: str) -> None:
-        self.calls.append("event set freed")
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
-        self._check(handle)
-        if isinstance(handle, MigHandle):
-            pids = self.mig_devices[handle.index][handle.slot][4]
-        else:
-            pids = self.processes.get(handle.index, [])
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in pids]
-
-    def _check(self, handle: Handle) -> None:
-        if handle.index in self.lost:
-            raise self.NVMLError_GpuIsLost()
-
+from tests.fake_nvml import UUIDS, FakeNvml
 
 LABELS = TopologyLabels("dc-east", "pod-3", "leaf-12")
 
@@ -427,14 +206,10 @@ def sliced_h200(nvml: FakeNvml) -> FakeNvml:
     """GPU 0 in MIG mode as 3g.71gb (a job on it), 2g.35gb and two 1g.18gb, MIG device index 2
     free; GPU 1 set to MIG at its next reset; GPU 2 in MIG mode, set to leave it, unsliced."""
     nvml.mig_mode = {0: (1, 1), 1: (0, 1), 2: (1, 0)}
-    nvml.mig_devices = {
-        0: {
-            0: ("MIG-0c1f3a52-3g", 3, 3, 70_912, [4242]),
-            1: ("MIG-0c1f3a52-2g", 2, 2, 35_456, []),
-            3: ("MIG-0c1f3a52-1a", 1, 1, 17_664, []),
-            4: ("MIG-0c1f3a52-1b", 1, 1, 17_664, []),
-        }
-    }
+    nvml.add_mig_device(0, 0, "MIG-0c1f3a52-3g", 2, 4, [4242])
+    nvml.add_mig_device(0, 1, "MIG-0c1f3a52-2g", 1, 0, [])
+    nvml.add_mig_device(0, 3, "MIG-0c1f3a52-1a", 0, 2, [])
+    nvml.add_mig_device(0, 4, "MIG-0c1f3a52-1b", 0, 3, [])
     return nvml
 
 
@@ -532,3 +307,84 @@ def test_a_malformed_mig_layout_is_refused(layout: dict[str, Any], field: str) -
     with pytest.raises(ProtocolError) as refused:
         check_mig(layout, "mig")
     assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("taken", "uuid"),
+    [
+        pytest.param(set(), "MIG-0c1f3a52-1a", id="the first idle one"),
+        pytest.param({"MIG-0c1f3a52-1a"}, "MIG-0c1f3a52-1b", id="one no job of the agent holds"),
+    ],
+)
+def test_an_idle_mig_device_of_the_profile_is_taken_as_it_is(taken: set, uuid: str) -> None:
+    nvml = sliced_h200(FakeNvml())
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    assert machine.mig_instance(0, "1g.18gb", taken) == uuid
+    assert nvml.changes == []
+    machine.close()
+
+
+def test_a_gpu_with_a_device_in_use_is_never_re_sliced() -> None:
+    """GPU 0 is full (7 slices), its 3g.71gb computing: no 1g.18gb can be had there."""
+    nvml = sliced_h200(FakeNvml())
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    taken = {"MIG-0c1f3a52-1a", "MIG-0c1f3a52-1b"}
+    with pytest.raises(ValueError, match="GPU 0 has no room for a 1g.18gb MIG device beside"):
+        machine.mig_instance(0, "1g.18gb", taken)
+    assert nvml.changes == []
+    machine.close()
+
+
+def test_mig_is_turned_on_and_an_instance_created_on_a_gpu_without_it() -> None:
+    nvml = FakeNvml()
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    uuid = machine.mig_instance(3, "3g.71gb", set())
+    assert nvml.changes == [
+        "GPU 3: MIG mode on",
+        "GPU 3: GPU instance 3g.71gb at slot 0",
+        f"GPU 3: MIG device 3g.71gb {uuid}",
+    ]
+    added = machine.mig_instance(3, "2g.35gb", {uuid})  # beside it, in the free slots
+    assert nvml.changes[-2:] == [
+        "GPU 3: GPU instance 2g.35gb at slot 4",
+        f"GPU 3: MIG device 2g.35gb {added}",
+    ]
+    [sample] = [s for s in machine.telemetry(()) if s.index == 3]
+    assert sample.mig == MigLayout(
+        True, True, (MigDevice(uuid, "3g.71gb", False), MigDevice(added, "2g.35gb", False))
+    )
+    machine.close()
+
+
+def test_an_idle_gpu_without_room_is_re_sliced() -> None:
+    """A 7g.141gb no job holds gives way to a 1g.18gb: its compute and GPU instance are
+    destroyed, then the new one is created."""
+    nvml = FakeNvml()
+    nvml.mig_mode = {5: (1, 1)}
+    nvml.add_mig_device(5, 0, "MIG-whole", 4, 0, [])
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    uuid = machine.mig_instance(5, "1g.18gb", set())
+    assert nvml.changes == [
+        "GPU 5: MIG device 7g.141gb destroyed",
+        "GPU 5: GPU instance 7g.141gb destroyed",
+        "GPU 5: GPU instance 1g.18gb at slot 0",
+        f"GPU 5: MIG device 1g.18gb {uuid}",
+    ]
+    machine.close()
+
+
+def test_a_mig_job_runs_on_its_mig_device(tmp_path: Path) -> None:
+    """The processes backend gives a MIG job its MIG device's UUID in CUDA_VISIBLE_DEVICES."""
+    nvml = FakeNvml()
+    backend = ProcessBackend(NvmlMachine("gpu-node-17", LABELS, nvml=nvml), tmp_path)
+    says = f"{sys.executable} -c \"import os; print(os.environ['CUDA_VISIBLE_DEVICES'])\""
+    assignment = Assignment(workload_id=7, gpu_indices=(2,), command=says, mig="1g.18gb")
+
+    async def run() -> str:
+        await backend.start(assignment)
+        await backend.wait(7)
+        return "\n".join(backend.output(7, 0, 1000).lines)
+
+    printed = asyncio.run(run()).strip()
+    assert printed.startswith("MIG-") and printed in nvml.changes[-1]
+    backend.close()

@@ -1,0 +1,68 @@
+"""MIG jobs in the database: a booking holds its profile's memory slots of its GPU, never past
+eight; the cycle sees each GPU's MIG instances; GPU-hours are charged at the profile's share."""
+
+import pytest
+from django.db import IntegrityError
+
+from portal.cluster.models import Gpu, GpuModel
+from portal.workloads.allocations import release
+from portal.workloads.cycle import apply, build_snapshot
+from portal.workloads.models import Allocation, UsageRecord
+from scheduler import engine
+from tests.builders import make_workload
+
+
+@pytest.fixture
+def h800_80gb(db):
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+
+
+def mig(queue, name, profile):
+    return make_workload(queue, name, gpus=1, mig=profile)
+
+
+def admit(node, *workloads):
+    placement = engine.Placement(node.id, (0,))
+    apply(engine.Plan(admissions=[engine.Admission(w.pk, (placement,)) for w in workloads]))
+
+
+@pytest.mark.django_db
+def test_a_mig_booking_holds_its_memory_slots_and_is_charged_its_share(
+    acme_llm, cluster, h800_80gb
+):
+    job = mig(acme_llm, "small", "1g.10gb")
+    admit(cluster[0], job)
+    assert list(Allocation.objects.values_list("gpu_index", "slices")) == [(0, 1)]
+    release(job)
+    [record] = UsageRecord.objects.all()
+    assert record.gpus == pytest.approx(1 / 7)  # its compute, the larger of the two
+
+
+@pytest.mark.django_db
+def test_a_gpu_never_holds_mig_instances_past_its_memory(acme_llm, cluster, h800_80gb):
+    """Two 4g.40gb (four slots each) fill a GPU; a third cannot be booked beside them."""
+    admit(cluster[0], mig(acme_llm, "a", "4g.40gb"), mig(acme_llm, "b", "4g.40gb"))
+    with pytest.raises(IntegrityError, match="past their whole"):
+        admit(cluster[0], mig(acme_llm, "c", "1g.10gb"))
+
+
+@pytest.mark.django_db
+def test_the_cycle_sees_each_gpus_mig_instances_and_each_models_profiles(
+    acme_llm, cluster, h800_80gb
+):
+    devices = [
+        {"uuid": f"MIG-{i}", "profile": p, "in_use": False}
+        for i, p in enumerate(("3g.40gb", "1g.10gb"))
+    ]
+    for index, layout in [
+        (1, {}),
+        (2, {"enabled": True, "pending": True, "devices": devices}),
+        (3, {"enabled": False, "pending": True, "devices": []}),
+    ]:
+        Gpu.objects.create(
+            node=cluster[0], index=index, uuid=f"GPU-{index}", memory_mb=81_559, mig=layout
+        )
+    snapshot = build_snapshot()
+    assert snapshot.mig_layouts == {(cluster[0].id, 2): ("3g.40gb", "1g.10gb")}
+    assert "7g.80gb" in snapshot.mig_profiles["H800"]
+    assert "H20" not in snapshot.mig_profiles
