@@ -63,8 +63,8 @@ def test_the_console_shows_each_pool_its_target_and_what_is_missing(db, client, 
     client.force_login(operator)
     page = client.get("/admin/cluster/pod/").content.decode()
     rows = {cells[0]: cells[1:] for cells in _rows(page)}
-    assert rows["dc1/p1"] == ["2", "1", "1"]  # target, ready spares, missing
-    assert rows["dc1/p2"] == ["0", "0", "0"]
+    assert rows["dc1/p1"][:3] == ["2", "1", "1"]  # target, ready spares, missing
+    assert rows["dc1/p2"][:3] == ["0", "0", "0"]
 
 
 def _rows(page: str) -> list[list[str]]:
