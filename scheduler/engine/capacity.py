@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from functools import cache
-from itertools import compress, pairwise
+from itertools import compress, islice, pairwise
 from operator import attrgetter, is_not
 
 from scheduler.engine.errors import Inadmissible
@@ -407,6 +407,11 @@ class Pool:
         """The ids of the schedulable nodes of this pool."""
         return self._nodes.keys()
 
+    @property
+    def changes(self) -> int:
+        """How many times a node's free GPUs changed: the same count, the same free GPUs."""
+        return self._changes
+
     def node(self, node_id: int) -> Node | None:
         """A schedulable node of this pool by id."""
         return self._nodes.get(node_id)
@@ -775,8 +780,8 @@ class Pool:
         Children with the most free whole nodes go first (ties by name), and nodes within a
         leaf by name, so a gang's nodes come out grouped by leaf.
         """
-        if len(domain) == 3:
-            return self.whole_nodes(domain)[:count]
+        if len(domain) == 3:  # a leaf's nodes are in name order: the first whole ones
+            return list(islice(filter(self.is_whole, self._domain_nodes[domain]), count))
         picked: list[Node] = []
         for child in sorted(self._children[domain], key=lambda c: (-self._whole[c], c)):
             wanted = min(count - len(picked), self._whole[child])

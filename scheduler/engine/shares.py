@@ -79,6 +79,10 @@ class Shares:
                     gpus[index] = gpus.get(index, SLICES) - workload.slices
         self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
+        self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
+        # Per pool, tenant and its GPUs' changes: `_breakable`'s nodes, then `find_small`'s
+        # choice per count, until the pool's GPUs or the shares change.
+        self._seen: dict[tuple[Pool, int | None], tuple[int, list[Node], dict]] = {}
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -121,7 +125,15 @@ class Shares:
         if not self._active:
             return ()
         count = workload.gpus
-        nodes = [n for n in self._breakable(pool, workload) if len(pool.free(n.id)) >= count]
+        breakable, chosen = self._breakable_seen(pool, workload)
+        found = chosen.get(count)
+        if found is None:
+            found = chosen[count] = self._small(pool, workload, breakable)
+        return found
+
+    def _small(self, pool: Pool, workload: Workload, breakable: list[Node]) -> tuple:
+        count = workload.gpus
+        nodes = [n for n in breakable if len(pool.free(n.id)) >= count]
         if not nodes:
             return ()
         mix = self.mix(workload.gpu_model)
@@ -138,6 +150,9 @@ class Shares:
         [index] = placement.gpu_indices
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
+        self._seen.clear()
+        if placement.node_id not in self.free and pool in self._in_pool:
+            self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
 
@@ -145,13 +160,13 @@ class Shares:
         """(node, GPU index, free eighths) of the partly used GPUs of the pool the job may
         take: room enough, a schedulable node not held for a reservation, and on a
         single-tenant node only beside its own tenant's work."""
-        for node_id, gpus in self.free.items():
+        for node_id in self._nodes_in(pool):
             node = pool.node(node_id)
-            if node is None or not node.schedulable or node_id in pool.held_by:
+            if not node.schedulable or node_id in pool.held_by:
                 continue
             if node.single_tenant and node.tenant not in (None, workload.tenant):
                 continue
-            for index, free in gpus.items():
+            for index, free in self.free[node_id].items():
                 if workload.slices <= free < SLICES:
                     yield node, index, free
 
@@ -159,14 +174,33 @@ class Shares:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
         of a count look alike to FGD), and every node that holds shares already (on a
         single-tenant one, only beside its own tenant's work)."""
+        return self._breakable_seen(pool, workload)[0]
+
+    def _breakable_seen(self, pool: Pool, workload: Workload) -> tuple[list[Node], dict]:
+        """`_breakable`'s nodes, and `find_small`'s choices per count among them: worked out
+        again only when the pool's GPUs or the shares have changed since."""
+        key = (pool, workload.tenant)
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] == pool.changes:
+            return seen[1], seen[2]
         nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
-        for node_id in self.free:
-            node = pool.node(node_id)
-            if node is None or not pool.free(node_id) or node_id in pool.held_by:
+        free, held = pool.free, pool.held_by
+        for node_id in self._nodes_in(pool):
+            if not free(node_id) or node_id in held:
                 continue
+            node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
-        return sorted(nodes.values(), key=lambda node: node.name)
+        breakable = sorted(nodes.values(), key=lambda node: node.name)
+        self._seen[key] = (pool.changes, breakable, {})
+        return breakable, self._seen[key][2]
+
+    def _nodes_in(self, pool: Pool) -> list[int]:
+        """The nodes of the pool that hold shares."""
+        found = self._in_pool.get(pool)
+        if found is None:
+            found = self._in_pool[pool] = [n for n in self.free if pool.node(n) is not None]
+        return found
 
     def _fresh(self, pool: Pool, workload: Workload) -> Placement:
         """A free GPU of the fullest node that has one (best-fit, as for a one-GPU job)."""
