@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
@@ -64,6 +65,19 @@ def fragmentation(state: tuple[int, ...], mix: Mix) -> float:
     return stranded
 
 
+@dataclass
+class Seen:
+    """What `Shares` worked out for one pool and tenant while the pool's free GPUs (`changes`)
+    and the shares stay as they were. A node held for a reservation has no free GPUs, but may
+    have room for shares: `find`'s are kept per count of held nodes too."""
+
+    changes: int
+    breakable: list[Node]  # `Shares._breakable`
+    small: dict[int, tuple[Placement, ...]] = field(default_factory=dict)  # GPUs -> `find_small`
+    # (eighths, nodes held) -> `find`'s GPU, or why none
+    shares: dict[tuple[int, int], Placement | str] = field(default_factory=dict)
+
+
 class Shares:
     """The partly used GPUs of the cycle, and where share jobs go."""
 
@@ -80,9 +94,7 @@ class Shares:
         self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
-        # Per pool, tenant and its GPUs' changes: `_breakable`'s nodes, then `find_small`'s
-        # choice per count, until the pool's GPUs or the shares change.
-        self._seen: dict[tuple[Pool, int | None], tuple[int, list[Node], dict]] = {}
+        self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -94,13 +106,26 @@ class Shares:
 
     def find(self, pool: Pool, workload: Workload) -> Placement:
         """The GPU the share job takes (takes nothing), or Inadmissible with the reason."""
+        seen = self._seen_in(pool, workload)
+        key = (workload.slices, len(pool.held_by))  # nodes held for reservations lose room
+        found = seen.shares.get(key)
+        if found is None:
+            try:
+                found = self._find(pool, workload, seen.breakable)
+            except Inadmissible as why:
+                found = str(why)
+            seen.shares[key] = found
+        if isinstance(found, str):
+            raise Inadmissible(found)
+        return found
+
+    def _find(self, pool: Pool, workload: Workload, breakable: list[Node]) -> Placement:
         shared = [(f, node, i) for node, i, f in self._with_room(pool, workload)]
         if self.policy == SharePlacement.BEST_FIT:
             if shared:
                 _, node, index = min(shared, key=lambda c: (c[0], c[1].name, c[2]))
                 return Placement(node.id, (index,))
             return self._fresh(pool, workload)
-        breakable = self._breakable(pool, workload)
         fresh = [(SLICES, node, min(pool.free(node.id))) for node in breakable]
         if not shared and not fresh:
             return self._fresh(pool, workload)  # raises with the pool's reason
@@ -124,11 +149,10 @@ class Shares:
             self._active = bool(self.free) or any(w.slices for w in self._workloads)
         if not self._active:
             return ()
-        count = workload.gpus
-        breakable, chosen = self._breakable_seen(pool, workload)
-        found = chosen.get(count)
+        seen = self._seen_in(pool, workload)
+        found = seen.small.get(workload.gpus)
         if found is None:
-            found = chosen[count] = self._small(pool, workload, breakable)
+            found = seen.small[workload.gpus] = self._small(pool, workload, seen.breakable)
         return found
 
     def _small(self, pool: Pool, workload: Workload, breakable: list[Node]) -> tuple:
@@ -174,15 +198,6 @@ class Shares:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
         of a count look alike to FGD), and every node that holds shares already (on a
         single-tenant one, only beside its own tenant's work)."""
-        return self._breakable_seen(pool, workload)[0]
-
-    def _breakable_seen(self, pool: Pool, workload: Workload) -> tuple[list[Node], dict]:
-        """`_breakable`'s nodes, and `find_small`'s choices per count among them: worked out
-        again only when the pool's GPUs or the shares have changed since."""
-        key = (pool, workload.tenant)
-        seen = self._seen.get(key)
-        if seen is not None and seen[0] == pool.changes:
-            return seen[1], seen[2]
         nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
         free, held = pool.free, pool.held_by
         for node_id in self._nodes_in(pool):
@@ -191,9 +206,16 @@ class Shares:
             node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
-        breakable = sorted(nodes.values(), key=lambda node: node.name)
-        self._seen[key] = (pool.changes, breakable, {})
-        return breakable, self._seen[key][2]
+        return sorted(nodes.values(), key=lambda node: node.name)
+
+    def _seen_in(self, pool: Pool, workload: Workload) -> Seen:
+        """What was worked out for the pool and the workload's tenant, afresh where the pool's
+        free GPUs have changed since (`take` forgets it all when the shares change)."""
+        key = (pool, workload.tenant)
+        seen = self._seen.get(key)
+        if seen is None or seen.changes != pool.changes:
+            seen = self._seen[key] = Seen(pool.changes, self._breakable(pool, workload))
+        return seen
 
     def _nodes_in(self, pool: Pool) -> list[int]:
         """The nodes of the pool that hold shares."""
