@@ -661,6 +661,24 @@ class Pool:
                     still.append(back)
             self._held[owner] = still
 
+    def fits_lent(self, gpus: int, tenant: int | None, owners: Iterable[int]) -> bool:
+        """Whether a job of `gpus` GPUs, fewer than a node, that `find` finds no room for now
+        would find room with the GPUs held for `owners` lent (`lent`): on a node they hold,
+        with the node's free GPUs and theirs, offered to `tenant`'s work. Changes nothing."""
+        lent: defaultdict[int, set[int]] = defaultdict(set)
+        for owner in owners:
+            for placement in self._held.get(owner, ()):
+                lent[placement.node_id].update(placement.gpu_indices)
+        for node_id, indices in lent.items():
+            after = len(self._free[node_id] | indices)
+            if after >= gpus and (
+                node_id not in self._single
+                or after == self._nodes[node_id].gpus
+                or node_id in self._owned.get(tenant, ())
+            ):
+                return True
+        return False
+
     # -- internals ---------------------------------------------------------------------------
 
     def _best_partial(self, gpus: int, tenant: int | None = None) -> Node | None:
