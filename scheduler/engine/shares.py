@@ -91,7 +91,9 @@ class Shares:
                 gpus = self.free.setdefault(placement.node_id, {})
                 for index in placement.gpu_indices:
                     gpus[index] = gpus.get(index, SLICES) - workload.slices
-        self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
+        self._scores: dict[tuple, float] = {}  # (state, GPU model) -> fragmentation
+        # (GPU model, what tells the node's state apart, what is taken) -> a gradient
+        self._gradients: dict[tuple, float] = {}
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
@@ -129,12 +131,12 @@ class Shares:
         fresh = [(SLICES, node, min(pool.free(node.id))) for node in breakable]
         if not shared and not fresh:
             return self._fresh(pool, workload)  # raises with the pool's reason
-        mix = self.mix(workload.gpu_model)
+        model = workload.gpu_model
         # Ties, as best-fit breaks them: a partly used GPU before a free one, the least room
         # first, then by node name and GPU index.
         slices = workload.slices
         *_, index, node_id = min(
-            (self._gradient(pool, node, i, slices, mix), f == SLICES, f, node.name, i, node.id)
+            (self._gradient(pool, node, i, slices, model), f == SLICES, f, node.name, i, node.id)
             for f, node, i in shared + fresh
         )
         return Placement(node_id, (index,))
@@ -160,11 +162,15 @@ class Shares:
         nodes = [n for n in breakable if len(pool.free(n.id)) >= count]
         if not nodes:
             return ()
-        mix = self.mix(workload.gpu_model)
+        model = workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
         best = min(
             nodes,
-            key=lambda n: (self._whole_gradient(pool, n, count, mix), len(pool.free(n.id)), n.name),
+            key=lambda n: (
+                self._whole_gradient(pool, n, count, model),
+                len(pool.free(n.id)),
+                n.name,
+            ),
         )
         return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
 
@@ -236,8 +242,18 @@ class Shares:
             ) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
 
-    def _gradient(self, pool: Pool, node: Node, index: int, slices: int, mix: Mix) -> float:
-        """How much taking `slices` eighths of GPU `index` grows the node's fragmentation."""
+    def _gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
+        """How much taking `slices` eighths of GPU `index` grows the node's fragmentation: the
+        same for nodes alike in size, free GPUs and partly used ones (worked out once)."""
+        partly = self.free.get(node.id, {})
+        free = len(pool.free(node.id))
+        key = (model, free, node.gpus, tuple(partly.values()), partly.get(index), slices)
+        gradient = self._gradients.get(key)
+        if gradient is None:
+            gradient = self._gradients[key] = self._share_gradient(pool, node, index, slices, model)
+        return gradient
+
+    def _share_gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
         gpus = dict(self.free.get(node.id, {}))
         before = self._state(pool, node, gpus)
         gpus[index] = gpus.get(index, SLICES) - slices
@@ -246,14 +262,20 @@ class Shares:
             after = self._state(pool, node, gpus, taken=1)
         else:
             after = self._state(pool, node, gpus)
-        return self._score(after, mix) - self._score(before, mix)
+        return self._score(after, model) - self._score(before, model)
 
-    def _whole_gradient(self, pool: Pool, node: Node, count: int, mix: Mix) -> float:
-        """How much taking `count` free GPUs of the node grows its fragmentation."""
+    def _whole_gradient(self, pool: Pool, node: Node, count: int, model: str) -> float:
+        """How much taking `count` free GPUs of the node grows its fragmentation: the same for
+        nodes alike in size, free GPUs and partly used ones (worked out once)."""
         partly = self.free.get(node.id, {})
-        before = self._state(pool, node, partly)
-        after = self._state(pool, node, partly, taken=count)
-        return self._score(after, mix) - self._score(before, mix)
+        key = (model, len(pool.free(node.id)), node.gpus, tuple(partly.values()), count)
+        gradient = self._gradients.get(key)
+        if gradient is None:
+            before = self._state(pool, node, partly)
+            after = self._state(pool, node, partly, taken=count)
+            gradient = self._score(after, model) - self._score(before, model)
+            self._gradients[key] = gradient
+        return gradient
 
     @staticmethod
     def _state(pool: Pool, node: Node, partly: dict[int, int], taken: int = 0) -> tuple:
@@ -261,9 +283,9 @@ class Shares:
         free += [0] * (node.gpus - len(free))
         return tuple(sorted(free, reverse=True))
 
-    def _score(self, state: tuple[int, ...], mix: Mix) -> float:
-        key = (state, mix)
+    def _score(self, state: tuple[int, ...], model: str) -> float:
+        key = (state, model)
         score = self._scores.get(key)
         if score is None:
-            score = self._scores[key] = fragmentation(state, mix)
+            score = self._scores[key] = fragmentation(state, self.mix(model))
         return score
