@@ -420,6 +420,10 @@ class Pool:
         """The free GPU indices of a node of this pool (do not modify)."""
         return self._free[node_id]
 
+    def with_free(self, node_ids: Iterable[int]) -> list[int]:
+        """Those of the nodes of this pool that have free GPUs, in the same order."""
+        return list(filter(self._free.__getitem__, node_ids))
+
     def domains_at(self, depth: int) -> list[Domain]:
         """The domains at a path depth, by name."""
         return self._domains_at[depth]

@@ -97,6 +97,7 @@ class Shares:
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
+        self._rooms: dict[tuple[Pool, int | None], tuple[int, list]] = {}  # see `_rooms_in`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -122,7 +123,7 @@ class Shares:
         return found
 
     def _find(self, pool: Pool, workload: Workload, breakable: list[Node]) -> Placement:
-        shared = [(f, node, i) for node, i, f in self._with_room(pool, workload)]
+        shared = [room for room in self._rooms_in(pool, workload) if room[0] >= workload.slices]
         if self.policy == SharePlacement.BEST_FIT:
             if shared:
                 _, node, index = min(shared, key=lambda c: (c[0], c[1].name, c[2]))
@@ -181,33 +182,39 @@ class Shares:
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
         self._seen.clear()
+        self._rooms.clear()
         if placement.node_id not in self.free and pool in self._in_pool:
             self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
 
-    def _with_room(self, pool: Pool, workload: Workload) -> Iterable[tuple[Node, int, int]]:
-        """(node, GPU index, free eighths) of the partly used GPUs of the pool the job may
-        take: room enough, a schedulable node not held for a reservation, and on a
-        single-tenant node only beside its own tenant's work."""
+    def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
+        """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
+        the workload's tenant may use: of a schedulable node not held for a reservation, and
+        on a single-tenant node only beside its own tenant's work. Worked out again when a
+        node is held (`take` forgets them when the shares change)."""
+        key = (pool, workload.tenant)
+        found = self._rooms.get(key)
+        if found is not None and found[0] == len(pool.held_by):
+            return found[1]
+        rooms = []
         for node_id in self._nodes_in(pool):
             node = pool.node(node_id)
             if not node.schedulable or node_id in pool.held_by:
                 continue
             if node.single_tenant and node.tenant not in (None, workload.tenant):
                 continue
-            for index, free in self.free[node_id].items():
-                if workload.slices <= free < SLICES:
-                    yield node, index, free
+            rooms += [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
+        self._rooms[key] = (len(pool.held_by), rooms)
+        return rooms
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
         of a count look alike to FGD), and every node that holds shares already (on a
         single-tenant one, only beside its own tenant's work)."""
         nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
-        free, held = pool.free, pool.held_by
-        for node_id in self._nodes_in(pool):
-            if not free(node_id) or node_id in held:
+        for node_id in pool.with_free(self._nodes_in(pool)):
+            if node_id in pool.held_by:
                 continue
             node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
