@@ -97,7 +97,7 @@ class Shares:
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
-        self._rooms: dict[tuple[Pool, int | None], tuple[int, list]] = {}  # see `_rooms_in`
+        self._rooms: dict[tuple[Pool, int | None], list] = {}  # see `_rooms_in`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -123,7 +123,10 @@ class Shares:
         return found
 
     def _find(self, pool: Pool, workload: Workload, breakable: list[Node]) -> Placement:
-        shared = [room for room in self._rooms_in(pool, workload) if room[0] >= workload.slices]
+        slices, held = workload.slices, pool.held_by
+        shared = [
+            r for r in self._rooms_in(pool, workload) if r[0] >= slices and r[1].id not in held
+        ]
         if self.policy == SharePlacement.BEST_FIT:
             if shared:
                 _, node, index = min(shared, key=lambda c: (c[0], c[1].name, c[2]))
@@ -135,7 +138,6 @@ class Shares:
         model = workload.gpu_model
         # Ties, as best-fit breaks them: a partly used GPU before a free one, the least room
         # first, then by node name and GPU index.
-        slices = workload.slices
         *_, index, node_id = min(
             (self._gradient(pool, node, i, slices, model), f == SLICES, f, node.name, i, node.id)
             for f, node, i in shared + fresh
@@ -190,22 +192,20 @@ class Shares:
 
     def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
         """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
-        the workload's tenant may use: of a schedulable node not held for a reservation, and
-        on a single-tenant node only beside its own tenant's work. Worked out again when a
-        node is held (`take` forgets them when the shares change)."""
+        the workload's tenant may use: of a schedulable node, and on a single-tenant node only
+        beside its own tenant's work (`take` forgets them when the shares change)."""
         key = (pool, workload.tenant)
-        found = self._rooms.get(key)
-        if found is not None and found[0] == len(pool.held_by):
-            return found[1]
-        rooms = []
+        rooms = self._rooms.get(key)
+        if rooms is not None:
+            return rooms
+        rooms = self._rooms[key] = []
         for node_id in self._nodes_in(pool):
             node = pool.node(node_id)
-            if not node.schedulable or node_id in pool.held_by:
+            if not node.schedulable:
                 continue
             if node.single_tenant and node.tenant not in (None, workload.tenant):
                 continue
             rooms += [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
-        self._rooms[key] = (len(pool.held_by), rooms)
         return rooms
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
