@@ -409,7 +409,8 @@ class Pool:
 
     @property
     def changes(self) -> int:
-        """How many times a node's free GPUs changed: the same count, the same free GPUs."""
+        """How many times GPUs were taken or given back: within a cycle, while it stays the
+        same, so do the free GPUs of every node (and the tenants single-tenant nodes hold)."""
         return self._changes
 
     def node(self, node_id: int) -> Node | None:
