@@ -285,6 +285,8 @@ class Pool:
         self._held: dict[int, list[Placement]] = {}  # reservation owner -> GPUs it holds
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
         self._changes = 0  # bumped whenever a node's free GPUs change
+        self._whole_changes = 0  # ... whenever a node becomes whole or stops being so
+        self._whole_pick: tuple[int, Node] | None = None  # see `_whole_for_small`
         self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
         # Single-tenant nodes are never in `_partial`: partly free, they are offered only to
         # the tenant whose work they hold (node -> tenant, tenant -> its nodes), empty to anyone.
@@ -619,6 +621,7 @@ class Pool:
             return
         self._changes += 1
         whole_change = self.is_whole(node) - was_whole
+        self._whole_changes += whole_change != 0
         for domain in self._domains[node.id]:
             self._free_gpus[domain] += after - before
             if whole_change:
@@ -716,7 +719,7 @@ class Pool:
             if heap:
                 nodes.append(self._nodes[heap[0][1]])
         if self._whole[()]:
-            nodes.append(self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0])
+            nodes.append(self._whole_for_small())
         owned = self._owned.get(tenant, ())
         return nodes + [self._nodes[n] for n in owned if self._free[n]]
 
@@ -740,7 +743,16 @@ class Pool:
                     free=self._free_gpus[()],
                 )
             )
-        return self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
+        return self._whole_for_small()
+
+    def _whole_for_small(self) -> Node:
+        """The whole free node a small job breaks (there is one): the first by name of the leaf
+        with the fewest whole nodes; kept until a node becomes whole or stops being so."""
+        kept = self._whole_pick
+        if kept is None or kept[0] != self._whole_changes:
+            node = self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
+            kept = self._whole_pick = (self._whole_changes, node)
+        return kept[1]
 
     def growth(self, workload: Workload, most: int) -> tuple[Placement, ...]:
         """Free GPUs a running workload could grow by, up to `most`: on its node for a one-node
