@@ -286,7 +286,7 @@ class Pool:
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
         self._changes = 0  # bumped whenever a node's free GPUs change
         self._whole_changes = 0  # ... whenever a node becomes whole or stops being so
-        self._whole_pick: tuple[int, Node] | None = None  # see `_whole_for_small`
+        self._whole_pick: dict[int, Node] = {}  # whole changes -> `_whole_for_small`'s
         self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
         # Single-tenant nodes are never in `_partial`: partly free, they are offered only to
         # the tenant whose work they hold (node -> tenant, tenant -> its nodes), empty to anyone.
@@ -369,7 +369,7 @@ class Pool:
         pool._wholes = self._wholes.copy()
         pool._whole = pool._wholes.count
         pool._partial = defaultdict(list, {n: list(h) for n, h in self._partial.items() if h})
-        pool._held, pool.held_by, pool._small_failed = {}, {}, {}
+        pool._held, pool.held_by, pool._small_failed, pool._whole_pick = {}, {}, {}, {}
         pool._owner = dict(self._owner)
         pool._owned = defaultdict(set, {t: set(n) for t, n in self._owned.items()})
         return pool
@@ -748,11 +748,11 @@ class Pool:
     def _whole_for_small(self) -> Node:
         """The whole free node a small job breaks (there is one): the first by name of the leaf
         with the fewest whole nodes; kept until a node becomes whole or stops being so."""
-        kept = self._whole_pick
-        if kept is None or kept[0] != self._whole_changes:
+        node = self._whole_pick.get(self._whole_changes)
+        if node is None:
             node = self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
-            kept = self._whole_pick = (self._whole_changes, node)
-        return kept[1]
+            self._whole_pick = {self._whole_changes: node}
+        return node
 
     def growth(self, workload: Workload, most: int) -> tuple[Placement, ...]:
         """Free GPUs a running workload could grow by, up to `most`: on its node for a one-node
