@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from functools import cache
-from itertools import compress, pairwise
+from itertools import compress, islice, pairwise
 from operator import attrgetter, is_not
 
 from scheduler.engine.errors import Inadmissible
@@ -285,6 +285,8 @@ class Pool:
         self._held: dict[int, list[Placement]] = {}  # reservation owner -> GPUs it holds
         self.held_by: dict[int, int] = {}  # node id -> owner of the reservation holding it
         self._changes = 0  # bumped whenever a node's free GPUs change
+        self._whole_changes = 0  # ... whenever a node becomes whole or stops being so
+        self._whole_pick: dict[int, Node] = {}  # whole changes -> `_whole_for_small`'s
         self._small_failed: dict[int, tuple[int, str]] = {}  # GPUs -> (changes, reason)
         # Single-tenant nodes are never in `_partial`: partly free, they are offered only to
         # the tenant whose work they hold (node -> tenant, tenant -> its nodes), empty to anyone.
@@ -367,7 +369,7 @@ class Pool:
         pool._wholes = self._wholes.copy()
         pool._whole = pool._wholes.count
         pool._partial = defaultdict(list, {n: list(h) for n, h in self._partial.items() if h})
-        pool._held, pool.held_by, pool._small_failed = {}, {}, {}
+        pool._held, pool.held_by, pool._small_failed, pool._whole_pick = {}, {}, {}, {}
         pool._owner = dict(self._owner)
         pool._owned = defaultdict(set, {t: set(n) for t, n in self._owned.items()})
         return pool
@@ -407,6 +409,12 @@ class Pool:
         """The ids of the schedulable nodes of this pool."""
         return self._nodes.keys()
 
+    @property
+    def changes(self) -> int:
+        """How many times GPUs were taken or given back: within a cycle, while it stays the
+        same, so do the free GPUs of every node (and the tenants single-tenant nodes hold)."""
+        return self._changes
+
     def node(self, node_id: int) -> Node | None:
         """A schedulable node of this pool by id."""
         return self._nodes.get(node_id)
@@ -414,6 +422,10 @@ class Pool:
     def free(self, node_id: int) -> set[int] | frozenset[int]:
         """The free GPU indices of a node of this pool (do not modify)."""
         return self._free[node_id]
+
+    def with_free(self, node_ids: Iterable[int]) -> list[int]:
+        """Those of the nodes of this pool that have free GPUs, in the same order."""
+        return list(filter(self._free.__getitem__, node_ids))
 
     def domains_at(self, depth: int) -> list[Domain]:
         """The domains at a path depth, by name."""
@@ -609,6 +621,7 @@ class Pool:
             return
         self._changes += 1
         whole_change = self.is_whole(node) - was_whole
+        self._whole_changes += whole_change != 0
         for domain in self._domains[node.id]:
             self._free_gpus[domain] += after - before
             if whole_change:
@@ -656,6 +669,24 @@ class Pool:
                     still.append(back)
             self._held[owner] = still
 
+    def fits_lent(self, gpus: int, tenant: int | None, owners: Iterable[int]) -> bool:
+        """Whether a job of `gpus` GPUs, fewer than a node, that `find` finds no room for now
+        would find room with the GPUs held for `owners` lent (`lent`): on a node they hold,
+        with the node's free GPUs and theirs, offered to `tenant`'s work. Changes nothing."""
+        lent: defaultdict[int, set[int]] = defaultdict(set)
+        for owner in owners:
+            for placement in self._held.get(owner, ()):
+                lent[placement.node_id].update(placement.gpu_indices)
+        for node_id, indices in lent.items():
+            after = len(self._free[node_id] | indices)
+            if after >= gpus and (
+                node_id not in self._single
+                or after == self._nodes[node_id].gpus
+                or node_id in self._owned.get(tenant, ())
+            ):
+                return True
+        return False
+
     # -- internals ---------------------------------------------------------------------------
 
     def _best_partial(self, gpus: int, tenant: int | None = None) -> Node | None:
@@ -688,7 +719,7 @@ class Pool:
             if heap:
                 nodes.append(self._nodes[heap[0][1]])
         if self._whole[()]:
-            nodes.append(self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0])
+            nodes.append(self._whole_for_small())
         owned = self._owned.get(tenant, ())
         return nodes + [self._nodes[n] for n in owned if self._free[n]]
 
@@ -712,7 +743,16 @@ class Pool:
                     free=self._free_gpus[()],
                 )
             )
-        return self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
+        return self._whole_for_small()
+
+    def _whole_for_small(self) -> Node:
+        """The whole free node a small job breaks (there is one): the first by name of the leaf
+        with the fewest whole nodes; kept until a node becomes whole or stops being so."""
+        node = self._whole_pick.get(self._whole_changes)
+        if node is None:
+            node = self._pick_whole(self._tightest_domain(1, TopologyLevel.LEAF), 1)[0]
+            self._whole_pick = {self._whole_changes: node}
+        return node
 
     def growth(self, workload: Workload, most: int) -> tuple[Placement, ...]:
         """Free GPUs a running workload could grow by, up to `most`: on its node for a one-node
@@ -775,8 +815,8 @@ class Pool:
         Children with the most free whole nodes go first (ties by name), and nodes within a
         leaf by name, so a gang's nodes come out grouped by leaf.
         """
-        if len(domain) == 3:
-            return self.whole_nodes(domain)[:count]
+        if len(domain) == 3:  # a leaf's nodes are in name order: the first whole ones
+            return list(islice(filter(self.is_whole, self._domain_nodes[domain]), count))
         picked: list[Node] = []
         for child in sorted(self._children[domain], key=lambda c: (-self._whole[c], c)):
             wanted = min(count - len(picked), self._whole[child])

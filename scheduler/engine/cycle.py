@@ -774,7 +774,12 @@ class Cycle:
         if (
             owners
             and self.reserving.kept_out.adds(workload, queue, self.ledger, within)
-            and (self._fits_lent(pool, workload, owners))
+            and (
+                # It found no room: a small one would find it on the held nodes only.
+                pool.fits_lent(workload.gpus, workload.tenant, owners)
+                if workload.gpus < pool.node_size
+                else self._fits_lent(pool, workload, owners)
+            )
         ):
             self.reserving.kept_out.add(workload, queue, self.ledger, within)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
@@ -64,6 +65,19 @@ def fragmentation(state: tuple[int, ...], mix: Mix) -> float:
     return stranded
 
 
+@dataclass
+class Seen:
+    """What `Shares` worked out for one pool and tenant while the pool's free GPUs (`changes`)
+    and the shares stay as they were. A node held for a reservation has no free GPUs, but may
+    have room for shares: `find`'s are kept per count of held nodes too."""
+
+    changes: int
+    breakable: list[Node]  # `Shares._breakable`
+    small: dict[int, tuple[Placement, ...]] = field(default_factory=dict)  # GPUs -> `find_small`
+    # (eighths, nodes held) -> `find`'s GPU, or why none
+    shares: dict[tuple[int, int], Placement | str] = field(default_factory=dict)
+
+
 class Shares:
     """The partly used GPUs of the cycle, and where share jobs go."""
 
@@ -77,8 +91,13 @@ class Shares:
                 gpus = self.free.setdefault(placement.node_id, {})
                 for index in placement.gpu_indices:
                     gpus[index] = gpus.get(index, SLICES) - workload.slices
-        self._scores: dict[tuple, float] = {}  # (state, mix) -> fragmentation
+        self._scores: dict[tuple, float] = {}  # (state, GPU model) -> fragmentation
+        # (GPU model, what tells the node's state apart, what is taken) -> a gradient
+        self._gradients: dict[tuple, float] = {}
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
+        self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
+        self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
+        self._rooms: dict[tuple[Pool, int | None], list] = {}  # see `_rooms_in`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -90,22 +109,37 @@ class Shares:
 
     def find(self, pool: Pool, workload: Workload) -> Placement:
         """The GPU the share job takes (takes nothing), or Inadmissible with the reason."""
-        shared = [(f, node, i) for node, i, f in self._with_room(pool, workload)]
+        seen = self._seen_in(pool, workload)
+        key = (workload.slices, len(pool.held_by))  # nodes held for reservations lose room
+        found = seen.shares.get(key)
+        if found is None:
+            try:
+                found = self._find(pool, workload, seen.breakable)
+            except Inadmissible as why:
+                found = str(why)
+            seen.shares[key] = found
+        if isinstance(found, str):
+            raise Inadmissible(found)
+        return found
+
+    def _find(self, pool: Pool, workload: Workload, breakable: list[Node]) -> Placement:
+        slices, held = workload.slices, pool.held_by
+        shared = [
+            r for r in self._rooms_in(pool, workload) if r[0] >= slices and r[1].id not in held
+        ]
         if self.policy == SharePlacement.BEST_FIT:
             if shared:
                 _, node, index = min(shared, key=lambda c: (c[0], c[1].name, c[2]))
                 return Placement(node.id, (index,))
             return self._fresh(pool, workload)
-        breakable = self._breakable(pool, workload)
         fresh = [(SLICES, node, min(pool.free(node.id))) for node in breakable]
         if not shared and not fresh:
             return self._fresh(pool, workload)  # raises with the pool's reason
-        mix = self.mix(workload.gpu_model)
+        model = workload.gpu_model
         # Ties, as best-fit breaks them: a partly used GPU before a free one, the least room
         # first, then by node name and GPU index.
-        slices = workload.slices
         *_, index, node_id = min(
-            (self._gradient(pool, node, i, slices, mix), f == SLICES, f, node.name, i, node.id)
+            (self._gradient(pool, node, i, slices, model), f == SLICES, f, node.name, i, node.id)
             for f, node, i in shared + fresh
         )
         return Placement(node_id, (index,))
@@ -120,15 +154,26 @@ class Shares:
             self._active = bool(self.free) or any(w.slices for w in self._workloads)
         if not self._active:
             return ()
+        seen = self._seen_in(pool, workload)
+        found = seen.small.get(workload.gpus)
+        if found is None:
+            found = seen.small[workload.gpus] = self._small(pool, workload, seen.breakable)
+        return found
+
+    def _small(self, pool: Pool, workload: Workload, breakable: list[Node]) -> tuple:
         count = workload.gpus
-        nodes = [n for n in self._breakable(pool, workload) if len(pool.free(n.id)) >= count]
+        nodes = [n for n in breakable if len(pool.free(n.id)) >= count]
         if not nodes:
             return ()
-        mix = self.mix(workload.gpu_model)
+        model = workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
         best = min(
             nodes,
-            key=lambda n: (self._whole_gradient(pool, n, count, mix), len(pool.free(n.id)), n.name),
+            key=lambda n: (
+                self._whole_gradient(pool, n, count, model),
+                len(pool.free(n.id)),
+                n.name,
+            ),
         )
         return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
 
@@ -138,35 +183,59 @@ class Shares:
         [index] = placement.gpu_indices
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
+        self._seen.clear()
+        self._rooms.clear()
+        if placement.node_id not in self.free and pool in self._in_pool:
+            self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
 
-    def _with_room(self, pool: Pool, workload: Workload) -> Iterable[tuple[Node, int, int]]:
-        """(node, GPU index, free eighths) of the partly used GPUs of the pool the job may
-        take: room enough, a schedulable node not held for a reservation, and on a
-        single-tenant node only beside its own tenant's work."""
-        for node_id, gpus in self.free.items():
+    def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
+        """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
+        the workload's tenant may use: of a schedulable node, and on a single-tenant node only
+        beside its own tenant's work (`take` forgets them when the shares change)."""
+        key = (pool, workload.tenant)
+        rooms = self._rooms.get(key)
+        if rooms is not None:
+            return rooms
+        rooms = self._rooms[key] = []
+        for node_id in self._nodes_in(pool):
             node = pool.node(node_id)
-            if node is None or not node.schedulable or node_id in pool.held_by:
+            if not node.schedulable:
                 continue
             if node.single_tenant and node.tenant not in (None, workload.tenant):
                 continue
-            for index, free in gpus.items():
-                if workload.slices <= free < SLICES:
-                    yield node, index, free
+            rooms += [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
+        return rooms
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
         of a count look alike to FGD), and every node that holds shares already (on a
         single-tenant one, only beside its own tenant's work)."""
         nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
-        for node_id in self.free:
-            node = pool.node(node_id)
-            if node is None or not pool.free(node_id) or node_id in pool.held_by:
+        for node_id in pool.with_free(self._nodes_in(pool)):
+            if node_id in pool.held_by:
                 continue
+            node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
         return sorted(nodes.values(), key=lambda node: node.name)
+
+    def _seen_in(self, pool: Pool, workload: Workload) -> Seen:
+        """What was worked out for the pool and the workload's tenant, afresh where the pool's
+        free GPUs have changed since (`take` forgets it all when the shares change)."""
+        key = (pool, workload.tenant)
+        seen = self._seen.get(key)
+        if seen is None or seen.changes != pool.changes:
+            seen = self._seen[key] = Seen(pool.changes, self._breakable(pool, workload))
+        return seen
+
+    def _nodes_in(self, pool: Pool) -> list[int]:
+        """The nodes of the pool that hold shares."""
+        found = self._in_pool.get(pool)
+        if found is None:
+            found = self._in_pool[pool] = [n for n in self.free if pool.node(n) is not None]
+        return found
 
     def _fresh(self, pool: Pool, workload: Workload) -> Placement:
         """A free GPU of the fullest node that has one (best-fit, as for a one-GPU job)."""
@@ -180,8 +249,18 @@ class Shares:
             ) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
 
-    def _gradient(self, pool: Pool, node: Node, index: int, slices: int, mix: Mix) -> float:
-        """How much taking `slices` eighths of GPU `index` grows the node's fragmentation."""
+    def _gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
+        """How much taking `slices` eighths of GPU `index` grows the node's fragmentation: the
+        same for nodes alike in size, free GPUs and partly used ones (worked out once)."""
+        partly = self.free.get(node.id, {})
+        free = len(pool.free(node.id))
+        key = (model, free, node.gpus, tuple(partly.values()), partly.get(index), slices)
+        gradient = self._gradients.get(key)
+        if gradient is None:
+            gradient = self._gradients[key] = self._share_gradient(pool, node, index, slices, model)
+        return gradient
+
+    def _share_gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
         gpus = dict(self.free.get(node.id, {}))
         before = self._state(pool, node, gpus)
         gpus[index] = gpus.get(index, SLICES) - slices
@@ -190,14 +269,20 @@ class Shares:
             after = self._state(pool, node, gpus, taken=1)
         else:
             after = self._state(pool, node, gpus)
-        return self._score(after, mix) - self._score(before, mix)
+        return self._score(after, model) - self._score(before, model)
 
-    def _whole_gradient(self, pool: Pool, node: Node, count: int, mix: Mix) -> float:
-        """How much taking `count` free GPUs of the node grows its fragmentation."""
+    def _whole_gradient(self, pool: Pool, node: Node, count: int, model: str) -> float:
+        """How much taking `count` free GPUs of the node grows its fragmentation: the same for
+        nodes alike in size, free GPUs and partly used ones (worked out once)."""
         partly = self.free.get(node.id, {})
-        before = self._state(pool, node, partly)
-        after = self._state(pool, node, partly, taken=count)
-        return self._score(after, mix) - self._score(before, mix)
+        key = (model, len(pool.free(node.id)), node.gpus, tuple(partly.values()), count)
+        gradient = self._gradients.get(key)
+        if gradient is None:
+            before = self._state(pool, node, partly)
+            after = self._state(pool, node, partly, taken=count)
+            gradient = self._score(after, model) - self._score(before, model)
+            self._gradients[key] = gradient
+        return gradient
 
     @staticmethod
     def _state(pool: Pool, node: Node, partly: dict[int, int], taken: int = 0) -> tuple:
@@ -205,9 +290,9 @@ class Shares:
         free += [0] * (node.gpus - len(free))
         return tuple(sorted(free, reverse=True))
 
-    def _score(self, state: tuple[int, ...], mix: Mix) -> float:
-        key = (state, mix)
+    def _score(self, state: tuple[int, ...], model: str) -> float:
+        key = (state, model)
         score = self._scores.get(key)
         if score is None:
-            score = self._scores[key] = fragmentation(state, mix)
+            score = self._scores[key] = fragmentation(state, self.mix(model))
         return score

@@ -3,12 +3,16 @@ time, or that the gang could preempt, may use the reserved nodes meanwhile."""
 
 from __future__ import annotations
 
+import random
+from contextlib import ExitStack
 from dataclasses import replace
 
 import pytest
 
-from scheduler.engine import Plan, Reservation, TopologyLevel, Workload, plan
+from scheduler.engine import Placement, Plan, Reservation, TopologyLevel, Workload, plan
 from scheduler.engine.backfill import MAX_PER_POOL
+from scheduler.engine.capacity import pools_of
+from scheduler.engine.errors import Inadmissible
 from scheduler.engine.testing import (
     make_cluster,
     make_queue,
@@ -181,3 +185,36 @@ def test_a_gang_is_not_starved_by_small_work_over_cycles() -> None:
     assert outcome(result, later)[3] == (
         "needs 1 whole H800 node in one data center; the best data center has 0 free"
     )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_small_job_fits_with_held_gpus_lent_where_lending_them_finds_it_room(seed: int) -> None:
+    """`Pool.fits_lent` (a small job kept off reserved nodes) says what lending the held GPUs
+    and placing the job there says, changing nothing: on shared and single-tenant nodes."""
+    rng = random.Random(seed)
+    nodes = [
+        replace(node, single_tenant=rng.random() < 0.3, tenant=rng.choice([None, 1, 2]))
+        for node in make_cluster(leaves=2, nodes=4)
+    ]
+    [pool] = pools_of(nodes).values()
+    for node in nodes:  # work of either tenant on most GPUs, reservations on some nodes
+        taken = rng.sample(range(8), rng.choice([8, 8, 7, 6, 4]))
+        pool.take(Placement(node.id, tuple(taken)), rng.choice([1, 2]))
+    for owner in (101, 102):
+        pool.hold(owner, rng.sample([n.id for n in nodes], 2))
+    for node in nodes:
+        free = sorted(pool.free(node.id))
+        if free:  # nothing fits now but on the held GPUs: the rest is taken
+            pool.take(Placement(node.id, tuple(free)), rng.choice([1, 2]))
+    job = make_workload(1, ops, rng.choice([1, 2, 4, 7]), tenant=rng.choice([1, 2]))
+    owners = rng.choice([[101], [102], [101, 102]])
+    before = {node.id: set(pool.free(node.id)) for node in nodes}
+    with ExitStack() as stack:
+        for owner in owners:
+            stack.enter_context(pool.lent(owner))
+        try:
+            lent = bool(pool.find(job))
+        except Inadmissible:
+            lent = False
+    assert pool.fits_lent(job.gpus, job.tenant, owners) == lent
+    assert {node.id: set(pool.free(node.id)) for node in nodes} == before

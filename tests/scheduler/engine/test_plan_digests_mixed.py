@@ -1,0 +1,58 @@
+"""Speed work on mixed fleets must not change a single plan either.
+
+`test_plan_digests` covers fleets of whole GPUs of one model per job. Here: the fleets of
+`bench.engine --mixed` at 30,000 GPUs (H800 and H20; a third of the pending jobs accept both,
+a tenth are shares of a GPU placed by FGD) and at 1,000 (all H800, with shares), and three
+streams of `bench.fragmentation` (shares and small jobs placed by FGD as work churns, then a
+fill). Each plan's text is hashed and compared with the digest recorded from the engine before
+the speed work on shares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from bench import engine, fragmentation
+from scheduler.engine import plan
+from scheduler.engine.model import SharePlacement
+
+MIXED = {  # (GPUs, seed) -> digest
+    (1000, 1): "7658a20645355638",
+    (1000, 2): "fecf6e519a3cc115",
+    (1000, 3): "2ad8d6ff3ab9cac2",
+    (1000, 4): "99da8cd92867b764",
+    (30000, 1): "033ea8ec4909013a",
+    (30000, 2): "0775aa9bd49b5e24",
+    (30000, 3): "aaed3e22def92255",
+}
+STREAMS = {1: "2c500034f0ab9efd", 2: "ae764fd3dd2b2d39", 3: "34799da6e9163b3d"}
+
+
+@pytest.mark.parametrize(("gpus", "seed"), sorted(MIXED))
+def test_plans_of_mixed_fleets_are_those_recorded(gpus: int, seed: int) -> None:
+    snapshot = engine.scenario(gpus, seed, mixed=True)
+    assert any(w.slices for w in snapshot.workloads)
+    if gpus > 10_000:  # every third pod is of H20: a fleet of three pods or more
+        assert any(len(w.accepts) > 1 for w in snapshot.workloads)
+    planned = plan(snapshot, now=engine.NOW)
+    assert hashlib.sha256(repr(planned).encode()).hexdigest()[:16] == MIXED[gpus, seed]
+
+
+@pytest.mark.parametrize("seed", sorted(STREAMS))
+def test_plans_of_an_fgd_stream_are_those_recorded(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    digest, planned = hashlib.sha256(), []
+
+    def hashed(*args, **kwargs):
+        result = plan(*args, **kwargs)
+        digest.update(repr(result).encode())
+        planned.append(result)
+        return result
+
+    monkeypatch.setattr(fragmentation, "plan", hashed)
+    fragmentation.measure(SharePlacement.FGD, fragmentation.cluster(120), 40, seed)
+    assert len(planned) > 40
+    assert digest.hexdigest()[:16] == STREAMS[seed]
