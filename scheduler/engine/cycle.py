@@ -3,7 +3,8 @@
 `plan()` reads top to bottom in numbered steps. The per-workload decision (`Cycle.decide`) tries,
 in order: admit on free GPUs (or backfill GPUs held for a reservation that allows it); make room
 by shrinking elastic work and preempting (`preemption`); reserve a domain for a gang head that
-must wait (`backfill`); otherwise wait, with a reason a person can act on.
+must wait (`backfill`); otherwise wait, with a reason a person can act on. Step 5, what changes
+for the running work (grows, moves, defragmentation), is `resizing.Resizing`.
 """
 
 from __future__ import annotations
@@ -19,19 +20,14 @@ from operator import attrgetter
 from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
-from scheduler.engine.budget import BudgetLedger, seconds_left
-from scheduler.engine.capacity import DEPTH, Capacity, Domain, NodeIndex, Pool, widest_level
-from scheduler.engine.defrag import MOVES_PER_CYCLE, empty_nodes
+from scheduler.engine.budget import BudgetLedger
+from scheduler.engine.capacity import DEPTH, Capacity, NodeIndex, Pool, widest_level
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     awaited_reason,
     claim_reason,
-    defrag_reason,
-    defragged_reason,
-    grow_reason,
     kept_off_reason,
     model_reason,
-    move_reason,
     none_free_reason,
     preemption_reason,
     shrink_reason,
@@ -58,12 +54,9 @@ from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.engine.resizing import Resizing
 from scheduler.engine.shares import Shares
 from scheduler.words import AND_SO, phrase
-
-# A running workload moves to another GPU model only where it runs at least this much faster:
-# the move restarts it from a save, minutes of a large job's time.
-MOVE_GAIN = 1.25
 
 
 class Clock(Protocol):
@@ -203,7 +196,7 @@ class ReserveMemo:
     kept_out: KeptOut = field(default_factory=KeptOut)  # what kept-off work could preempt
 
 
-class Cycle:
+class Cycle(Resizing):
     """The state of one cycle: quota, free GPUs, occupancy and the plan so far."""
 
     def __init__(self, snapshot: Snapshot, now: float, index: NodeIndex | None = None) -> None:
@@ -496,201 +489,6 @@ class Cycle:
             if not tries:
                 break
         return False
-
-    # -- growing ----------------------------------------------------------------------------
-
-    def grow(self) -> None:
-        """Give free GPUs to running elastic workloads below their most, in pools where no
-        work waits: never by preempting, a workload at most every `Snapshot.grow_every_s` (each
-        resize restarts it) and only when it saved within that time (it resumes from that
-        save), the most throughput gained per GPU first (`Workload.rate`), then the higher
-        priority, then the lower id. A one-node workload grows within its node, a
-        multi-node one by whole nodes within the domain its topology allows."""
-        waiting = self.waiting_pools()
-        if waiting.issuperset(self.capacity.pool_keys()):
-            return  # work waits in every pool: no workload grows (the common case)
-        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
-        candidates = []
-        for workload in self.running:
-            if not workload.is_elastic:
-                continue
-            queue = self.ledger.queue_or_none(workload.queue_id)
-            if queue is None or (queue.region, workload.gpu_model) in waiting:
-                continue
-            if workload.id in changed or not self._may_grow(workload):
-                continue
-            try:
-                node = self.capacity.pool(queue.region, workload.gpu_model).node_size
-            except Inadmissible:
-                continue  # its queue's region has no such GPUs (any more)
-            gain = _gain_per_gpu(workload, node)
-            candidates.append((-gain, -workload.priority, workload.id, workload, queue))
-        for *_, workload, queue in sorted(candidates, key=lambda c: c[:3]):
-            self._grow(self.capacity.pool(queue.region, workload.gpu_model), queue, workload)
-
-    def waiting_pools(self) -> set[tuple[str | None, str]]:
-        """(region, GPU model) of every pool some waiting work could start in."""
-        wanted = {
-            (w.queue_id, model)
-            for w, _ in self._waiting.values()
-            for model in (w.accepts or (w.gpu_model,))
-        }
-        found = set()
-        for queue_id, gpu_model in wanted:
-            queue = self.ledger.queue_or_none(queue_id)
-            found.add((queue.region if queue else None, gpu_model))
-        return found
-
-    def move(self) -> None:
-        """Move running work that accepts several GPU models, and knows its speed on each, to a
-        model at least MOVE_GAIN times faster where the GPUs are free, its quota and budgets
-        allow and no waiting work could use them: never by preempting, a workload at most
-        every `Snapshot.move_every_s`, and only one that saves (it restarts from a save it
-        is asked for first). The oldest first."""
-        waiting = None
-        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
-        changed |= {g.workload_id for g in self.grows}
-        for workload in self.running:
-            if len(workload.accepts) < 2 or workload.speed(workload.gpu_model) is None:
-                continue
-            if workload.id in changed or not self._may_move(workload):
-                continue
-            queue = self.ledger.queue_or_none(workload.queue_id)
-            if queue is None:
-                continue
-            waiting = self.waiting_pools() if waiting is None else waiting
-            self._move(queue, workload, waiting)
-
-    def _may_move(self, workload: Workload) -> bool:
-        times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
-        if workload.preempting or not workload.saves or not workload.movable or not times:
-            return False
-        return self.now - max(times) >= self.move_every_s
-
-    def _move(self, queue: Queue, workload: Workload, waiting: set) -> None:
-        now_speed = workload.speed(workload.gpu_model)
-        for model in workload.models:
-            speed = workload.speed(model)
-            if speed is None or speed < MOVE_GAIN * now_speed:
-                continue
-            if (queue.region, model) in waiting:
-                continue
-            moved = replace(workload, gpu_model=model, gpus=workload.held, placements=())
-            if not self._free_now(queue, moved):
-                continue
-            pool = self.capacity.pool(queue.region, model)
-            placements, self._found = self._found[3], None
-            for placement in placements:
-                pool.take(placement, workload.tenant)
-            self.ledger.charge(queue.id, model, workload.held)
-            self.budgets.charge(queue.id, model, workload.held, seconds_left(workload, self.now))
-            reason = move_reason(workload, model)
-            self.moves.append(Move(workload.id, model, placements, reason))
-            return
-
-    def defragment(self) -> None:
-        """In each pod due for defragmentation (`Snapshot.defrag`), by name, move small running
-        work to other nodes of the pod so that whole nodes free up for the gangs waiting there
-        that their quota and budgets allow, in their decision order, within the pod's moves
-        and MOVES_PER_CYCLE (`defrag.empty_nodes`): only work that saves, may move
-        (`_may_move`), runs on one node and did not change this cycle, never by preempting.
-        Each move restarts from a save. A gang's shape that found no moves in a pod is not
-        looked at again there this cycle (fewer moves and GPUs are left for the next)."""
-        gangs = self._waiting_gangs() if self.defrag else []
-        if not gangs:
-            return
-        occupants = self._may_defragment()
-        emptied: set[int] = set()
-        failed: set[tuple] = set()
-        for pod, budget in sorted(self.defrag):
-            for pool, gang in gangs:
-                budget = min(budget, MOVES_PER_CYCLE - len(self.moves))
-                domain = _pod_domain(pool, pod)
-                shape = (pool.gpu_model, domain, gang.gpus, widest_level(gang))
-                if (
-                    budget <= 0
-                    or domain is None
-                    or (shape in failed and not pool.held_nodes(gang.id))
-                ):
-                    continue
-                with pool.lent(gang.id):  # its own reservation's GPUs are room for the moves
-                    moves = empty_nodes(pool, domain, gang, occupants, budget, emptied)
-                if moves is None:
-                    failed.add(shape)
-                    continue
-                for job, placement in moves:
-                    reason = defrag_reason(pool.node(placement.node_id).name, pod, gang)
-                    self.moves.append(Move(job.id, job.gpu_model, (placement,), reason, pod))
-                budget -= len(moves)
-                waiting, why = self._waiting[gang.id]
-                self._waiting[gang.id] = (waiting, defragged_reason(why, len(moves), pod))
-
-    def _waiting_gangs(self) -> list[tuple[Pool, Workload]]:
-        """Waiting work of whole nodes, with its pool, that its quota and budgets allow and
-        that made no room by preemption."""
-        claimed = {p.for_workload_id for p in self.preemptions}
-        gangs = []
-        for workload, _ in self._waiting.values():
-            queue = self.ledger.queue_or_none(workload.queue_id)
-            if queue is None or workload.slices or workload.id in claimed:
-                continue
-            try:
-                pool = self.capacity.pool(queue.region, workload.gpu_model)
-            except Inadmissible:
-                continue
-            if workload.gpus >= pool.node_size and self._allowed(queue, workload):
-                gangs.append((pool, workload))
-        return gangs
-
-    def _may_defragment(self) -> dict[int, list[Workload]]:
-        """Per node, the running work there that a defragmentation may move."""
-        changed = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
-        changed |= {g.workload_id for g in self.grows} | {m.workload_id for m in self.moves}
-        found: dict[int, list[Workload]] = defaultdict(list)
-        for workload in self.running:
-            if workload.slices or len(workload.placements) != 1 or workload.id in changed:
-                continue
-            if self._may_move(workload):
-                found[workload.placements[0].node_id].append(workload)
-        return found
-
-    def _may_grow(self, workload: Workload) -> bool:
-        """Whether a running elastic workload may grow now."""
-        most = workload.gpus if workload.max_gpus is None else workload.max_gpus
-        if workload.preempting or workload.held >= most:
-            return False
-        times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
-        if not times or self.now - max(times) < self.grow_every_s:
-            return False
-        # A grow restarts it from a save it is asked for first: only a job that saves grows.
-        return workload.saves
-
-    def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
-        most = workload.gpus if workload.max_gpus is None else workload.max_gpus
-        added = pool.growth(workload, most - workload.held)
-        seconds = seconds_left(workload, self.now)
-        while added:
-            extra = sum(len(p.gpu_indices) for p in added)
-            if self.ledger.allows(queue, workload.gpu_model, extra) and (
-                not self.budgets or self._budget_allows(queue, workload, extra, seconds)
-            ):
-                break
-            added = added[:-1] if len(added) > 1 else pool.growth(workload, extra - 1)
-        if not added:
-            return
-        for placement in added:
-            pool.take(placement, workload.tenant)
-        extra = sum(len(p.gpu_indices) for p in added)
-        self.ledger.charge(queue.id, workload.gpu_model, extra)
-        self.budgets.charge(queue.id, workload.gpu_model, extra, seconds)
-        reason = grow_reason(workload, workload.held + extra, queue.region)
-        self.grows.append(Grow(workload.id, workload.held + extra, added, reason))
-
-    def _budget_allows(
-        self, queue: Queue, workload: Workload, extra: int, seconds: float | None
-    ) -> bool:
-        borrows = not self.ledger.within_nominal(queue, workload.gpu_model, extra)
-        return refusal(self.budgets.check, queue, workload, extra, seconds, borrows) is None
 
     def _no_fit(self, workload: Workload, reason: str) -> Outcome:
         self.wait(workload, reason)
@@ -1013,14 +811,6 @@ def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:
         gpus = gpus - node if gpus > node else gpus - 1
 
 
-def _gain_per_gpu(workload: Workload, node: int) -> float:
-    """What one more step (a node, or a GPU within one) adds, in GPUs of its average speed."""
-    held = workload.held
-    step = 1 if held < node and len(workload.placements) == 1 else node
-    per_gpu = workload.rate(held) / held
-    return (workload.rate(held + step) - workload.rate(held)) / step / per_gpu
-
-
 def _room_kind(
     pool: Pool, workload: Workload, within: bool, reclaims: bool, others: bool, over: bool
 ) -> tuple:
@@ -1038,8 +828,3 @@ def _room_kind(
         small,
         over,
     )
-
-
-def _pod_domain(pool: Pool, pod: str) -> Domain | None:
-    """The domain of the pool's nodes in `pod` (as nodes name it), or None when it has none."""
-    return next((domain for domain in pool.domains_at(2) if domain[1] == pod), None)
