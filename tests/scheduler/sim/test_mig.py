@@ -4,12 +4,15 @@ as the agent re-slices them."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import pytest
 
 from scheduler.engine import Placement
-from scheduler.mig import profiles
+from scheduler.mig import fits, profiles
 from scheduler.sim.runner import simulate
-from scheduler.sim.simulator import Simulator
+from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.spec import parse_spec
 from scheduler.sim.state import Allocations, SimulationError
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
@@ -169,3 +172,41 @@ def test_the_spec_names_its_models_memory_and_a_trace_must_match_it() -> None:
     assert "1g.12gb" in parse_spec(data).mig_profiles["H800"]
     with pytest.raises(SimulationError, match="job 2 asks for MIG profile 1g.10gb, which H800"):
         simulate([mig_job(2, 0.0, 10.0, "1g.10gb")], parse_spec(data), "wanka", NO_FAULTS)
+
+
+@pytest.mark.parametrize("policy", ["wanka", "fifo"])
+def test_in_a_mixed_run_every_instance_in_use_is_in_its_gpus_layout(policy: str) -> None:
+    """MIG, share and whole-GPU jobs of random sizes on two nodes, with faults: after every
+    event each GPU's layout fits it and holds the instances in use, no GPU holds MIG jobs
+    beside other work, and every job finishes."""
+    rng = random.Random(5)
+    sizes = [*H800, "0.25", "1", "2"]
+    trace = []
+    for job_id in range(1, 121):
+        size = rng.choice(sizes)
+        submit, duration = float(rng.randrange(0, 5_000)), float(rng.randrange(300, 3600))
+        if size in H800:
+            trace.append(mig_job(job_id, submit, duration, size))
+        else:
+            gpus, slices = (1, 2) if size == "0.25" else (int(size), 0)
+            trace.append(TraceJob(job_id, submit, gpus, "H800", duration, "a", slices=slices))
+
+    def check(sim: Simulator) -> None:
+        users: dict[tuple[int, int], list] = {}
+        for job in sim.jobs.values():
+            for placement in job.placements if job.running else ():
+                for index in placement.gpu_indices:
+                    users.setdefault((placement.node_id, index), []).append(job.spec)
+        for gpu, specs in users.items():
+            held = Counter(spec.mig.name for spec in specs if spec.mig)
+            if held:
+                assert all(spec.mig for spec in specs), gpu
+                assert not held - Counter(sim.allocations.layouts[gpu])
+        for layout in sim.allocations.layouts.values():
+            assert fits(H800[name] for name in layout)
+
+    spec = cluster(leaves=1, nodes=2, queues={"a": (32, 0)})
+    config = SimConfig(seed=3, cycle_s=10.0, failures_per_gpu_hour=0.02)
+    sim = simulate(trace, spec, policy, config, hook=check)
+    assert {o.status for o in sim.recorder.outcomes} == {"finished"}
+    assert sim.allocations.layouts  # some GPUs were sliced
