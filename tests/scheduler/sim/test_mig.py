@@ -13,7 +13,7 @@ from scheduler.engine import Placement
 from scheduler.mig import fits, profiles
 from scheduler.sim.runner import simulate
 from scheduler.sim.simulator import SimConfig, Simulator
-from scheduler.sim.spec import parse_spec
+from scheduler.sim.spec import SpecError, parse_spec
 from scheduler.sim.state import Allocations, SimulationError
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
 from tests.scheduler.sim.scenarios import cluster
@@ -170,6 +170,8 @@ def test_the_spec_names_its_models_memory_and_a_trace_must_match_it() -> None:
         "memory_gb": {"H800": 96},
     }
     assert "1g.12gb" in parse_spec(data).mig_profiles["H800"]
+    with pytest.raises(SpecError, match="memory_gb.H800: must be a whole number of at least 1"):
+        parse_spec(data | {"memory_gb": {"H800": "96"}})
     with pytest.raises(SimulationError, match="job 2 asks for MIG profile 1g.10gb, which H800"):
         simulate([mig_job(2, 0.0, 10.0, "1g.10gb")], parse_spec(data), "wanka", NO_FAULTS)
 
