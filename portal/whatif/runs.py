@@ -16,6 +16,7 @@ from datetime import timedelta
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from portal.cluster.models import GpuModel
 from portal.core.live import OPS_GROUP, publish, send_now
 from portal.core.redis import client
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
@@ -23,6 +24,7 @@ from portal.whatif.models import WhatIfRun
 from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine import Node
 from scheduler.engine.model import SLICES
+from scheduler.mig import Profile, profiles
 from scheduler.sim.philly import load_philly
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
@@ -39,8 +41,9 @@ PROGRESS_EVERY_S = 0.5
 
 
 def current_cluster() -> ClusterSpec:
-    """This cluster as the simulator sees it: its nodes, all free, its queues and cohorts, and
-    its budgets with what their windows have used so far."""
+    """This cluster as the simulator sees it: its nodes, all free, its queues and cohorts, its
+    budgets with what their windows have used so far, and its GPU models' memory (which names
+    their MIG profiles)."""
     from portal.workloads.budgets import replayed
     from portal.workloads.cycle import build_snapshot
 
@@ -66,6 +69,7 @@ def current_cluster() -> ClusterSpec:
         queues=_plain(snapshot.queues),
         cohorts=snapshot.cohorts,
         budgets=replayed(now),
+        memory_gb=tuple(GpuModel.objects.order_by("name").values_list("name", "memory_gb")),
     )
 
 
@@ -97,8 +101,6 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
         jobs, own = mixed_month(
             gpus=whatif.gpus or 100_000, days=whatif.days or 30.0, seed=whatif.seed
         )
-    else:  # uploaded, or this cluster's history as `take_history` exported it
-        jobs = read_csv(whatif.trace_csv.splitlines())
     if whatif.cluster == ClusterSource.CURRENT:
         spec = current_cluster()
     elif whatif.cluster == ClusterSource.JSON:
@@ -110,6 +112,8 @@ def inputs(whatif: WhatIfRun) -> tuple[list[TraceJob], ClusterSpec]:
             ) from None
     else:
         spec = own
+    if whatif.trace in (TraceSource.CSV, TraceSource.HISTORY):  # uploaded, or `take_history`'s
+        jobs = read_csv(whatif.trace_csv.splitlines(), dict(spec.memory_gb))
     if whatif.days and whatif.trace in (TraceSource.PHILLY, TraceSource.CSV):
         first = min((job.submit_s for job in jobs), default=0.0)
         jobs = [job for job in jobs if job.submit_s - first < whatif.days * 86400]
@@ -202,6 +206,7 @@ def history(days: float, now=None) -> list[TraceJob]:
             "id", "queue_id", "gpu_model__name", "gpus", "min_gpus", "max_gpus", "priority",
             "state", "submitted_at", "started_at", "finished_at", "simulated_duration_s",
             "time_limit_s", "checkpoint_policy", "checkpoint_interval_s", "slices", "accepts",
+            "mig", "gpu_model__memory_gb",
         )
     )  # fmt: skip
     ended = {
@@ -226,9 +231,10 @@ def history(days: float, now=None) -> list[TraceJob]:
 
 def _ran_s(row: dict, gpu_hours: float | None) -> float:
     """How long an ended workload ran on its whole gang (see `history`); 0 if it never ran."""
-    if gpu_hours:  # a share's are its share of its GPU's
+    if gpu_hours:  # a share's and a MIG job's are their share of their GPU's
+        mig = _mig(row)
         held = row["slices"] / SLICES if row["slices"] else row["max_gpus"] or row["gpus"]
-        return gpu_hours * 3600 / held
+        return gpu_hours * 3600 / (mig.charge if mig else held)
     if row["started_at"] and row["finished_at"]:
         return max(0.0, (row["finished_at"] - row["started_at"]).total_seconds())
     return 0.0
@@ -251,7 +257,16 @@ def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, s
         # The models it accepts, the one it ran on first (its run time is from there); no
         # speeds, so the same run time on each.
         accepts=tuple(dict.fromkeys((model, *row["accepts"]))) if row["accepts"] else (),
+        mig=_mig(row),
     )
+
+
+def _mig(row: dict) -> Profile | None:
+    """A MIG workload's profile; None for another, or where its model no longer has it (its
+    memory changed since): it then replays on a whole GPU, as the portal charges it."""
+    if not row["mig"]:
+        return None
+    return profiles(row["gpu_model__name"], row["gpu_model__memory_gb"]).get(row["mig"])
 
 
 def service_share(whatif: WhatIfRun) -> float | None:

@@ -30,7 +30,7 @@ def load_inputs(trace: str, cluster: str | None) -> tuple[list[TraceJob], Cluste
     else:
         if spec is None:
             raise SpecError("a trace CSV needs a cluster spec JSON (--cluster)")
-        return load_csv(trace), spec
+        return load_csv(trace, dict(spec.memory_gb)), spec
     return jobs, spec or own
 
 

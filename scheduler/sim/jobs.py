@@ -373,7 +373,7 @@ class Job:
 
     def _hold(self, placements: tuple[Placement, ...]) -> None:
         self.placements = placements
-        if self.spec.slices:  # a share job holds its share, at its full pace
+        if self.spec.fractional:  # a share or MIG job holds its share, at its full pace
             self.held = self.spec.share if placements else 0
             self.rate = self.slowdown if placements else 0.0
             return

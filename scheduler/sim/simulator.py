@@ -193,6 +193,12 @@ class Simulator:
                 f"job {spec.id} names queue {spec.queue!r}, which the cluster "
                 f"{self.spec.name} does not have"
             )
+        profiles = self.spec.mig_profiles.get(spec.gpu_model, {})
+        if spec.mig and spec.mig != profiles.get(spec.mig.name):
+            raise SimulationError(
+                f"job {spec.id} asks for MIG profile {spec.mig.name}, which {spec.gpu_model} "
+                f"GPUs of the cluster {self.spec.name} do not have"
+            )
         policy = spec.checkpoint or self.config.checkpoint
         ckpt = Checkpointing.resolve(
             policy, spec.gpus, self.config.costs, self.config.failures_per_gpu_hour
@@ -386,13 +392,13 @@ class Simulator:
             ),
             None,
         )
-        held = job.spec.gpus if job.spec.slices else job.held  # a share: its one GPU
+        held = job.spec.gpus if job.spec.fractional else job.held  # a share or MIG job: its GPU
         outcome = where(len(leaving.gpu_indices), held, job.spec.min_gpus, spare is not None)
         if outcome is Restart.SPARE:
             self.spares.discard(spare)
             allocations.close(spare, False)
             moved = Placement(spare, leaving.gpu_indices)
-            allocations.take([moved], job.id, job.spec.slices)
+            allocations.take([moved], job.id, *_part(job))
             job.move(self.now, tuple(moved if p is leaving else p for p in job.placements))
         elif outcome is Restart.SHRUNK:
             job.move(self.now, _without(job.placements, (leaving,)))
@@ -471,7 +477,7 @@ class Simulator:
             if job.id in self.replicas:
                 self.replicas[job.id].started(job, self.now)
             with self._tracking(job, faults=True):
-                self.allocations.take(admission.placements, job.id, job.spec.slices)
+                self.allocations.take(admission.placements, job.id, *_part(job))
                 model = self.allocations.nodes[admission.placements[0].node_id].gpu_model
                 job.start(self.now, admission.placements, model)
                 self.pending.discard(job.id)
@@ -642,6 +648,11 @@ def _without(
         if indices:
             kept.append(Placement(placement.node_id, indices))
     return tuple(kept)
+
+
+def _part(job: Job) -> tuple[int, str]:
+    """The part of its one GPU a share or MIG job takes: its eighths, its MIG profile."""
+    return job.spec.slices, job.spec.mig.name if job.spec.mig else ""
 
 
 def _slower_than_best(job: Job) -> bool:

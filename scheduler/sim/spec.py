@@ -24,7 +24,8 @@
       "budgets": [
         {"name": "tenant acme", "queues": ["nlp", "cv"], "gpu_hours": 100000, "hard": true,
          "window_days": 30, "rolling": false, "used": 0, "weights": {"H800": 1.0}}
-      ]
+      ],
+      "memory_gb": {"H800": 80}
     }
 
 A pod with `count` n stands for n pods named `<name>1` ... `<name>n`. Leaves are given as a
@@ -35,14 +36,17 @@ the nominal quota; a family quota (`families`) lists its models and sits above t
 (`scheduler.engine.quota`). Omitted queue fields take the engine's defaults. Budgets are optional
 (`scheduler.sim.budgets`): weighted GPU-hours per window of `window_days` (default 30), calendar
 windows one after the other unless `rolling`, `used` what the window had used at the start, a
-GPU model's weight 1 unless given; a hard one defaults to false. A bad spec raises
-`SpecError` naming the place, e.g. `queues[2].quotas.H800.nominal: must be a whole number`.
+GPU model's weight 1 unless given; a hard one defaults to false. `memory_gb` gives a GPU model's
+memory, which names its MIG profiles (`scheduler.mig`); a model not given has its memory in the
+planner's catalogue (`scheduler.parallelism.GPUS`: A100 80, H200 141), else no MIG. A bad spec
+raises `SpecError` naming the place, e.g. `queues[2].quotas.H800.nominal: must be a whole number`.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -62,6 +66,8 @@ from scheduler.engine import (
     Strategy,
     WithinClusterQueue,
 )
+from scheduler.mig import Profile, profiles
+from scheduler.parallelism import GPUS
 from scheduler.sim.budgets import BudgetSpec
 
 
@@ -79,6 +85,12 @@ class ClusterSpec:
     cohorts: tuple[Cohort, ...] = ()
     spares: tuple[int, ...] = ()  # hot spares among `nodes`: no work, only scripted recoveries
     budgets: tuple[BudgetSpec, ...] = ()
+    memory_gb: tuple[tuple[str, int], ...] = ()  # GPU models' memory as the spec gives it
+
+    @cached_property
+    def mig_profiles(self) -> dict[str, dict[str, Profile]]:
+        """The MIG profiles of each of its GPU models that has them."""
+        return mig_profiles(self.capacity, dict(self.memory_gb))
 
     @cached_property
     def capacity(self) -> dict[str, int]:
@@ -124,9 +136,30 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
         raise SpecError(f"queues: names used twice: {', '.join(twice)}")
     ids = {queue.name: queue.id for queue in queues}
     budgets = tuple(_budget(b, ids, f"budgets[{i}]") for i, b in enumerate(data.get("budgets", [])))
+    memory = data.get("memory_gb", {})
+    if not isinstance(memory, dict):
+        raise SpecError("memory_gb: must map GPU models to their memory in GB")
     return ClusterSpec(
-        str(data.get("name", "cluster")), tuple(nodes), queues, cohorts, budgets=budgets
+        str(data.get("name", "cluster")),
+        tuple(nodes),
+        queues,
+        cohorts,
+        budgets=budgets,
+        memory_gb=tuple((str(m), _whole(gb, f"memory_gb.{m}", 1)) for m, gb in memory.items()),
     )
+
+
+def mig_profiles(
+    models: Iterable[str], memory_gb: Mapping[str, int] | None = None
+) -> dict[str, dict[str, Profile]]:
+    """The MIG profiles of each of `models` that has them (`scheduler.mig.profiles`), from its
+    memory in `memory_gb`, else in the planner's catalogue."""
+    found = {}
+    for model in models:
+        memory = (memory_gb or {}).get(model) or (GPUS[model].memory_gib if model in GPUS else 0)
+        if memory and (named := profiles(model, int(memory))):
+            found[model] = named
+    return found
 
 
 def layout(

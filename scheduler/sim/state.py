@@ -1,5 +1,10 @@
 """The simulated cluster's allocations, and the engine snapshot built from them cheaply.
 
+GPUs in MIG mode keep their instances (`Allocations.layouts`) as a real GPU does: a MIG job
+takes an idle instance of its profile, else one added beside the others, else the GPU is
+re-sliced to it, as the agent does (`Machine.mig_instance`); a GPU with an instance in use is
+never re-sliced. Instances stay after their job ends, until the GPU is re-sliced.
+
 Node and workload objects are frozen, so they are rebuilt only when they change: a node when
 GPUs on it are taken or given back, a workload when its job starts, stops, shrinks or completes
 a checkpoint. A snapshot is then two tuples of the cached objects.
@@ -13,6 +18,7 @@ from collections.abc import Iterable
 from scheduler.checkpointing import PolicyKind
 from scheduler.engine import Budget, Node, Placement, Snapshot, Workload
 from scheduler.engine.model import SLICES
+from scheduler.mig import fits
 from scheduler.sim.jobs import Job, Phase
 from scheduler.sim.policies import SchedulingPolicy
 from scheduler.sim.spec import ClusterSpec
@@ -35,16 +41,25 @@ class Allocations:
         self._changed.update(self.closed)
         self.used: Counter[str] = Counter()  # GPUs in use per model (shared ones whole)
         self.shares: dict[tuple[int, int], dict[int, int]] = {}  # (node, GPU) -> job -> eighths
+        self.instances: dict[tuple[int, int], dict[int, str]] = {}  # (node, GPU) -> job -> profile
+        self.layouts: dict[tuple[int, int], tuple[str, ...]] = {}  # GPUs in MIG mode: profiles
+        self.mig_profiles = spec.mig_profiles
         # Nodes per (model, free GPUs, node size): what fragmentation is measured from.
         self.by_free: Counter[tuple[str, int, int]] = Counter(
             (node.gpu_model, node.gpus, node.gpus) for node in spec.nodes
         )
 
-    def take(self, placements: Iterable[Placement], owner: int, slices: int = 0) -> None:
-        """Mark GPUs used by job `owner` (a share job: `slices` eighths of its one GPU);
-        SimulationError if one is not free (a shared one: if the share does not fit)."""
+    def take(
+        self, placements: Iterable[Placement], owner: int, slices: int = 0, mig: str = ""
+    ) -> None:
+        """Mark GPUs used by job `owner` (a share job: `slices` eighths of its one GPU; a MIG
+        job: an instance of profile `mig` of it); SimulationError if one is not free (a shared
+        one: if the share does not fit; one in MIG mode: if it must be re-sliced in use)."""
         if slices:
             self._take_share(placements, owner, slices)
+            return
+        if mig:
+            self._take_instance(placements, owner, mig)
             return
         for placement in placements:
             free = self.free.get(placement.node_id)
@@ -71,17 +86,46 @@ class Allocations:
             )
         holders[owner] = slices
 
+    def _take_instance(self, placements: Iterable[Placement], owner: int, mig: str) -> None:
+        """A MIG job's instance: an idle one of its profile, else one added beside the others,
+        else the GPU re-sliced to it; the GPU leaves the free ones with its first MIG job."""
+        [placement] = placements
+        gpu = (placement.node_id, placement.gpu_indices[0])
+        holders = self.instances.get(gpu)
+        if holders is None:
+            self.take([placement], owner)
+            holders = self.instances[gpu] = {}
+        layout = self.layouts.get(gpu, ())
+        idle = list(layout)
+        for name in holders.values():
+            idle.remove(name)
+        if mig not in idle:
+            profiles = self.mig_profiles[self.nodes[gpu[0]].gpu_model]
+            if fits(profiles[name] for name in (*layout, mig)):
+                self.layouts[gpu] = (*layout, mig)
+            elif holders:
+                raise SimulationError(
+                    f"job {owner} was given a {mig} instance of GPU {gpu[1]} of node {gpu[0]}, "
+                    f"which would re-slice it while its instances {layout} are in use"
+                )
+            else:
+                self.layouts[gpu] = (mig,)
+        holders[owner] = mig
+
     def close(self, node_id: int, closed: bool = True) -> None:
         """Take the node out of service (a spare, or a node a job left), or put it back."""
         (self.closed.add if closed else self.closed.discard)(node_id)
         self._changed.add(node_id)
 
     def give(self, placements: Iterable[Placement], owner: int | None = None) -> None:
-        """Mark GPUs free again; a shared GPU once its last share job (`owner`) leaves."""
+        """Mark GPUs free again; a shared GPU once its last share or MIG job (`owner`) leaves
+        (its MIG instances stay)."""
         for placement in placements:
             freed = []
             for index in placement.gpu_indices:
-                holders = self.shares.get((placement.node_id, index))
+                gpu = (placement.node_id, index)
+                table = self.shares if gpu in self.shares else self.instances
+                holders = table.get(gpu)
                 if holders is None:
                     freed.append(index)
                     continue
@@ -89,7 +133,7 @@ class Allocations:
                     raise SimulationError(f"job {owner} gives back a share it does not hold")
                 del holders[owner]
                 if not holders:
-                    del self.shares[placement.node_id, index]
+                    del table[gpu]
                     freed.append(index)
             self._change(placement.node_id, lambda f, g=freed: f.update(g))
 
@@ -170,6 +214,8 @@ class Workloads:
             self.grow_every_s,
             budgets if self.policy.fifo_of is None else (),
             move_every_s=self.move_every_s,
+            mig_profiles=self.spec.mig_profiles,
+            mig_layouts=dict(allocations.layouts),
         )
 
     def workload(self, job: Job) -> Workload:
@@ -183,9 +229,11 @@ class Workloads:
             spec.id,
             self.policy.queue_id(spec, self.spec),
             job.gpu_model if running else spec.gpu_model,
-            job.held if running and not spec.slices else spec.gpus,
+            job.held if running and not spec.fractional else spec.gpus,
             spec.submit_s,
             slices=spec.slices,
+            mig=spec.mig.name if spec.mig else "",
+            mig_charge=spec.share if spec.mig else 0.0,
             priority=self.policy.priority(spec),
             placements=job.placements,
             min_gpus=spec.min_gpus if elastic else None,

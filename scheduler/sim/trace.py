@@ -17,7 +17,9 @@ documented in `docs/sim-trace-format.md`:
   `accepts` (the GPU models it may run on, in order of preference, `gpu_model` first:
   `T4|RTX2080Ti|A100`) and `speeds` (its throughput per GPU on each of them relative to
   `gpu_model`: `T4:1|RTX2080Ti:1.6|A100:3.1`; its run time on a model is `duration_s` over that
-  model's speed).
+  model's speed), `mig` (a MIG profile of its GPU model, e.g. `1g.10gb`, with `gpus` 1 and
+  no `accepts` or `min_gpus`: it runs on one MIG instance of that profile, charged the profile's
+  share of the GPU, `scheduler.mig`).
 
 Empty optional cells take their default. A bad row raises `TraceError` naming the line and
 column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
@@ -28,13 +30,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine.model import SLICES
+from scheduler.mig import Profile
 from scheduler.parallelism import MODELS
+from scheduler.sim.spec import mig_profiles
 
 REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
 
@@ -64,10 +68,18 @@ class TraceJob:
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
     slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
+    mig: Profile | None = None  # a MIG instance of one GPU of `gpu_model`, with `gpus` 1
+
+    @property
+    def fractional(self) -> bool:
+        """Whether it takes part of one GPU: a share or a MIG instance."""
+        return bool(self.slices or self.mig)
 
     @property
     def share(self) -> float:
-        """What it holds when it runs, in GPUs: its share, or its GPUs."""
+        """What it holds when it runs, in GPUs: its share, its MIG profile's, or its GPUs."""
+        if self.mig:
+            return self.mig.charge
         return self.slices / SLICES if self.slices else self.gpus
 
     @property
@@ -79,15 +91,17 @@ class TraceJob:
         return dict(self.speeds).get(gpu_model, 1.0)
 
 
-def load_csv(path: str | Path) -> list[TraceJob]:
+def load_csv(path: str | Path, memory_gb: Mapping[str, int] | None = None) -> list[TraceJob]:
     """The jobs of a generic trace CSV (see the module docstring), sorted by submit time and
     id. Raises TraceError for a bad row or header."""
     with open(path, newline="") as f:
-        return read_csv(f)
+        return read_csv(f, memory_gb)
 
 
-def read_csv(lines: Iterable[str]) -> list[TraceJob]:
-    """The jobs of a generic trace CSV given as lines of text."""
+def read_csv(lines: Iterable[str], memory_gb: Mapping[str, int] | None = None) -> list[TraceJob]:
+    """The jobs of a generic trace CSV given as lines of text; a `mig` cell names a profile of
+    its GPU model with the memory `memory_gb` gives it (the cluster spec's `memory_gb`), else
+    the planner's catalogue's."""
     reader = csv.DictReader(lines)
     header = reader.fieldnames or []
     missing = [name for name in REQUIRED if name not in header]
@@ -95,12 +109,16 @@ def read_csv(lines: Iterable[str]) -> list[TraceJob]:
         missing.append("queue (or tenant)")
     if missing:
         raise TraceError(f"line 1: missing column(s) {', '.join(missing)}")
-    jobs = [_job(row, reader.line_num, index) for index, row in enumerate(reader, start=1)]
+    jobs = [
+        _job(row, reader.line_num, index, memory_gb) for index, row in enumerate(reader, start=1)
+    ]
     _check_unique(jobs)
     return sorted(jobs, key=lambda job: (job.submit_s, job.id))
 
 
-def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
+def _job(
+    row: dict[str, str], line: int, index: int, memory_gb: Mapping[str, int] | None
+) -> TraceJob:
     cell = _Cells(row, line)
     gpus, slices = cell.gpus("gpus")
     min_gpus = cell.whole("min_gpus", minimum=1, optional=True)
@@ -131,6 +149,7 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         accepts=accepts,
         speeds=cell.speeds("speeds", accepts or (gpu_model,)),
         slices=slices,
+        mig=cell.mig("mig", gpu_model, memory_gb),
     )
 
 
@@ -200,6 +219,25 @@ class _Cells:
             raise self.error(column, f"{raw} is neither a whole number nor a share below 1")
         slices = math.ceil(value * SLICES - 1e-9)
         return 1, 0 if slices >= SLICES else slices
+
+    def mig(
+        self, column: str, gpu_model: str, memory_gb: Mapping[str, int] | None
+    ) -> Profile | None:
+        """A MIG profile of the job's GPU model, for a job of one whole GPU on that model."""
+        name = self._raw(column, optional=True)
+        if name is None:
+            return None
+        named = mig_profiles([gpu_model], memory_gb).get(gpu_model, {})
+        if name not in named:
+            known = f"its profiles are {', '.join(named)}" if named else "it has no MIG"
+            raise self.error(column, f"{name!r} is not a MIG profile of {gpu_model} ({known})")
+        if self.row.get("gpus", "").strip() != "1":
+            raise self.error(column, "a MIG job takes an instance of one GPU: give gpus 1")
+        for other in ("min_gpus", "accepts"):
+            if (self.row.get(other) or "").strip():
+                why = f"a MIG job runs on {gpu_model} alone: leave {other} empty"
+                raise self.error(column, why)
+        return named[name]
 
     def checkpoint(self, column: str) -> Policy | None:
         raw = self._raw(column, optional=True)
@@ -303,6 +341,7 @@ COLUMNS = (
     "global_batch",
     "accepts",
     "speeds",
+    "mig",
 )
 
 
@@ -317,7 +356,7 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
             [
                 job.id,
                 _seconds(job.submit_s),
-                job.share,
+                job.share if job.slices else job.gpus,
                 job.gpu_model,
                 _seconds(job.duration_s),
                 job.queue,
@@ -329,6 +368,7 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
                 "" if job.global_batch is None else job.global_batch,
                 "|".join(job.accepts),
                 "|".join(f"{model}:{speed!r}" for model, speed in job.speeds),
+                job.mig.name if job.mig else "",
             ]
         )
     return out.getvalue()

@@ -163,3 +163,29 @@ def test_a_job_that_accepted_several_models_keeps_them_in_the_trace(cluster, acm
     either, one = sorted(by_name.values(), key=lambda job: job.id)
     assert (either.gpu_model, either.accepts) == ("H20", ("H20", "H800"))  # where it ran first
     assert one.accepts == ()
+
+
+def test_mig_jobs_replay_on_mig_instances_of_this_cluster(staff, cluster, acme):
+    """A MIG job's history names its profile and takes the time it ran (its booked GPU-hours
+    over its profile's share), and the replay on this cluster runs it on an instance of that
+    profile, named from the cluster's memory for the model."""
+    llm = make_queue(acme, "llm", h800=64)
+    start, end = ago(hours=3), ago(hours=1)
+    mig = make_workload(
+        llm, "mig", gpus=1, mig="3g.40gb", state=State.SUCCEEDED, submitted_at=start,
+        started_at=start, finished_at=end,
+    )  # fmt: skip
+    UsageRecord.objects.create(
+        tenant=acme, workload=mig, gpu_model=mig.gpu_model, gpus=1, started_at=start,
+        ended_at=end, gpu_hours=0.5 * 2,
+    )  # fmt: skip
+    [job] = history(7, NOW)
+    assert (job.mig.name, job.share, job.duration_s) == ("3g.40gb", 0.5, pytest.approx(7200))
+    form = {"trace": "history", "cluster": "trace", "policies": ["wanka"]}
+    assert staff.post("/ops/whatif/", form).status_code == 302
+    whatif = WhatIfRun.objects.get()
+    assert whatif.trace_csv.splitlines()[1].endswith(",3g.40gb")
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.DONE, whatif.message
+    assert whatif.results["policies"]["wanka"]["finished"] == 1
