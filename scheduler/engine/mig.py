@@ -3,7 +3,9 @@
 A MIG job (`Workload.mig`) takes one MIG instance of one GPU of a model with MIG. The snapshot
 holds each GPU's MIG instances now (`Snapshot.mig_layouts`); running MIG jobs hold some of them.
 A GPU holding MIG jobs is not free to other work (the snapshot lists it as taken, like any held
-GPU). A MIG job goes, in this order of preference, to:
+GPU), nor is a free GPU in MIG mode (`spare`): no whole-GPU job or share could use it as it is,
+so the cycle takes it out of its pool for MIG jobs alone. A MIG job goes, in this order of
+preference, to:
 
 1. an idle instance of its profile (the layout stays as it is);
 2. a GPU holding MIG jobs whose free slots can take one more instance of its profile (one is
@@ -44,11 +46,16 @@ class MigInstances:
         self.layouts: dict[Gpu, tuple[str, ...]] = dict(snapshot.mig_layouts)
         self.held: defaultdict[Gpu, list[str]] = defaultdict(list)
         models: dict[Gpu, str] = {}
+        busy: set[Gpu] = set()
         for workload in running:
+            for placement in workload.placements:
+                busy.update((placement.node_id, index) for index in placement.gpu_indices)
             for placement in workload.placements if workload.mig else ():
                 gpu = (placement.node_id, placement.gpu_indices[0])
                 self.held[gpu].append(workload.mig)
                 models[gpu] = workload.gpu_model
+        # The free GPUs in MIG mode, kept for MIG jobs (the cycle takes them from its pools).
+        self.spare: set[Gpu] = set(self.layouts) - busy
         for gpu, model in models.items():
             self._catch_up(gpu, self.profiles.get(model, {}))
 
@@ -97,6 +104,9 @@ class MigInstances:
         """Hold an instance for the MIG job on its GPU: an idle one of its profile, else one
         added beside the others, else the GPU re-sliced to it alone (its instances idle)."""
         gpu = (placement.node_id, placement.gpu_indices[0])
+        if gpu in self.spare:
+            self.spare.discard(gpu)
+            pool.give(placement)  # back in its pool to be taken as any GPU (a tenant's node)
         if gpu[1] in pool.free(gpu[0]):
             pool.take(placement, workload.tenant)
         profiles = self.profiles[workload.gpu_model]
@@ -123,7 +133,7 @@ class MigInstances:
             node = pool.node(gpu[0])
             if node is None or gpu[0] in pool.held_by:
                 continue
-            if gpu not in self.held and gpu[1] not in pool.free(gpu[0]):
+            if gpu not in self.held and gpu not in self.spare and gpu[1] not in pool.free(gpu[0]):
                 continue  # in MIG mode but held whole
             if node.single_tenant and node.tenant not in (None, workload.tenant):
                 continue

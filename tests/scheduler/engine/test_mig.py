@@ -119,6 +119,24 @@ def test_a_gpu_held_whole_is_not_taken_even_in_mig_mode() -> None:
     assert "no H800 GPU is free" in outcome(plan(snapshot, NOW), snapshot)[2]
 
 
+def test_a_free_gpu_in_mig_mode_is_kept_for_mig_jobs() -> None:
+    """GPU 0 is in MIG mode with idle instances, GPU 1 is not: a one-GPU job and a share take
+    GPU 1 (no process could use GPU 0 whole as it is), a MIG job GPU 0; a two-GPU job waits."""
+    queue = make_queue("acme", h800=8)
+    [node] = make_cluster(nodes=1, gpus=2)
+    layouts = {(1, 0): ("3g.40gb", "3g.40gb")}
+    whole = workload(1, queue, 1)
+    share = workload(2, queue, 1, slices=2)
+    for job in (whole, share):
+        [admission] = plan(snapshot_with([node], [queue], [job], layouts), NOW).admissions
+        assert admission.placements == (on(node, 1),)
+    jobs = [whole, mig(3, queue, "3g.40gb")]
+    placed = plan(snapshot_with([node], [queue], jobs, layouts), NOW).admissions
+    assert {a.workload_id: a.placements for a in placed} == {1: (on(node, 1),), 3: (on(node, 0),)}
+    two = workload(4, queue, 2)
+    assert not plan(snapshot_with([node], [queue], [two], layouts), NOW).admissions
+
+
 def test_a_profile_the_model_lacks_waits_and_takes_nothing() -> None:
     """Its model's memory changed since it was submitted: it waits, saying why, and preempts
     nothing to make room it could never use."""
