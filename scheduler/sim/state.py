@@ -154,8 +154,14 @@ class Workloads:
     def drop(self, workload_id: int) -> None:
         del self._objects[workload_id]
 
-    def snapshot(self, allocations: Allocations, budgets: tuple[Budget, ...] = ()) -> Snapshot:
-        """The engine's snapshot; `budgets` apply to policies that keep the spec's queues."""
+    def snapshot(
+        self,
+        allocations: Allocations,
+        budgets: tuple[Budget, ...] = (),
+        defrag: tuple[tuple[str, int], ...] = (),
+    ) -> Snapshot:
+        """The engine's snapshot; `budgets` apply to policies that keep the spec's queues;
+        `defrag`: the pods due for defragmentation and their moves left."""
         for job_id, job in self._changed.items():
             if job.phase == Phase.DONE:
                 self._objects.pop(job_id, None)
@@ -170,6 +176,7 @@ class Workloads:
             self.grow_every_s,
             budgets if self.policy.fifo_of is None else (),
             move_every_s=self.move_every_s,
+            defrag=defrag,
         )
 
     def workload(self, job: Job) -> Workload:
@@ -199,4 +206,5 @@ class Workloads:
             preempting=job.phase == Phase.STOPPING,
             accepts=spec.accepts,
             speeds=spec.speeds if self.policy.speeds else (),
+            movable=spec.movable,
         )

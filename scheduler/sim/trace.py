@@ -17,7 +17,8 @@ documented in `docs/sim-trace-format.md`:
   `accepts` (the GPU models it may run on, in order of preference, `gpu_model` first:
   `T4|RTX2080Ti|A100`) and `speeds` (its throughput per GPU on each of them relative to
   `gpu_model`: `T4:1|RTX2080Ti:1.6|A100:3.1`; its run time on a model is `duration_s` over that
-  model's speed).
+  model's speed), `movable` (`false` for a job its submitter marked not to move while it
+  runs: defragmentation leaves it; default `true`).
 
 Empty optional cells take their default. A bad row raises `TraceError` naming the line and
 column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
@@ -37,6 +38,7 @@ from scheduler.engine.model import SLICES
 from scheduler.parallelism import MODELS
 
 REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
+FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
 class TraceError(ValueError):
@@ -64,6 +66,7 @@ class TraceJob:
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
     slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
+    movable: bool = True  # False: marked not to move while it runs (`Workload.movable`)
 
     @property
     def share(self) -> float:
@@ -131,6 +134,7 @@ def _job(row: dict[str, str], line: int, index: int) -> TraceJob:
         accepts=accepts,
         speeds=cell.speeds("speeds", accepts or (gpu_model,)),
         slices=slices,
+        movable=cell.flag("movable", default=True),
     )
 
 
@@ -200,6 +204,16 @@ class _Cells:
             raise self.error(column, f"{raw} is neither a whole number nor a share below 1")
         slices = math.ceil(value * SLICES - 1e-9)
         return 1, 0 if slices >= SLICES else slices
+
+    def flag(self, column: str, default: bool) -> bool:
+        """`true` or `false` (also `yes`/`no`, `1`/`0`); empty: `default`."""
+        raw = self._raw(column, optional=True)
+        if raw is None:
+            return default
+        value = FLAGS.get(raw.lower())
+        if value is None:
+            raise self.error(column, f"{raw!r} is neither true nor false")
+        return value
 
     def checkpoint(self, column: str) -> Policy | None:
         raw = self._raw(column, optional=True)
@@ -303,6 +317,7 @@ COLUMNS = (
     "global_batch",
     "accepts",
     "speeds",
+    "movable",
 )
 
 
@@ -329,6 +344,7 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
                 "" if job.global_batch is None else job.global_batch,
                 "|".join(job.accepts),
                 "|".join(f"{model}:{speed!r}" for model, speed in job.speeds),
+                "" if job.movable else "false",
             ]
         )
     return out.getvalue()
