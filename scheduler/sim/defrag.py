@@ -41,6 +41,21 @@ class Defrag:
         return self.at_s is not None and (now - self.at_s) % DAY_S < RUN_S
 
 
+def parse_when(text: str) -> tuple[bool, float | None]:
+    """(when scattered, daily time in seconds) from `scattered`, `HH:MM` or both, comma
+    separated: `scattered,02:00`."""
+    scattered, at = False, None
+    for part in (p.strip() for p in text.split(",")):
+        if part == "scattered":
+            scattered = True
+            continue
+        hours, _, minutes = part.partition(":")
+        if not (hours.isdigit() and minutes.isdigit() and int(hours) < 24 and int(minutes) < 60):
+            raise ValueError(f"defragmentation: {part!r} is neither scattered nor a time HH:MM")
+        at = int(hours) * 3600.0 + int(minutes) * 60.0
+    return scattered, at
+
+
 class DefragMeter:
     """The moves made in each pod over the last hour, and what the engine is told from them."""
 

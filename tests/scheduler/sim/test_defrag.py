@@ -4,12 +4,14 @@ moving a job marked not to move."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from scheduler.sim import Simulator
 from scheduler.sim.defrag import Defrag, DefragMeter
+from scheduler.sim.__main__ import main
 from scheduler.sim.policies import wanka
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.state import SimulationError
@@ -132,3 +134,36 @@ def test_movable_reads_and_writes_in_a_trace_csv() -> None:
     assert read_csv([header, "0,4,H800,60,prod,no\n"])[0].movable is False
     with pytest.raises(TraceError, match="line 2, column movable: 'maybe' is neither"):
         read_csv([header, "0,4,H800,60,prod,maybe\n"])
+
+
+def test_the_command_line_compares_with_and_without(tmp_path, capsys) -> None:
+    (tmp_path / "jobs.csv").write_text(write_csv(trace(movable=(False, True))))
+    (tmp_path / "cluster.json").write_text(
+        json.dumps(
+            {
+                "name": "two",
+                "datacenters": [
+                    {
+                        "name": "dc1",
+                        "pods": [
+                            {"name": "p1", "leaves": 1, "nodes_per_leaf": 2, "gpu_model": "H800"}
+                        ],
+                    }
+                ],
+                "queues": [{"name": "prod", "quotas": {"H800": 16}}],
+            }
+        )
+    )
+    args = ["--trace", str(tmp_path / "jobs.csv"), "--cluster", str(tmp_path / "cluster.json")]
+    args += ["--policy", "wanka", "--failures-per-gpu-hour", "0", "--quiet"]
+    waits = {}
+    for label, extra in (("off", []), ("on", ["--defrag", "scattered,02:00"])):
+        out = tmp_path / f"{label}.json"
+        assert main([*args, *extra, "--json", str(out)]) == 0
+        figures = json.loads(out.read_text())["policies"]["wanka"]
+        waits[label] = (figures["wait_s"]["max"], figures["preemptions"])  # the gang's
+    assert waits["off"][0] >= LONG - 900 and waits["off"][1]["defrag_moves"] == 0
+    assert waits["on"][0] <= HOUR and waits["on"][1]["defrag_moves"] == 1
+    assert main([*args, "--defrag", "at night"]) == 2
+    assert main([*args, "--defrag", "scattered", "--defrag-pods", "p9"]) == 2
+    assert "no pod p9" in capsys.readouterr().err
