@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler.sim import Simulator
-from scheduler.sim.defrag import Defrag, DefragMeter
 from scheduler.sim.__main__ import main
+from scheduler.sim.defrag import Defrag, DefragMeter
 from scheduler.sim.policies import wanka
 from scheduler.sim.simulator import SimConfig
 from scheduler.sim.state import SimulationError
