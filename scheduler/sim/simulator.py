@@ -143,6 +143,7 @@ class Simulator:
         self.defrag = self._defrag(config.defrag)
         self._movable: list[tuple[float, int]] = []  # (when it may move, job id), defrag on
         self._defrag_at: float | None = None  # the cycle booked for defragmentation
+        self._smallest_node = min((node.gpus for node in spec.nodes), default=0)
         self.now = self.end = self.start  # `end`: where the run stopped, once it has
         self.jobs = {job.id: self._job(job) for job in trace}
         if len(self.jobs) != len(trace):
@@ -445,11 +446,15 @@ class Simulator:
             self._wake_for_defrag()
 
     def _wake_for_defrag(self) -> None:
-        """While a gang of whole nodes waits, book a cycle for when defragmentation could do
-        what it could not now: a daily run begins, a move leaves the hour's count, or a
-        running job becomes movable (`Snapshot.move_every_s` after it started or moved)."""
-        smallest = min(node.gpus for node in self.spec.nodes)
-        if not any(self.jobs[job_id].spec.gpus >= smallest for job_id in self.pending):
+        """While a gang of whole nodes waits and work runs, book a cycle for when
+        defragmentation could do what it could not now: a daily run begins, a move leaves the
+        hour's count, or a running job becomes movable (`Snapshot.move_every_s` after it
+        started or moved). Nothing running, nothing can move: no cycle (so a gang that can
+        never start ends the run)."""
+        gang = self._smallest_node
+        if not any(self.allocations.used.values()) or not any(
+            self.jobs[job_id].spec.gpus >= gang for job_id in self.pending
+        ):
             return
         times = [self.defrag.next_change(self.now)]
         movable = self._movable

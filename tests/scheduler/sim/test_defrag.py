@@ -39,9 +39,14 @@ def trace(movable: tuple[bool, bool] = (True, True)) -> list[TraceJob]:
 def run(jobs: list[TraceJob], defrag: Defrag | None) -> Simulator:
     spec = cluster(leaves=1, nodes=2, queues={"prod": (16, 0)})
     config = SimConfig(failures_per_gpu_hour=0.0, defrag=defrag)
-    sim = Simulator(jobs, spec, wanka(spec), config)
+    sim = Simulator(jobs, spec, wanka(spec), config, on_event=bounded)
     sim.run()
     return sim
+
+
+def bounded(sim: Simulator) -> None:
+    """Fail a run that would go on for ever (these take a few hundred events)."""
+    assert sim.events < 100_000, "the run does not end"
 
 
 def summarize(sim: Simulator) -> dict:
@@ -102,6 +107,14 @@ def test_nothing_moves_when_no_job_may_move_or_no_move_is_left() -> None:
         assert sim.recorder.defrag_moves == 0
         assert sim.jobs[1].resized_at is None and sim.jobs[3].resized_at is None
         assert sim.jobs[5].started_at >= LONG
+
+
+def test_a_gang_that_can_never_start_still_ends_the_run() -> None:
+    """No cycle is booked for a daily run once nothing runs that could move."""
+    jobs = [*trace(), TraceJob(6, 900.0, 24, "H800", HOUR, "prod")]
+    sim = run(jobs, Defrag(at_s=2 * HOUR))
+    assert sim.jobs[6].started_at is None and sim.end < 2 * LONG
+    assert sim.jobs[5].started_at <= HOUR + 60
 
 
 def test_moves_are_counted_over_the_last_hour_per_pod() -> None:
