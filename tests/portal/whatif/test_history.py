@@ -163,3 +163,11 @@ def test_a_job_that_accepted_several_models_keeps_them_in_the_trace(cluster, acm
     either, one = sorted(by_name.values(), key=lambda job: job.id)
     assert (either.gpu_model, either.accepts) == ("H20", ("H20", "H800"))  # where it ran first
     assert one.accepts == ()
+
+
+def test_a_job_marked_not_to_move_stays_so_in_the_trace(cluster, acme):
+    llm = make_queue(acme, "llm", h800=64)
+    ended(llm, "stays", gpus=8, movable=False)
+    ended(llm, "may move", gpus=8)
+    stays, may_move = sorted(history(1, NOW), key=lambda job: job.id)
+    assert (stays.movable, may_move.movable) == (False, True)
