@@ -1,6 +1,7 @@
 """Fragmentation-aware placement of GPU shares (FGD) against best-fit, on the engine itself.
 
     python -m bench.fragmentation [--nodes 1000] [--churn 300] [--seed 7] [--seeds 3] [--short]
+                                  [--defrag 4]
 
 A mixed cluster of `--nodes` 8-GPU nodes (60 % H800 of 80 GB, 40 % H20 of 96 GB, 25 nodes a
 leaf) takes a synthetic stream of requests, each of one model in proportion to its GPUs:
@@ -21,6 +22,12 @@ whole-GPU jobs (1, 2 or 4 GPUs) and 15 % gangs of 2 or 4 whole nodes. Each place
 
 Under FGD, shares and small whole-GPU jobs go by FGD (gangs take whole nodes either way);
 under best-fit, both by best-fit.
+`--defrag N`: the churn is run once more under FGD with scheduled defragmentation on in every
+pod whenever free GPUs are scattered (`scheduler.engine.defrag`), N moves per hour per pod
+(counted over the last 60 cycles), its moves applied as the simulator applies them; each
+policy's figures then also give gang_wait_cycles (the mean cycles a gang waited before it
+started, over the gangs that started in the churn), gangs_still_waiting at the churn's end and
+defrag_moves, and the JSON a `defrag` entry with them under FGD with and without it.
 `--short`: 250 nodes and 100 churn cycles (under a minute). Progress and figures on stderr;
 the last line is JSON: nodes, gpus, seeds, and per policy the means over `--seeds` streams of
 unallocated_gpus_at_first_refusal and gangs_waited_share, and per_seed: each stream's
@@ -51,6 +58,7 @@ PER_CYCLE = 20
 CYCLE_S = 60.0
 MEAN_CYCLES = 60.0
 NODE_GPUS = 8
+HOUR_CYCLES = round(3600 / CYCLE_S)
 
 
 def say(*parts: object) -> None:
@@ -121,6 +129,10 @@ class Run:
     pending: dict[int, Request] = field(default_factory=dict)
     index: NodeIndex = field(default_factory=NodeIndex)
     cycle: int = 0
+    defrag: int | None = None  # moves per hour per pod, defragmenting whenever scattered
+    moved: list[tuple[int, str]] = field(default_factory=list)  # (cycle, pod) of each move
+    arrived: dict[int, int] = field(default_factory=dict)  # waiting gang id -> cycle it came
+    gang_waits: list[int] = field(default_factory=list)  # cycles each started gang waited
 
     def snapshot(self) -> Snapshot:
         held: dict[int, set[int]] = {}
@@ -138,7 +150,15 @@ class Run:
         workloads = tuple(w for w, _ in self.running.values()) + tuple(
             r.workload for r in self.pending.values()
         )
-        return Snapshot(nodes, (queue,), workloads, share_placement=self.policy)
+        return Snapshot(nodes, (queue,), workloads, share_placement=self.policy, defrag=self.due())
+
+    def due(self) -> tuple[tuple[str, int], ...]:
+        """Every pod with the moves it has left over the last hour (60 cycles); () when off."""
+        if self.defrag is None:
+            return ()
+        recent = [pod for cycle, pod in self.moved if cycle > self.cycle - HOUR_CYCLES]
+        pods = sorted({n.pod for n in self.nodes})
+        return tuple((pod, max(0, self.defrag - recent.count(pod))) for pod in pods)
 
     def step(self, arrivals: list[Request]) -> tuple[list[Request], list[Request]]:
         """One cycle: finish what ends, add `arrivals`, plan; (admitted, left waiting)."""
@@ -147,10 +167,19 @@ class Run:
         self.running = {k: v for k, v in self.running.items() if v[1] > self.cycle}
         for request in arrivals:
             self.pending[request.workload.id] = request
+            if request.gang:
+                self.arrived[request.workload.id] = self.cycle
         result = plan(self.snapshot(), now, index=self.index)
+        for move in result.moves:  # it restarts from a save on its new GPUs
+            workload, ends = self.running[move.workload_id]
+            moved = replace(workload, placements=move.placements, resized_at=now)
+            self.running[moved.id] = (moved, ends)
+            self.moved.append((self.cycle, move.pod))
         admitted = []
         for admission in result.admissions:
             request = self.pending.pop(admission.workload_id)
+            if request.gang:
+                self.gang_waits.append(self.cycle - self.arrived.pop(request.workload.id))
             started = replace(request.workload, placements=admission.placements, started_at=now)
             self.running[started.id] = (started, self.cycle + request.cycles)
             admitted.append(request)
@@ -210,16 +239,37 @@ def churn(run: Run, rng: random.Random, cycles: int, first_id: int) -> tuple[int
     return gangs, waited
 
 
-def measure(policy: SharePlacement, nodes: tuple[Node, ...], cycles: int, seed: int) -> dict:
+def measure(
+    policy: SharePlacement,
+    nodes: tuple[Node, ...],
+    cycles: int,
+    seed: int,
+    defrag: int | None = None,
+) -> dict:
     rng = random.Random(seed)
-    run = Run(policy, nodes)
+    run = Run(policy, nodes, defrag=defrag)
     started = time.perf_counter()
     gangs, waited = churn(run, rng, cycles, first_id=1)
     share = waited / gangs if gangs else 0.0
+    waits = run.gang_waits
+    kept = {
+        "gang_wait_cycles": round(sum(waits) / len(waits), 3) if waits else 0.0,
+        "gangs_still_waiting": len(run.arrived),
+        "defrag_moves": len(run.moved),
+    }
+    name = policy.value if defrag is None else f"{policy.value} with defragmentation"
     say(
-        f"{policy.value}: churn of {cycles} cycles: {waited}/{gangs} gangs waited "
-        f"({share:.1%}; {time.perf_counter() - started:.1f} s)"
+        f"{name}: churn of {cycles} cycles: {waited}/{gangs} gangs waited "
+        f"({share:.1%}), {kept['gang_wait_cycles']:g} cycles on average, "
+        f"{kept['gangs_still_waiting']} still waiting, {kept['defrag_moves']} defragmentation "
+        f"moves ({time.perf_counter() - started:.1f} s)"
     )
+    if defrag is not None:
+        return {
+            "gangs": gangs,
+            "gangs_waited": waited,
+            "gangs_waited_share": round(share, 4),
+        } | kept
     stranded, admitted = fill(run, rng, first_id=10**7)
     unallocated = sum(stranded.values())
     said = ", ".join(f"{model} {gpus:g}" for model, gpus in sorted(stranded.items()))
@@ -235,7 +285,7 @@ def measure(policy: SharePlacement, nodes: tuple[Node, ...], cycles: int, seed: 
         "gangs": gangs,
         "gangs_waited": waited,
         "gangs_waited_share": round(share, 4),
-    }
+    } | kept
 
 
 def over_seeds(runs: list[dict]) -> dict:
@@ -256,6 +306,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--seeds", type=int, default=3, help="streams, from --seed on")
     parser.add_argument("--short", action="store_true", help="250 nodes, 100 churn cycles")
+    parser.add_argument(
+        "--defrag", type=int, metavar="N", help="also under FGD with defragmentation, N moves/h"
+    )
     args = parser.parse_args()
     count, cycles = (250, 100) if args.short else (args.nodes, args.churn)
     nodes = cluster(count)
@@ -265,7 +318,23 @@ def main() -> None:
     for policy in (SharePlacement.FGD, SharePlacement.BEST_FIT):
         seeds = range(args.seed, args.seed + args.seeds)
         result[policy.value] = over_seeds([measure(policy, nodes, cycles, s) for s in seeds])
+    if args.defrag is not None:
+        runs = [measure(SharePlacement.FGD, nodes, cycles, s, args.defrag) for s in seeds]
+        without = result[SharePlacement.FGD.value]["per_seed"]
+        result["defrag"] = {
+            "moves_per_hour": args.defrag,
+            "without": {key: _mean_of(without, key) for key in DEFRAG_FIGURES},
+            "with": {key: _mean_of(runs, key) for key in DEFRAG_FIGURES},
+            "per_seed": runs,
+        }
     print(json.dumps(result))
+
+
+DEFRAG_FIGURES = ("gangs_waited_share", "gang_wait_cycles", "gangs_still_waiting", "defrag_moves")
+
+
+def _mean_of(runs: list[dict], key: str) -> float:
+    return round(sum(r[key] for r in runs) / len(runs), 4)
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ def history(days: float, now=None) -> list[TraceJob]:
             "id", "queue_id", "gpu_model__name", "gpus", "min_gpus", "max_gpus", "priority",
             "state", "submitted_at", "started_at", "finished_at", "simulated_duration_s",
             "time_limit_s", "checkpoint_policy", "checkpoint_interval_s", "slices", "accepts",
-            "mig", "gpu_model__memory_gb",
+            "mig", "gpu_model__memory_gb", "movable",
         )
     )  # fmt: skip
     ended = {
@@ -258,6 +258,7 @@ def _trace_job(row: dict, submit_s: float, duration_s: float, names: dict[int, s
         # speeds, so the same run time on each.
         accepts=tuple(dict.fromkeys((model, *row["accepts"]))) if row["accepts"] else (),
         mig=_mig(row),
+        movable=row["movable"],
     )
 
 

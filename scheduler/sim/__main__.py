@@ -14,8 +14,9 @@ on a site, options `gpus`, `days` and `seed` after colons) or a generic trace CS
 Without `--policy`, every policy runs. `--service-share 0.3` adds the Azure conversation
 service beside the trace, its peak needing 30 % of the cluster (`runner.with_service`); such a
 run stops a day after the trace's first submission unless `--horizon-days` says when, and its
-report draws the tide. Progress goes to stderr; errors in the inputs exit with status 2 and
-say where they are.
+report draws the tide. `--defrag scattered` (or a daily `02:00`, or both) turns scheduled
+defragmentation on (`scheduler.sim.defrag`), within `--defrag-moves` per hour per pod.
+Progress goes to stderr; errors in the inputs exit with status 2 and say where they are.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import sys
 from pathlib import Path
 
 from scheduler.checkpointing import FAILURES_PER_GPU_HOUR
+from scheduler.sim.defrag import Defrag, parse_when
 from scheduler.sim.inputs import load_inputs
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.report import write_html
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
-from scheduler.sim.spec import SpecError
+from scheduler.sim.spec import ClusterSpec, SpecError
 from scheduler.sim.trace import TraceError, parse_policy
 
 
@@ -80,6 +82,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="add the Azure conversation service, its peak needing this share of the "
         "cluster's GPUs, e.g. 0.3 (the run then stops after a day, unless --horizon-days)",
     )
+    parser.add_argument(
+        "--defrag",
+        help="scheduled defragmentation: scattered (whenever free GPUs are scattered), a "
+        "daily time HH:MM (for an hour from then; the trace starts at midnight), or both: "
+        "scattered,02:00",
+    )
+    parser.add_argument(
+        "--defrag-moves", type=int, default=4, help="moves per hour per pod (default 4)"
+    )
+    parser.add_argument(
+        "--defrag-pods", help="the pods to defragment, comma separated (default every pod)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--title", help="the report's title")
     parser.add_argument(
@@ -93,6 +107,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.service_share is not None and not 0 < args.service_share < 1:
         parser.error("--service-share must be above 0 and below 1")
     return args
+
+
+def _defrag(args: argparse.Namespace, spec: ClusterSpec) -> Defrag | None:
+    if args.defrag is None:
+        return None
+    scattered, at = parse_when(args.defrag)
+    pods = tuple(p.strip() for p in (args.defrag_pods or "").split(",") if p.strip())
+    unknown = sorted(set(pods) - {node.pod for node in spec.nodes})
+    if unknown:
+        raise ValueError(f"--defrag-pods: the cluster has no pod {', '.join(unknown)}")
+    return Defrag(pods, args.defrag_moves, scattered, at)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint=parse_policy(args.checkpoint),
             time_limits=args.time_limits,
             horizon_s=None if args.horizon_days is None else args.horizon_days * 86400,
+            defrag=_defrag(args, spec),
         )
     except (TraceError, SpecError, ValueError, OSError) as why:
         print(f"error: {why}", file=sys.stderr)

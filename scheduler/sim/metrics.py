@@ -136,6 +136,7 @@ class Recorder:
         self.shrinks = 0
         self.grows = 0
         self.moves = 0  # running jobs moved to a faster GPU model
+        self.defrag_moves = 0  # running jobs moved within their pod to defragment it
         self.kept: list[tuple[float, float]] = []  # each shrink: (GPUs, throughput) kept
         self.faults: Counter[str] = Counter()
 

@@ -251,6 +251,12 @@ ROWS = (
         lambda p, gettext: _shrinks(p["preemptions"]),
     ),
     (
+        gettext_noop("moves: to a faster GPU model / to defragment"),
+        lambda p, gettext: (
+            f"{p['preemptions']['moves']:,} / {p['preemptions'].get('defrag_moves', 0):,}"
+        ),
+    ),
+    (
         gettext_noop("faults (GPU-h lost)"),
         lambda p, gettext: f"{p['faults']['count']:,} ({p['faults']['gpu_hours_lost']:,.0f})",
     ),

@@ -18,7 +18,11 @@ so whoever claimed them waits for it; else both take effect at once (the save's 
 modelled). Inference services (`services`) add an autoscaler tick every 2 s and replica jobs
 that come and go as the run goes; a run with services needs a horizon. The cluster's budgets
 (`scheduler.sim.budgets`) are metered as GPUs are taken and given back and go to the engine in
-each snapshot; a window's renewal runs a cycle while work waits.
+each snapshot; a window's renewal runs a cycle while work waits. With `SimConfig.defrag` the
+engine is told which pods are due for defragmentation and their moves left
+(`scheduler.sim.defrag`); while work waits, a cycle runs when that changes and when a running
+job becomes movable, and a defragmentation move is applied as any move (the job saves and
+restarts from its save on its new GPUs).
 
 Everything random (fault times, kinds, whether a triggered save is possible) comes from one
 generator seeded with `SimConfig.seed`, drawn in event order, so the same inputs and seed give
@@ -43,6 +47,7 @@ from scheduler.engine import NodeIndex, Placement, Plan
 from scheduler.engine.cycle import paused_collector
 from scheduler.interruptions import Cause, Restart, save_first, where
 from scheduler.sim.budgets import BudgetMeter
+from scheduler.sim.defrag import Defrag, DefragMeter
 from scheduler.sim.faultmodel import LLAMA3_MIX, FaultModel
 from scheduler.sim.incidents import SLOWDOWNS, Detection, Incident
 from scheduler.sim.jobs import Checkpointing, Job, Phase
@@ -75,6 +80,7 @@ class SimConfig:
     # The fleet's calibration (`scheduler.calibration.table`, as the portal's
     # `workloads.calibration.factors` reads it); None: the planner's curves as modelled.
     calibration: Table | None = None
+    defrag: Defrag | None = None  # scheduled defragmentation (`scheduler.sim.defrag`); None: off
 
 
 class Kind(IntEnum):
@@ -134,6 +140,10 @@ class Simulator:
         self.start = min((job.submit_s for job in trace), default=0.0)
         self.budgets = BudgetMeter(spec.budgets, self.start)
         self._renewal_at: float | None = None  # the cycle booked for a budget's renewal
+        self.defrag = self._defrag(config.defrag)
+        self._movable: list[tuple[float, int]] = []  # (when it may move, job id), defrag on
+        self._defrag_at: float | None = None  # the cycle booked for defragmentation
+        self._smallest_node = min((node.gpus for node in spec.nodes), default=0)
         self.now = self.end = self.start  # `end`: where the run stopped, once it has
         self.jobs = {job.id: self._job(job) for job in trace}
         if len(self.jobs) != len(trace):
@@ -178,6 +188,18 @@ class Simulator:
         self.tide = {kind: Series(config.series_step_s, since) for kind in ("inference", "other")}
         if self.services:
             self._push(self.start, Kind.TICK, 0, 0)
+
+    def _defrag(self, defrag: Defrag | None) -> DefragMeter | None:
+        if defrag is None:
+            return None
+        pods = {node.pod for node in self.spec.nodes}
+        unknown = sorted(set(defrag.pods) - pods)
+        if unknown:
+            raise SimulationError(
+                f"defragmentation names pod(s) {', '.join(unknown)}, which the cluster "
+                f"{self.spec.name} does not have"
+            )
+        return DefragMeter(defrag, sorted(pods))
 
     def _service(self, service: Service) -> ServiceRun:
         if self.config.horizon_s is None:
@@ -412,7 +434,8 @@ class Simulator:
         if not self.pending and not self.growable:
             return
         self.recorder.cycle_started(self.now)
-        snapshot = self.workloads.snapshot(self.allocations, self.budgets.budgets(self.now))
+        due = self.defrag.due(self.now) if self.defrag else ()
+        snapshot = self.workloads.snapshot(self.allocations, self.budgets.budgets(self.now), due)
         plan = self.last_plan = self.policy.plan(snapshot, self.now, self.index)
         self._apply(plan)
         self.recorder.cycle_ended(self.now)
@@ -425,6 +448,31 @@ class Simulator:
             if renewal is not None and renewal != self._renewal_at:
                 self._renewal_at = renewal
                 self._push(renewal, Kind.CYCLE, 0, 0)
+        if self.defrag and self.pending:
+            self._wake_for_defrag()
+
+    def _wake_for_defrag(self) -> None:
+        """While a gang of whole nodes waits and work runs, book a cycle for when
+        defragmentation could do what it could not now: a daily run begins, a move leaves the
+        hour's count, or a running job becomes movable (`Snapshot.move_every_s` after it
+        started or moved). Nothing running, nothing can move: no cycle (so a gang that can
+        never start ends the run)."""
+        gang = self._smallest_node
+        if not any(self.allocations.used.values()) or not any(
+            self.jobs[job_id].spec.gpus >= gang for job_id in self.pending
+        ):
+            return
+        times = [self.defrag.next_change(self.now)]
+        movable = self._movable
+        while movable and movable[0][0] <= self.now:
+            heapq.heappop(movable)
+        defrag = self.defrag.defrag
+        if movable and (defrag.when_scattered or defrag.in_window(self.now)):
+            times.append(movable[0][0])
+        wake = min((t for t in times if t is not None), default=None)
+        if wake is not None and wake != self._defrag_at:
+            self._defrag_at = wake
+            self._push(wake, Kind.CYCLE, 0, 0)
 
     def _apply(self, plan: Plan) -> None:
         """Preempted jobs stop and wait again, shrunk ones give back GPUs, grown ones take
@@ -469,7 +517,12 @@ class Simulator:
                 self.allocations.give(job.placements, job.id)
                 self.allocations.take(move.placements, job.id)
                 job.resize(self.now, move.placements, move.gpu_model)
-            self.recorder.moves += 1
+            if move.pod:
+                self.recorder.defrag_moves += 1
+                self.defrag.moved(move.pod, self.now)
+            else:
+                self.recorder.moves += 1
+            self._may_defrag(job)
         for admission in plan.admissions:
             job = self.jobs[admission.workload_id]
             if job.id not in self.pending:
@@ -565,9 +618,23 @@ class Simulator:
         with self._tracking(job):
             self._finish(job)
 
+    def _may_defrag(self, job: Job) -> None:
+        """Note when a running job defragmentation may move becomes movable: one that saves,
+        was not marked not to move, and holds whole GPUs of one node."""
+        if (
+            self.defrag
+            and job.spec.movable
+            and job.ckpt.kind is not PolicyKind.NONE
+            and len(job.placements) == 1
+            and not job.spec.slices
+        ):
+            since = max(t for t in (job.started_at, job.resized_at) if t is not None)
+            heapq.heappush(self._movable, (since + self.config.move_every_s, job.id))
+
     def _may_grow(self, job: Job) -> None:
         """Note a running job the engine may resize, and look again when it may: an elastic
         one below its most, or one on a slower GPU model than the fastest it accepts."""
+        self._may_defrag(job)
         if job.spec.min_gpus is not None and job.held < job.spec.gpus:
             self.growable.add(job.id)
             self._push(self.now + self.config.grow_every_s, Kind.CYCLE, 0, 0)

@@ -198,8 +198,14 @@ class Workloads:
     def drop(self, workload_id: int) -> None:
         del self._objects[workload_id]
 
-    def snapshot(self, allocations: Allocations, budgets: tuple[Budget, ...] = ()) -> Snapshot:
-        """The engine's snapshot; `budgets` apply to policies that keep the spec's queues."""
+    def snapshot(
+        self,
+        allocations: Allocations,
+        budgets: tuple[Budget, ...] = (),
+        defrag: tuple[tuple[str, int], ...] = (),
+    ) -> Snapshot:
+        """The engine's snapshot; `budgets` apply to policies that keep the spec's queues;
+        `defrag`: the pods due for defragmentation and their moves left."""
         for job_id, job in self._changed.items():
             if job.phase == Phase.DONE:
                 self._objects.pop(job_id, None)
@@ -216,6 +222,7 @@ class Workloads:
             move_every_s=self.move_every_s,
             mig_profiles=self.spec.mig_profiles,
             mig_layouts=dict(allocations.layouts),
+            defrag=defrag,
         )
 
     def workload(self, job: Job) -> Workload:
@@ -247,4 +254,5 @@ class Workloads:
             preempting=job.phase == Phase.STOPPING,
             accepts=spec.accepts,
             speeds=spec.speeds if self.policy.speeds else (),
+            movable=spec.movable,
         )

@@ -118,6 +118,7 @@ def summarize(
             "shrinks": recorder.shrinks,
             "grows": recorder.grows,
             "moves": recorder.moves,
+            "defrag_moves": recorder.defrag_moves,
             "shrink_gpus_kept": _mean(g for g, _ in recorder.kept),
             "shrink_throughput_kept": _mean(t for _, t in recorder.kept),
             "gpu_hours_lost": r4(sum(o.lost_preemption_gpu_s for o in outcomes) / 3600),

@@ -19,7 +19,8 @@ documented in `docs/sim-trace-format.md`:
   `gpu_model`: `T4:1|RTX2080Ti:1.6|A100:3.1`; its run time on a model is `duration_s` over that
   model's speed), `mig` (a MIG profile of its GPU model, e.g. `1g.10gb`, with `gpus` 1 and
   no `accepts` or `min_gpus`: it runs on one MIG instance of that profile, charged the profile's
-  share of the GPU, `scheduler.mig`).
+  share of the GPU, `scheduler.mig`), `movable` (`false` for a job its submitter marked not
+  to move while it runs: defragmentation leaves it; default `true`).
 
 Empty optional cells take their default. A bad row raises `TraceError` naming the line and
 column, e.g. `line 7, column gpus: 'eight' is not a whole number`.
@@ -41,6 +42,7 @@ from scheduler.parallelism import MODELS
 from scheduler.sim.spec import mig_profiles
 
 REQUIRED = ("submit_s", "gpus", "gpu_model", "duration_s")
+FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
 class TraceError(ValueError):
@@ -68,6 +70,7 @@ class TraceJob:
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
     slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
+    movable: bool = True  # False: marked not to move while it runs (`Workload.movable`)
     mig: Profile | None = None  # a MIG instance of one GPU of `gpu_model`, with `gpus` 1
 
     @property
@@ -150,6 +153,7 @@ def _job(
         speeds=cell.speeds("speeds", accepts or (gpu_model,)),
         slices=slices,
         mig=cell.mig("mig", gpu_model, memory_gb),
+        movable=cell.flag("movable", default=True),
     )
 
 
@@ -238,6 +242,16 @@ class _Cells:
                 why = f"a MIG job runs on {gpu_model} alone: leave {other} empty"
                 raise self.error(column, why)
         return named[name]
+
+    def flag(self, column: str, default: bool) -> bool:
+        """`true` or `false` (also `yes`/`no`, `1`/`0`); empty: `default`."""
+        raw = self._raw(column, optional=True)
+        if raw is None:
+            return default
+        value = FLAGS.get(raw.lower())
+        if value is None:
+            raise self.error(column, f"{raw!r} is neither true nor false")
+        return value
 
     def checkpoint(self, column: str) -> Policy | None:
         raw = self._raw(column, optional=True)
@@ -342,6 +356,7 @@ COLUMNS = (
     "accepts",
     "speeds",
     "mig",
+    "movable",
 )
 
 
@@ -369,6 +384,7 @@ def write_csv(jobs: Iterable[TraceJob]) -> str:
                 "|".join(job.accepts),
                 "|".join(f"{model}:{speed!r}" for model, speed in job.speeds),
                 job.mig.name if job.mig else "",
+                "" if job.movable else "false",
             ]
         )
     return out.getvalue()

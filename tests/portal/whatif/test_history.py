@@ -184,8 +184,16 @@ def test_mig_jobs_replay_on_mig_instances_of_this_cluster(staff, cluster, acme):
     form = {"trace": "history", "cluster": "trace", "policies": ["wanka"]}
     assert staff.post("/ops/whatif/", form).status_code == 302
     whatif = WhatIfRun.objects.get()
-    assert whatif.trace_csv.splitlines()[1].endswith(",3g.40gb")
+    assert whatif.trace_csv.splitlines()[1].endswith(",3g.40gb,")
     execute(whatif.pk)
     whatif.refresh_from_db()
     assert whatif.state == RunState.DONE, whatif.message
     assert whatif.results["policies"]["wanka"]["finished"] == 1
+
+
+def test_a_job_marked_not_to_move_stays_so_in_the_trace(cluster, acme):
+    llm = make_queue(acme, "llm", h800=64)
+    ended(llm, "stays", gpus=8, movable=False)
+    ended(llm, "may move", gpus=8)
+    stays, may_move = sorted(history(1, NOW), key=lambda job: job.id)
+    assert (stays.movable, may_move.movable) == (False, True)

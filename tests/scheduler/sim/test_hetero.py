@@ -135,7 +135,7 @@ def test_an_unknown_set_is_refused() -> None:
 
 def test_a_job_without_accepts_or_speeds_writes_their_cells_empty() -> None:
     job = TraceJob(1, 0.0, 8, "T4", 60.0, "q", checkpoint=Policy(PolicyKind.NONE))
-    assert write_csv([job]).splitlines()[1].endswith(",none,,,,,")
+    assert write_csv([job]).splitlines()[1].endswith(",none,,,,,,")  # mig, movable empty
 
 
 def two_model_cluster() -> ClusterSpec:
