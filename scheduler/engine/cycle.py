@@ -367,13 +367,8 @@ class Cycle(Resizing):
     def _free_now(self, queue: Queue, workload: Workload) -> bool:
         """Whether the workload could start now on free GPUs of its `gpu_model` (quota, budgets
         and room; nothing is taken)."""
-        if self.ledger.refusal(queue, workload.gpu_model, workload.gpus) is not None:
+        if not self._allowed(queue, workload):
             return False
-        if self.budgets:
-            gpus, seconds = workload.gpus, workload.time_limit_s
-            borrows = not self.ledger.within_nominal(queue, workload.gpu_model, gpus)
-            if refusal(self.budgets.check, queue, workload, gpus, seconds, borrows) is not None:
-                return False
         pool = self.capacity.pool(queue.region, workload.gpu_model)
         try:
             placements = self._placements(pool, workload)
