@@ -94,9 +94,9 @@ class ModelOrFamilyField(NameField):
 
     def to_internal_value(self, data):
         models = GpuModel.objects
-        named = isinstance(data, str) and models.filter(name=data).exists()
-        if isinstance(data, str) and not named and models.filter(family=data).exists():
-            return data
+        if isinstance(data, str) and "\x00" not in data and not models.filter(name=data).exists():
+            if models.filter(family=data).exists():
+                return data
         return super().to_internal_value(data)
 
 

@@ -133,6 +133,8 @@ class AcceptsField(serializers.JSONField):
         names = super().to_internal_value(data)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise serializers.ValidationError("A list of GPU model or family names.")
+        if any("\x00" in n for n in names):
+            raise serializers.ValidationError("A name may not hold a NUL character.")
         if not 1 <= len(names) <= 16:
             raise serializers.ValidationError(f"From 1 to 16 names; got {len(names)}.")
         return names
