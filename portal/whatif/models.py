@@ -31,6 +31,12 @@ class WhatIfRun(models.Model):
         blank=True,
         help_text="Add the Azure conversation service, its peak this % of the cluster's GPUs",
     )
+    defrag = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="Defragment every pod: scattered, a daily HH:MM, or both; blank: never",
+    )
+    defrag_moves = models.PositiveSmallIntegerField(default=4, help_text="Moves per hour per pod")
     state = models.CharField(max_length=8, choices=RunState.choices, default=RunState.PENDING)
     progress = models.FloatField(default=0)
     message = models.CharField(max_length=300, blank=True)

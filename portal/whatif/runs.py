@@ -25,6 +25,7 @@ from scheduler.checkpointing import Policy, PolicyKind
 from scheduler.engine import Node
 from scheduler.engine.model import SLICES
 from scheduler.mig import Profile, profiles
+from scheduler.sim.defrag import Defrag, parse_when
 from scheduler.sim.philly import load_philly
 from scheduler.sim.runner import run
 from scheduler.sim.simulator import SimConfig
@@ -276,6 +277,15 @@ def service_share(whatif: WhatIfRun) -> float | None:
     return whatif.service_percent / 100 if whatif.service_percent else None
 
 
+def defragmentation(whatif: WhatIfRun) -> Defrag | None:
+    """The run's scheduled defragmentation of every pod, None where it has none; ValueError
+    naming what does not read."""
+    if not whatif.defrag:
+        return None
+    scattered, at = parse_when(whatif.defrag)
+    return Defrag((), whatif.defrag_moves, scattered, at)
+
+
 def execute(run_id: int) -> None:
     """Run the simulation of a pending run (a second worker given the same run does nothing).
     While it runs, its worker keeps a liveness key fresh, so that `requeue_stale` can tell a
@@ -290,7 +300,7 @@ def execute(run_id: int) -> None:
                 jobs,
                 spec,
                 whatif.policies,
-                config=SimConfig(seed=whatif.seed),
+                config=SimConfig(seed=whatif.seed, defrag=defragmentation(whatif)),
                 on_progress=_reporter(run_id),
                 service_share=service_share(whatif),
             )

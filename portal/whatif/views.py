@@ -13,7 +13,14 @@ from portal.core.models import audit
 from portal.core.security import SANDBOXED_REPORT
 from portal.whatif.choices import ClusterSource, RunState, TraceSource
 from portal.whatif.models import WhatIfRun
-from portal.whatif.runs import HISTORY_DAYS, MAX_HISTORY_DAYS, Mismatch, inputs, take_history
+from portal.whatif.runs import (
+    HISTORY_DAYS,
+    MAX_HISTORY_DAYS,
+    Mismatch,
+    defragmentation,
+    inputs,
+    take_history,
+)
 from portal.whatif.tasks import run_whatif
 from portal.workloads.phrasebook import translate
 from scheduler.sim import report
@@ -78,6 +85,18 @@ def _from_form(request) -> tuple[WhatIfRun, dict]:
                 setattr(whatif, field, value)
             else:
                 errors[field] = _("Must be a positive number.")
+    whatif.defrag = post.get("defrag", "").strip()
+    if post.get("defrag_moves", "").strip():
+        try:
+            whatif.defrag_moves = int(post["defrag_moves"])
+        except ValueError:
+            whatif.defrag_moves = -1
+        if not 0 <= whatif.defrag_moves <= 1000:
+            errors["defrag_moves"] = _("A whole number of moves from 0 to 1000.")
+    try:
+        defragmentation(whatif)
+    except ValueError:
+        errors["defrag"] = _("Say when: scattered, a daily time HH:MM, or both (scattered,02:00).")
     if (whatif.service_percent or 0) >= 100:
         errors["service_percent"] = _("Must be below 100: the service leaves room for training.")
     for field, wanted in (

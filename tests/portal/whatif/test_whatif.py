@@ -122,6 +122,40 @@ def test_a_run_with_the_inference_service_draws_the_tide(staff, acme):
     assert "peak 25.0 % of the cluster" in page
 
 
+SCATTERED = """submit_s,gpus,gpu_model,duration_s,queue
+0,4,H800,72000,llm
+0,4,H800,600,llm
+0,4,H800,72000,llm
+0,4,H800,600,llm
+900,8,H800,3600,llm
+"""
+
+
+@pytest.mark.parametrize(("defrag", "moves"), [("", 0), ("scattered", 1)])
+def test_a_run_defragments_every_pod_as_the_form_asks(staff, acme, defrag, moves):
+    """Two nodes each left holding one long 4-GPU job when a gang of 8 arrives: a run told to
+    defragment whenever free GPUs are scattered moves one of them, and the gang starts within
+    hours rather than after the long jobs' 20 hours."""
+    from tests.builders import make_cluster
+
+    make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=2)
+    make_queue(acme, "llm", h800=16)
+    form = {"trace": "csv", "cluster": "current", "policies": ["wanka"], "seed": 2}
+    trace = SimpleUploadedFile("jobs.csv", SCATTERED.encode(), "text/csv")
+    staff.post("/ops/whatif/", {**form, "defrag": defrag, "defrag_moves": "2", "trace_csv": trace})
+    whatif = WhatIfRun.objects.get()
+    assert (whatif.defrag, whatif.defrag_moves) == (defrag, 2)
+    execute(whatif.pk)
+    whatif.refresh_from_db()
+    assert whatif.state == RunState.DONE, whatif.message
+    figures = whatif.results["policies"]["wanka"]
+    assert figures["preemptions"]["defrag_moves"] == moves
+    waited = figures["wait_s"]["max"]
+    assert waited < 2 * 3600 if moves else waited > 19 * 3600
+    page = staff.get(f"/ops/whatif/{whatif.pk}/").content.decode()
+    assert ("every pod, scattered; at most 2 moves an hour each" in page) == bool(moves)
+
+
 @pytest.mark.parametrize(
     ("form", "field"),
     [
@@ -142,6 +176,11 @@ def test_a_run_with_the_inference_service_draws_the_tide(staff, acme):
             },
             "service_percent",
         ),
+        ({"trace": "philly", "cluster": "trace", "policies": ["wanka"], "defrag": "2am"}, "defrag"),
+        (
+            {"trace": "philly", "cluster": "trace", "policies": ["wanka"], "defrag_moves": "-1"},
+            "defrag_moves",
+        ),
     ],
     ids=[
         "a CSV trace needs its file",
@@ -150,6 +189,8 @@ def test_a_run_with_the_inference_service_draws_the_tide(staff, acme):
         "an unknown trace",
         "a service needs a peak above nothing",
         "a service of the whole cluster leaves no room for training",
+        "defragmentation at a time that does not read",
+        "a negative number of moves",
     ],
 )
 def test_bad_forms_say_what_is_wrong_and_start_nothing(staff, form, field):
@@ -271,6 +312,8 @@ def test_manage_py_simulate_writes_report_and_figures(tmp_path, db):
         call_command("simulate", "--trace", str(report))  # a CSV without a cluster
     with pytest.raises(CommandError, match="above 0 and below 1"):
         call_command("simulate", "--trace", "philly", "--days", "1", "--service-share", "30")
+    with pytest.raises(CommandError, match="'2am' is neither scattered nor a time"):
+        call_command("simulate", "--trace", "philly", "--days", "1", "--defrag", "2am")
 
 
 @pytest.mark.django_db(transaction=True)

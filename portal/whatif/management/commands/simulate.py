@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from portal.whatif.choices import ClusterSource, TraceSource
 from portal.whatif.models import WhatIfRun
-from portal.whatif.runs import inputs, take_history
+from portal.whatif.runs import defragmentation, inputs, take_history
 from scheduler.sim.policies import POLICIES
 from scheduler.sim.report import write_html
 from scheduler.sim.runner import run
@@ -36,11 +36,24 @@ class Command(BaseCommand):
             help="add the Azure conversation service, its peak needing this share of the "
             "cluster's GPUs, e.g. 0.3 (the run then covers the trace's first day)",
         )
+        parser.add_argument(
+            "--defrag",
+            default="",
+            help="defragment every pod: scattered, a daily HH:MM, or both (scattered,02:00)",
+        )
+        parser.add_argument("--defrag-moves", type=int, default=4, help="moves per hour per pod")
         parser.add_argument("--report", type=Path)
         parser.add_argument("--json", type=Path, dest="json_path")
 
     def handle(self, *args, trace, cluster, policy, days, gpus, seed, report, json_path, **options):
-        whatif = WhatIfRun(seed=seed, days=days, gpus=gpus, policies=policy or list(POLICIES))
+        whatif = WhatIfRun(
+            seed=seed,
+            days=days,
+            gpus=gpus,
+            policies=policy or list(POLICIES),
+            defrag=options["defrag"],
+            defrag_moves=options["defrag_moves"],
+        )
         if trace in TraceSource.values and trace != TraceSource.CSV:
             whatif.trace = trace
         else:
@@ -57,7 +70,7 @@ class Command(BaseCommand):
                 jobs,
                 spec,
                 whatif.policies,
-                config=SimConfig(seed=seed),
+                config=SimConfig(seed=seed, defrag=defragmentation(whatif)),
                 on_progress=self._progress,
                 service_share=options["service_share"],
             )
