@@ -94,9 +94,9 @@ class ModelOrFamilyField(NameField):
 
     def to_internal_value(self, data):
         models = GpuModel.objects
-        if isinstance(data, str) and "\x00" not in data and not models.filter(name=data).exists():
-            if models.filter(family=data).exists():
-                return data
+        plain = isinstance(data, str) and "\x00" not in data  # NUL: NameField refuses it
+        if plain and not models.filter(name=data).exists() and models.filter(family=data).exists():
+            return data
         return super().to_internal_value(data)
 
 
