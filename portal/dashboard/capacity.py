@@ -8,7 +8,7 @@ with the before and after of what changed, and is handed to the next scheduling 
 from django import forms
 from django.contrib import messages
 from django.db import models, transaction
-from django.db.models import Count
+from django.db.models import Sum
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -20,6 +20,7 @@ from portal.core.triggers import trigger_cycle
 from portal.quotas.api.serializers import QUEUE_CHANGES
 from portal.quotas.models import Cohort, CohortQuota, FamilyQuota, Queue, QueueQuota
 from portal.workloads.models import Allocation
+from portal.workloads.usage import CHARGED, as_gpus
 
 # A tuple: an inline formset adds its foreign key to a list of fields in place.
 QUOTA_FIELDS = ("gpu_model", "guarantee", "nominal", "borrowing_limit", "lending_limit")
@@ -161,14 +162,15 @@ def _facts(owner, fields) -> dict:
     return facts
 
 
-def _held(queue) -> dict[str, int]:
-    """GPUs the queue's jobs hold now, per GPU model."""
-    return dict(
-        Allocation.objects.filter(workload__queue=queue)
+def _held(queue) -> dict[str, float]:
+    """GPUs the queue's jobs hold now, per GPU model, as quota counts them (`CHARGED`)."""
+    return {
+        model: as_gpus(n)
+        for model, n in Allocation.objects.filter(workload__queue=queue)
         .values_list("workload__gpu_model__name")
-        .annotate(n=Count("id"))
+        .annotate(n=Sum(CHARGED))
         .order_by()
-    )
+    }
 
 
 def _over_nominal(quotas, held: dict[str, int]) -> list[str]:

@@ -30,7 +30,7 @@ from portal.core.redis import client
 from portal.dashboard import nodes
 from portal.dashboard.views import RANGE_NAMES
 from portal.workloads.models import Allocation
-from portal.workloads.usage import EIGHTHS, as_gpus
+from portal.workloads.usage import OCCUPIED, as_gpus
 from scheduler import faults
 
 # A cell's health is its index here; "failed": down because a fault took it down (drawn apart
@@ -50,12 +50,12 @@ def cluster_map() -> dict:
         "gpu_count",
     )  # fmt: skip
     held, shared = {}, False
-    for node_id, eighths, shares_here in (
+    for node_id, occupied, shares_here in (
         Allocation.objects.values("node_id")
-        .annotate(n=Sum(EIGHTHS), shares=Count("id", filter=Q(slices__gt=0)))
+        .annotate(n=Sum(OCCUPIED), shares=Count("id", filter=Q(slices__gt=0)))
         .values_list("node_id", "n", "shares")
     ):
-        held[node_id], shared = eighths, shared or bool(shares_here)
+        held[node_id], shared = occupied, shared or bool(shares_here)
     shares = _shares() if shared else {}  # a query more only where GPUs are shared
     memory, in_mig = {}, False
     for node_id, mb, mig_gpus in (

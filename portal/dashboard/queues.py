@@ -25,16 +25,16 @@ from portal.quotas.models import Cohort, Queue
 from portal.tenancy.models import membership_of
 from portal.workloads.choices import State
 from portal.workloads.models import Allocation, Workload
-from portal.workloads.usage import EIGHTHS, as_gpus, held, usage_windows
+from portal.workloads.usage import CHARGED, as_gpus, held, usage_windows
 from scheduler.engine.quota import QuotaLedger
 
 
 def gpus_held() -> Counter:
-    """GPUs held now per (queue id, GPU model), each allocation counted (a share as its
-    share)."""
+    """GPUs held now per (queue id, GPU model), each allocation counted as it is charged (a
+    share as its share, a MIG instance as its profile's)."""
     held = (
         Allocation.objects.values_list("workload__queue_id", "workload__gpu_model__name")
-        .annotate(n=Sum(EIGHTHS))
+        .annotate(n=Sum(CHARGED))
         .order_by()
     )
     return Counter({(queue_id, gpu_model): as_gpus(n) for queue_id, gpu_model, n in held})

@@ -37,7 +37,7 @@ from portal.services.models import Service, ServiceSample
 from portal.workloads.choices import State
 from portal.workloads.ettr import window_report
 from portal.workloads.models import Allocation, Checkpoint, Recovery, Workload
-from portal.workloads.usage import EIGHTHS, as_gpus
+from portal.workloads.usage import CHARGED, OCCUPIED, as_gpus
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def gpus_and_nodes() -> list[Metric]:
     # A share counts as its share of a GPU: a GPU four quarters hold is one allocated.
     booked = Allocation.objects.values(
         f"node__{DC}", f"node__{MODEL}", "node__health", "node__connected"
-    ).annotate(n=Sum(EIGHTHS))
+    ).annotate(n=Sum(OCCUPIED))
     for row in booked:
         row["n"] = as_gpus(row["n"])
         node = {key.removeprefix("node__"): value for key, value in row.items()}
@@ -111,7 +111,7 @@ def queues() -> list[Metric]:
         tuple(row): as_gpus(n)
         for *row, n in Allocation.objects.values_list(
             "workload__queue__tenant__slug", "workload__queue__name", f"workload__{MODEL}"
-        ).annotate(n=Sum(EIGHTHS))
+        ).annotate(n=Sum(CHARGED))
     }
     quotas = QueueQuota.objects.values_list(
         "queue__tenant__slug", "queue__name", MODEL, "guarantee", "nominal"

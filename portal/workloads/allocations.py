@@ -11,6 +11,7 @@ from django.utils import timezone
 from portal.cluster.models import Node
 from portal.core.triggers import trigger_cycle
 from portal.workloads.models import Allocation, UsageRecord, Workload
+from portal.workloads.usage import CHARGED
 from scheduler.engine.model import SLICES
 
 
@@ -99,11 +100,9 @@ def book(workload: Workload, gone) -> None:
     workload's start (or admission) and its own booking (a GPU a grow added) until now."""
     now = timezone.now()
     since = workload.started_at or workload.admitted_at or now
-    # A MIG booking's slices are its memory slots: it is charged its profile's share instead.
-    mig = workload.mig_profile.charge if workload.mig else None
     starts = [
-        (max(since, booked), mig or (slices / SLICES if slices else 1))
-        for booked, slices in gone.values_list("created_at", "slices")
+        (max(since, booked), share)
+        for booked, share in gone.annotate(share=CHARGED).values_list("created_at", "share")
     ]
     if not starts:
         return

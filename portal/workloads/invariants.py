@@ -14,8 +14,7 @@ from portal.cluster.summary import heartbeats
 from portal.workloads.allocations import past_whole
 from portal.workloads.choices import HOLDING, State
 from portal.workloads.models import Allocation, UsageRecord, Workload
-from portal.workloads.usage import usage_rows
-from scheduler.engine.model import SLICES
+from portal.workloads.usage import CHARGED, usage_rows
 
 MISSED_HEARTBEATS = 3  # as the lost-node check counts them
 
@@ -164,17 +163,16 @@ def unreconciled_usage() -> list[str]:
         .annotate(hours=Sum("gpu_hours"))
         .values_list("tenant__name", "hours")
     )
-    held = Allocation.objects.values_list(
+    held = Allocation.objects.annotate(share=CHARGED).values_list(
         "workload__tenant__name",
         "created_at",
         "workload__started_at",
         "workload__admitted_at",
-        "slices",
+        "share",  # a share is billed as its share, a MIG instance as its profile's
     )
     gpus: dict[str, float] = defaultdict(float)
     hours: dict[str, float] = defaultdict(float, booked)
-    for tenant, booked_at, started, admitted, slices in held:
-        share = slices / SLICES if slices else 1  # a share is billed as its share
+    for tenant, booked_at, started, admitted, share in held:
         gpus[tenant] += share
         since = max(started or admitted or now, booked_at)
         hours[tenant] += (now - since).total_seconds() / 3600 * share

@@ -5,13 +5,23 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from math import ceil
 
-from django.db.models import Case, DateTimeField, F, IntegerField, Q, Sum, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Case,
+    DateTimeField,
+    F,
+    FloatField,
+    Q,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Substr
 from django.utils import timezone
 
 from portal.quotas.models import GpuRate, PriorityFactor
 from portal.workloads.models import Allocation, UsageRecord
 from scheduler.engine.model import SLICES
+from scheduler.mig import COMPUTE_SLICES, MEMORY_SLOTS
 
 # What usage can be grouped by: paths from a workload.
 KEYS = {
@@ -24,8 +34,24 @@ KEYS = {
     "tenant_id": "tenant_id",
     "queue_id": "queue_id",
 }
-# What an allocation holds, in eighths of a GPU.
-EIGHTHS = Case(When(slices=0, then=Value(SLICES)), default=F("slices"), output_field=IntegerField())
+# What an allocation takes of its GPU, in GPUs: a whole GPU, a share's eighths, a MIG
+# instance's memory slots (of eight), so that a GPU's bookings never pass one.
+OCCUPIED = Case(
+    When(slices=0, then=Value(1.0)),
+    default=Cast("slices", FloatField()) / SLICES,
+    output_field=FloatField(),
+)
+# What an allocation is charged, in GPUs, as quota, budgets and bills count it: what it
+# occupies, but a MIG instance its profile's charge (`scheduler.mig.Profile.charge`: the
+# larger of its compute sevenths, the first digit of "3g.40gb", and its memory slots).
+CHARGED = Case(
+    When(workload__mig="", then=OCCUPIED),
+    default=Greatest(
+        Cast(Substr("workload__mig", 1, 1), FloatField()) / COMPUTE_SLICES,
+        Cast("slices", FloatField()) / MEMORY_SLOTS,
+    ),
+    output_field=FloatField(),
+)
 REPORT_KEYS = ("tenant", "queue", "gpu_model", "user")  # what people group reports by
 BY_QUEUE = ("tenant", "queue", "gpu_model")
 
@@ -65,19 +91,21 @@ def held(allocations, keys=(), now=None):
     rows = (
         allocations.annotate(begun=begun)
         .values("workload_id", *paths, "begun")
-        .annotate(eighths=Sum(EIGHTHS))
+        .annotate(charged=Sum(CHARGED))
         .order_by()
-        .values_list("workload_id", *paths, "begun", "eighths")
+        .values_list("workload_id", *paths, "begun", "charged")
     )
-    for _, *values, begun_at, eighths in rows:
+    for _, *values, begun_at, charged in rows:
         begun_at = begun_at or now
-        gpus = as_gpus(eighths)
+        gpus = as_gpus(charged)
         yield tuple(values), begun_at, now, gpus * (now - begun_at).total_seconds() / 3600, gpus
 
 
-def as_gpus(eighths: int) -> int | float:
-    """GPUs from eighths of a GPU: a whole number stays an int (as whole GPUs always were)."""
-    return eighths // SLICES if eighths % SLICES == 0 else eighths / SLICES
+def as_gpus(gpus: float) -> int | float:
+    """GPUs summed (`CHARGED`, `OCCUPIED`): a whole number an int (as whole GPUs always were;
+    seven sevenths sum to a hair over one)."""
+    whole = round(gpus)
+    return whole if abs(gpus - whole) < 1e-9 else gpus
 
 
 def _paths(keys) -> list[str]:

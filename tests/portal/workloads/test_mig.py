@@ -5,9 +5,12 @@ import pytest
 from django.db import IntegrityError
 
 from portal.cluster.models import Gpu, GpuModel
+from portal.dashboard.queues import gpus_held
 from portal.workloads.allocations import release
 from portal.workloads.cycle import apply, build_snapshot
-from portal.workloads.models import Allocation, UsageRecord
+from portal.workloads.invariants import unreconciled_usage
+from portal.workloads.models import Allocation, UsageRecord, Workload
+from portal.workloads.usage import held_now
 from scheduler import engine
 from tests.builders import make_workload
 
@@ -33,9 +36,15 @@ def test_a_mig_booking_holds_its_memory_slots_and_is_charged_its_share(
     job = mig(acme_llm, "small", "1g.10gb")
     admit(cluster[0], job)
     assert list(Allocation.objects.values_list("gpu_index", "slices")) == [(0, 1)]
+    # While it runs, what quota, usage and metrics count is its charge too, not its slots.
+    charge = pytest.approx(1 / 7)  # its compute, the larger of the two
+    assert held_now(Workload.objects.all())[0] == charge
+    assert gpus_held() == {(acme_llm.pk, "H800"): charge}
+    assert unreconciled_usage() == []
     release(job)
     [record] = UsageRecord.objects.all()
-    assert record.gpus == pytest.approx(1 / 7)  # its compute, the larger of the two
+    assert record.gpus == pytest.approx(1 / 7)
+    assert unreconciled_usage() == []
 
 
 @pytest.mark.django_db
