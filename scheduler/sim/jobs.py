@@ -212,12 +212,17 @@ class Job:
             self._enter(Phase.COMPUTE, None)
 
     def resize(
-        self, now: float, placements: tuple[Placement, ...], gpu_model: str | None = None
+        self,
+        now: float,
+        placements: tuple[Placement, ...],
+        gpu_model: str | None = None,
+        pod: str = "",
     ) -> None:
         """Go on with fewer or more GPUs, or on GPUs of another model it accepts (`gpu_model`:
-        the engine moved it), after one restart. All save first, so nothing is lost (the
-        portal's `save_then_shrink`, and a grow or a move that asks for a save when its newest
-        is older than a few seconds); the save's time is not modelled."""
+        the engine moved it), or elsewhere in its pod (`pod`: defragmented), after one restart.
+        All save first, so nothing is lost (the portal's `save_then_shrink`, and a grow or a
+        move that asks for a save when its newest is older than a few seconds); the save's
+        time is not modelled."""
         self.advance(now)
         if self.ckpt.kind is not PolicyKind.NONE:
             self._complete(now, self.progress)
@@ -227,7 +232,9 @@ class Job:
         if self.held < before:
             self.shrinks += 1
         self.resized_at = now
-        if gpu_model is not None:
+        if pod:
+            self.history.append(f"recovering (moved within {pod} to free whole nodes)")
+        elif gpu_model is not None:
             self.history.append(f"recovering (moved to {gpu_model})")
         else:
             grown = "recovering (shrunk)" if self.held < before else "recovering (grown)"

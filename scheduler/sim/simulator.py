@@ -516,7 +516,7 @@ class Simulator:
             with self._tracking(job, faults=True):
                 self.allocations.give(job.placements, job.id)
                 self.allocations.take(move.placements, job.id)
-                job.resize(self.now, move.placements, move.gpu_model)
+                job.resize(self.now, move.placements, move.gpu_model, move.pod)
             if move.pod:
                 self.recorder.defrag_moves += 1
                 self.defrag.moved(move.pod, self.now)

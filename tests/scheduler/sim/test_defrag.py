@@ -84,6 +84,7 @@ def test_defragmentation_moves_one_small_job_and_the_gang_starts_hours_sooner(
     assert (sim.recorder.defrag_moves, sim.recorder.moves) == (1, 0)
     moved = [job for job in (sim.jobs[1], sim.jobs[3]) if job.resized_at is not None]
     assert len(moved) == 1 and moved[0].resized_at < started
+    assert "recovering (moved within p1 to free whole nodes)" in moved[0].history
     # It restarted from its save: it ends within its restart of when it ends unmoved.
     unmoved = run(trace(), None).jobs[moved[0].id]
     assert 0 < moved[0].finished_at - unmoved.finished_at <= 120
