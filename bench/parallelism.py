@@ -53,17 +53,23 @@ def predict(row: Published, fit: Fit = FIT, gpus: dict[str, Gpu] = GPUS) -> floa
     """The planner's iteration time for a published run, its layout as the source fixes it
     (what the source leaves open, the planner picks). A layout the run used but the memory
     model refuses (`overflows`) is timed all the same: the run shows it fits."""
-    gpu = gpus[row.gpu]
+    gpu = _gpu(row, gpus)
     found = plans(
         row.model, gpu, row.gpus, row.batch, stack=row.stack, fit=fit, limit=1, **row.fixed
     )
     if found:
         return found[0].iteration_s
-    candidates = layouts(row.model, gpu, row.gpus, row.batch, **row.fixed)
+    candidates = layouts(row.model, gpu, row.gpus, row.batch, stack=row.stack, **row.fixed)
     return min(
         evaluate(row.model, gpu, row.batch, layout, stack=row.stack, fit=fit).iteration_s
         for layout in candidates
     )
+
+
+def _gpu(row: Published, gpus: dict[str, Gpu]) -> Gpu:
+    """The run's GPU type, with its cluster's network where the source gives another."""
+    gpu = gpus[row.gpu]
+    return replace(gpu, network_gbps=row.network_gbps) if row.network_gbps else gpu
 
 
 def overflows(rows=PUBLISHED) -> list[Published]:
@@ -71,7 +77,7 @@ def overflows(rows=PUBLISHED) -> list[Published]:
     return [
         r
         for r in rows
-        if not plans(r.model, GPUS[r.gpu], r.gpus, r.batch, stack=r.stack, limit=1, **r.fixed)
+        if not plans(r.model, _gpu(r, GPUS), r.gpus, r.batch, stack=r.stack, limit=1, **r.fixed)
     ]
 
 

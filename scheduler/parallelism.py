@@ -217,6 +217,16 @@ class Stack:
     sequence_parallel: bool = True  # activations outside the matrices split over TP too
     flash_attention: bool = True  # attention scores are never written to memory
     fp32_gradients: bool = True  # gradients kept and reduced in fp32 (fp16 in 2021)
+    # The first and last pipeline stages count the embedding and the output layer as a layer
+    # each and take one layer fewer (Llama 3, Dubey et al. 2024 §3.3.2; BLOOM's
+    # `--pp-partition-method 'type:transformer|embedding'`); Megatron-Core's default does not.
+    balanced_stages: bool = False
+    # The distributed optimizer reduce-scatters the gradients (Megatron-LM); DeepSpeed's
+    # pipeline engine all-reduces them whole before its ZeRO-1 step (`_bf16_reduce_grads`).
+    reduce_scatter: bool = True
+    # Each tensor-parallel rank sends its 1/t of the activations to the next stage, which
+    # all-gathers them over NVLink (Narayanan §4.1); DeepSpeed's pipeline engine sends them whole.
+    scatter_gather: bool = True
 
 
 STACK_2021 = Stack(
@@ -366,14 +376,23 @@ def plans(
         raise TypeError(f"not layout fields: {', '.join(sorted(unknown))}")
     found = [
         evaluate(model, gpu, batch, layout, stack=stack, datacenters=datacenters, fit=fit)
-        for layout in layouts(model, gpu, gpus, batch, datacenters, **fixed)
+        for layout in layouts(model, gpu, gpus, batch, datacenters, stack=stack, **fixed)
     ]
     found = [p for p in found if p.memory_gib <= gpu.memory_gib]
     found.sort(key=lambda p: (p.iteration_s, p.memory_gib))
     return found[:limit]
 
 
-def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int = 1, **fixed):
+def layouts(
+    model: ModelSpec,
+    gpu: Gpu,
+    gpus: int,
+    batch: int,
+    datacenters: int = 1,
+    *,
+    stack: Stack = Stack(),
+    **fixed,
+):
     """Every layout worth evaluating, pruned as early as possible.
 
     TP divides the node, the GPUs and the attention (and KV) heads; PP is at most the layers,
@@ -387,12 +406,12 @@ def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int 
                 continue
             if not _allowed(fixed, tp=tp, pp=pp, dp=dp):
                 continue
-            if _weights_gib(model, tp, pp, dp, True, 2) > gpu.memory_gib:
+            if _weights_gib(model, tp, pp, dp, True, 2, stack) > gpu.memory_gib:
                 continue
             for vp in INTERLEAVE if pp > 1 else (1,):
-                # Every model chunk of every stage gets a layer; the busiest gets as many as
-                # the layers allow (Llama 3 gave its first and last stages one fewer).
-                if pp * vp > model.layers or not _allowed(fixed, vp=vp):
+                # Every model chunk of every stage gets a layer (or, balanced, the embedding or
+                # the output layer); the busiest gets as many as the layers allow.
+                if pp * vp > _slots(model, pp, stack) or not _allowed(fixed, vp=vp):
                     continue
                 yield from _inner(fixed, tp, pp, dp, vp, -(-batch // dp), batch // dp)
 
@@ -427,10 +446,12 @@ def evaluate(
     micro_s = _stage_micro_batch_s(model, gpu, layout, stack, fit)
     nodes = max(1, tp * pp * dp // gpu.per_node)
     compute = micro_s * (more / b + (pp - 1) / vp) * (1 + fit.straggler * math.log2(nodes))
-    p2p = _p2p_s(model, gpu, layout, fit) * -(-more // b) * vp if pp > 1 else 0.0
+    # A send per micro-batch and model chunk, and one per stage more to fill and drain.
+    hops = -(-more // b) * vp + pp - 1
+    p2p = _p2p_s(model, gpu, layout, stack, fit) * hops if pp > 1 else 0.0
     reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters, fit)
-    hidden = micro_s * 2 / 3 if stack.overlap else 0.0  # the last micro-batch's backward
-    step = _optimizer_s(model, gpu, layout)
+    hidden = _overlap_window_s(micro_s, pp, vp) if stack.overlap else 0.0
+    step = _optimizer_s(model, gpu, layout, stack)
     iteration = compute + p2p + max(0.0, reduce - hidden) + step + fit.iteration_overhead_s
     tokens = batch * model.seq / iteration
     return ParallelPlan(
@@ -465,8 +486,24 @@ def _stage_micro_batch_s(
     collectives = 2 * _tp_collective_s(model, gpu, layout, fit)  # per pass, forward or backward
     again = compute + collectives if layout.recompute is Recompute.FULL else attention
     layer = 3 * compute + 2 * collectives + again  # backward computes twice the forward
-    logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage, which sets the pace
-    return _stage_layers(model, layout.pp, layout.vp) * layer + logits
+    logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage
+    layers = _stage_layers(model, layout.pp, layout.vp, stack)
+    if _slots(model, layout.pp, stack) > model.layers:  # the output layer takes a layer's place
+        return max(layers * layer, (layers - 1) * layer + logits)
+    return layers * layer + logits
+
+
+def _overlap_window_s(micro_s: float, pp: int, vp: int) -> float:
+    """The compute that overlapped data-parallel communication can hide behind.
+
+    A chunk's gradients are reduced once its last micro-batch's backward is done, its
+    parameters gathered before its first forward (Megatron-Core's overlap_grad_reduce and
+    overlap_param_gather). Without interleaving that is one micro-batch's backward and one's
+    forward. Interleaved, each stage's v chunks finish one after another: in the cool-down the
+    first stage runs p more backward steps of its other chunks after each (Narayanan §2.2's
+    schedule), and the warm-up as many forward steps, so (v - 1) p chunk passes hide more.
+    """
+    return micro_s * (1 + (vp - 1) * pp) / vp
 
 
 def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
@@ -478,9 +515,11 @@ def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> fl
     return 2 * (tp - 1) / tp * size / (gpu.nvlink_gbps * 1e9 * fit.link_efficiency)
 
 
-def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
+def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, fit: Fit) -> float:
     """Sending one micro-batch's activations forward and its gradients back between stages."""
-    size = 2 * layout.micro_batch * model.seq * model.hidden / layout.tp
+    size = 2 * layout.micro_batch * model.seq * model.hidden
+    if stack.scatter_gather:
+        size /= layout.tp
     return 2 * size / (gpu.network_gbps * 1e9 * fit.link_efficiency)
 
 
@@ -491,10 +530,12 @@ def _dp_reduce_s(
     dp = layout.dp
     if dp == 1:
         return 0.0
-    params, grad = _stage_params(model, layout.tp, layout.pp), _grad_bytes(stack)
+    params, grad = _stage_params(model, layout.tp, layout.pp, stack), _grad_bytes(stack)
     # A ring all-reduce moves the gradients twice; the distributed optimizer reduce-scatters
     # them once and all-gathers the updated bf16 parameters.
-    size = params * (grad + 2 if layout.distributed_optimizer else 2 * grad)
+    size = params * 2 * grad
+    if layout.distributed_optimizer:
+        size = params * ((grad if stack.reduce_scatter else 2 * grad) + 2)
     inside = dp // datacenters
     bandwidth = _dp_bandwidth(gpu, layout) * 1e9 * fit.link_efficiency
     ring = (inside - 1) / inside * size / bandwidth
@@ -514,18 +555,22 @@ def _dp_bandwidth(gpu: Gpu, layout: Layout) -> float:
     return min(gpu.nvlink_gbps, gpu.network_gbps * ranks_per_node)
 
 
-def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
     """Adam reads and writes its fp32 state, the gradients and the bf16 weights once."""
-    params = _stage_params(model, layout.tp, layout.pp)
+    params = _stage_params(model, layout.tp, layout.pp, stack)
     if layout.distributed_optimizer:
         params /= layout.dp
     return params * 32 / (gpu.hbm_gbps * 1e9)
 
 
-def _stage_params(model: ModelSpec, tp: int, pp: int) -> float:
-    """Parameters on one GPU of the busiest stage (the first, with the embedding)."""
+def _stage_params(model: ModelSpec, tp: int, pp: int, stack: Stack) -> float:
+    """Parameters on one GPU of the stage that holds the most: the first, with the embedding
+    (balanced, it has a layer fewer, and a middle stage may hold more)."""
     embedding = model.embedding_params * (2 if pp == 1 and not model.tied else 1)
-    return (_stage_layers(model, pp, 1) * model.layer_params + embedding) / tp
+    layers = _stage_layers(model, pp, 1, stack)
+    if _slots(model, pp, stack) > model.layers:
+        return max(layers * model.layer_params, (layers - 1) * model.layer_params + embedding) / tp
+    return (layers * model.layer_params + embedding) / tp
 
 
 def _grad_bytes(stack: Stack) -> int:
@@ -533,11 +578,11 @@ def _grad_bytes(stack: Stack) -> int:
 
 
 def _weights_gib(
-    model: ModelSpec, tp: int, pp: int, dp: int, distributed: bool, grad: int
+    model: ModelSpec, tp: int, pp: int, dp: int, distributed: bool, grad: int, stack: Stack
 ) -> float:
     """Weights, gradients and Adam's fp32 master weights and moments, with the reserve."""
     per_param = 2 + grad + (12 / dp if distributed else 12)
-    return _stage_params(model, tp, pp) * per_param / GIB + RESERVE_GIB
+    return _stage_params(model, tp, pp, stack) * per_param / GIB + RESERVE_GIB
 
 
 def _activation_bytes(model: ModelSpec, b: int, tp: int, stack: Stack) -> float:
@@ -561,7 +606,7 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     """Peak memory of a GPU on the first stage."""
     tp, pp, b = layout.tp, layout.pp, layout.micro_batch
     weights = _weights_gib(
-        model, tp, pp, layout.dp, layout.distributed_optimizer, _grad_bytes(stack)
+        model, tp, pp, layout.dp, layout.distributed_optimizer, _grad_bytes(stack), stack
     )
     layer = _activation_bytes(model, b, tp, stack)
     stored = (
@@ -569,7 +614,9 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     )
     if layout.recompute is Recompute.SELECTIVE and not stack.flash_attention:
         stored -= 5 * model.heads * model.seq**2 * b / tp  # the scores are recomputed
-    stage_layers = _stage_layers(model, pp, layout.vp)
+    stage_layers = _stage_layers(model, pp, layout.vp, stack)
+    if _slots(model, pp, stack) > model.layers:
+        stage_layers -= 1  # the first stage holds the embedding in a layer's place
     interleave = 1 + (pp - 1) / (pp * layout.vp) if layout.vp > 1 else 1
     activations = stored * stage_layers * in_flight * interleave
     if layout.recompute is Recompute.FULL:
@@ -578,9 +625,15 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     return weights + (activations + logits) / GIB
 
 
-def _stage_layers(model: ModelSpec, pp: int, vp: int) -> int:
-    """Layers of the busiest stage: `vp` chunks of the most layers a chunk gets."""
-    return vp * -(-model.layers // (pp * vp))
+def _slots(model: ModelSpec, pp: int, stack: Stack) -> int:
+    """What the stages share out: the layers, and, balanced, the embedding and the output."""
+    return model.layers + (2 if stack.balanced_stages and pp > 1 else 0)
+
+
+def _stage_layers(model: ModelSpec, pp: int, vp: int, stack: Stack) -> int:
+    """Layers (or, balanced, their places) of the busiest stage: `vp` chunks of the most a
+    chunk gets."""
+    return vp * -(-_slots(model, pp, stack) // (pp * vp))
 
 
 def _allowed(fixed: dict, **values) -> bool:
