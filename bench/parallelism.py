@@ -40,7 +40,6 @@ from scheduler.parallelism import FIT, GPUS, MODELS, Fit, Gpu, evaluate, layouts
 RANGES = {
     "elementwise_passes": (1.0, 6.0),
     "attention_efficiency": (0.5, 1.0),
-    "layer_overhead_s": (0.0, 0.002),
     "straggler": (0.0, 0.05),
     "iteration_overhead_s": (0.0, 0.5),
     "A100": (0.6, 0.85),  # large BF16 GEMMs reach 75-85 % of peak on either
