@@ -339,8 +339,7 @@ PUBLISHED: list[Published] = [
             "A100",
             384,
             batch,
-            {"tp": 4, "pp": 12, "micro_batch": 2, "recompute": Recompute.FULL}
-            | DEEPSPEED_PIPELINE,
+            {"tp": 4, "pp": 12, "micro_batch": 2, "recompute": Recompute.FULL} | DEEPSPEED_PIPELINE,
             STACK_2022,
             iteration_s=seconds,
             network_gbps=JEAN_ZAY_GBPS,
