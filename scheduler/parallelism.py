@@ -332,7 +332,7 @@ class Fit:
 FIT = Fit()
 # How far a prediction may be off: the mean |error| on published runs of sources left out of the
 # fit (`bench.parallelism`), said beside every predicted time.
-PREDICTION_ERROR = 0.062
+PREDICTION_ERROR = 0.058
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
