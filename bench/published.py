@@ -108,7 +108,8 @@ STACK_MT_NLG = replace(STACK_2021, reduce_scatter=False, scatter_gather=False)
 pipeline engine and its all-reduce of the gradients."""
 # DeepSpeed's pipeline engine (MT-NLG, BLOOM) runs plain 1F1B: no interleaved model chunks.
 DEEPSPEED_PIPELINE = {"vp": 1}
-# Jean Zay, where BLOOM trained: four 100 Gb/s Omni-Path links per node of 8 A100 (the README).
+# Jean Zay, where BLOOM trained: four Omni-Path links per node of 8 A100 (the README), 100 Gb/s
+# each (Omni-Path's rate), in GB/s per GPU.
 JEAN_ZAY_GBPS = 4 * 100 / 8 / 8
 
 # Nemotron-4 (Parmar et al. 2024, Table 1; Adler et al. 2024): squared-ReLU FFN of 4h, 8 KV
@@ -163,7 +164,7 @@ def _dgxc(release, model, tp, pp, vp, micro_batch, published) -> Published:
 
 # Llama 3 405B (Dubey et al. 2024, §3.3.2): interleaved 1F1B with the first and last stages a
 # layer short, so that 126 layers and the embedding and output fill 16 stages of 8 one-layer
-# chunks, and "sequences of 8K tokens without activation checkpointing".
+# chunks, and 8K-token sequences without activation checkpointing.
 LLAMA3_FIXED = {"tp": 8, "pp": 16, "vp": 8, "recompute": Recompute.SELECTIVE}
 LLAMA3_STACK = Stack(balanced_stages=True)
 

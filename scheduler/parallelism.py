@@ -9,22 +9,27 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
 
 - **compute**: each layer's matrix FLOPs (Narayanan et al., SC'21, §5.1: 24bsh^2 + 4bs^2h per
   forward pass of a GPT layer; here for grouped-query attention and gated FFNs too) at the GPU's
-  achievable GEMM rate, and its element-wise work (layer norms, activations, dropout, softmax),
-  which is bound by memory bandwidth: it reads and writes the tensors Korthikanti et al. 2022
-  count as activations (34sbh + 5as^2b bytes per layer, Table 2);
+  achievable GEMM rate (the attention core's at a share of it, and half of it with flash
+  attention, whose causal kernels skip the masked half), and its element-wise work (layer
+  norms, activations, dropout, softmax), which is bound by memory bandwidth: it reads and writes
+  the tensors Korthikanti et al. 2022 count as activations (34sbh + 5as^2b bytes per layer,
+  Table 2);
 - **recompute**: "full" runs each layer's forward again in the backward pass; "selective"
   recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
 - **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
   all-gather pairs of the same volume) of b*s*h values per layer in the forward pass and two in
   the backward (two more when the forward is recomputed), over NVLink, on the critical path;
 - **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
-  point-to-point sends between stages; the busiest stage sets the pace (layers shared out as
-  evenly as they go, the output layer on the last);
+  point-to-point sends between stages, per micro-batch and chunk and once per stage to fill and
+  drain; the busiest stage sets the pace (layers shared out as evenly as they go, the output
+  layer on the last, or, with balanced stages, counted as a layer there);
 - **data parallelism**: a ring reduction of the gradients (reduce-scatter plus all-gather of
   the parameters with the distributed optimizer) over the network, or over NVLink inside a node;
-  with overlap it hides behind the backward pass of the last micro-batch, and only what is left
-  over counts. Across data centers the reduction is hierarchical: inside each, then over the
-  link between them, which the whole job shares;
+  with overlap it hides behind a micro-batch's backward and forward passes, interleaved behind
+  the chunk passes that follow each chunk's last backward, and only what is left over counts.
+  Across data centers the reduction is hierarchical: inside each, then over the link between
+  them, which the whole job shares. Each data-parallel collective waits for the slowest rank:
+  compute grows by a share per doubling of the nodes it spans (`Fit.straggler`);
 - **optimizer step**: Adam reads and writes its state once, bound by memory bandwidth.
 
 Memory per GPU: parameters, gradients and optimizer state (18 bytes per parameter for mixed
@@ -441,8 +446,7 @@ def evaluate(
     more, larger_shares = -(-batch // dp), batch % dp or dp
     fewer = batch // dp if batch % dp else more
     micro_s = _stage_micro_batch_s(model, gpu, layout, stack, fit)
-    # Every rank waits for the slowest at each data-parallel collective, which spans every
-    # node of the job; a single replica has none (Korthikanti's Table 5 runs on 35-64 nodes).
+    # The nodes a data-parallel collective spans: every one of the job's, none for one replica.
     nodes = max(1, tp * pp * dp // gpu.per_node) if dp > 1 else 1
     compute = micro_s * (more / b + (pp - 1) / vp) * (1 + fit.straggler * math.log2(nodes))
     # A send per micro-batch and model chunk, and one per stage more to fill and drain.
@@ -533,10 +537,10 @@ def _dp_reduce_s(
         return 0.0
     params, grad = _stage_params(model, layout.tp, layout.pp, stack), _grad_bytes(stack)
     # A ring all-reduce moves the gradients twice; the distributed optimizer reduce-scatters
-    # them once and all-gathers the updated bf16 parameters.
-    size = params * 2 * grad
-    if layout.distributed_optimizer:
-        size = params * ((grad if stack.reduce_scatter else 2 * grad) + 2)
+    # them once (unless the software all-reduces them all the same) and all-gathers the
+    # updated bf16 parameters.
+    distributed = layout.distributed_optimizer
+    size = params * ((grad if distributed and stack.reduce_scatter else 2 * grad) + 2 * distributed)
     inside = dp // datacenters
     bandwidth = _dp_bandwidth(gpu, layout) * 1e9 * fit.link_efficiency
     ring = (inside - 1) / inside * size / bandwidth
