@@ -17,9 +17,9 @@ The last line is JSON: rows, sources, mean_err, max_err (in-sample), cv_mean_err
 cv_signed_err (leave one source out), replan_s_1k, replan_s_16k, batch_kept,
 throughput_kept_1000_to_900, gpus_kept_1000_to_900, and reference_s (the reference loop,
 `bench.reference`, timed first). With --check it exits 1 when a target is missed: at least 60
-runs from 8 sources, in-sample mean error <= 7 %, cross-validated mean <= 13 % (today's, so that
-it gets no worse; the goal is 6 %), re-plan at 16,384 GPUs <= 50 ms, the batch kept and at
-least 88 % of the throughput kept.
+runs from 8 sources, in-sample mean error <= 7 %, cross-validated mean <= 7 % (so that it gets
+no worse; the goal is 6 %), re-plan at 16,384 GPUs <= 50 ms, the batch kept and at least 88 %
+of the throughput kept.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from scheduler.parallelism import FIT, GPUS, MODELS, Fit, Gpu, evaluate, layouts
 RANGES = {
     "elementwise_passes": (1.0, 6.0),
     "attention_efficiency": (0.5, 1.0),
-    "layer_overhead_s": (0.0, 0.002),
     "straggler": (0.0, 0.05),
     "iteration_overhead_s": (0.0, 0.5),
     "A100": (0.6, 0.85),  # large BF16 GEMMs reach 75-85 % of peak on either
@@ -53,17 +52,23 @@ def predict(row: Published, fit: Fit = FIT, gpus: dict[str, Gpu] = GPUS) -> floa
     """The planner's iteration time for a published run, its layout as the source fixes it
     (what the source leaves open, the planner picks). A layout the run used but the memory
     model refuses (`overflows`) is timed all the same: the run shows it fits."""
-    gpu = gpus[row.gpu]
+    gpu = _gpu(row, gpus)
     found = plans(
         row.model, gpu, row.gpus, row.batch, stack=row.stack, fit=fit, limit=1, **row.fixed
     )
     if found:
         return found[0].iteration_s
-    candidates = layouts(row.model, gpu, row.gpus, row.batch, **row.fixed)
+    candidates = layouts(row.model, gpu, row.gpus, row.batch, stack=row.stack, **row.fixed)
     return min(
         evaluate(row.model, gpu, row.batch, layout, stack=row.stack, fit=fit).iteration_s
         for layout in candidates
     )
+
+
+def _gpu(row: Published, gpus: dict[str, Gpu]) -> Gpu:
+    """The run's GPU type, with its cluster's network where the source gives another."""
+    gpu = gpus[row.gpu]
+    return replace(gpu, network_gbps=row.network_gbps) if row.network_gbps else gpu
 
 
 def overflows(rows=PUBLISHED) -> list[Published]:
@@ -71,7 +76,7 @@ def overflows(rows=PUBLISHED) -> list[Published]:
     return [
         r
         for r in rows
-        if not plans(r.model, GPUS[r.gpu], r.gpus, r.batch, stack=r.stack, limit=1, **r.fixed)
+        if not plans(r.model, _gpu(r, GPUS), r.gpus, r.batch, stack=r.stack, limit=1, **r.fixed)
     ]
 
 
@@ -169,7 +174,7 @@ def replan_s(gpus: int, repeat: int) -> float:
     return slowest
 
 
-TARGETS = {"mean_err": 0.07, "cv_mean_err": 0.13, "replan_s_16k": 0.05}  # at most
+TARGETS = {"mean_err": 0.07, "cv_mean_err": 0.07, "replan_s_16k": 0.05}  # at most
 LEAST = {"rows": 60, "sources": 8}
 GOAL = {"cv_mean_err": 0.06, "cv_max_err": 0.15, "cv_signed_err": 0.03}  # |signed| too
 

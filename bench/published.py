@@ -10,7 +10,7 @@ per GPU. The planner picks what a source leaves open.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.parallelism import MODELS, STACK_2021, ModelSpec, Recompute, Stack, gpt
 
@@ -34,6 +34,7 @@ class Published:
     tflops: float | None = None  # per GPU, counting recomputed FLOPs when `recomputed`
     recomputed: bool = False
     tokens_per_gpu_s: float | None = None
+    network_gbps: float | None = None  # a GPU's share of its node's NICs, where not the usual
 
     def published_s(self) -> float:
         """The reported iteration time, or the one the reported TFLOP/s or tokens/s imply."""
@@ -91,8 +92,25 @@ def _korthikanti(name, layers, hidden, heads, pp, gpus, batch, mbs, vp, full_s, 
     ]
 
 
-STACK_2022 = Stack(overlap=False, sequence_parallel=False, flash_attention=False)
-"""Megatron-DeepSpeed as BLOOM ran it in 2022: fp32 gradients, nothing else of today's."""
+STACK_2022 = Stack(
+    overlap=False,
+    sequence_parallel=False,
+    flash_attention=False,
+    balanced_stages=True,
+    reduce_scatter=False,
+    scatter_gather=False,
+)
+"""Megatron-DeepSpeed as BLOOM ran it in 2022: fp32 gradients, all-reduced whole, activations
+sent whole between stages, and the first and last stages given a layer fewer for the
+embedding; nothing else of today's."""
+STACK_MT_NLG = replace(STACK_2021, reduce_scatter=False, scatter_gather=False)
+"""Megatron-DeepSpeed as MT-NLG ran it in 2021: 2021's Megatron-LM kernels, DeepSpeed's
+pipeline engine and its all-reduce of the gradients."""
+# DeepSpeed's pipeline engine (MT-NLG, BLOOM) runs plain 1F1B: no interleaved model chunks.
+DEEPSPEED_PIPELINE = {"vp": 1}
+# Jean Zay, where BLOOM trained: four Omni-Path links per node of 8 A100 (the README), 100 Gb/s
+# each (Omni-Path's rate), in GB/s per GPU.
+JEAN_ZAY_GBPS = 4 * 100 / 8 / 8
 
 # Nemotron-4 (Parmar et al. 2024, Table 1; Adler et al. 2024): squared-ReLU FFN of 4h, 8 KV
 # heads, 256,000 tokens, untied, no dropout, 4,096 tokens a sequence.
@@ -144,6 +162,12 @@ def _dgxc(release, model, tp, pp, vp, micro_batch, published) -> Published:
     )
 
 
+# Llama 3 405B (Dubey et al. 2024, §3.3.2): interleaved 1F1B with the first and last stages a
+# layer short, so that 126 layers and the embedding and output fill 16 stages of 8 one-layer
+# chunks, and 8K-token sequences without activation checkpointing.
+LLAMA3_FIXED = {"tp": 8, "pp": 16, "vp": 8, "recompute": Recompute.SELECTIVE}
+LLAMA3_STACK = Stack(balanced_stages=True)
+
 PUBLISHED: list[Published] = [
     _narayanan("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
     _narayanan("3.6B", 30, 3072, 32, 2, 1, 64, 512, 138),
@@ -166,7 +190,8 @@ PUBLISHED: list[Published] = [
         "H100",
         8192,
         2048,
-        {"tp": 8, "pp": 16},
+        LLAMA3_FIXED,
+        LLAMA3_STACK,
         tflops=430,
     ),
     Published(
@@ -176,7 +201,8 @@ PUBLISHED: list[Published] = [
         "H100",
         16384,
         2048,
-        {"tp": 8, "pp": 16},
+        LLAMA3_FIXED,
+        LLAMA3_STACK,
         tflops=400,
     ),
     *(  # Megatron-Core r0.8 on H100: Megatron-LM's README, weak-scaling table
@@ -314,9 +340,10 @@ PUBLISHED: list[Published] = [
             "A100",
             384,
             batch,
-            {"tp": 4, "pp": 12, "micro_batch": 2, "recompute": Recompute.FULL},
+            {"tp": 4, "pp": 12, "micro_batch": 2, "recompute": Recompute.FULL} | DEEPSPEED_PIPELINE,
             STACK_2022,
             iteration_s=seconds,
+            network_gbps=JEAN_ZAY_GBPS,
         )
         for name, batch, seconds in (
             ("global batch 2,048 (iteration 85,376)", 2048, 104.70),
@@ -331,8 +358,8 @@ PUBLISHED: list[Published] = [
             "A100",
             nodes * 8,
             1920,
-            {"tp": 8, "pp": 35, "recompute": Recompute.FULL},
-            STACK_2021,
+            {"tp": 8, "pp": 35, "recompute": Recompute.FULL} | DEEPSPEED_PIPELINE,
+            STACK_MT_NLG,
             iteration_s=seconds,
         )
         for nodes, seconds in ((280, 60.1), (350, 50.2), (420, 44.4))

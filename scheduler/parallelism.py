@@ -9,22 +9,27 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
 
 - **compute**: each layer's matrix FLOPs (Narayanan et al., SC'21, §5.1: 24bsh^2 + 4bs^2h per
   forward pass of a GPT layer; here for grouped-query attention and gated FFNs too) at the GPU's
-  achievable GEMM rate, and its element-wise work (layer norms, activations, dropout, softmax),
-  which is bound by memory bandwidth: it reads and writes the tensors Korthikanti et al. 2022
-  count as activations (34sbh + 5as^2b bytes per layer, Table 2);
+  achievable GEMM rate (the attention core's at a share of it, and half of it with flash
+  attention, whose causal kernels skip the masked half), and its element-wise work (layer
+  norms, activations, dropout, softmax), which is bound by memory bandwidth: it reads and writes
+  the tensors Korthikanti et al. 2022 count as activations (34sbh + 5as^2b bytes per layer,
+  Table 2);
 - **recompute**: "full" runs each layer's forward again in the backward pass; "selective"
   recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
 - **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
   all-gather pairs of the same volume) of b*s*h values per layer in the forward pass and two in
   the backward (two more when the forward is recomputed), over NVLink, on the critical path;
 - **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
-  point-to-point sends between stages; the busiest stage sets the pace (layers shared out as
-  evenly as they go, the output layer on the last);
+  point-to-point sends between stages, per micro-batch and chunk and once per stage to fill and
+  drain; the busiest stage sets the pace (layers shared out as evenly as they go, the output
+  layer on the last, or, with balanced stages, counted as a layer there);
 - **data parallelism**: a ring reduction of the gradients (reduce-scatter plus all-gather of
   the parameters with the distributed optimizer) over the network, or over NVLink inside a node;
-  with overlap it hides behind the backward pass of the last micro-batch, and only what is left
-  over counts. Across data centers the reduction is hierarchical: inside each, then over the
-  link between them, which the whole job shares;
+  with overlap it hides behind a micro-batch's backward and forward passes, interleaved behind
+  the chunk passes that follow each chunk's last backward, and only what is left over counts.
+  Across data centers the reduction is hierarchical: inside each, then over the link between
+  them, which the whole job shares. Each data-parallel collective waits for the slowest rank:
+  compute grows by a share per doubling of the nodes it spans (`Fit.straggler`);
 - **optimizer step**: Adam reads and writes its state once, bound by memory bandwidth.
 
 Memory per GPU: parameters, gradients and optimizer state (18 bytes per parameter for mixed
@@ -199,12 +204,12 @@ class Gpu:
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("A100", 80, 312, 2039, 300, 25, 0.72),
-        Gpu("H100", 80, 989, 3350, 450, 50, 0.85),
-        Gpu("H800", 80, 989, 3350, 200, 50, 0.85),
-        Gpu("H20", 96, 148, 4000, 450, 50, 0.85),
-        Gpu("H200", 141, 989, 4800, 450, 50, 0.85),
-        Gpu("B200", 180, 2250, 8000, 900, 50, 0.85),
+        Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
+        Gpu("H100", 80, 989, 3350, 450, 50, 0.72),
+        Gpu("H800", 80, 989, 3350, 200, 50, 0.72),
+        Gpu("H20", 96, 148, 4000, 450, 50, 0.72),
+        Gpu("H200", 141, 989, 4800, 450, 50, 0.72),
+        Gpu("B200", 180, 2250, 8000, 900, 50, 0.72),
     )
 }
 
@@ -217,6 +222,16 @@ class Stack:
     sequence_parallel: bool = True  # activations outside the matrices split over TP too
     flash_attention: bool = True  # attention scores are never written to memory
     fp32_gradients: bool = True  # gradients kept and reduced in fp32 (fp16 in 2021)
+    # The first and last pipeline stages count the embedding and the output layer as a layer
+    # each and take one layer fewer (Llama 3, Dubey et al. 2024 §3.3.2; BLOOM's
+    # `--pp-partition-method 'type:transformer|embedding'`); Megatron-Core's default does not.
+    balanced_stages: bool = False
+    # The distributed optimizer reduce-scatters the gradients (Megatron-LM); DeepSpeed's
+    # pipeline engine all-reduces them whole before its ZeRO-1 step (`_bf16_reduce_grads`).
+    reduce_scatter: bool = True
+    # Each tensor-parallel rank sends its 1/t of the activations to the next stage, which
+    # all-gathers them over NVLink (Narayanan §4.1); DeepSpeed's pipeline engine sends them whole.
+    scatter_gather: bool = True
 
 
 STACK_2021 = Stack(
@@ -308,29 +323,26 @@ class Fit:
     8 sources (`python -m bench.parallelism` fits them, and scores them on each source left
     out), shared by every GPU type."""
 
-    elementwise_passes: float = 1.8  # element-wise kernels move the stored activations so often
-    attention_efficiency: float = 0.68  # the attention core's share of the GEMM rate
+    elementwise_passes: float = 1.24  # element-wise kernels move the stored activations so often
+    attention_efficiency: float = 0.71  # the attention core's share of the GEMM rate
     link_efficiency: float = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
-    # What a layer's pass costs beyond its FLOPs and bytes: the launches and tails of its
-    # dozen-odd kernels, which small GEMMs do not hide.
-    layer_overhead_s: float = 0.00055
-    # Every rank waits for the slowest at each collective: the share of compute lost per
-    # doubling of the nodes a job spans (stragglers, jitter, congestion).
-    straggler: float = 0.009
+    # Every rank waits for the slowest at each data-parallel collective: the share of compute
+    # lost per doubling of the nodes the reduction spans (stragglers, jitter, congestion).
+    straggler: float = 0.024
     # What an iteration costs beyond its micro-batches: the optimizer's kernel launches, the
     # gradient norm's all-reduce, the data loader and logging, once an iteration.
-    iteration_overhead_s: float = 0.11
+    iteration_overhead_s: float = 0.114
 
 
 FIT = Fit()
 # How far a prediction may be off: the mean |error| on published runs of sources left out of the
 # fit (`bench.parallelism`), said beside every predicted time.
-PREDICTION_ERROR = 0.094
+PREDICTION_ERROR = 0.058
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
 MICRO_BATCHES = (1, 2, 4, 8)
-INTERLEAVE = (1, 2, 3, 4, 6, 8, 12)
+INTERLEAVE = (1, 2, 3, 4, 5, 6, 7, 8, 12)
 
 
 class NoPlan(ValueError):
@@ -366,14 +378,23 @@ def plans(
         raise TypeError(f"not layout fields: {', '.join(sorted(unknown))}")
     found = [
         evaluate(model, gpu, batch, layout, stack=stack, datacenters=datacenters, fit=fit)
-        for layout in layouts(model, gpu, gpus, batch, datacenters, **fixed)
+        for layout in layouts(model, gpu, gpus, batch, datacenters, stack=stack, **fixed)
     ]
     found = [p for p in found if p.memory_gib <= gpu.memory_gib]
     found.sort(key=lambda p: (p.iteration_s, p.memory_gib))
     return found[:limit]
 
 
-def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int = 1, **fixed):
+def layouts(
+    model: ModelSpec,
+    gpu: Gpu,
+    gpus: int,
+    batch: int,
+    datacenters: int = 1,
+    *,
+    stack: Stack = Stack(),
+    **fixed,
+):
     """Every layout worth evaluating, pruned as early as possible.
 
     TP divides the node, the GPUs and the attention (and KV) heads; PP is at most the layers,
@@ -387,12 +408,12 @@ def layouts(model: ModelSpec, gpu: Gpu, gpus: int, batch: int, datacenters: int 
                 continue
             if not _allowed(fixed, tp=tp, pp=pp, dp=dp):
                 continue
-            if _weights_gib(model, tp, pp, dp, True, 2) > gpu.memory_gib:
+            if _weights_gib(model, tp, pp, dp, True, 2, stack) > gpu.memory_gib:
                 continue
             for vp in INTERLEAVE if pp > 1 else (1,):
-                # Every model chunk of every stage gets a layer; the busiest gets as many as
-                # the layers allow (Llama 3 gave its first and last stages one fewer).
-                if pp * vp > model.layers or not _allowed(fixed, vp=vp):
+                # Every model chunk of every stage gets a layer (or, balanced, the embedding or
+                # the output layer); the busiest gets as many as the layers allow.
+                if pp * vp > _slots(model, pp, stack) or not _allowed(fixed, vp=vp):
                     continue
                 yield from _inner(fixed, tp, pp, dp, vp, -(-batch // dp), batch // dp)
 
@@ -425,12 +446,15 @@ def evaluate(
     more, larger_shares = -(-batch // dp), batch % dp or dp
     fewer = batch // dp if batch % dp else more
     micro_s = _stage_micro_batch_s(model, gpu, layout, stack, fit)
-    nodes = max(1, tp * pp * dp // gpu.per_node)
+    # The nodes a data-parallel collective spans: every one of the job's, none for one replica.
+    nodes = max(1, tp * pp * dp // gpu.per_node) if dp > 1 else 1
     compute = micro_s * (more / b + (pp - 1) / vp) * (1 + fit.straggler * math.log2(nodes))
-    p2p = _p2p_s(model, gpu, layout, fit) * -(-more // b) * vp if pp > 1 else 0.0
+    # A send per micro-batch and model chunk, and one per stage more to fill and drain.
+    hops = -(-more // b) * vp + pp - 1
+    p2p = _p2p_s(model, gpu, layout, stack, fit) * hops if pp > 1 else 0.0
     reduce = _dp_reduce_s(model, gpu, layout, stack, datacenters, fit)
-    hidden = micro_s * 2 / 3 if stack.overlap else 0.0  # the last micro-batch's backward
-    step = _optimizer_s(model, gpu, layout)
+    hidden = _overlap_window_s(micro_s, pp, vp) if stack.overlap else 0.0
+    step = _optimizer_s(model, gpu, layout, stack)
     iteration = compute + p2p + max(0.0, reduce - hidden) + step + fit.iteration_overhead_s
     tokens = batch * model.seq / iteration
     return ParallelPlan(
@@ -460,13 +484,31 @@ def _stage_micro_batch_s(
     gemm = gpu.bf16_tflops * 1e12 * gpu.gemm_efficiency
     matrix = model._matrix_flops(b, tp) / gemm
     attention = model._attention_flops(b, tp) / (gemm * fit.attention_efficiency)
+    if stack.flash_attention:
+        attention /= 2  # its causal kernels skip the masked half (Dao 2023, FlashAttention-2 §3.1)
     moved = fit.elementwise_passes * _activation_bytes(model, b, tp, stack)
-    compute = matrix + attention + moved / (gpu.hbm_gbps * 1e9) + fit.layer_overhead_s
+    compute = matrix + attention + moved / (gpu.hbm_gbps * 1e9)
     collectives = 2 * _tp_collective_s(model, gpu, layout, fit)  # per pass, forward or backward
     again = compute + collectives if layout.recompute is Recompute.FULL else attention
     layer = 3 * compute + 2 * collectives + again  # backward computes twice the forward
-    logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage, which sets the pace
-    return _stage_layers(model, layout.pp, layout.vp) * layer + logits
+    logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage
+    layers = _stage_layers(model, layout.pp, layout.vp, stack)
+    if _slots(model, layout.pp, stack) > model.layers:  # the output layer takes a layer's place
+        return max(layers * layer, (layers - 1) * layer + logits)
+    return layers * layer + logits
+
+
+def _overlap_window_s(micro_s: float, pp: int, vp: int) -> float:
+    """The compute that overlapped data-parallel communication can hide behind.
+
+    A chunk's gradients are reduced once its last micro-batch's backward is done, its
+    parameters gathered before its first forward (Megatron-Core's overlap_grad_reduce and
+    overlap_param_gather). Without interleaving that is one micro-batch's backward and one's
+    forward. Interleaved, each stage's v chunks finish one after another: in the cool-down the
+    first stage runs p more backward steps of its other chunks after each (Narayanan §2.2's
+    schedule), and the warm-up as many forward steps, so (v - 1) p chunk passes hide more.
+    """
+    return micro_s * (1 + (vp - 1) * pp) / vp
 
 
 def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
@@ -478,9 +520,11 @@ def _tp_collective_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> fl
     return 2 * (tp - 1) / tp * size / (gpu.nvlink_gbps * 1e9 * fit.link_efficiency)
 
 
-def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout, fit: Fit) -> float:
+def _p2p_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack, fit: Fit) -> float:
     """Sending one micro-batch's activations forward and its gradients back between stages."""
-    size = 2 * layout.micro_batch * model.seq * model.hidden / layout.tp
+    size = 2 * layout.micro_batch * model.seq * model.hidden
+    if stack.scatter_gather:
+        size /= layout.tp
     return 2 * size / (gpu.network_gbps * 1e9 * fit.link_efficiency)
 
 
@@ -491,10 +535,12 @@ def _dp_reduce_s(
     dp = layout.dp
     if dp == 1:
         return 0.0
-    params, grad = _stage_params(model, layout.tp, layout.pp), _grad_bytes(stack)
+    params, grad = _stage_params(model, layout.tp, layout.pp, stack), _grad_bytes(stack)
     # A ring all-reduce moves the gradients twice; the distributed optimizer reduce-scatters
-    # them once and all-gathers the updated bf16 parameters.
-    size = params * (grad + 2 if layout.distributed_optimizer else 2 * grad)
+    # them once (unless the software all-reduces them all the same) and all-gathers the
+    # updated bf16 parameters.
+    distributed = layout.distributed_optimizer
+    size = params * ((grad if distributed and stack.reduce_scatter else 2 * grad) + 2 * distributed)
     inside = dp // datacenters
     bandwidth = _dp_bandwidth(gpu, layout) * 1e9 * fit.link_efficiency
     ring = (inside - 1) / inside * size / bandwidth
@@ -514,18 +560,22 @@ def _dp_bandwidth(gpu: Gpu, layout: Layout) -> float:
     return min(gpu.nvlink_gbps, gpu.network_gbps * ranks_per_node)
 
 
-def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout) -> float:
+def _optimizer_s(model: ModelSpec, gpu: Gpu, layout: Layout, stack: Stack) -> float:
     """Adam reads and writes its fp32 state, the gradients and the bf16 weights once."""
-    params = _stage_params(model, layout.tp, layout.pp)
+    params = _stage_params(model, layout.tp, layout.pp, stack)
     if layout.distributed_optimizer:
         params /= layout.dp
     return params * 32 / (gpu.hbm_gbps * 1e9)
 
 
-def _stage_params(model: ModelSpec, tp: int, pp: int) -> float:
-    """Parameters on one GPU of the busiest stage (the first, with the embedding)."""
+def _stage_params(model: ModelSpec, tp: int, pp: int, stack: Stack) -> float:
+    """Parameters on one GPU of the stage that holds the most: the first, with the embedding
+    (balanced, it has a layer fewer, and a middle stage may hold more)."""
     embedding = model.embedding_params * (2 if pp == 1 and not model.tied else 1)
-    return (_stage_layers(model, pp, 1) * model.layer_params + embedding) / tp
+    layers = _stage_layers(model, pp, 1, stack)
+    if _slots(model, pp, stack) > model.layers:
+        return max(layers * model.layer_params, (layers - 1) * model.layer_params + embedding) / tp
+    return (layers * model.layer_params + embedding) / tp
 
 
 def _grad_bytes(stack: Stack) -> int:
@@ -533,11 +583,11 @@ def _grad_bytes(stack: Stack) -> int:
 
 
 def _weights_gib(
-    model: ModelSpec, tp: int, pp: int, dp: int, distributed: bool, grad: int
+    model: ModelSpec, tp: int, pp: int, dp: int, distributed: bool, grad: int, stack: Stack
 ) -> float:
     """Weights, gradients and Adam's fp32 master weights and moments, with the reserve."""
     per_param = 2 + grad + (12 / dp if distributed else 12)
-    return _stage_params(model, tp, pp) * per_param / GIB + RESERVE_GIB
+    return _stage_params(model, tp, pp, stack) * per_param / GIB + RESERVE_GIB
 
 
 def _activation_bytes(model: ModelSpec, b: int, tp: int, stack: Stack) -> float:
@@ -561,7 +611,7 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     """Peak memory of a GPU on the first stage."""
     tp, pp, b = layout.tp, layout.pp, layout.micro_batch
     weights = _weights_gib(
-        model, tp, pp, layout.dp, layout.distributed_optimizer, _grad_bytes(stack)
+        model, tp, pp, layout.dp, layout.distributed_optimizer, _grad_bytes(stack), stack
     )
     layer = _activation_bytes(model, b, tp, stack)
     stored = (
@@ -569,7 +619,9 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     )
     if layout.recompute is Recompute.SELECTIVE and not stack.flash_attention:
         stored -= 5 * model.heads * model.seq**2 * b / tp  # the scores are recomputed
-    stage_layers = _stage_layers(model, pp, layout.vp)
+    stage_layers = _stage_layers(model, pp, layout.vp, stack)
+    if _slots(model, pp, stack) > model.layers:
+        stage_layers -= 1  # the first stage holds the embedding in a layer's place
     interleave = 1 + (pp - 1) / (pp * layout.vp) if layout.vp > 1 else 1
     activations = stored * stage_layers * in_flight * interleave
     if layout.recompute is Recompute.FULL:
@@ -578,9 +630,15 @@ def _memory_gib(model: ModelSpec, layout: Layout, stack: Stack, in_flight: int) 
     return weights + (activations + logits) / GIB
 
 
-def _stage_layers(model: ModelSpec, pp: int, vp: int) -> int:
-    """Layers of the busiest stage: `vp` chunks of the most layers a chunk gets."""
-    return vp * -(-model.layers // (pp * vp))
+def _slots(model: ModelSpec, pp: int, stack: Stack) -> int:
+    """What the stages share out: the layers, and, balanced, the embedding and the output."""
+    return model.layers + (2 if stack.balanced_stages and pp > 1 else 0)
+
+
+def _stage_layers(model: ModelSpec, pp: int, vp: int, stack: Stack) -> int:
+    """Layers (or, balanced, their places) of the busiest stage: `vp` chunks of the most a
+    chunk gets."""
+    return vp * -(-_slots(model, pp, stack) // (pp * vp))
 
 
 def _allowed(fixed: dict, **values) -> bool:

@@ -4,6 +4,7 @@ and properties every plan keeps (the global batch exactly, memory within the GPU
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from bench.parallelism import PUBLISHED, validation
 from scheduler.parallelism import (
+    FIT,
     GIB,
     GPUS,
     MODELS,
@@ -23,6 +25,7 @@ from scheduler.parallelism import (
     _activation_bytes,
     evaluate,
     gpt,
+    layouts,
     model_spec,
     plan,
     plans,
@@ -80,6 +83,53 @@ def test_the_bubble_is_p_minus_1_over_v_m() -> None:
     assert plain.bubble == pytest.approx(7 / 64)
     assert interleaved.bubble == pytest.approx(7 / 256)
     assert interleaved.iteration_s < plain.iteration_s
+
+
+def test_balanced_stages_give_the_embedding_and_the_output_a_layers_place() -> None:
+    """Llama 3 405B on 16 stages (Dubey et al. §3.3.2): 126 layers and the two ends fill 8
+    one-layer chunks a stage, which unbalanced stages cannot, and the last stage's output layer
+    no longer comes on top of a full stage."""
+    m, h100, balanced = MODELS["llama3-405b"], GPUS["H100"], Stack(balanced_stages=True)
+    pinned = {"tp": 8, "pp": 16, "vp": 8}
+    assert not list(layouts(m, h100, 8192, 2048, **pinned))
+    assert list(layouts(m, h100, 8192, 2048, stack=balanced, **pinned))
+    layout = Layout(tp=8, pp=16, dp=64)
+    plain = evaluate(m, h100, 2048, layout)
+    assert evaluate(m, h100, 2048, layout, stack=balanced).iteration_s < plain.iteration_s
+
+
+def test_deepspeeds_pipeline_engine_moves_more_than_megatrons() -> None:
+    """Whole activations from every tensor-parallel rank and gradients all-reduced whole: the
+    same layout takes longer (Megatron-DeepSpeed, as BLOOM and MT-NLG ran it)."""
+    m, layout = MODELS["gpt3-175b"], Layout(tp=4, pp=12, dp=8, micro_batch=2)
+    megatron = Stack(overlap=False)
+    deepspeed = replace(megatron, reduce_scatter=False, scatter_gather=False)
+    assert (
+        evaluate(m, A100, 16, layout, stack=deepspeed).iteration_s
+        > evaluate(m, A100, 16, layout, stack=megatron).iteration_s
+    )
+
+
+def test_interleaving_hides_more_of_the_data_parallel_reduction() -> None:
+    """Each chunk's gradients reduce after its own last backward and its parameters gather
+    before its first forward, so interleaved chunks hide more of the reduction."""
+    m, hidden = MODELS["gpt3-175b"], []
+    for vp in (1, 4):
+        layout = Layout(tp=8, pp=8, dp=16, vp=vp)
+        apart = evaluate(m, H800, 1024, layout, stack=Stack(overlap=False)).iteration_s
+        hidden.append(apart - evaluate(m, H800, 1024, layout).iteration_s)
+    assert hidden[1] > hidden[0] > 0
+
+
+def test_stragglers_cost_a_data_parallel_job_but_not_a_single_replica() -> None:
+    """Charged per doubling of the nodes a data-parallel collective spans: none with one
+    replica, however many nodes its pipeline spans."""
+    m = MODELS["gpt3-175b"]
+    one = evaluate(m, A100, 64, Layout(tp=8, pp=8, dp=1))
+    fit = replace(FIT, straggler=0.0)
+    assert one.iteration_s == evaluate(m, A100, 64, Layout(tp=8, pp=8, dp=1), fit=fit).iteration_s
+    two = Layout(tp=8, pp=8, dp=2)
+    assert evaluate(m, A100, 64, two).iteration_s > evaluate(m, A100, 64, two, fit=fit).iteration_s
 
 
 def test_the_published_runs_it_is_fitted_to_within_seven_percent_on_average() -> None:
