@@ -52,10 +52,11 @@ from scheduler.engine.model import (
 from scheduler.engine.moves import Claim, Claimant, MoveKind
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
-from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch, stopping_room
+from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.engine.resizing import Resizing
 from scheduler.engine.shares import Shares
+from scheduler.engine.stopping import stopping_room
 from scheduler.words import AND_SO, phrase
 
 

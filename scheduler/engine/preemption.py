@@ -63,8 +63,6 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from functools import partial
 
 from scheduler.engine.capacity import DEPTH, Domain, Pool, levels_up_to, widest_level
 from scheduler.engine.model import (
@@ -79,13 +77,18 @@ from scheduler.engine.moves import Claim, Claimant, Move, MoveKind, Rule
 from scheduler.engine.occupancy import Occupancy, QueueMoves, held_per_node
 from scheduler.engine.ordering import queue_order
 from scheduler.engine.quota import QuotaLedger
+from scheduler.engine.stopping import (
+    NO_COST,
+    FreeGPUs,
+    releasing_move,
+    stopping_moves,
+)
+from scheduler.engine.trial import Trial, freed_at_least, minimise
 
 # Victim searches that find no room a queue may run per cycle. This bounds a cycle's cost; the
 # queue's other workloads try again next cycle. (Searches that find room are bounded by the
 # queue's quota: only one, or as many as fit in its nominal quota; see `Cycle.find_room`.)
 SEARCHES_PER_QUEUE = 2
-# What a room costs that evicts and shrinks nothing (`VictimSearch._cost`): the least.
-NO_COST = (False, -math.inf, 0, 0.0, 0.0, 0.0)
 
 
 class VictimSearch:
@@ -404,7 +407,7 @@ class VictimSearch:
     def _gang_claim(
         self, level: TopologyLevel, domain: Domain, count: int, needed: int, trial: Trial
     ) -> Claim | None:
-        enough = _freed_at_least(needed)
+        enough = freed_at_least(needed)
         if not self._settle_quota(trial, lambda: enough(trial)):
             return None
         made = [n for n, m in trial.missing.items() if m <= 0]
@@ -666,7 +669,7 @@ class VictimSearch:
                 trial.take(moves[index])
         if trial.done < targets:
             return None
-        _minimise(trial, lambda: trial.done >= targets, targets)
+        minimise(trial, lambda: trial.done >= targets, targets)
         return trial
 
     def quota_in_reach(self) -> bool:
@@ -706,7 +709,7 @@ class VictimSearch:
                     trial.take(move)
             if not self.quota_ok(trial):
                 return False
-            _minimise(trial, lambda: enough() and self.quota_ok(trial))
+            minimise(trial, lambda: enough() and self.quota_ok(trial))
         return True
 
     def _completable(self, moves: list[Move]) -> tuple[dict[int, list[int]], dict[int, int]]:
@@ -744,168 +747,6 @@ class VictimSearch:
         return tuple(sorted(picked, key=lambda n: (name[n], n)))
 
 
-def stopping_room(pool: Pool, occupancy: Occupancy, gpus: int) -> Claim | None:
-    """Room for a job of `gpus` GPUs, smaller than a node, that work already stopping makes on
-    one node with the GPUs free there (`Occupancy.soon_room`), or None. It evicts nobody, so no
-    rule is at stake and no quota is released: for a claimant whose quota allows it, this is
-    the room `VictimSearch.for_small` would find, without a search (most claimants of a cycle
-    that evicts are seated so)."""
-    node_id = occupancy.soon_room(pool, gpus, partial(usable_gpus, pool, gpus, occupancy.soon))
-    if node_id is None:
-        return None
-    moves = stopping_moves(occupancy, node_id, gpus - len(pool.free(node_id)))
-    return Claim(moves, TopologyLevel.LEAF, pool.domains_of(node_id)[-1], (node_id,), NO_COST)
-
-
-def stopping_moves(occupancy: Occupancy, node_id: int, missing: int) -> list[Move]:
-    """Moves that wait for the stopping work on a node to free `missing` GPUs there: one
-    workload that frees them alone if there is one, else all of it in turn until enough."""
-    if missing <= 0:
-        return []
-    stopping = occupancy.releasing_on[node_id]
-    held = occupancy.held_on
-    for workload in stopping:
-        if held(workload)[node_id] >= missing:
-            return [releasing_move(occupancy, workload)]
-    chosen, freed = [], 0
-    for workload in stopping:
-        if freed >= missing:
-            break
-        chosen.append(releasing_move(occupancy, workload))
-        freed += held(workload)[node_id]
-    return chosen
-
-
-def releasing_move(occupancy: Occupancy, workload: Workload) -> Move:
-    """The move that counts on a stopping workload's GPUs, made once a cycle."""
-    key = (workload.id, Rule.RELEASING)
-    moves = occupancy.moves.get(key)
-    if moves is None:
-        moves = occupancy.moves[key] = [
-            Move(MoveKind.RELEASING, Rule.RELEASING, workload, held_per_node(workload))
-        ]
-    return moves[-1]
-
-
-class Trial:
-    """Moves taken so far toward freeing room.
-
-    While rooms are compared the trial only counts (cheap); `on_ledger` applies the quota the
-    moves release to the ledger for the quota phase, and takes it back afterwards.
-    """
-
-    def __init__(self, search: VictimSearch, missing: dict[int, int]) -> None:
-        self.search = search
-        self.missing = missing  # target node -> GPUs still to free there
-        self.done = sum(1 for gpus in missing.values() if gpus <= 0)  # targets freed
-        self.freed: dict[int, Counter[int]] = defaultdict(Counter)  # workload -> node -> GPUs
-        self.taken: list[tuple[Move, dict[int, int]]] = []
-        self.shrunk: Counter[int] = Counter()  # workload -> GPUs shrunk
-        self.released: Counter[int] = Counter()  # queue id -> GPUs the moves release
-        self.rules: Counter[Rule] = Counter()  # moves taken by each rule
-        self.live = False  # whether `released` is applied to the ledger
-
-    def _frees(self, move: Move) -> dict[int, int]:
-        """What the move would free now: on each node, no more than the workload still holds
-        there after the moves taken so far (a shrink, then an eviction frees the rest)."""
-        freed = self.freed.get(move.workload.id)
-        if not freed:
-            return move.frees
-        held = self.search.occupancy.held_on(move.workload)
-        frees = {}
-        for node, gpus in move.frees.items():
-            gpus = min(gpus, held.get(node, 0) - freed[node])
-            if gpus > 0:
-                frees[node] = gpus
-        return frees
-
-    def allows(self, move: Move) -> bool:
-        """Whether the move is still valid: never twice, a shrink never below the workload's
-        minimum, and the search's rules (`VictimSearch.guard`)."""
-        frees = self._frees(move)
-        if not frees:
-            return False
-        gpus = sum(frees.values())
-        if move.kind == MoveKind.SHRINK:
-            workload = move.workload
-            if gpus > workload.held - workload.fewest_gpus - self.shrunk[workload.id]:
-                return False
-        released = None if self.live else self.released
-        return move.rule == Rule.RELEASING or self.search.guard(move, gpus, released)
-
-    def take(self, move: Move) -> None:
-        frees = self._frees(move)
-        self.freed[move.workload.id].update(frees)
-        if move.kind == MoveKind.SHRINK:
-            self.shrunk[move.workload.id] += sum(frees.values())
-        self._account(move, frees, +1)
-        self.taken.append((move, frees))
-
-    def needed(self, index: int, targets: int) -> bool:
-        """Whether dropping the move at `index` would leave fewer than `targets` target nodes
-        freed, where dropping and taking it again would leave the trial as it was: its
-        workload has no other move here, and it frees all the move frees, which its workload
-        holds (else taken again it may free another share of its GPUs, or fewer than the move
-        lists). False when that cannot be told."""
-        move, frees = self.taken[index]
-        freed = self.freed[move.workload.id]
-        if frees != move.frees or sum(freed.values()) != sum(frees.values()):
-            return False
-        held = self.search.occupancy.held_on(move.workload)  # what `_frees` caps a retake by
-        for node, gpus in frees.items():
-            if freed[node] != gpus or held.get(node, 0) < gpus:
-                return False
-        missing, lost = self.missing, 0
-        for node, gpus in frees.items():
-            before = missing.get(node)
-            if before is not None and before <= 0 < before + gpus:
-                lost += 1
-        return self.done - lost < targets
-
-    def drop(self, index: int) -> tuple[Move, dict[int, int]]:
-        move, frees = self.taken.pop(index)
-        self.freed[move.workload.id].subtract(frees)
-        if move.kind == MoveKind.SHRINK:
-            self.shrunk[move.workload.id] -= sum(frees.values())
-        self._account(move, frees, -1)
-        return move, frees
-
-    def _account(self, move: Move, frees: dict[int, int], sign: int) -> None:
-        self.rules[move.rule] += sign
-        missing = self.missing
-        # Only the target nodes count: look them up in the move when they are fewer.
-        nodes = missing if len(missing) < len(frees) else frees
-        for node in nodes:
-            gpus = frees.get(node)
-            before = missing.get(node)
-            if gpus is not None and before is not None:
-                after = before - sign * gpus
-                missing[node] = after
-                self.done += (after <= 0) - (before <= 0)
-        if move.rule != Rule.RELEASING:
-            gpus = sign * sum(frees.values())
-            self.released[move.workload.queue_id] += gpus
-            if self.live:
-                self.search.ledger.release(move.workload.queue_id, move.workload.gpu_model, gpus)
-
-    @contextmanager
-    def on_ledger(self) -> Iterator[None]:
-        """Apply the quota the moves release to the ledger for the block, then undo it."""
-        model = self.search.claimant.workload.gpu_model
-        for queue_id, gpus in self.released.items():
-            self.search.ledger.release(queue_id, model, gpus)
-        self.live = True
-        try:
-            yield
-        finally:
-            self.live = False
-            for queue_id, gpus in self.released.items():
-                self.search.ledger.charge(queue_id, model, gpus)
-
-    def moves(self) -> list[Move]:
-        return [move for move, _ in self.taken]
-
-
 def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int, list[int]]:
     """Node id -> indexes of the moves (all, or those at `indexes`) that free GPUs there, in
     move order."""
@@ -914,50 +755,6 @@ def _index(moves: list[Move], indexes: Iterable[int] | None = None) -> dict[int,
         for node in moves[index].frees:
             by_node[node].append(index)
     return by_node
-
-
-class FreeGPUs(dict):
-    """GPUs free now or soon (once the stopping work there is gone, `soon`) per node a small
-    job could use (None for nodes it cannot: missing, too small, held), looked up on first
-    use."""
-
-    def __init__(self, pool: Pool, gpus: int, soon: Mapping[int, int]) -> None:
-        super().__init__()
-        self.pool = pool
-        self.gpus = gpus
-        self.soon = soon
-
-    def __missing__(self, node_id: int) -> int | None:
-        value = self[node_id] = usable_gpus(self.pool, self.gpus, self.soon, node_id)
-        return value
-
-
-def usable_gpus(pool: Pool, gpus: int, soon: Mapping[int, int], node_id: int) -> int | None:
-    """GPUs free now or soon on a node for a job of `gpus` GPUs, smaller than a node; None
-    where it cannot go (missing, too small, held). See `FreeGPUs`."""
-    node = pool.node(node_id)
-    if node is None or node.gpus < gpus or node_id in pool.held_by:
-        return None
-    return len(pool.free(node_id)) + soon.get(node_id, 0)
-
-
-def _freed_at_least(count: int) -> Callable[[Trial], bool]:
-    """Whether a trial has freed at least `count` of its target nodes."""
-    return lambda trial: trial.done >= count
-
-
-def _minimise(trial: Trial, enough: Callable[[], bool], targets: int | None = None) -> None:
-    """Drop every move not needed, the most valuable (last taken in order) first. `targets`:
-    when `enough` asks only that many target nodes freed, a move found needed without
-    dropping it (`Trial.needed`) is not dropped and taken again."""
-    for index in range(len(trial.taken) - 1, -1, -1):
-        if targets is not None and trial.needed(index, targets):
-            continue
-        move, _ = trial.drop(index)
-        if enough():
-            continue
-        trial.take(move)  # needed: put it back where it was
-        trial.taken.insert(index, trial.taken.pop())
 
 
 def _shrink_steps(moves: list[Move]) -> Iterator[tuple[Move, float]]:

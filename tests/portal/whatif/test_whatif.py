@@ -153,7 +153,8 @@ def test_a_run_defragments_every_pod_as_the_form_asks(staff, acme, defrag, moves
     waited = figures["wait_s"]["max"]
     assert waited < 2 * 3600 if moves else waited > 19 * 3600
     page = staff.get(f"/ops/whatif/{whatif.pk}/").content.decode()
-    assert ("every pod, <code>scattered</code>; at most 2 moves an hour each" in page) == bool(moves)
+    said = "every pod, <code>scattered</code>; at most 2 moves an hour each"
+    assert (said in page) == bool(moves)
 
 
 @pytest.mark.parametrize(

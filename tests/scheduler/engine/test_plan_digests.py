@@ -36,6 +36,7 @@ from scheduler.engine import (
     plan,
     preemption,
 )
+from scheduler.engine.trial import Trial
 
 DIGESTS = Path(__file__).with_name("plan_digests.json")
 SEEDS = range(400)
@@ -248,12 +249,12 @@ def test_plans_are_those_recorded_before_the_speed_work(chunk: int, recorded: li
 def test_a_move_found_needed_without_dropping_it_is_one_dropping_it_would_keep(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`_minimise` with `targets` spares dropping and taking again a move it can tell is needed
+    """`minimise` with `targets` spares dropping and taking again a move it can tell is needed
     (`Trial.needed`): beside each such call a twin of the trial is minimised the long way, by
     dropping every move in turn, and both keep the same moves freeing the same GPUs."""
-    minimise, compared = preemption._minimise, []
+    minimise, compared = preemption.minimise, []
 
-    def both(trial: preemption.Trial, enough, targets: int | None = None) -> None:
+    def both(trial: Trial, enough, targets: int | None = None) -> None:
         twin = None
         if targets is not None:
             twin = copy.copy(trial)
@@ -267,7 +268,7 @@ def test_a_move_found_needed_without_dropping_it_is_one_dropping_it_would_keep(
             assert [(id(m), f) for m, f in twin.taken] == [(id(m), f) for m, f in trial.taken]
             compared.append(len(trial.taken))
 
-    monkeypatch.setattr(preemption, "_minimise", both)
+    monkeypatch.setattr(preemption, "minimise", both)
     for seed in SEEDS[:150]:
         plan(snapshot(seed), NOW)
     assert len(compared) >= 20
