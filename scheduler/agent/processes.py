@@ -20,10 +20,10 @@ the workloads. Each workload:
   (``isolates_tenants``), for the scheduler to know;
 - runs, where the machine has a cgroup v2 hierarchy the agent may write, in a cgroup of its own
   (``wanka-<hostname>/workload-<id>``), which holds every process it starts, a rank in a
-  session of its own included (it is moved there just after it starts: a process it forks in
-  its very first moments, before any launcher would, escapes it), and bounds its memory and
-  CPU to the job's share of the node (its GPUs of the node's) where the memory and cpu
-  controllers are there;
+  session of its own included (the run waits at a gate, a shell reading a line from the agent,
+  until it is in its cgroup, and only then starts its command: nothing it forks, however soon,
+  starts outside), and bounds its memory and CPU to the job's share of the node (its GPUs of
+  the node's) where the memory and cpu controllers are there;
 - is stopped with SIGTERM to its process group, and SIGKILL after `grace_s` seconds. When its
   main process ends, anything left in its group or its cgroup is killed, so no stray rank holds
   a GPU.
@@ -145,6 +145,10 @@ LOAD_FILE = "load.json"
 PROGRESS_FILE = "progress"  # the training step the workload reports, rewritten as it goes
 LOAD_FRESH_S = 10.0  # an inference replica's load file older than this says nothing
 DEFAULT_GRACE_S = 30.0
+# Where a run goes in a cgroup, it waits here until it is in: it reads a line from its stdin (a
+# pipe from the agent), then starts its command with stdin from /dev/null. No line (the agent
+# failed first): it starts nothing.
+GATE = ("/bin/sh", "-c", 'read -r _ || exit 111; exec "$@" </dev/null', "wanka-gate")
 DEFAULT_LOG_LINES = 50
 _LOG_LINE_CHARS = 400  # a line of the tail is cut here: 50 lines stay well inside a frame
 _TAIL_BYTES = 64 * 1024
@@ -323,8 +327,9 @@ class ProcessBackend:
         with contextlib.suppress(FileNotFoundError):
             (workdir / PROGRESS_FILE).unlink()  # an earlier run's says nothing of this one
         user = self._box(assignment, workdir, checkpoint_dir)
-        process, log_start = await _spawn(argv, workdir, env, user)
-        cgroup = _enter_cgroup(self._cgroups, wid, process.pid, self._bounds(assignment))
+        cgroup = _make_cgroup(self._cgroups, wid, self._bounds(assignment))
+        process, log_start, gate = await _spawn(argv, workdir, env, user, gated=bool(cgroup))
+        cgroup = _enter_cgroup(cgroup, wid, process.pid, gate)
         record = {"pgid": process.pid, "gpus": list(assignment.gpu_indices), "cgroup": cgroup}
         (workdir / PGID_FILE).write_text(json.dumps(record))
         remember_run(self._logs, wid, (workdir / LOG_FILE, log_start))
@@ -789,26 +794,44 @@ def tenant_user(tenant: int) -> tuple[int, int]:
 
 
 async def _spawn(
-    argv: list[str], workdir: Path, env: Mapping[str, str], user: tuple[int, int] | None
-) -> tuple[asyncio.subprocess.Process, int]:
+    argv: list[str],
+    workdir: Path,
+    env: Mapping[str, str],
+    user: tuple[int, int] | None,
+    gated: bool = False,
+) -> tuple[asyncio.subprocess.Process, int, int | None]:
+    """Start the run, in a session of its own, its output appended to its log; with the
+    log's size before it, and, `gated`, the pipe's end that lets it through its `GATE`."""
     log_path = workdir / LOG_FILE
     run_as = {} if user is None else {"user": user[0], "group": user[1], "extra_groups": []}
+    gate = stdin = None
+    if gated:
+        program = str(workdir / argv[0]) if os.sep in argv[0] else argv[0]
+        if shutil.which(program, path=env.get("PATH")) is None:  # the gate would say it late
+            raise ValueError(f"cannot run {argv[0]!r}: no such program")
+        stdin, gate = os.pipe()
     with open(log_path, "ab") as log:
         start = log.tell()
         try:
             process = await asyncio.create_subprocess_exec(
+                *(GATE if gated else ()),
                 *argv,
                 cwd=workdir,
                 env=dict(env),
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else stdin,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own process group, to signal as one
                 **run_as,
             )
         except OSError as exc:
+            if gate is not None:
+                os.close(gate)
             raise ValueError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
-    return process, start
+        finally:
+            if stdin is not None:
+                os.close(stdin)
+    return process, start, gate
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -899,23 +922,38 @@ def _enable_controllers(home: Path) -> None:
 CONTROLLERS = {"memory", "cpu"}
 
 
-def _enter_cgroup(home: str | None, wid: int, pid: int, bounds: Bounds) -> str | None:
-    """Put the run's main process (and so all it starts, whatever session) in a cgroup of its
-    own under `home`, bounded where the controllers are there; the cgroup's path, or None
+def _make_cgroup(home: str | None, wid: int, bounds: Bounds) -> Path | None:
+    """A cgroup of the run's own under `home`, bounded where the controllers are there; None
     without one."""
     if home is None:
         return None
     cgroup = Path(home) / f"workload-{wid}"
     try:
         cgroup.mkdir(exist_ok=True)
-        (cgroup / "cgroup.procs").write_text(str(pid))  # first: before it starts a rank
-        for name, value in bounds.files().items():
-            with contextlib.suppress(OSError):  # no such controller: said once, at the start
-                (cgroup / name).write_text(value)
     except OSError as exc:
         logger.warning("workload %s: runs without a cgroup: %s", wid, exc)
         return None
-    return str(cgroup)
+    for name, value in bounds.files().items():
+        with contextlib.suppress(OSError):  # no such controller: said once, at the start
+            (cgroup / name).write_text(value)
+    return cgroup
+
+
+def _enter_cgroup(cgroup: Path | None, wid: int, pid: int, gate: int | None) -> str | None:
+    """Put the run's main process in its cgroup (and so all it starts, whatever session), then
+    let it through its gate; the cgroup's path, or None without one."""
+    if cgroup is None:
+        return None
+    try:
+        (cgroup / "cgroup.procs").write_text(str(pid))
+    except OSError as exc:
+        logger.warning("workload %s: runs without a cgroup: %s", wid, exc)
+        cgroup = None
+    if gate is not None:
+        with contextlib.suppress(OSError):  # it ended already
+            os.write(gate, b"\n")
+        os.close(gate)
+    return str(cgroup) if cgroup else None
 
 
 def _cgroup_pids(record: Mapping[str, Any]) -> list[int]:

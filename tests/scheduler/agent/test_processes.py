@@ -636,9 +636,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-ESCAPE = (  # a rank that a launcher starts in a session of its own, and that outlives it (as
-    # a launcher does, once it has started: the agent moves the run into its cgroup just after
-    # it is started, so a process it forks in its very first moments can escape it)
+ESCAPE = (  # a rank that a launcher starts in a session of its own, and that outlives it
     "import subprocess, sys, time; time.sleep(0.5); "
     "r = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
     "start_new_session=True); print(r.pid, flush=True)"
@@ -658,6 +656,25 @@ def test_a_rank_in_a_session_of_its_own_ends_with_its_run_through_the_cgroup(
         rank = int(await _first_line(backend, 4))  # started: it sleeps a minute
         assert (await backend.wait(4)).exit_code == 0
         await wait_for(lambda: not _alive(rank), "the escaped rank to end")
+
+    run(scenario())
+
+
+@pytest.mark.skipif(cgroup_home("node-a") is None, reason="no cgroup v2 this process may write")
+def test_a_rank_forked_in_the_runs_first_moment_is_in_its_cgroup(tmp_path: Path) -> None:
+    """A shell forks a rank into a session of its own at once, before any Python could start:
+    the run waited at its gate until it was in its cgroup, so the rank is there too, and ends
+    with the run."""
+
+    async def scenario() -> None:
+        backend, _ = make_backend(tmp_path)
+        fork = shlex.join(["/bin/sh", "-c", "setsid sleep 60 & echo $!; sleep 60"])
+        await backend.start(Assignment(6, (0,), fork))
+        rank = int(await _first_line(backend, 6))
+        assert "/workload-6" in Path(f"/proc/{rank}/cgroup").read_text()
+        await backend.stop(6)
+        await backend.wait(6)
+        await wait_for(lambda: not _alive(rank), "the rank to end with its run")
 
     run(scenario())
 
