@@ -101,11 +101,12 @@ class Shares:
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
-        mix = self._mixes.get(gpu_model)
-        if mix is None:
-            of_model = (w for w in self._workloads if w.gpu_model == gpu_model)
-            mix = self._mixes[gpu_model] = mix_of(of_model)
-        return mix
+        if not self._mixes:  # every model's at once: one pass over the work
+            of_model: dict[str, list[Workload]] = {}
+            for workload in self._workloads:
+                of_model.setdefault(workload.gpu_model, []).append(workload)
+            self._mixes = {model: mix_of(members) for model, members in of_model.items()}
+        return self._mixes.get(gpu_model, ())
 
     def find(self, pool: Pool, workload: Workload) -> Placement:
         """The GPU the share job takes (takes nothing), or Inadmissible with the reason."""
