@@ -184,6 +184,9 @@ class RoomMemo:
     claimed: set[int] = field(default_factory=set)  # queues that made room this cycle
     queues_waiting: set[int] = field(default_factory=set)  # queues with a workload waiting
     borrowers_waiting: set[int] = field(default_factory=set)  # ... one that must borrow
+    # Why claimants wait that only wait for stopping work (most claims of a cycle that evicts:
+    # `stopping_room`), worded once per count of stopping workloads, level and domain.
+    stopping_reasons: dict[tuple, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -394,7 +397,7 @@ class Cycle(Resizing):
         if outcome == Outcome.FIT:
             admission = self.admissions[-1]
             choice = model_reason(workload, workload.gpu_model)
-            self.admissions[-1] = replace(admission, choice=choice)
+            self.admissions[-1] = Admission(admission.workload_id, admission.placements, choice)
         elif not free and self.waits(workload):
             reason = self._waiting[workload.id][1]
             self._waiting[workload.id] = (workload, none_free_reason(workload, reason))
@@ -722,7 +725,7 @@ class Cycle(Resizing):
         The victims' quota stays charged for the rest of the cycle (marked as stopping), so that
         no other workload counts on quota that is not free yet.
         """
-        reason = claim_reason(self.ledger, claim, queue, workload)
+        reason = self._claim_reason(queue, workload, claim)
         self.touched_queues = set()
         evictions = [m for m in claim.moves if m.kind == MoveKind.EVICT]
         shrinks = [m for m in claim.moves if m.kind == MoveKind.SHRINK]
@@ -759,6 +762,19 @@ class Cycle(Resizing):
         self.holds[workload.id] = Hold(reservation, workload, queue, True, backfill=False)
         self.rooms.claimed.add(queue.id)
         self.wait(workload, reason)
+
+    def _claim_reason(self, queue: Queue, workload: Workload, claim: Claim) -> str:
+        """`claim_reason`; for a claim that only waits for stopping work, worded once per kind
+        (it names neither the claimant nor its queue then)."""
+        if any(move.kind != MoveKind.RELEASING for move in claim.moves):
+            return claim_reason(self.ledger, claim, queue, workload)
+        stopping = len({move.workload.id for move in claim.moves})
+        key = (stopping, claim.level, claim.domain)
+        reason = self.rooms.stopping_reasons.get(key)
+        if reason is None:
+            reason = claim_reason(self.ledger, claim, queue, workload)
+            self.rooms.stopping_reasons[key] = reason
+        return reason
 
     def _shrink(self, moves: list, queue: Queue, workload: Workload) -> None:
         victim = moves[0].workload
