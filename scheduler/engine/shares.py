@@ -34,17 +34,18 @@ NO_SHARE_ROOM = phrase(
 Mix = tuple[tuple[int, float], ...]
 
 
-def demand(workload: Workload) -> int:
-    """What the workload asks for, in eighths of a GPU."""
-    return workload.slices or workload.gpus * SLICES
-
-
-def mix_of(workloads: Iterable[Workload]) -> Mix:
-    """The expected kinds of request, weighted by how often they occur among `workloads` (the
-    pending and running work of a GPU model: what came lately and what waits)."""
-    counts = Counter(demand(workload) for workload in workloads)
-    total = sum(counts.values())
-    return tuple((kind, count / total) for kind, count in sorted(counts.items()))
+def mixes(workloads: Iterable[Workload]) -> dict[str, Mix]:
+    """Per GPU model, the expected kinds of request (what a workload asks for, in eighths of a
+    GPU), weighted by how often they occur among `workloads` of the model (its pending and
+    running work: what came lately and what waits)."""
+    counts = Counter((w.gpu_model, w.slices or w.gpus * SLICES) for w in workloads)
+    per_model: dict[str, dict[int, int]] = {}
+    for (model, kind), count in sorted(counts.items()):
+        per_model.setdefault(model, {})[kind] = count
+    return {
+        model: tuple((kind, count / sum(kinds.values())) for kind, count in kinds.items())
+        for model, kinds in per_model.items()
+    }
 
 
 def fragmentation(state: tuple[int, ...], mix: Mix) -> float:
@@ -84,7 +85,7 @@ class Shares:
     def __init__(self, running: Iterable[Workload], snapshot: Snapshot) -> None:
         self.policy = snapshot.share_placement
         self._workloads = snapshot.workloads
-        self._mixes: dict[str, Mix] = {}  # per GPU model, when first asked
+        self._mixes: dict[str, Mix] = {}  # per GPU model (`mixes`), when first asked
         self.free: dict[int, dict[int, int]] = {}  # node id -> GPU index -> free eighths
         for workload in running:
             for placement in workload.placements if workload.slices else ():
@@ -98,14 +99,12 @@ class Shares:
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
         self._rooms: dict[tuple[Pool, int | None], list] = {}  # see `_rooms_in`
+        self._most: int | None = None  # see `_most_room`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
         if not self._mixes:  # every model's at once: one pass over the work
-            of_model: dict[str, list[Workload]] = {}
-            for workload in self._workloads:
-                of_model.setdefault(workload.gpu_model, []).append(workload)
-            self._mixes = {model: mix_of(members) for model, members in of_model.items()}
+            self._mixes = mixes(self._workloads)
         return self._mixes.get(gpu_model, ())
 
     def find(self, pool: Pool, workload: Workload) -> Placement:
@@ -168,15 +167,12 @@ class Shares:
             return ()
         model = workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
-        best = min(
-            nodes,
-            key=lambda n: (
-                self._whole_gradient(pool, n, count, model),
-                len(pool.free(n.id)),
-                n.name,
-            ),
+        *_, first = min(
+            (self._whole_gradient(pool, n, count, model), len(pool.free(n.id)), n.name, i)
+            for i, n in enumerate(nodes)
         )
-        return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
+        best = nodes[first].id
+        return (Placement(best, tuple(sorted(pool.free(best))[:count])),)
 
     def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
         """Book the share job's eighths on its GPU (taking the GPU from the free ones if it was
@@ -186,6 +182,7 @@ class Shares:
             pool.take(placement, workload.tenant)
         self._seen.clear()
         self._rooms.clear()
+        self._most = None
         if placement.node_id not in self.free and pool in self._in_pool:
             self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
@@ -243,12 +240,18 @@ class Shares:
         try:
             [placement] = pool.find(workload, 1)
         except Inadmissible:
-            most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
-            share = f"{workload.slices}/{SLICES}"
+            share, most = f"{workload.slices}/{SLICES}", self._most_room()
             raise Inadmissible(
                 NO_SHARE_ROOM.format(model=workload.gpu_model, share=share, most=f"{most}/8")
             ) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
+
+    def _most_room(self) -> int:
+        """The most eighths free on a partly used GPU (worked out again once `take` changed
+        the shares)."""
+        if self._most is None:
+            self._most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
+        return self._most
 
     def _gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
         """How much taking `slices` eighths of GPU `index` grows the node's fragmentation: the
