@@ -382,7 +382,7 @@ class Cycle(Resizing):
 
     def _allowed(self, queue: Queue, workload: Workload) -> bool:
         """Whether the workload's quota and budgets allow it to start now."""
-        if self.ledger.refusal(queue, workload.gpu_model, workload.gpus) is not None:
+        if not self.ledger.allows(queue, workload.gpu_model, workload.gpus):
             return False
         if self.budgets:
             gpus, seconds = workload.gpus, workload.time_limit_s
