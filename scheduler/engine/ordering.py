@@ -82,6 +82,10 @@ class Heads:
         # Queues none of whose pending work fits in the nominal quota any more (usage only
         # grows within a cycle, so they stay so).
         self._borrowing: set[int] = set()
+        # Per queue, how many workloads just before its head in its FIFO were found not to fit
+        # in the nominal quota (they stay so too): a search for a head that fits goes on below
+        # them, so that it looks at each workload of the queue at most once a cycle.
+        self._misfits: dict[int, int] = {}
         for queue_id, members in waiting.items():
             fewest = self._fewest[queue_id]
             for workload in members:
@@ -133,12 +137,17 @@ class Heads:
         else:
             self._borrowing.add(queue.id)
             return -1, False
-        for index in range(len(members) - 2, -1, -1):
+        # All misfits found earlier are of the first's priority (those of a lower one end a
+        # search), so that past them the search goes on as if it had looked at them again.
+        index = len(members) - 2 - self._misfits.get(queue.id, 0)
+        while index >= 0 and members[index][1].priority == first.priority:
             workload = members[index][1]
-            if workload.priority != first.priority:
-                break
             if ledger.within_nominal(queue, workload.gpu_model, workload.share):
-                return index, True
+                break
+            index -= 1
+        self._misfits[queue.id] = len(members) - 2 - index
+        if index >= 0 and members[index][1].priority == first.priority:
+            return index, True
         return -1, False
 
     def unknown(self) -> list[Workload]:
@@ -182,6 +191,8 @@ class Heads:
                     continue
             index, fits = self._head[queue_id]
             _, workload = self._fifo[queue_id].pop(index)
+            if index == -1 and self._misfits.get(queue_id):
+                self._misfits[queue_id] -= 1  # the first misfit is the queue's first now
             self._current = queue_id
             return queue, workload, fits
         return None
@@ -196,5 +207,6 @@ class Heads:
         """Take every remaining workload of a queue out, in queue order."""
         members = self._fifo.get(queue_id, [])
         self._fifo[queue_id] = []
+        self._misfits.pop(queue_id, None)
         self._version[queue_id] += 1
         return [workload for _, workload in reversed(members)]
