@@ -247,6 +247,7 @@ class Cycle(Resizing):
         # The free GPUs `_free_now` found for a workload: (id, GPU model, GPUs, placements),
         # taken as they are when the same workload is admitted next.
         self._found: tuple | None = None
+        self._choices: dict[tuple, str] = {}  # see `_say_model`
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -396,7 +397,12 @@ class Cycle(Resizing):
         of them would do now."""
         if outcome == Outcome.FIT:
             admission = self.admissions[-1]
-            choice = model_reason(workload, workload.gpu_model)
+            # Worded once per kind of choice: many workloads accept the same models at the
+            # same speeds.
+            key = (workload.models, workload.speeds, workload.measured, workload.gpu_model)
+            choice = self._choices.get(key)
+            if choice is None:
+                choice = self._choices[key] = model_reason(workload, workload.gpu_model)
             self.admissions[-1] = Admission(admission.workload_id, admission.placements, choice)
         elif not free and self.waits(workload):
             reason = self._waiting[workload.id][1]
