@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
@@ -38,7 +39,10 @@ def mixes(workloads: Iterable[Workload]) -> dict[str, Mix]:
     """Per GPU model, the expected kinds of request (what a workload asks for, in eighths of a
     GPU), weighted by how often they occur among `workloads` of the model (its pending and
     running work: what came lately and what waits)."""
-    counts = Counter((w.gpu_model, w.slices or w.gpus * SLICES) for w in workloads)
+    counts: Counter[tuple[str, int]] = Counter()
+    shapes = Counter(map(attrgetter("gpu_model", "slices", "gpus"), workloads))  # in one pass
+    for (model, slices, gpus), count in shapes.items():
+        counts[model, slices or gpus * SLICES] += count
     per_model: dict[str, dict[int, int]] = {}
     for (model, kind), count in sorted(counts.items()):
         per_model.setdefault(model, {})[kind] = count
