@@ -102,7 +102,7 @@ class Shares:
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
-        self._rooms: dict[tuple[Pool, int | None], list] = {}  # see `_rooms_in`
+        self._rooms: dict[tuple[Pool, int | None], dict[int, list]] = {}  # see `_rooms_in`
         self._most: int | None = None  # see `_most_room`
 
     def mix(self, gpu_model: str) -> Mix:
@@ -185,30 +185,33 @@ class Shares:
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
         self._seen.clear()
-        self._rooms.clear()
         self._most = None
         if placement.node_id not in self.free and pool in self._in_pool:
             self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
+        for (of_pool, tenant), rooms in self._rooms.items():
+            if of_pool is pool:  # a node new to shares goes last, as in `_nodes_in`
+                rooms[placement.node_id] = self._node_rooms(pool, placement.node_id, tenant)
 
     def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
         """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
         the workload's tenant may use: of a schedulable node, and on a single-tenant node only
-        beside its own tenant's work (`take` forgets them when the shares change)."""
-        key = (pool, workload.tenant)
+        beside its own tenant's work. Kept per node, and worked out again for a node only when
+        `take` changes its shares."""
+        key, tenant = (pool, workload.tenant), workload.tenant
         rooms = self._rooms.get(key)
-        if rooms is not None:
-            return rooms
-        rooms = self._rooms[key] = []
-        for node_id in self._nodes_in(pool):
-            node = pool.node(node_id)
-            if not node.schedulable:
-                continue
-            if node.single_tenant and node.tenant not in (None, workload.tenant):
-                continue
-            rooms += [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
-        return rooms
+        if rooms is None:
+            nodes = self._nodes_in(pool)
+            rooms = self._rooms[key] = {n: self._node_rooms(pool, n, tenant) for n in nodes}
+        return [room for node_rooms in rooms.values() for room in node_rooms]
+
+    def _node_rooms(self, pool: Pool, node_id: int, tenant: int | None) -> list:
+        """`_rooms_in` of one node."""
+        node = pool.node(node_id)
+        if not node.schedulable or (node.single_tenant and node.tenant not in (None, tenant)):
+            return []
+        return [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
