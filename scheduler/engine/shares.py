@@ -224,7 +224,7 @@ class Shares:
             node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
-        return sorted(nodes.values(), key=lambda node: node.name)
+        return sorted(nodes.values(), key=attrgetter("name"))
 
     def _seen_in(self, pool: Pool, workload: Workload) -> Seen:
         """What was worked out for the pool and the workload's tenant, afresh where the pool's
