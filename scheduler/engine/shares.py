@@ -39,16 +39,13 @@ def mixes(workloads: Iterable[Workload]) -> dict[str, Mix]:
     """Per GPU model, the expected kinds of request (what a workload asks for, in eighths of a
     GPU), weighted by how often they occur among `workloads` of the model (its pending and
     running work: what came lately and what waits)."""
-    counts: Counter[tuple[str, int]] = Counter()
-    shapes = Counter(map(attrgetter("gpu_model", "slices", "gpus"), workloads))  # in one pass
+    shapes = Counter(map(attrgetter("gpu_model", "slices", "gpus"), workloads))  # one pass, in C
+    counts: dict[str, Counter[int]] = {}
     for (model, slices, gpus), count in shapes.items():
-        counts[model, slices or gpus * SLICES] += count
-    per_model: dict[str, dict[int, int]] = {}
-    for (model, kind), count in sorted(counts.items()):
-        per_model.setdefault(model, {})[kind] = count
+        counts.setdefault(model, Counter())[slices or gpus * SLICES] += count
     return {
-        model: tuple((kind, count / sum(kinds.values())) for kind, count in kinds.items())
-        for model, kinds in per_model.items()
+        model: tuple((kind, count / kinds.total()) for kind, count in sorted(kinds.items()))
+        for model, kinds in counts.items()
     }
 
 
