@@ -393,11 +393,7 @@ class Workload:
 
     def speed(self, gpu_model: str) -> float | None:
         """Its throughput per GPU on `gpu_model` (any unit), or None where unknown."""
-        return self._speeds.get(gpu_model)
-
-    @cached_property
-    def _speeds(self) -> dict[str, float]:
-        return dict(self.speeds)
+        return dict(self.speeds).get(gpu_model)
 
     def run_s(self, gpu_model: str) -> float | None:
         """How long it runs on `gpu_model`, where it has a time limit: the limit on the
