@@ -620,13 +620,15 @@ class Pool:
         if after == before:
             return
         self._changes += 1
+        domains, free_gpus = self._domains[node.id], self._free_gpus
+        for domain in domains:
+            free_gpus[domain] += after - before
         whole_change = self.is_whole(node) - was_whole
-        self._whole_changes += whole_change != 0
-        for domain in self._domains[node.id]:
-            self._free_gpus[domain] += after - before
-            if whole_change:
+        if whole_change:
+            self._whole_changes += 1
+            for domain in domains:
                 self._wholes.change(domain, whole_change)
-        if not self.offered(node.id, None):
+        if node.id in self._single and not self.offered(node.id, None):
             return  # partly free single-tenant: its tenant's only (`_owned`)
         if 0 < after < node.gpus or (after and node.gpus != self.node_size):
             heapq.heappush(self._partial[after], (node.name, node.id))

@@ -185,6 +185,9 @@ class RoomMemo:
     claimed: set[int] = field(default_factory=set)  # queues that made room this cycle
     queues_waiting: set[int] = field(default_factory=set)  # queues with a workload waiting
     borrowers_waiting: set[int] = field(default_factory=set)  # ... one that must borrow
+    # Why claimants wait that only wait for stopping work (most claims of a cycle that evicts:
+    # `stopping_room`), worded once per count of stopping workloads, level and domain.
+    stopping_reasons: dict[tuple, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -245,6 +248,7 @@ class Cycle(Resizing):
         # The free GPUs `_free_now` found for a workload: (id, GPU model, GPUs, placements),
         # taken as they are when the same workload is admitted next.
         self._found: tuple | None = None
+        self._choices: dict[tuple, str] = {}  # see `_say_model`
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -380,7 +384,7 @@ class Cycle(Resizing):
 
     def _allowed(self, queue: Queue, workload: Workload) -> bool:
         """Whether the workload's quota and budgets allow it to start now."""
-        if self.ledger.refusal(queue, workload.gpu_model, workload.gpus) is not None:
+        if not self.ledger.allows(queue, workload.gpu_model, workload.gpus):
             return False
         if self.budgets:
             gpus, seconds = workload.gpus, workload.time_limit_s
@@ -394,8 +398,13 @@ class Cycle(Resizing):
         of them would do now."""
         if outcome == Outcome.FIT:
             admission = self.admissions[-1]
-            choice = model_reason(workload, workload.gpu_model)
-            self.admissions[-1] = replace(admission, choice=choice)
+            # Worded once per kind of choice: many workloads accept the same models at the
+            # same speeds.
+            key = (workload.models, workload.speeds, workload.measured, workload.gpu_model)
+            choice = self._choices.get(key)
+            if choice is None:
+                choice = self._choices[key] = model_reason(workload, workload.gpu_model)
+            self.admissions[-1] = Admission(admission.workload_id, admission.placements, choice)
         elif not free and self.waits(workload):
             reason = self._waiting[workload.id][1]
             self._waiting[workload.id] = (workload, none_free_reason(workload, reason))
@@ -723,7 +732,7 @@ class Cycle(Resizing):
         The victims' quota stays charged for the rest of the cycle (marked as stopping), so that
         no other workload counts on quota that is not free yet.
         """
-        reason = claim_reason(self.ledger, claim, queue, workload)
+        reason = self._claim_reason(queue, workload, claim)
         self.touched_queues = set()
         evictions = [m for m in claim.moves if m.kind == MoveKind.EVICT]
         shrinks = [m for m in claim.moves if m.kind == MoveKind.SHRINK]
@@ -760,6 +769,19 @@ class Cycle(Resizing):
         self.holds[workload.id] = Hold(reservation, workload, queue, True, backfill=False)
         self.rooms.claimed.add(queue.id)
         self.wait(workload, reason)
+
+    def _claim_reason(self, queue: Queue, workload: Workload, claim: Claim) -> str:
+        """`claim_reason`; for a claim that only waits for stopping work, worded once per kind
+        (it names neither the claimant nor its queue then)."""
+        if any(move.kind != MoveKind.RELEASING for move in claim.moves):
+            return claim_reason(self.ledger, claim, queue, workload)
+        stopping = len({move.workload.id for move in claim.moves})
+        key = (stopping, claim.level, claim.domain)
+        reason = self.rooms.stopping_reasons.get(key)
+        if reason is None:
+            reason = claim_reason(self.ledger, claim, queue, workload)
+            self.rooms.stopping_reasons[key] = reason
+        return reason
 
     def _shrink(self, moves: list, queue: Queue, workload: Workload) -> None:
         victim = moves[0].workload

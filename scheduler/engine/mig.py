@@ -48,8 +48,9 @@ class MigInstances:
         models: dict[Gpu, str] = {}
         busy: set[Gpu] = set()
         for workload in running:
-            for placement in workload.placements:
-                busy.update((placement.node_id, index) for index in placement.gpu_indices)
+            if self.layouts:  # which GPUs in MIG mode are busy (none, in a fleet without MIG)
+                for placement in workload.placements:
+                    busy.update((placement.node_id, index) for index in placement.gpu_indices)
             for placement in workload.placements if workload.mig else ():
                 gpu = (placement.node_id, placement.gpu_indices[0])
                 self.held[gpu].append(workload.mig)

@@ -380,7 +380,10 @@ class Workload:
 
     def on(self, gpu_model: str) -> Workload:
         """The same workload on another GPU model: `dataclasses.replace`'s result, at a tenth
-        of its cost (the cycle weighs each model of thousands of workloads)."""
+        of its cost (the cycle weighs each model of thousands of workloads); itself when it is
+        on that model already."""
+        if gpu_model == self.gpu_model:
+            return self
         clone = object.__new__(Workload)
         clone.__dict__.update(self.__dict__)
         clone.__dict__["gpu_model"] = gpu_model

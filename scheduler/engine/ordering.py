@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
+from operator import itemgetter
 
 from scheduler.engine.model import Queue, Strategy, Workload
 from scheduler.engine.quota import QuotaLedger
@@ -30,7 +31,9 @@ def queue_order(workload: Workload, queue_priority: int = 0) -> tuple[int, int, 
     return (-queue_priority, -workload.priority, workload.submitted_at, workload.id)
 
 
-def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload, fits: bool = False) -> tuple:
+def head_key(
+    ledger: QuotaLedger, queue: Queue, workload: Workload, order: tuple, fits: bool = False
+) -> tuple:
     """Sort key for the heads of the queues, the first taken first.
 
     Criteria, in order:
@@ -40,15 +43,16 @@ def head_key(ledger: QuotaLedger, queue: Queue, workload: Workload, fits: bool =
     2. among borrowing heads only: the lower weighted dominant resource share (DRS) the queue
        would have with the head admitted, so borrowing goes first to the queue that borrows
        least for its weight (fair sharing, as in Kueue);
-    3. then `queue_order`: queue priority, workload priority, submit time, id.
+    3. then `queue_order` (`order`, the workload's): queue priority, workload priority, submit
+       time, id.
 
     `fits`: the caller knows the head fits in its queue's nominal quota.
     """
     level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.share)
     if level == 0:
-        return (0, 0.0, *queue_order(workload, queue.priority))
+        return (0, 0.0, *order)
     share = ledger.share(queue, workload.gpu_model, workload.share)
-    return (level, share, *queue_order(workload, queue.priority))
+    return (level, share, *order)
 
 
 class Heads:
@@ -66,7 +70,9 @@ class Heads:
         waiting: dict[int, list[Workload]] = defaultdict(list)
         for workload in workloads:
             waiting[workload.queue_id].append(workload)
-        self._fifo: dict[int, list[Workload]] = {}
+        # Per queue, (`queue_order`, workload) of its pending work, reversed so that the head
+        # is popped from the end; the order is kept for the head's key.
+        self._fifo: dict[int, list[tuple[tuple, Workload]]] = {}
         self._queues = {queue_id: ledger.queue_or_none(queue_id) for queue_id in waiting}
         # Queue id -> where its head is in its FIFO, and whether it fits the nominal quota.
         self._head: dict[int, tuple[int, bool]] = {}
@@ -76,6 +82,10 @@ class Heads:
         # Queues none of whose pending work fits in the nominal quota any more (usage only
         # grows within a cycle, so they stay so).
         self._borrowing: set[int] = set()
+        # Per queue, how many workloads just before its head in its FIFO were found not to fit
+        # in the nominal quota (they stay so too): a search for a head that fits goes on below
+        # them, so that it looks at each workload of the queue at most once a cycle.
+        self._misfits: dict[int, int] = {}
         for queue_id, members in waiting.items():
             fewest = self._fewest[queue_id]
             for workload in members:
@@ -83,9 +93,8 @@ class Heads:
                     fewest[workload.gpu_model] = workload.gpus
             queue = self._queues[queue_id]
             priority = queue.priority if queue is not None else 0
-            # Reversed, so the head is popped from the end.
-            members.sort(key=lambda w: queue_order(w, priority), reverse=True)
-            self._fifo[queue_id] = members
+            ordered = [(queue_order(w, priority), w) for w in members]
+            self._fifo[queue_id] = sorted(ordered, key=itemgetter(0), reverse=True)
         self._version: dict[int, int] = defaultdict(int)
         self._heap: list[tuple[tuple, int, int, Queue]] = []  # key, queue id, version, queue
         self._current: int | None = None  # the queue whose head was handed out last
@@ -107,15 +116,15 @@ class Heads:
             return None
         version = self._version[queue_id] = self._version[queue_id] + 1
         index, fits = self._head[queue_id] = self._head_index(queue, members)
-        head = members[index]
-        key = head_key(self._ledger, queue, head, fits)
+        order, head = members[index]
+        key = head_key(self._ledger, queue, head, order, fits)
         return (key, queue_id, version, queue)  # (key, id, version) differ: never a queue compared
 
-    def _head_index(self, queue: Queue, members: list[Workload]) -> tuple[int, bool]:
+    def _head_index(self, queue: Queue, members: list[tuple[tuple, Workload]]) -> tuple[int, bool]:
         """Where the queue's head is in its (reversed) FIFO: the last entry, or in a best-effort
         queue whose first workload must borrow, the first of its priority that fits in the
         nominal quota; and whether the head fits in it."""
-        ledger, first = self._ledger, members[-1]
+        ledger, first = self._ledger, members[-1][1]
         if queue.id in self._borrowing:
             return -1, False
         if ledger.within_nominal(queue, first.gpu_model, first.share):
@@ -128,12 +137,17 @@ class Heads:
         else:
             self._borrowing.add(queue.id)
             return -1, False
-        for index in range(len(members) - 2, -1, -1):
-            workload = members[index]
-            if workload.priority != first.priority:
-                break
+        # All misfits found earlier are of the first's priority (those of a lower one end a
+        # search), so that past them the search goes on as if it had looked at them again.
+        index = len(members) - 2 - self._misfits.get(queue.id, 0)
+        while index >= 0 and members[index][1].priority == first.priority:
+            workload = members[index][1]
             if ledger.within_nominal(queue, workload.gpu_model, workload.share):
-                return index, True
+                break
+            index -= 1
+        self._misfits[queue.id] = len(members) - 2 - index
+        if index >= 0 and members[index][1].priority == first.priority:
+            return index, True
         return -1, False
 
     def unknown(self) -> list[Workload]:
@@ -143,7 +157,7 @@ class Heads:
                 w
                 for qid, members in self._fifo.items()
                 if self._queues[qid] is None
-                for w in members
+                for _, w in members
             ),
             key=lambda w: w.id,
         )
@@ -176,7 +190,9 @@ class Heads:
                     entry = fresh
                     continue
             index, fits = self._head[queue_id]
-            workload = self._fifo[queue_id].pop(index)
+            _, workload = self._fifo[queue_id].pop(index)
+            if index == -1 and self._misfits.get(queue_id):
+                self._misfits[queue_id] -= 1  # the first misfit is the queue's first now
             self._current = queue_id
             return queue, workload, fits
         return None
@@ -191,5 +207,6 @@ class Heads:
         """Take every remaining workload of a queue out, in queue order."""
         members = self._fifo.get(queue_id, [])
         self._fifo[queue_id] = []
+        self._misfits.pop(queue_id, None)
         self._version[queue_id] += 1
-        return members[::-1]
+        return [workload for _, workload in reversed(members)]

@@ -57,15 +57,11 @@ class Resizing:
 
     def waiting_pools(self) -> set[tuple[str | None, str]]:
         """(region, GPU model) of every pool some waiting work could start in."""
-        wanted = {
-            (w.queue_id, model)
-            for w, _ in self._waiting.values()
-            for model in (w.accepts or (w.gpu_model,))
-        }
+        wanted = {(w.queue_id, w.accepts or (w.gpu_model,)) for w, _ in self._waiting.values()}
         found = set()
-        for queue_id, gpu_model in wanted:
+        for queue_id, models in wanted:
             queue = self.ledger.queue_or_none(queue_id)
-            found.add((queue.region if queue else None, gpu_model))
+            found.update((queue.region if queue else None, model) for model in models)
         return found
 
     def move(self) -> None:

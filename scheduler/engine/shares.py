@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
@@ -34,17 +35,18 @@ NO_SHARE_ROOM = phrase(
 Mix = tuple[tuple[int, float], ...]
 
 
-def demand(workload: Workload) -> int:
-    """What the workload asks for, in eighths of a GPU."""
-    return workload.slices or workload.gpus * SLICES
-
-
-def mix_of(workloads: Iterable[Workload]) -> Mix:
-    """The expected kinds of request, weighted by how often they occur among `workloads` (the
-    pending and running work of a GPU model: what came lately and what waits)."""
-    counts = Counter(demand(workload) for workload in workloads)
-    total = sum(counts.values())
-    return tuple((kind, count / total) for kind, count in sorted(counts.items()))
+def mixes(workloads: Iterable[Workload]) -> dict[str, Mix]:
+    """Per GPU model, the expected kinds of request (what a workload asks for, in eighths of a
+    GPU), weighted by how often they occur among `workloads` of the model (its pending and
+    running work: what came lately and what waits)."""
+    shapes = Counter(map(attrgetter("gpu_model", "slices", "gpus"), workloads))  # one pass, in C
+    counts: dict[str, Counter[int]] = {}
+    for (model, slices, gpus), count in shapes.items():
+        counts.setdefault(model, Counter())[slices or gpus * SLICES] += count
+    return {
+        model: tuple((kind, count / kinds.total()) for kind, count in sorted(kinds.items()))
+        for model, kinds in counts.items()
+    }
 
 
 def fragmentation(state: tuple[int, ...], mix: Mix) -> float:
@@ -84,7 +86,7 @@ class Shares:
     def __init__(self, running: Iterable[Workload], snapshot: Snapshot) -> None:
         self.policy = snapshot.share_placement
         self._workloads = snapshot.workloads
-        self._mixes: dict[str, Mix] = {}  # per GPU model, when first asked
+        self._mixes: dict[str, Mix] = {}  # per GPU model (`mixes`), when first asked
         self.free: dict[int, dict[int, int]] = {}  # node id -> GPU index -> free eighths
         for workload in running:
             for placement in workload.placements if workload.slices else ():
@@ -97,15 +99,14 @@ class Shares:
         self._active: bool | None = None  # whether the snapshot holds share work, when asked
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
-        self._rooms: dict[tuple[Pool, int | None], list] = {}  # see `_rooms_in`
+        self._rooms: dict[tuple[Pool, int | None], dict[int, list]] = {}  # see `_rooms_in`
+        self._most: int | None = None  # see `_most_room`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
-        mix = self._mixes.get(gpu_model)
-        if mix is None:
-            of_model = (w for w in self._workloads if w.gpu_model == gpu_model)
-            mix = self._mixes[gpu_model] = mix_of(of_model)
-        return mix
+        if not self._mixes:  # every model's at once: one pass over the work
+            self._mixes = mixes(self._workloads)
+        return self._mixes.get(gpu_model, ())
 
     def find(self, pool: Pool, workload: Workload) -> Placement:
         """The GPU the share job takes (takes nothing), or Inadmissible with the reason."""
@@ -167,15 +168,12 @@ class Shares:
             return ()
         model = workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
-        best = min(
-            nodes,
-            key=lambda n: (
-                self._whole_gradient(pool, n, count, model),
-                len(pool.free(n.id)),
-                n.name,
-            ),
+        *_, first = min(
+            (self._whole_gradient(pool, n, count, model), len(pool.free(n.id)), n.name, i)
+            for i, n in enumerate(nodes)
         )
-        return (Placement(best.id, tuple(sorted(pool.free(best.id))[:count])),)
+        best = nodes[first].id
+        return (Placement(best, tuple(sorted(pool.free(best))[:count])),)
 
     def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
         """Book the share job's eighths on its GPU (taking the GPU from the free ones if it was
@@ -184,29 +182,33 @@ class Shares:
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
         self._seen.clear()
-        self._rooms.clear()
+        self._most = None
         if placement.node_id not in self.free and pool in self._in_pool:
             self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
+        for (of_pool, tenant), rooms in self._rooms.items():
+            if of_pool is pool:  # a node new to shares goes last, as in `_nodes_in`
+                rooms[placement.node_id] = self._node_rooms(pool, placement.node_id, tenant)
 
     def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
         """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
         the workload's tenant may use: of a schedulable node, and on a single-tenant node only
-        beside its own tenant's work (`take` forgets them when the shares change)."""
-        key = (pool, workload.tenant)
+        beside its own tenant's work. Kept per node, and worked out again for a node only when
+        `take` changes its shares."""
+        key, tenant = (pool, workload.tenant), workload.tenant
         rooms = self._rooms.get(key)
-        if rooms is not None:
-            return rooms
-        rooms = self._rooms[key] = []
-        for node_id in self._nodes_in(pool):
-            node = pool.node(node_id)
-            if not node.schedulable:
-                continue
-            if node.single_tenant and node.tenant not in (None, workload.tenant):
-                continue
-            rooms += [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
-        return rooms
+        if rooms is None:
+            nodes = self._nodes_in(pool)
+            rooms = self._rooms[key] = {n: self._node_rooms(pool, n, tenant) for n in nodes}
+        return [room for node_rooms in rooms.values() for room in node_rooms]
+
+    def _node_rooms(self, pool: Pool, node_id: int, tenant: int | None) -> list:
+        """`_rooms_in` of one node."""
+        node = pool.node(node_id)
+        if not node.schedulable or (node.single_tenant and node.tenant not in (None, tenant)):
+            return []
+        return [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
@@ -219,7 +221,7 @@ class Shares:
             node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
                 nodes[node_id] = node
-        return sorted(nodes.values(), key=lambda node: node.name)
+        return sorted(nodes.values(), key=attrgetter("name"))
 
     def _seen_in(self, pool: Pool, workload: Workload) -> Seen:
         """What was worked out for the pool and the workload's tenant, afresh where the pool's
@@ -242,12 +244,18 @@ class Shares:
         try:
             [placement] = pool.find(workload, 1)
         except Inadmissible:
-            most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
-            share = f"{workload.slices}/{SLICES}"
+            share, most = f"{workload.slices}/{SLICES}", self._most_room()
             raise Inadmissible(
                 NO_SHARE_ROOM.format(model=workload.gpu_model, share=share, most=f"{most}/8")
             ) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
+
+    def _most_room(self) -> int:
+        """The most eighths free on a partly used GPU (worked out again once `take` changed
+        the shares)."""
+        if self._most is None:
+            self._most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
+        return self._most
 
     def _gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
         """How much taking `slices` eighths of GPU `index` grows the node's fragmentation: the

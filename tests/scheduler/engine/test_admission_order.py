@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler.engine import Pending, Workload, plan
-from scheduler.engine.ordering import queue_order
+from scheduler.engine.ordering import Heads, queue_order
+from scheduler.engine.quota import QuotaLedger
 from scheduler.engine.testing import make_cluster, make_queue, make_snapshot, make_workload, outcome
 
 nlp = make_queue("nlp", h800=1000)
@@ -99,3 +100,20 @@ def test_a_queue_runs_only_in_its_own_region() -> None:
     result = plan(snapshot, now=0.0)
     assert result.admissions == []
     assert result.pending == [Pending(1, "region cn-east has no H800 nodes", 1)]
+
+
+def test_a_queue_whose_first_must_borrow_hands_out_each_workload_within_its_quota_in_turn() -> None:
+    lender = make_queue("lender", cohort="c", h800=64)
+    queue = make_queue("q", cohort="c", h800=16)
+    sizes = {1: 24, 2: 24, 3: 8, 4: 24, 5: 8, 6: 8}
+    ledger = QuotaLedger([lender, queue])
+    heads = Heads(
+        ledger, [make_workload(i, queue, n, submitted_at=float(i)) for i, n in sizes.items()]
+    )
+    handed_out = []
+    while (head := heads.next()) is not None:
+        _, workload, fits = head
+        handed_out.append((workload.id, fits))
+        if fits:  # admitted: the queue uses its nominal quota up
+            ledger.charge(queue.id, "H800", workload.gpus)
+    assert handed_out == [(3, True), (5, True), (1, False), (2, False), (4, False), (6, False)]
