@@ -23,15 +23,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from scheduler.engine.capacity import (
-    DEPTH,
-    Pool,
-    describe,
-    domains_of,
-    levels_up_to,
-    plural,
-    widest_level,
-)
+from scheduler.engine.capacity import Pool
 from scheduler.engine.model import (
     Queue,
     ReclaimWithinCohort,
@@ -41,6 +33,14 @@ from scheduler.engine.model import (
 )
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.quota import QuotaLedger
+from scheduler.engine.topology import (
+    DEPTH,
+    describe,
+    domains_of,
+    levels_up_to,
+    plural,
+    widest_level,
+)
 from scheduler.words import HOURS, MINUTES, SECONDS, phrase
 
 MAX_PER_POOL = 4

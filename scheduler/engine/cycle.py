@@ -21,7 +21,7 @@ from typing import Protocol
 
 from scheduler.engine.backfill import MAX_PER_POOL, Hold, KeptOut, may_backfill, reserve
 from scheduler.engine.budget import BudgetLedger
-from scheduler.engine.capacity import DEPTH, Capacity, NodeIndex, Pool, widest_level
+from scheduler.engine.capacity import Capacity, NodeIndex, Pool
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import (
     awaited_reason,
@@ -57,6 +57,7 @@ from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.engine.resizing import Resizing
 from scheduler.engine.shares import Shares
 from scheduler.engine.stopping import stopping_room
+from scheduler.engine.topology import DEPTH, widest_level
 from scheduler.words import AND_SO, phrase
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from scheduler.engine.capacity import Domain, Pool
+from scheduler.engine.capacity import Pool
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Node, Placement, Workload
+from scheduler.engine.topology import Domain
 
 Moves = list[tuple[Workload, Placement]]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from scheduler.engine.capacity import describe, plural
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
+from scheduler.engine.topology import describe, plural
 from scheduler.parallelism import PREDICTION_ERROR
 from scheduler.words import AND_SO, HOURS, phrase
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from scheduler.engine.capacity import Domain
 from scheduler.engine.model import Queue, TopologyLevel, Workload
+from scheduler.engine.topology import Domain
 
 
 class MoveKind(IntEnum):

@@ -64,7 +64,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from scheduler.engine.capacity import DEPTH, Domain, Pool, levels_up_to, widest_level
+from scheduler.engine.capacity import Pool
 from scheduler.engine.model import (
     FairSharing,
     Queue,
@@ -83,6 +83,7 @@ from scheduler.engine.stopping import (
     releasing_move,
     stopping_moves,
 )
+from scheduler.engine.topology import DEPTH, Domain, levels_up_to, widest_level
 from scheduler.engine.trial import Trial, freed_at_least, minimise
 
 # Victim searches that find no room a queue may run per cycle. This bounds a cycle's cost; the

@@ -11,11 +11,12 @@ from collections import defaultdict
 from dataclasses import replace
 
 from scheduler.engine.budget import seconds_left
-from scheduler.engine.capacity import Domain, Pool, widest_level
+from scheduler.engine.capacity import Pool
 from scheduler.engine.defrag import MOVES_PER_CYCLE, empty_nodes
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import defrag_reason, defragged_reason, grow_reason, move_reason
 from scheduler.engine.model import Grow, Move, Queue, Workload
+from scheduler.engine.topology import Domain, widest_level
 
 # A running workload moves to another GPU model only where it runs at least this much faster:
 # the move restarts it from a save, minutes of a large job's time.
