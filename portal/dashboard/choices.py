@@ -23,16 +23,22 @@ def _gpus(nodes) -> Counter:
 
 
 def free_now() -> Counter:
-    """GPUs free now per (region id, GPU model): on ready nodes kept for ordinary work."""
+    """Whole GPUs free now per (region id, GPU model): on ready nodes kept for ordinary work."""
     nodes = Node.objects.filter(health=Health.READY, spare=False)
     free = _gpus(nodes)
-    held = (
-        Allocation.objects.filter(node__in=nodes)
+    booked = Allocation.objects.filter(node__in=nodes)
+    whole = (
+        booked.filter(slices=0)
         .values_list(f"node__{REGION}", "node__gpu_model__name")
         .annotate(n=Count("id"))
         .order_by()
     )
-    free.subtract({(region, model): n for region, model, n in held})
+    free.subtract({(region, model): n for region, model, n in whole})
+    # A GPU that shares or MIG instances hold is not free, however many of them it holds.
+    shared = booked.filter(slices__gt=0).values_list(
+        f"node__{REGION}", "node__gpu_model__name", "node_id", "gpu_index"
+    )
+    free.subtract(Counter((region, model) for region, model, *_ in set(shared)))
     return free
 
 

@@ -80,6 +80,20 @@ def test_the_submit_form_as_it_stands(request, who, h20_first, client):
     assert (job.queue, job.gpu_model.name, job.topology) == (h20_first, "H20", Topology.ANY)
 
 
+def test_a_gpu_that_shares_hold_counts_once_as_not_free(h20_first, cluster, bob, client):
+    """Two quarter shares on one H20 and a whole H20 of another node: 2 of 32 not free."""
+    from portal.workloads.models import Allocation
+    from tests.builders import make_workload
+
+    h20 = [node for node in cluster if node.gpu_model.name == "H20"]
+    for name, node, slices in (("q1", h20[0], 2), ("q2", h20[0], 2), ("w", h20[1], 0)):
+        job = make_workload(h20_first, name, gpus=1, model="H20", slices=slices)
+        Allocation.objects.create(workload=job, node=node, gpu_index=0, slices=slices)
+    client.force_login(bob)
+    form = Form(client.get("/workloads/new/").content.decode(), "grid")
+    assert form.labels["gpu_model"] == ["H20: 14 of 16 left in quota, 30 free now"]  # whole
+
+
 def test_the_service_form_as_it_stands(h20_first, bob, client):
     client.force_login(bob)
     page = client.get("/services/").content.decode()
