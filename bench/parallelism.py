@@ -86,12 +86,13 @@ def validation(rows=PUBLISHED, fit: Fit = FIT, gpus=GPUS) -> list[tuple[Publishe
 
 
 def loss(rows, fit: Fit, gpus) -> float:
-    """Mean absolute log error (a miss by a factor weighs the same either way), each source
-    weighing the same however many runs it publishes."""
+    """Root mean square log error (a miss by a factor weighs the same either way, and a large
+    miss more than several small ones: the goal bounds the largest error as well as the mean),
+    each source weighing the same however many runs it publishes."""
     by_source: dict[str, list[float]] = {}
     for row, published, predicted in validation(rows, fit, gpus):
-        by_source.setdefault(row.source, []).append(abs(math.log(predicted / published)))
-    return statistics.mean(statistics.mean(errors) for errors in by_source.values())
+        by_source.setdefault(row.source, []).append(math.log(predicted / published) ** 2)
+    return math.sqrt(statistics.mean(statistics.mean(errors) for errors in by_source.values()))
 
 
 def constants(values: dict[str, float]) -> tuple[Fit, dict[str, Gpu]]:

@@ -204,7 +204,7 @@ class Gpu:
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
+        Gpu("A100", 80, 312, 2039, 300, 25, 0.69),
         Gpu("H100", 80, 989, 3350, 450, 50, 0.72),
         Gpu("H800", 80, 989, 3350, 200, 50, 0.72),
         Gpu("H20", 96, 148, 4000, 450, 50, 0.72),
@@ -323,21 +323,21 @@ class Fit:
     8 sources (`python -m bench.parallelism` fits them, and scores them on each source left
     out), shared by every GPU type."""
 
-    elementwise_passes: float = 1.24  # element-wise kernels move the stored activations so often
-    attention_efficiency: float = 0.71  # the attention core's share of the GEMM rate
+    elementwise_passes: float = 1.33  # element-wise kernels move the stored activations so often
+    attention_efficiency: float = 0.97  # the attention core's share of the GEMM rate
     link_efficiency: float = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
     # Every rank waits for the slowest at each data-parallel collective: the share of compute
     # lost per doubling of the nodes the reduction spans (stragglers, jitter, congestion).
-    straggler: float = 0.024
+    straggler: float = 0.022
     # What an iteration costs beyond its micro-batches: the optimizer's kernel launches, the
     # gradient norm's all-reduce, the data loader and logging, once an iteration.
-    iteration_overhead_s: float = 0.114
+    iteration_overhead_s: float = 0.142
 
 
 FIT = Fit()
 # How far a prediction may be off: the mean |error| on published runs of sources left out of the
 # fit (`bench.parallelism`), said beside every predicted time.
-PREDICTION_ERROR = 0.058
+PREDICTION_ERROR = 0.049
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 

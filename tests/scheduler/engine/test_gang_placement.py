@@ -257,11 +257,11 @@ def test_a_grow_says_why() -> None:
 
 
 def test_a_grow_whose_gain_is_within_the_planners_error_says_so() -> None:
-    """Twice the GPUs for 5 % more throughput: the planner's curve is no surer than that."""
-    workload = elastic(1, on(N1), on(N2), most=32, throughput=((16, 100.0), (32, 105.0)))
+    """Twice the GPUs for 4 % more throughput: the planner's curve is no surer than that."""
+    workload = elastic(1, on(N1), on(N2), most=32, throughput=((16, 100.0), (32, 104.0)))
     (grow,) = plan(make_snapshot(LEAF, [nlp], [workload]), now=1000.0).grows
     assert grow.reason == (
-        "grown from 16 to 32 GPUs, 5% more throughput, less than the planner's error of "
+        "grown from 16 to 32 GPUs, 4% more throughput, less than the planner's error of "
         f"{PREDICTION_ERROR:.0%}: they were free and no work waits for H800 GPUs"
     )
 
