@@ -5,7 +5,8 @@ models when another queue is chosen, `static/js/queue_choices.js`)."""
 
 from collections import Counter, defaultdict
 
-from django.db.models import Count, Sum
+from django.db.models import CharField, Count, Q, Sum, Value
+from django.db.models.functions import Concat
 from django.utils.translation import gettext as _
 
 from portal.cluster.choices import Health
@@ -26,19 +27,18 @@ def free_now() -> Counter:
     """Whole GPUs free now per (region id, GPU model): on ready nodes kept for ordinary work."""
     nodes = Node.objects.filter(health=Health.READY, spare=False)
     free = _gpus(nodes)
-    booked = Allocation.objects.filter(node__in=nodes)
-    whole = (
-        booked.filter(slices=0)
+    # A GPU that shares or MIG instances hold is not free, however many of them it holds.
+    gpu = Concat("node_id", Value(":"), "gpu_index", output_field=CharField())
+    held = (
+        Allocation.objects.filter(node__in=nodes)
         .values_list(f"node__{REGION}", "node__gpu_model__name")
-        .annotate(n=Count("id"))
+        .annotate(
+            whole=Count("id", filter=Q(slices=0)),
+            shared=Count(gpu, filter=Q(slices__gt=0), distinct=True),
+        )
         .order_by()
     )
-    free.subtract({(region, model): n for region, model, n in whole})
-    # A GPU that shares or MIG instances hold is not free, however many of them it holds.
-    shared = booked.filter(slices__gt=0).values_list(
-        f"node__{REGION}", "node__gpu_model__name", "node_id", "gpu_index"
-    )
-    free.subtract(Counter((region, model) for region, model, *_ in set(shared)))
+    free.subtract({(region, model): whole + shared for region, model, whole, shared in held})
     return free
 
 
