@@ -59,6 +59,7 @@ def refresh(now=None) -> int:
         if (workload.estimated_start, workload.estimated_start_p90) != (start, p90):
             workload.estimated_start, workload.estimated_start_p90 = start, p90
             changed.append(workload)
+    changed.sort(key=lambda workload: workload.pk)  # rows locked in id order, as others do
     Workload.objects.bulk_update(changed, ["estimated_start", "estimated_start_p90"])
     _announce(changed)
     stale = Workload.objects.exclude(state=State.PENDING).exclude(estimated_start=None)

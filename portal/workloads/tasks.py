@@ -1,5 +1,7 @@
 from celery import shared_task
+from django.db import OperationalError
 from django.utils import timezone
+from psycopg.errors import DeadlockDetected
 
 from portal.workloads import (
     budgets,
@@ -21,12 +23,19 @@ def run_cycle() -> None:
         run_cycle.delay()
 
 
-@shared_task(acks_late=True, soft_time_limit=30)
-def advance_recovery(recovery_id: int) -> None:
+@shared_task(bind=True, acks_late=True, soft_time_limit=30, max_retries=5)
+def advance_recovery(self, recovery_id: int) -> None:
     """Move a recovery on. One that waits for a save is woken by the answers, or by this
     task again when its grace ends. (acks_late: a worker that dies mid-step leaves the message
-    to be delivered again.)"""
-    if (grace_ends := recovery.advance(recovery_id)) is not None:
+    to be delivered again.) A step PostgreSQL rolled back to break a deadlock is tried again
+    at once, rather than left for `resume_recoveries` while the job waits."""
+    try:
+        grace_ends = recovery.advance(recovery_id)
+    except OperationalError as error:
+        if not isinstance(error.__cause__, DeadlockDetected):
+            raise
+        raise self.retry(exc=error, countdown=0.1 * (self.request.retries + 1)) from None
+    if grace_ends is not None:
         wait = (grace_ends - timezone.now()).total_seconds()
         advance_recovery.apply_async((recovery_id,), countdown=max(0.0, wait) + 0.05)
 

@@ -364,3 +364,32 @@ def test_a_node_lost_while_the_job_saves_joins_the_lost_ones(acme_llm):
     record_fault(third, faults.lookup("heartbeat-loss"))
     current.refresh_from_db()
     assert sorted(current.lost_nodes) == sorted([lost, third]) and workload.recoveries.count() == 1
+
+
+def test_a_step_rolled_back_to_break_a_deadlock_is_tried_again_at_once(acme_llm, monkeypatch):
+    """PostgreSQL aborts one of two deadlocked transactions and asks for a retry: the task
+    tries the step again at once (here run eagerly) rather than leaving the job to wait for
+    `resume_recoveries`. (The deadlock is raised by hand: two real ones cannot be timed here.)"""
+    from django.db import OperationalError
+    from psycopg.errors import DeadlockDetected
+
+    from portal.workloads.tasks import advance_recovery
+
+    workload, (master, lost) = running_job(acme_llm)
+    spare = spare_in_pod_of(lost)
+    record_fault(lost, XID_79)
+    rec = Recovery.objects.get(workload=workload)
+    calls, advance = [], recovery.advance
+
+    def deadlocked_once(recovery_id):
+        calls.append(recovery_id)
+        if len(calls) == 1:
+            raise OperationalError("deadlock detected") from DeadlockDetected()
+        return advance(recovery_id)
+
+    monkeypatch.setattr(recovery, "advance", deadlocked_once)
+    advance_recovery.apply(args=(rec.pk,))
+    assert len(calls) >= 2
+    workload.refresh_from_db()
+    assert workload.attempt == 1
+    assert set(workload.allocations.values_list("node_id", flat=True)) == {master, spare.pk}
