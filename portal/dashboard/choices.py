@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 
 from django.db.models import CharField, Count, Q, Sum, Value
 from django.db.models.functions import Concat
+from django.template.defaultfilters import floatformat
 from django.utils.translation import gettext as _
 
 from portal.cluster.choices import Health
@@ -90,10 +91,10 @@ def queue_choices(queues, quota_request: bool = False) -> dict:
         else:
             models = sorted(quotas, key=lambda model: (-quotas[model], model))
             labels = [
-                _("%(model)s: %(left)d of %(quota)d left in quota, %(free)d free now")
+                _("%(model)s: %(left)s of %(quota)d left in quota, %(free)d free now")
                 % {
                     "model": model,
-                    "left": max(0, quotas[model] - held[queue.pk, model]),
+                    "left": floatformat(max(0, quotas[model] - held[queue.pk, model]), "-2"),
                     "quota": quotas[model],
                     "free": max(0, free[queue.region_id, model]),
                 }

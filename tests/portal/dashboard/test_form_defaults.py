@@ -81,7 +81,8 @@ def test_the_submit_form_as_it_stands(request, who, h20_first, client):
 
 
 def test_a_gpu_that_shares_hold_counts_once_as_not_free(h20_first, cluster, bob, client):
-    """Two quarter shares on one H20 and a whole H20 of another node: 2 of 32 not free."""
+    """Two quarter shares on one H20 and a whole H20 of another node: 2 of 32 not free, and
+    1.5 of the quota held (a share charges its part of a GPU)."""
     from portal.workloads.models import Allocation
     from tests.builders import make_workload
 
@@ -91,7 +92,7 @@ def test_a_gpu_that_shares_hold_counts_once_as_not_free(h20_first, cluster, bob,
         Allocation.objects.create(workload=job, node=node, gpu_index=0, slices=slices)
     client.force_login(bob)
     form = Form(client.get("/workloads/new/").content.decode(), "grid")
-    assert form.labels["gpu_model"] == ["H20: 14 of 16 left in quota, 30 free now"]  # whole
+    assert form.labels["gpu_model"] == ["H20: 14.50 of 16 left in quota, 30 free now"]
 
 
 def test_the_service_form_as_it_stands(h20_first, bob, client):
