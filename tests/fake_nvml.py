@@ -296,6 +296,8 @@ class FakeNvml(types.ModuleType):
             raise self.NVMLError_NotSupported()
         if self.processes.get(handle.index):
             raise self.NVMLError_InUse()
+        if not mode and self.gpu_instances.get(handle.index):
+            raise self.NVMLError_InUse()  # MIG's GPU instances are destroyed before it goes off
         self.mig_mode[handle.index] = (mode, mode)  # at once on an idle Hopper GPU
         self._changed(f"GPU {handle.index}: MIG mode {'on' if mode else 'off'}")
         return 0  # NVML_SUCCESS

@@ -432,6 +432,12 @@ class Machine(Protocol):
         room and none of its MIG devices is in use. ValueError saying why where none can be."""
         ...
 
+    def mig_off(self, index: int) -> None:
+        """GPU `index` out of MIG mode for a whole-GPU job or a share, its idle MIG devices
+        destroyed; nothing where MIG is off or the GPU has none. ValueError saying why where a
+        device is in use or only a GPU reset would turn it off."""
+        ...
+
     def check(self) -> str:
         """A node's health check of its GPUs (slow: seconds): a line of what passed, or
         NodeFault / RuntimeError saying what failed."""

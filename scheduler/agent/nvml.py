@@ -22,6 +22,8 @@
   `nvmlGpuInstanceCreateComputeInstance`); where the GPU has no room for it and none of its
   MIG devices is in use, the GPU is re-sliced: each device's compute and GPU instance destroyed
   (`nvmlComputeInstanceDestroy`, `nvmlGpuInstanceDestroy`), then the instance created.
+- MIG, turned off when a whole-GPU job or a share starts on a GPU in MIG mode (`mig_off`): its
+  devices, none in use, are destroyed and the mode set off.
 
 Without NVML (the package not installed, no driver, no GPU) `NvmlMachine()` raises
 `NvmlUnavailable` naming the cause; the agent refuses to start rather than pretend.
@@ -184,6 +186,26 @@ class NvmlMachine:
             return self._create_mig(handle, profile)
         except nvml.NVMLError as exc:
             raise ValueError(f"GPU {index}: cannot set up a {profile} MIG device: {exc}") from None
+
+    def mig_off(self, index: int) -> None:
+        """GPU `index` out of MIG mode: its MIG devices destroyed (none may be in use) and the
+        mode set off (`nvmlDeviceSetMigMode`); nothing where it is off or NotSupported."""
+        nvml, handle = self._nvml, self._handles[index]
+        try:
+            if nvml.nvmlDeviceGetMigMode(handle)[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+                return
+        except nvml.NVMLError_NotSupported:
+            return
+        try:
+            if any(device.in_use for device in self._mig_devices(handle)):
+                raise ValueError(f"GPU {index} is in MIG mode and one of its MIG devices is in use")
+            self._destroy_mig(handle)
+            nvml.nvmlDeviceSetMigMode(handle, nvml.NVML_DEVICE_MIG_DISABLE)
+            logger.info("GPU %s: MIG mode set off", index)
+            if nvml.nvmlDeviceGetMigMode(handle)[0] != nvml.NVML_DEVICE_MIG_DISABLE:
+                raise ValueError(f"GPU {index}: MIG mode is off only after a GPU reset")
+        except nvml.NVMLError as exc:
+            raise ValueError(f"GPU {index}: cannot turn MIG mode off: {exc}") from None
 
     def _mig_on(self, index: int, handle: Any) -> None:
         nvml, on = self._nvml, self._nvml.NVML_DEVICE_MIG_ENABLE

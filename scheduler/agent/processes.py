@@ -498,8 +498,11 @@ class ProcessBackend:
 
     def _mig_device(self, assignment: Assignment) -> str:
         """A MIG job's MIG device (its UUID), set up on its GPU by the machine, beside those
-        this agent's running jobs hold; "" for any other job."""
+        this agent's running jobs hold; "" for any other job, its GPUs out of MIG mode (the
+        engine gives one in MIG mode to other work only while no MIG job waits for it)."""
         if not assignment.mig:
+            for index in assignment.gpu_indices:
+                self._machine.mig_off(index)
             return ""
         taken = {p.mig for p in self._procs.values() if p.mig and p.process.returncode is None}
         [index] = assignment.gpu_indices

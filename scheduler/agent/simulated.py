@@ -23,8 +23,10 @@ The last two groups are for the control plane to notice (missed heartbeats, step
 agent reports no event for them.
 
 With `mig`, a node of a model that has MIG (`scheduler.mig.has_mig`) reports every GPU in MIG
-mode, sliced as `SIMULATED_MIG` (3g, 2g and two 1g); a simulated workload holds its GPUs
-whole, so all of a busy GPU's MIG devices are in use. Without it (the default) no GPU reports MIG.
+mode, sliced as `SIMULATED_MIG` (3g, 2g and two 1g), until a whole-GPU job or a share starts
+on it: MIG is off on that GPU from then on, as the agent turns it off. A simulated MIG job
+holds its GPU whole, so all of its MIG devices are in use. Without `mig` (the default) no GPU
+reports MIG.
 
 Simulated workloads honour the checkpoint contract's variables in their assignment's env:
 `WANKA_CHECKPOINT_INTERVAL_S` (simulated seconds between periodic saves) and
@@ -105,6 +107,7 @@ class _GpuState:
     ecc_dbe: int = 0
     retired_pages: int = 0
     lost: bool = False  # fell off the bus
+    mig_off: bool = False  # MIG turned off for a whole-GPU job, on a node simulated with MIG
 
 
 class SimulatedGpus:
@@ -167,6 +170,10 @@ class SimulatedGpus:
         """Simulated GPUs are not sliced: a MIG job needs NVML (the nvml backend)."""
         raise ValueError(f"simulated GPUs have no {profile} MIG devices to run on")
 
+    def mig_off(self, index: int) -> None:
+        """GPU `index` reports MIG off from now on (its simulated devices are never in use)."""
+        self._state[index].mig_off = True
+
     def check(self) -> str:
         """Every simulated GPU is still on the bus."""
         for gpu in self._inventory.gpus:
@@ -226,7 +233,7 @@ class SimulatedGpus:
             state.ecc_sbe,
             state.ecc_dbe,
             state.retired_pages,
-            mig=self._mig_layout(gpu, busy) if self._mig else None,
+            mig=self._mig_layout(gpu, busy) if self._mig and not state.mig_off else None,
         )
 
     def _mig_layout(self, gpu: GpuInfo, busy: bool) -> MigLayout:
@@ -328,8 +335,11 @@ class SimulatedBackend:
         self._gpus.subscribe(listener)
 
     async def start(self, assignment: Assignment) -> None:
-        """Start a timer standing in for the workload's process."""
+        """Start a timer standing in for the workload's process (on a GPU in MIG mode, MIG
+        turned off first, as the agent does for a whole-GPU job or a share)."""
         self._check_startable(assignment)
+        for index in assignment.gpu_indices if not assignment.mig else ():
+            self._gpus.mig_off(index)
         loop = asyncio.get_running_loop()
         workload = _SimWorkload(
             assignment,

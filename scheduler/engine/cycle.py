@@ -224,7 +224,7 @@ class Cycle(Resizing):
         # Share and MIG jobs are never preempted: stopping one frees part of a GPU, no whole one.
         self.occupancy.add_running(w for w in running if not w.fraction)
         self.shares = Shares(running, snapshot)
-        self.mig = MigInstances(running, snapshot)
+        self.mig = MigInstances(running, self.pending, snapshot)
         self.capacity.take(Placement(node_id, (index,)) for node_id, index in self.mig.spare)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
         charges: dict[tuple[int, str], int] = {}

@@ -3,9 +3,10 @@
 A MIG job (`Workload.mig`) takes one MIG instance of one GPU of a model with MIG. The snapshot
 holds each GPU's MIG instances now (`Snapshot.mig_layouts`); running MIG jobs hold some of them.
 A GPU holding MIG jobs is not free to other work (the snapshot lists it as taken, like any held
-GPU), nor is a free GPU in MIG mode (`spare`): no whole-GPU job or share could use it as it is,
-so the cycle takes it out of its pool for MIG jobs alone. A MIG job goes, in this order of
-preference, to:
+GPU). A free GPU in MIG mode (`spare`) is kept for MIG jobs alone while one of its model waits:
+the cycle takes it out of its pool. Where none waits it is free to any work, and the agent turns
+MIG off on it when a whole-GPU job or a share starts there (`Machine.mig_off`), so a GPU once
+sliced does not stay lost to whole-GPU work. A MIG job goes, in this order of preference, to:
 
 1. an idle instance of its profile (the layout stays as it is);
 2. a GPU holding MIG jobs whose free slots can take one more instance of its profile (one is
@@ -41,7 +42,9 @@ Gpu = tuple[int, int]  # (node id, GPU index)
 class MigInstances:
     """The GPUs in MIG mode of the cycle, the instances held on them, and where MIG jobs go."""
 
-    def __init__(self, running: Iterable[Workload], snapshot: Snapshot) -> None:
+    def __init__(
+        self, running: Iterable[Workload], waiting: Iterable[Workload], snapshot: Snapshot
+    ) -> None:
         self.profiles = snapshot.mig_profiles
         self.layouts: dict[Gpu, tuple[str, ...]] = dict(snapshot.mig_layouts)
         self.held: defaultdict[Gpu, list[str]] = defaultdict(list)
@@ -55,8 +58,13 @@ class MigInstances:
                 gpu = (placement.node_id, placement.gpu_indices[0])
                 self.held[gpu].append(workload.mig)
                 models[gpu] = workload.gpu_model
-        # The free GPUs in MIG mode, kept for MIG jobs (the cycle takes them from its pools).
-        self.spare: set[Gpu] = set(self.layouts) - busy
+        # The free GPUs in MIG mode of the models MIG jobs wait for, kept for them (the cycle
+        # takes them from its pools); the others are free to any work.
+        wanted = {workload.gpu_model for workload in waiting if workload.mig}
+        model_of = {node.id: node.gpu_model for node in snapshot.nodes} if wanted else {}
+        self.spare: set[Gpu] = {
+            gpu for gpu in set(self.layouts) - busy if model_of.get(gpu[0]) in wanted
+        }
         for gpu, model in models.items():
             self._catch_up(gpu, self.profiles.get(model, {}))
 

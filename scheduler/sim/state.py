@@ -3,7 +3,8 @@
 GPUs in MIG mode keep their instances (`Allocations.layouts`) as a real GPU does: a MIG job
 takes an idle instance of its profile, else one added beside the others, else the GPU is
 re-sliced to it, as the agent does (`Machine.mig_instance`); a GPU with an instance in use is
-never re-sliced. Instances stay after their job ends, until the GPU is re-sliced.
+never re-sliced. Instances stay after their job ends, until the GPU is re-sliced, or until a
+whole-GPU job or a share takes it and MIG is turned off on it (`Machine.mig_off`).
 
 Node and workload objects are frozen, so they are rebuilt only when they change: a node when
 GPUs on it are taken or given back, a workload when its job starts, stops, shrinks or completes
@@ -61,6 +62,13 @@ class Allocations:
         if mig:
             self._take_instance(placements, owner, mig)
             return
+        placements = list(placements)
+        self._take_gpus(placements, owner)
+        for placement in placements if self.layouts else ():  # MIG turned off on them
+            for index in placement.gpu_indices:
+                self.layouts.pop((placement.node_id, index), None)
+
+    def _take_gpus(self, placements: Iterable[Placement], owner: int) -> None:
         for placement in placements:
             free = self.free.get(placement.node_id)
             wanted = set(placement.gpu_indices)
@@ -93,7 +101,7 @@ class Allocations:
         gpu = (placement.node_id, placement.gpu_indices[0])
         holders = self.instances.get(gpu)
         if holders is None:
-            self.take([placement], owner)
+            self._take_gpus([placement], owner)
             holders = self.instances[gpu] = {}
         layout = self.layouts.get(gpu, ())
         idle = list(layout)

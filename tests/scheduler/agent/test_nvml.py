@@ -373,6 +373,52 @@ def test_an_idle_gpu_without_room_is_re_sliced() -> None:
     machine.close()
 
 
+def test_mig_is_turned_off_for_whole_gpu_work_where_no_device_is_in_use() -> None:
+    """GPU 5's idle 7g.141gb is destroyed and MIG set off; GPU 0, its 3g.71gb computing, is
+    refused and left as it is; GPU 3, MIG off already, and a GPU without MIG are left alone."""
+    nvml = sliced_h200(FakeNvml())
+    nvml.mig_mode[5] = (1, 1)
+    nvml.add_mig_device(5, 0, "MIG-whole", 4, 0, [])
+    machine = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    machine.mig_off(5)
+    assert nvml.changes == [
+        "GPU 5: MIG device 7g.141gb destroyed",
+        "GPU 5: GPU instance 7g.141gb destroyed",
+        "GPU 5: MIG mode off",
+    ]
+    assert [s.mig for s in machine.telemetry(()) if s.index == 5] == [None]
+    with pytest.raises(ValueError, match="GPU 0 is in MIG mode and one of its MIG devices is in"):
+        machine.mig_off(0)
+    machine.mig_off(3)
+    assert len(nvml.changes) == 3
+    machine.close()
+    nvml = FakeNvml()
+    nvml.has_mig = False
+    plain = NvmlMachine("gpu-node-17", LABELS, nvml=nvml)
+    plain.mig_off(0)
+    plain.close()
+
+
+def test_a_whole_gpu_job_turns_mig_off_on_its_gpus(tmp_path: Path) -> None:
+    """The processes backend starts a whole-GPU job on GPUs 2 and 5 (5 in MIG mode, idle):
+    MIG goes off on GPU 5 first, and the job sees both GPUs."""
+    nvml = FakeNvml()
+    nvml.mig_mode = {5: (1, 1)}
+    nvml.add_mig_device(5, 0, "MIG-whole", 4, 0, [])
+    backend = ProcessBackend(NvmlMachine("gpu-node-17", LABELS, nvml=nvml), tmp_path)
+    says = f"{sys.executable} -c \"import os; print(os.environ['CUDA_VISIBLE_DEVICES'])\""
+    assignment = Assignment(workload_id=8, gpu_indices=(2, 5), command=says)
+
+    async def run() -> str:
+        await backend.start(assignment)
+        await backend.wait(8)
+        return "\n".join(backend.output(8, 0, 1000).lines)
+
+    assert asyncio.run(run()).strip() == "2,5"
+    assert nvml.changes[-1] == "GPU 5: MIG mode off" and nvml.mig_mode[5] == (0, 0)
+    backend.close()
+
+
 def test_a_mig_job_runs_on_its_mig_device(tmp_path: Path) -> None:
     """The processes backend gives a MIG job its MIG device's UUID in CUDA_VISIBLE_DEVICES."""
     nvml = FakeNvml()

@@ -119,22 +119,37 @@ def test_a_gpu_held_whole_is_not_taken_even_in_mig_mode() -> None:
     assert "no H800 GPU is free" in outcome(plan(snapshot, NOW), snapshot)[2]
 
 
-def test_a_free_gpu_in_mig_mode_is_kept_for_mig_jobs() -> None:
-    """GPU 0 is in MIG mode with idle instances, GPU 1 is not: a one-GPU job and a share take
-    GPU 1 (no process could use GPU 0 whole as it is), a MIG job GPU 0; a two-GPU job waits."""
+def test_a_free_gpu_in_mig_mode_is_kept_for_mig_jobs_while_one_waits() -> None:
+    """GPU 0 is in MIG mode with idle instances, GPU 1 is not. While a MIG job of the model
+    waits, GPU 0 is kept for it: a one-GPU job and a share take GPU 1, the MIG job GPU 0, and a
+    two-GPU job waits."""
     queue = make_queue("acme", h800=8)
     [node] = make_cluster(nodes=1, gpus=2)
     layouts = {(1, 0): ("3g.40gb", "3g.40gb")}
-    whole = workload(1, queue, 1)
-    share = workload(2, queue, 1, slices=2)
-    for job in (whole, share):
-        [admission] = plan(snapshot_with([node], [queue], [job], layouts), NOW).admissions
-        assert admission.placements == (on(node, 1),)
-    jobs = [whole, mig(3, queue, "3g.40gb")]
+    for job in (workload(1, queue, 1), workload(2, queue, 1, slices=2)):
+        jobs = [job, mig(3, queue, "3g.40gb")]
+        placed = plan(snapshot_with([node], [queue], jobs, layouts), NOW).admissions
+        assert {a.workload_id: a.placements for a in placed} == {
+            job.id: (on(node, 1),),
+            3: (on(node, 0),),
+        }
+    jobs = [workload(4, queue, 2), mig(3, queue, "3g.40gb", priority=-1)]
     placed = plan(snapshot_with([node], [queue], jobs, layouts), NOW).admissions
-    assert {a.workload_id: a.placements for a in placed} == {1: (on(node, 1),), 3: (on(node, 0),)}
-    two = workload(4, queue, 2)
-    assert not plan(snapshot_with([node], [queue], [two], layouts), NOW).admissions
+    assert [a.workload_id for a in placed] == [3]
+
+
+def test_a_free_gpu_in_mig_mode_is_free_to_any_work_while_no_mig_job_waits() -> None:
+    """No MIG job waits: the GPU in MIG mode is free like any other (its agent turns MIG off
+    when the job starts), so a two-GPU job runs on the node; a GPU whose instances are in use
+    stays MIG's."""
+    queue = make_queue("acme", h800=8)
+    [node] = make_cluster(nodes=1, gpus=2)
+    [admission] = plan(
+        snapshot_with([node], [queue], [workload(1, queue, 2)], {(1, 0): ("3g.40gb",)}), NOW
+    ).admissions
+    assert admission.placements == (on(node, 0, 1),)
+    busy = [mig(2, queue, "3g.40gb", on(node, 0)), workload(1, queue, 2)]
+    assert not plan(snapshot_with([node], [queue], busy, {(1, 0): ("3g.40gb",)}), NOW).admissions
 
 
 def test_a_profile_the_model_lacks_waits_and_takes_nothing() -> None:

@@ -107,6 +107,32 @@ def test_allocations_refuse_to_re_slice_a_gpu_in_use() -> None:
     assert allocations.layouts[1, 0] == ("7g.80gb",)
 
 
+def test_a_whole_gpu_job_turns_mig_off_on_the_gpu_it_takes() -> None:
+    """The MIG job's instance stays when it ends; with no MIG job waiting, a one-GPU job may
+    then take that GPU, and MIG is turned off on it (its layout gone); a MIG job after it
+    slices it again."""
+    trace = [
+        mig_job(2, 0.0, 100.0, "1g.10gb"),
+        TraceJob(3, 200.0, 1, "H800", 100.0, "a"),
+        mig_job(4, 400.0, 100.0, "3g.40gb"),
+    ]
+    sim, starts, layouts = run(trace)
+    assert [layout for _, layout in layouts] == [(), ("1g.10gb",), (), ("3g.40gb",)]
+    assert [now for now, _ in layouts[2:]] == [200.0, 400.0]
+    assert {o.id: o.status for o in sim.recorder.outcomes} == dict.fromkeys(range(1, 5), "finished")
+
+
+def test_allocations_turn_mig_off_for_whole_gpus_and_shares() -> None:
+    allocations = Allocations(cluster(leaves=1, nodes=1))
+    allocations.take([Placement(1, (0,))], 2, mig="4g.40gb")
+    allocations.take([Placement(1, (1,))], 3, mig="1g.10gb")
+    allocations.give([Placement(1, (0,))], 2)
+    allocations.give([Placement(1, (1,))], 3)
+    allocations.take([Placement(1, (0, 2))], 4)
+    allocations.take([Placement(1, (1,))], 5, slices=2)
+    assert allocations.layouts == {}
+
+
 @pytest.mark.parametrize(
     ("row", "error"),
     [
