@@ -103,7 +103,8 @@ def mig_set(state_dir: Path) -> dict:
     (the processes backend on the NVML machine): NVML turns MIG on where it is off and creates
     the instance, re-slicing the GPU where it has no room and no MIG device is in use. The job
     must see its MIG device, compute on it, and have no more than its slice's memory. A GPU 0
-    whose MIG was off is given back with MIG off (`nvidia-smi`); one that had MIG keeps the new
+    whose MIG was off is given back with MIG off as the agent turns it off for whole-GPU work
+    (`Machine.mig_off`), which must leave it reporting no MIG; one that had MIG keeps the new
     instance. Skipped (and passed) on a GPU model without MIG; fails where a process uses GPU 0."""
     try:
         machine = NvmlMachine(socket.gethostname())
@@ -120,29 +121,33 @@ def mig_set(state_dir: Path) -> dict:
     was_on = machine.telemetry(busy=())[0].mig is not None
     profile = next(iter(named))
     say(f"MIG: a {profile} job on GPU 0 (MIG {'on' if was_on else 'off'} before)")
+    off = None
     try:
         seen = asyncio.run(_mig_job(machine, state_dir, profile))
         layout = machine.telemetry(busy=())[0].mig
     finally:
-        machine.close()
         if not was_on:
-            _mig_off()
+            off = _mig_off(machine)
+        machine.close()
+    if off is False:
+        fail("MIG is still on on GPU 0 after the agent turned it off")
     uuids = [device.uuid for device in layout.devices] if layout else []
     if seen["visible"] not in uuids:
         fail(f"the job saw {seen['visible']}, not one of GPU 0's MIG devices {uuids}")
     if seen["sum"] != 1 << 24 or seen["memory_mb"] > gpu.memory_mb * named[profile].slots // 8:
         fail(f"the {profile} job did not compute within its slice: {seen}")
     say(f"  {profile} on {seen['visible']}: {seen['memory_mb']} MiB, computed")
-    return {"profile": profile, **seen, "layout": layout.to_message(), "mig_was_on": was_on}
+    found = {"profile": profile, **seen, "layout": layout.to_message(), "mig_was_on": was_on}
+    return found | ({} if off is None else {"mig_turned_off": off})
 
 
-def _mig_off() -> None:
-    """GPU 0 given back with MIG off: its instances destroyed, then its MIG mode."""
+def _mig_off(machine: NvmlMachine) -> bool:
+    """GPU 0 given back with MIG off, as the agent turns it off: whether it reports none."""
     try:
-        for off in (["mig", "-dci"], ["mig", "-dgi"], ["-mig", "0"]):
-            subprocess.run(["nvidia-smi", "-i", "0", *off], check=False)
-    except OSError as exc:
-        say(f"MIG left on GPU 0: cannot run nvidia-smi: {exc}")
+        machine.mig_off(0)
+    except ValueError as exc:
+        say(f"MIG left on GPU 0: {exc}")
+    return machine.telemetry(busy=())[0].mig is None
 
 
 async def _mig_job(machine: NvmlMachine, state_dir: Path, profile: str) -> dict:
