@@ -133,6 +133,7 @@ def add(service: Service, count: int) -> None:
             kind=Kind.INFERENCE,
             gpu_model=service.gpu_model,
             gpus=service.gpus_per_replica,
+            slices=service.replica_slices,
             priority=service.priority,
             topology=Topology.NODE if service.gpus_per_replica <= 8 else Topology.LEAF,
             checkpoint_policy=CheckpointPolicy.NONE,  # a server has nothing to save

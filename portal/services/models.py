@@ -9,6 +9,7 @@ from portal.quotas.models import Queue
 from portal.tenancy.models import Tenant, TenantQuerySet
 from portal.workloads.choices import TERMINAL, PriorityClass
 from portal.workloads.models import Workload
+from scheduler.engine.model import SLICES
 
 
 class Service(models.Model):
@@ -19,6 +20,8 @@ class Service(models.Model):
     name = models.SlugField(max_length=60)
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+")
     gpus_per_replica = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # A replica of a share of one GPU (as a job's `Workload.slices`): eighths of it; 0: whole.
+    replica_slices = models.PositiveSmallIntegerField(default=0)
     min_replicas = models.PositiveIntegerField(default=1)
     max_replicas = models.PositiveIntegerField(default=10, validators=[MaxValueValidator(1000)])
     target_concurrency = models.FloatField(
@@ -63,6 +66,11 @@ class Service(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def replica_share(self) -> int | float:
+        """GPUs per replica: whole ones, or a share of one (0.25), as `Workload.gpu_share`."""
+        return self.replica_slices / SLICES if self.replica_slices else self.gpus_per_replica
 
 
 def with_live_replicas(services):

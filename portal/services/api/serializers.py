@@ -4,14 +4,32 @@ from portal.cluster.models import GpuModel
 from portal.core.api import KnownFields, NameField
 from portal.quotas.api.serializers import TenantQueueField
 from portal.services.models import Service, ServiceSample
-from portal.workloads.api.serializers import GPU_MODEL_FIELD, MAX_COMMAND, check_gang
+from portal.workloads.api.serializers import (
+    GPU_MODEL_FIELD,
+    MAX_COMMAND,
+    GpusField,
+    as_share,
+    check_gang,
+)
 from portal.workloads.choices import TERMINAL
 
 
 class ServiceSerializer(KnownFields, serializers.ModelSerializer):
     queue = TenantQueueField()
     gpu_model = NameField(queryset=GpuModel.objects.all(), **GPU_MODEL_FIELD)
-    gpus_per_replica = serializers.IntegerField(min_value=1, max_value=1024)
+    gpus_per_replica = GpusField(
+        source="replica_share",
+        min_value=0.01,
+        max_value=1024,
+        help_text="Whole GPUs per replica, or a share of one (0.25): replicas of a share run "
+        "beside other shares on one GPU, through MPS or time slicing",
+    )
+    gpu_memory_gb = serializers.FloatField(
+        min_value=0.1,
+        required=False,
+        write_only=True,
+        help_text="GPU memory a replica of a share needs; its share is at least that much",
+    )
     max_replicas = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     command = serializers.CharField(max_length=MAX_COMMAND, required=False, allow_blank=True)
     replicas = serializers.SerializerMethodField(help_text="Live replicas, serving or coming")
@@ -24,6 +42,7 @@ class ServiceSerializer(KnownFields, serializers.ModelSerializer):
             "queue",
             "gpu_model",
             "gpus_per_replica",
+            "gpu_memory_gb",
             "min_replicas",
             "max_replicas",
             "target_concurrency",
@@ -68,9 +87,31 @@ class ServiceSerializer(KnownFields, serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"min_replicas": "0 replicas needs scale_to_zero; or keep at least 1."}
             )
+        _replica_size(attrs, value("gpu_model"))
         gpus, model, queue = value("gpus_per_replica"), value("gpu_model"), value("queue")
         check_gang(gpus, model, queue, "gpus_per_replica")
         return attrs
+
+
+def _replica_size(attrs, model: GpuModel) -> None:
+    """`gpus_per_replica` (and `gpu_memory_gb`) as whole GPUs or a share of one, as a job's
+    `gpus` are (`as_share`), its errors said of `gpus_per_replica`."""
+    if "replica_share" not in attrs:
+        if attrs.pop("gpu_memory_gb", None) is not None:
+            why = "gpu_memory_gb sizes a replica's share: give gpus_per_replica with it."
+            raise serializers.ValidationError({"gpu_memory_gb": why})
+        return
+    asked = {
+        "gpu_share": attrs.pop("replica_share"),
+        "gpu_memory_gb": attrs.pop("gpu_memory_gb", None),
+        "gpu_model": model,
+    }
+    try:
+        as_share(asked)
+    except serializers.ValidationError as exc:
+        named = {("gpus_per_replica" if k == "gpus" else k): v for k, v in exc.detail.items()}
+        raise serializers.ValidationError(named) from None
+    attrs["gpus_per_replica"], attrs["replica_slices"] = asked["gpus"], asked["slices"]
 
 
 class EndpointSerializer(serializers.Serializer):

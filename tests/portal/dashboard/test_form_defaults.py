@@ -105,6 +105,22 @@ def test_the_service_form_as_it_stands(h20_first, bob, client):
     assert Service.objects.get(name="chat").gpu_model.name == "H20"
 
 
+def test_the_service_form_makes_replicas_of_a_share(h20_first, bob, client):
+    """A quarter of an H20 per replica, from the form: the list and the service's page say
+    0.25 per replica, in both languages."""
+    client.force_login(bob)
+    form = Form(client.get("/services/").content.decode(), "service-form")
+    fields = {**form.fields, "name": "embed", "gpus_per_replica": "0.25", "gpu_memory_gb": ""}
+    answer = client.post("/services/", fields)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    service = Service.objects.get(name="embed")
+    assert (service.gpus_per_replica, service.replica_slices) == (1, 2)
+    assert "0.25 × H20" in client.get("/services/").content.decode()
+    assert "0.25 × H20 per replica" in client.get(answer.url).content.decode()
+    client.cookies["django_language"] = "zh-hans"
+    assert "0.25 × H20" in client.get(answer.url).content.decode()
+
+
 def test_the_quota_form_as_it_stands_asks_for_the_queues_own_model(h20_first, alice, client):
     client.force_login(alice)
     form = Form(client.get("/quota/").content.decode(), "quota-form")

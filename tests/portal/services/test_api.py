@@ -40,6 +40,9 @@ def errors(answer):
         ({"min_replicas": 5}, "min_replicas", "Need min_replicas <= max_replicas; got 5 > 4."),
         ({"min_replicas": 0}, "min_replicas", "0 replicas needs scale_to_zero"),
         ({"gpus_per_replica": 12}, "gpus_per_replica", "a multiple of 8"),
+        ({"gpus_per_replica": 1.5}, "gpus_per_replica", "A share of a GPU is below 1"),
+        ({"gpus_per_replica": 0.25, "gpu_memory_gb": 90}, "gpu_memory_gb", "has 80 GB"),
+        ({"gpus_per_replica": 0}, "gpus_per_replica", "greater than or equal to 0.01"),
         ({"gpus_per_replica": 64}, "gpus_per_replica", "can never hold 64 H800 GPUs"),
         ({"queue": "nope"}, "queue", "Your tenant has no queue nope."),
         ({"target_concurrency": 0}, "target_concurrency", "greater than or equal to 0.1"),
@@ -147,3 +150,25 @@ def test_the_list_costs_a_few_queries(infer, bob, django_assert_max_num_queries)
         api.post("/api/v1/services/", {**CHAT, "name": name}, format="json")
     with django_assert_max_num_queries(6):
         assert api.get("/api/v1/services/").json()["count"] == 3
+
+
+def test_a_replica_of_a_share_is_a_share_job_as_its_memory_asks(infer, bob):
+    """0.25 of an H800 with 30 GB per replica: each replica is a share of 3/8 (30 of 80 GB is
+    more than a quarter), read back as the 0.375 it holds; a change of size reaches the next
+    replicas only."""
+    asked = {**CHAT, "gpus_per_replica": 0.25, "gpu_memory_gb": 30, "min_replicas": 1}
+    created = api_client(bob).post("/api/v1/services/", asked, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["gpus_per_replica"] == 0.375 and "gpu_memory_gb" not in created.json()
+    service = Service.objects.get()
+    autoscaling.add(service, 1)
+    [first] = Workload.objects.all()
+    assert (first.gpus, first.slices, first.kind) == (1, 3, Kind.INFERENCE)
+    url = f"/api/v1/services/{service.pk}/"
+    assert api_client(bob).patch(url, {"gpus_per_replica": 2}, format="json").status_code == 200
+    autoscaling.add(Service.objects.get(), 1)
+    assert sorted(Workload.objects.values_list("gpus", "slices")) == [(1, 3), (2, 0)]
+    alone = api_client(bob).patch(url, {"gpu_memory_gb": 10}, format="json")
+    assert errors(alone) == {
+        "gpu_memory_gb": "gpu_memory_gb sizes a replica's share: give gpus_per_replica with it."
+    }

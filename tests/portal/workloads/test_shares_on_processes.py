@@ -1,17 +1,18 @@
 """Two quarter-GPU jobs share one GPU on real processes: `wanka-agent --backend processes`
 runs both at once on the same GPU index, without MPS (this machine has no MPS daemon: the
 agent detects none and says its shares are time-sliced), and the job page says so, in both
-languages."""
+languages. So do two replicas of a service of a quarter GPU each."""
 
 import shlex
 import sys
 
 import pytest
 
+from portal.services import autoscaling
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Allocation, LogChunk, Workload
-from tests.builders import make_cluster, make_queue, make_workload
+from tests.builders import api_client, make_cluster, make_queue, make_workload
 from tests.portal.processes import start_agent, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,5 +68,37 @@ def test_two_quarter_gpu_jobs_run_side_by_side_on_one_gpu(
         assert "0.25 × H800" in page
         client.cookies["django_language"] = "zh-hans"
         assert "时间片轮转：未隔离" in client.get(f"/workloads/{jobs[0].pk}/").content.decode()
+    finally:
+        agent.stop()
+
+
+def test_a_service_of_quarter_gpu_replicas_runs_two_on_one_gpu(
+    portal_server, celery_worker, clean_redis, tmp_path, acme, alice
+):
+    """Created through the API with `gpus_per_replica: 0.25`, the service's two replicas are
+    share jobs of 2/8 of a GPU each, placed on the node's one GPU and run there side by side."""
+    [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
+    agent = start_agent(portal_server, node, tmp_path / "agent")
+    try:
+        make_queue(acme, "infer", h800=1)
+        asked = {
+            "name": "chat",
+            "queue": "infer",
+            "gpu_model": "H800",
+            "gpus_per_replica": 0.25,
+            "min_replicas": 2,
+            "command": SAYS_ENV,
+        }
+        created = api_client(alice).post("/api/v1/services/", asked, format="json")
+        assert created.status_code == 201, created.json()
+        assert created.json()["gpus_per_replica"] == 0.25
+        autoscaling.tick()
+        replicas = list(Workload.objects.filter(replica__service_id=created.json()["id"]))
+        assert [(r.gpus, r.slices, r.gpu_share) for r in replicas] == [(1, 2, 0.25)] * 2
+        scheduling_cycle()
+        for replica in replicas:
+            wait_until(lambda r=replica: "gpus" in _output(r), 30, f"{replica.name}'s output")
+            assert "gpus 0 mps None" in _output(replica)
+        assert sorted(Allocation.objects.values_list("gpu_index", "slices")) == [(0, 2), (0, 2)]
     finally:
         agent.stop()
