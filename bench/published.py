@@ -122,6 +122,8 @@ NEMOTRON4 = {
         "nemotron4-340b", 96, 18432, 96, 73728, 256000, 4096, 8, tied=False, dropout=False
     ),
 }
+TP_OVERLAP = Stack(tp_overlap=True)
+"""Today's Megatron-Core with the tensor-parallel collectives overlapped (--tp-comm-overlap)."""
 # BLOOM 176B: 70 layers of 14,336 with 112 heads, FFN 4h, 250,880 tokens (padded), 2,048 a sequence.
 BLOOM = ModelSpec("bloom-176b", 70, 14336, 112, 4 * 14336, 250880, 2048)
 
@@ -138,6 +140,7 @@ def _megatron_readme(name, layers, hidden, heads, tp, pp, gpus, batch, tflops) -
         gpus,
         batch,
         {"tp": tp, "pp": pp, "recompute": Recompute.SELECTIVE},
+        TP_OVERLAP,
         tflops=tflops,
     )
 
@@ -158,9 +161,15 @@ def _dgxc(release, model, tp, pp, vp, micro_batch, published) -> Published:
         gpus,
         batch,
         fixed,
+        Stack() if (release, model) in DGXC_NO_TP_OVERLAP else TP_OVERLAP,
         iteration_s=seconds,
     )
 
+
+# The recipes overlap the tensor-parallel collectives (v24.11.1's configurations set
+# `ub_tp_comm_overlap: true`, v25.04's scripts configure the userbuffers of NeMo's comm-overlap
+# callback) but for v24.11.1's Nemotron-4 340B (`ub_tp_comm_overlap: False`).
+DGXC_NO_TP_OVERLAP = {("v24.11.1", "nemotron4-340b")}
 
 # Llama 3 405B (Dubey et al. 2024, §3.3.2): interleaved 1F1B with the first and last stages a
 # layer short, so that 126 layers and the embedding and output fill 16 stages of 8 one-layer
