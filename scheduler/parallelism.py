@@ -18,7 +18,9 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
   recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
 - **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
   all-gather pairs of the same volume) of b*s*h values per layer in the forward pass and two in
-  the backward (two more when the forward is recomputed), over NVLink, on the critical path;
+  the backward (two more when the forward is recomputed), over NVLink, on the critical path,
+  or, where the software splits them to run beside the GEMMs that use them
+  (`Stack.tp_overlap`), a share of them (`Fit.tp_exposed`);
 - **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
   point-to-point sends between stages, per micro-batch and chunk and once per stage to fill and
   drain; the busiest stage sets the pace (layers shared out as evenly as they go, the output
@@ -337,14 +339,15 @@ class Fit:
     # gradient norm's all-reduce, the data loader and logging, once an iteration.
     iteration_overhead_s: float = 0.142
     # The share of the tensor-parallel collectives' time still on the critical path when they
-    # overlap the GEMMs (`Stack.tp_overlap`).
+    # overlap the GEMMs (`Stack.tp_overlap`): the first piece of each GEMM waits for its data,
+    # and the collectives' kernels take SMs (and memory bandwidth) from the GEMMs beside them.
     tp_exposed: float = 0.67
 
 
 FIT = Fit()
 # How far a prediction may be off: the mean |error| on published runs of sources left out of the
 # fit (`bench.parallelism`), said beside every predicted time.
-PREDICTION_ERROR = 0.049
+PREDICTION_ERROR = 0.045
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
