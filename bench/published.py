@@ -16,6 +16,8 @@ from scheduler.parallelism import MODELS, STACK_2021, ModelSpec, Recompute, Stac
 
 KORTHIKANTI_FULL = STACK_2021
 KORTHIKANTI_SELECTIVE = Stack(overlap=False, sequence_parallel=True, flash_attention=False)
+TP_OVERLAP = Stack(tp_overlap=True)
+"""Today's Megatron-Core with the tensor-parallel collectives overlapped (--tp-comm-overlap)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,6 @@ NEMOTRON4 = {
         "nemotron4-340b", 96, 18432, 96, 73728, 256000, 4096, 8, tied=False, dropout=False
     ),
 }
-TP_OVERLAP = Stack(tp_overlap=True)
-"""Today's Megatron-Core with the tensor-parallel collectives overlapped (--tp-comm-overlap)."""
 # BLOOM 176B: 70 layers of 14,336 with 112 heads, FFN 4h, 250,880 tokens (padded), 2,048 a sequence.
 BLOOM = ModelSpec("bloom-176b", 70, 14336, 112, 4 * 14336, 250880, 2048)
 
