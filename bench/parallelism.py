@@ -42,6 +42,7 @@ RANGES = {
     "attention_efficiency": (0.5, 1.0),
     "straggler": (0.0, 0.05),
     "iteration_overhead_s": (0.0, 0.5),
+    "tp_exposed": (0.0, 1.0),
     "A100": (0.6, 0.85),  # large BF16 GEMMs reach 75-85 % of peak on either
     "H100": (0.6, 0.85),
 }

@@ -16,6 +16,8 @@ from scheduler.parallelism import MODELS, STACK_2021, ModelSpec, Recompute, Stac
 
 KORTHIKANTI_FULL = STACK_2021
 KORTHIKANTI_SELECTIVE = Stack(overlap=False, sequence_parallel=True, flash_attention=False)
+TP_OVERLAP = Stack(tp_overlap=True)
+"""Today's Megatron-Core with the tensor-parallel collectives overlapped (--tp-comm-overlap)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ def _megatron_readme(name, layers, hidden, heads, tp, pp, gpus, batch, tflops) -
         gpus,
         batch,
         {"tp": tp, "pp": pp, "recompute": Recompute.SELECTIVE},
+        TP_OVERLAP,
         tflops=tflops,
     )
 
@@ -158,9 +161,15 @@ def _dgxc(release, model, tp, pp, vp, micro_batch, published) -> Published:
         gpus,
         batch,
         fixed,
+        Stack() if (release, model) in DGXC_NO_TP_OVERLAP else TP_OVERLAP,
         iteration_s=seconds,
     )
 
+
+# The recipes overlap the tensor-parallel collectives (v24.11.1's configurations set
+# `ub_tp_comm_overlap: true`, v25.04's scripts configure the userbuffers of NeMo's comm-overlap
+# callback) but for v24.11.1's Nemotron-4 340B (`ub_tp_comm_overlap: False`).
+DGXC_NO_TP_OVERLAP = {("v24.11.1", "nemotron4-340b")}
 
 # Llama 3 405B (Dubey et al. 2024, §3.3.2): interleaved 1F1B with the first and last stages a
 # layer short, so that 126 layers and the embedding and output fill 16 stages of 8 one-layer

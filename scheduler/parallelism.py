@@ -18,7 +18,9 @@ The time of one iteration is built from closed forms, per pipeline stage and mic
   recomputes only the attention core (Korthikanti §4.2), which flash attention does anyway;
 - **tensor parallelism**: two all-reduces (or, with sequence parallelism, two reduce-scatter and
   all-gather pairs of the same volume) of b*s*h values per layer in the forward pass and two in
-  the backward (two more when the forward is recomputed), over NVLink, on the critical path;
+  the backward (two more when the forward is recomputed), over NVLink, on the critical path,
+  or, where the software splits them to run beside the GEMMs that use them
+  (`Stack.tp_overlap`), a share of them (`Fit.tp_exposed`);
 - **pipeline**: the 1F1B schedule's bubble of (p-1)/v micro-batch times (Narayanan §2.2) and the
   point-to-point sends between stages, per micro-batch and chunk and once per stage to fill and
   drain; the busiest stage sets the pace (layers shared out as evenly as they go, the output
@@ -204,12 +206,12 @@ class Gpu:
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("A100", 80, 312, 2039, 300, 25, 0.69),
-        Gpu("H100", 80, 989, 3350, 450, 50, 0.72),
-        Gpu("H800", 80, 989, 3350, 200, 50, 0.72),
-        Gpu("H20", 96, 148, 4000, 450, 50, 0.72),
-        Gpu("H200", 141, 989, 4800, 450, 50, 0.72),
-        Gpu("B200", 180, 2250, 8000, 900, 50, 0.72),
+        Gpu("A100", 80, 312, 2039, 300, 25, 0.70),
+        Gpu("H100", 80, 989, 3350, 450, 50, 0.70),
+        Gpu("H800", 80, 989, 3350, 200, 50, 0.70),
+        Gpu("H20", 96, 148, 4000, 450, 50, 0.70),
+        Gpu("H200", 141, 989, 4800, 450, 50, 0.70),
+        Gpu("B200", 180, 2250, 8000, 900, 50, 0.70),
     )
 }
 
@@ -232,6 +234,10 @@ class Stack:
     # Each tensor-parallel rank sends its 1/t of the activations to the next stage, which
     # all-gathers them over NVLink (Narayanan §4.1); DeepSpeed's pipeline engine sends them whole.
     scatter_gather: bool = True
+    # Tensor-parallel all-gathers and reduce-scatters run in pieces beside the GEMMs that use
+    # them (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers); needs
+    # sequence parallelism.
+    tp_overlap: bool = False
 
 
 STACK_2021 = Stack(
@@ -323,21 +329,25 @@ class Fit:
     8 sources (`python -m bench.parallelism` fits them, and scores them on each source left
     out), shared by every GPU type."""
 
-    elementwise_passes: float = 1.33  # element-wise kernels move the stored activations so often
-    attention_efficiency: float = 0.97  # the attention core's share of the GEMM rate
+    elementwise_passes: float = 1.35  # element-wise kernels move the stored activations so often
+    attention_efficiency: float = 1.0  # the attention core's share of the GEMM rate
     link_efficiency: float = 0.9  # NCCL bus bandwidth over the links' one-direction bandwidth
     # Every rank waits for the slowest at each data-parallel collective: the share of compute
     # lost per doubling of the nodes the reduction spans (stragglers, jitter, congestion).
-    straggler: float = 0.022
+    straggler: float = 0.023
     # What an iteration costs beyond its micro-batches: the optimizer's kernel launches, the
     # gradient norm's all-reduce, the data loader and logging, once an iteration.
     iteration_overhead_s: float = 0.142
+    # The share of the tensor-parallel collectives' time still on the critical path when they
+    # overlap the GEMMs (`Stack.tp_overlap`): the first piece of each GEMM waits for its data,
+    # and the collectives' kernels take SMs (and memory bandwidth) from the GEMMs beside them.
+    tp_exposed: float = 0.67
 
 
 FIT = Fit()
 # How far a prediction may be off: the mean |error| on published runs of sources left out of the
 # fit (`bench.parallelism`), said beside every predicted time.
-PREDICTION_ERROR = 0.049
+PREDICTION_ERROR = 0.045
 RESERVE_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 DC_LINK_GBPS = 1600.0  # between two data centers of a region, shared by the job, one direction
 
@@ -489,6 +499,8 @@ def _stage_micro_batch_s(
     moved = fit.elementwise_passes * _activation_bytes(model, b, tp, stack)
     compute = matrix + attention + moved / (gpu.hbm_gbps * 1e9)
     collectives = 2 * _tp_collective_s(model, gpu, layout, fit)  # per pass, forward or backward
+    if stack.tp_overlap and stack.sequence_parallel:
+        collectives *= fit.tp_exposed
     again = compute + collectives if layout.recompute is Recompute.FULL else attention
     layer = 3 * compute + 2 * collectives + again  # backward computes twice the forward
     logits = 3 * model._logit_flops(b, tp) / gemm  # on the last stage

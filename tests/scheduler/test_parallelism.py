@@ -110,6 +110,22 @@ def test_deepspeeds_pipeline_engine_moves_more_than_megatrons() -> None:
     )
 
 
+def test_overlapped_tensor_parallel_collectives_leave_their_exposed_share() -> None:
+    """With --tp-comm-overlap the collectives count `Fit.tp_exposed` of their time: none hidden
+    at that share, all at zero; without sequence parallelism nothing overlaps."""
+    m, layout = MODELS["gpt3-175b"], Layout(tp=8, pp=1, dp=1, micro_batch=1)
+    apart, overlapped = Stack(), Stack(tp_overlap=True)
+
+    def time(stack: Stack, exposed: float) -> float:
+        fit = replace(FIT, tp_exposed=exposed)
+        return evaluate(m, H800, 1, layout, stack=stack, fit=fit).iteration_s
+
+    assert time(overlapped, 1.0) == time(apart, 0.0)
+    assert time(apart, 0.0) > time(overlapped, FIT.tp_exposed) > time(overlapped, 0.0)
+    no_sp = replace(apart, sequence_parallel=False)
+    assert time(replace(no_sp, tp_overlap=True), 0.0) == time(no_sp, 0.0)
+
+
 def test_interleaving_hides_more_of_the_data_parallel_reduction() -> None:
     """Each chunk's gradients reduce after its own last backward and its parameters gather
     before its first forward, so interleaved chunks hide more of the reduction."""
