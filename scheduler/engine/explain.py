@@ -73,6 +73,7 @@ GROWN_MORE_IN = phrase(
     "waits for {model} GPUs in {region}"
 )
 # A gain smaller than the planner's error (`parallelism.PREDICTION_ERROR`): said so.
+PLANNER_ERROR = f"{PREDICTION_ERROR * 100:g}%"
 GROWN_UNSURE = phrase(
     "grown from {held} to {gpus} GPUs, {more} more throughput, less than the planner's error of "
     "{error}: they were free and no work waits for {model} GPUs"
@@ -219,8 +220,7 @@ def grow_reason(workload: Workload, gpus: int, region: str) -> str:
             (True, False): GROWN_UNSURE,
             (True, True): GROWN_UNSURE_IN,
         }[unsure, bool(region)]
-        error = f"{PREDICTION_ERROR:.0%}"
-        return template.format(more=f"{more:.0%}", region=region, error=error, **fields)
+        return template.format(more=f"{more:.0%}", region=region, error=PLANNER_ERROR, **fields)
     return (GROWN_IN if region else GROWN).format(region=region, **fields)
 
 
@@ -393,7 +393,7 @@ def model_reason(workload: Workload, chosen: str) -> str:
         template = MODEL_MEASURED_ONE if workload.measured == 1 else MODEL_MEASURED
         return template.format(choice=choice, runs=workload.measured)
     if ratio - 1 < PREDICTION_ERROR:
-        return MODEL_UNSURE.format(choice=choice, error=f"{PREDICTION_ERROR:.0%}")
+        return MODEL_UNSURE.format(choice=choice, error=PLANNER_ERROR)
     return choice
 
 

@@ -1,11 +1,13 @@
 """`{{ value|word }}`: a state, status or recovery step as the reader's language names it (the
-raw value in English, as the API has it), and `{{ code|fault_title }}`, a fault kind's title.
+raw value in English, as the API has it), `{{ code|fault_title }}`, a fault kind's title, and
+`{{ share|percent }}`, a share (0.045) in per cent (4.5) as the reader's language writes it.
 
 The values stay lowercase identifiers in English so that pages and the API read alike; the
 fault catalogue (`scheduler.faults`) is pure Python without Django, so its titles are
 translated here, by code."""
 
 from django import template
+from django.template.defaultfilters import floatformat
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
@@ -190,6 +192,11 @@ MEANINGS = {
 @register.filter
 def word(value):
     return WORDS.get(str(value).lower(), value) if value is not None else value
+
+
+@register.filter
+def percent(share):
+    return floatformat(share * 100, -1)
 
 
 @register.filter

@@ -13,6 +13,7 @@ from portal.cluster.summary import TELEMETRY
 from portal.workloads import calibration as fleet
 from portal.workloads import lifecycle, parallel
 from portal.workloads.cycle import scheduling_cycle
+from scheduler.parallelism import PREDICTION_ERROR
 from tests.builders import make_workload
 
 BATCH = 64
@@ -77,6 +78,7 @@ def test_a_job_20_percent_slower_than_predicted_moves_its_familys_next_predictio
     page = client.get(reverse("workload-detail", args=[first.pk])).content.decode()
     facts = page[page.index("data-iteration") : page.index("</dd>", page.index("data-iteration"))]
     assert f"{predicted:.2f} predicted" in facts and f"{plan.measured_s:.2f} measured" in facts
+    assert f"(± {PREDICTION_ERROR * 100:g} %)" in facts  # the planner's error, as measured
     history = page[page.index('id="plan-history"') :]
     assert f"<td>{plan.measured_s:.2f}</td>" in history
     page = client.get(reverse("workload-detail", args=[second.pk])).content.decode()

@@ -6,6 +6,7 @@ import pytest
 
 from scheduler.engine import Node, Placement, Snapshot, TopologyLevel, Workload, plan
 from scheduler.engine.capacity import pools_of
+from scheduler.engine.explain import PLANNER_ERROR
 from scheduler.engine.testing import (
     cordon,
     make_cluster,
@@ -16,7 +17,6 @@ from scheduler.engine.testing import (
     on,
     outcome,
 )
-from scheduler.parallelism import PREDICTION_ERROR
 
 nlp = make_queue("nlp", h800=1000, h20=1000)
 small = make_queue("small", h800=16)
@@ -262,7 +262,7 @@ def test_a_grow_whose_gain_is_within_the_planners_error_says_so() -> None:
     (grow,) = plan(make_snapshot(LEAF, [nlp], [workload]), now=1000.0).grows
     assert grow.reason == (
         "grown from 16 to 32 GPUs, 4% more throughput, less than the planner's error of "
-        f"{PREDICTION_ERROR:.0%}: they were free and no work waits for H800 GPUs"
+        f"{PLANNER_ERROR}: they were free and no work waits for H800 GPUs"
     )
 
 

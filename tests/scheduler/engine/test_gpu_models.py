@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.engine import plan
+from scheduler.engine.explain import PLANNER_ERROR
 from scheduler.engine.testing import (
     make_cluster,
     make_queue,
@@ -18,7 +19,6 @@ from scheduler.engine.testing import (
     outcome,
 )
 from scheduler.engine.testing import make_workload as workload
-from scheduler.parallelism import PREDICTION_ERROR
 
 NOW = 10_000.0
 H800 = make_cluster("H800", nodes=2)  # ids 1, 2
@@ -86,7 +86,7 @@ def decided(queue, *workloads):
             [accepting(1, team, 8, "H800", "H20", speeds=(("H800", 1.04), ("H20", 1.0)))],
             "H800",
             "H800: the fastest of the GPU models it accepts (1.0x H20) (a difference within "
-            f"the planner's error of {PREDICTION_ERROR:.0%}, so either would do)",
+            f"the planner's error of {PLANNER_ERROR}, so either would do)",
             id="a gain within the planner's error is said to be one",
         ),
         pytest.param(
