@@ -1,0 +1,82 @@
+"""Which waiting work gains most on a GPU model, for a cycle's choice of model (`Cycle.decide`).
+
+Gavel's effective throughput and Sia's goodput are the cluster's, not one job's: a fast model
+does the most good running the work that runs the most times faster there than on the slower
+model it would take instead. So a workload that would start on a faster model, or wait for
+one, leaves it to waiting work that gains more there: whose speed on the faster model over its
+speed on the workload's next one is larger than the workload's own by more than LEAVE_MARGIN.
+Each job still starts on the fastest model it is given; only who is given which changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from scheduler.engine.model import Workload
+from scheduler.parallelism import PREDICTION_ERROR
+
+# A waiting workload's gain must exceed the other's by more than the planner's error: within
+# it, the two gains are the same as far as anyone knows.
+LEAVE_MARGIN = 1 + PREDICTION_ERROR
+
+
+@dataclass(frozen=True)
+class Contender:
+    """Waiting work a faster model is left to, and the gains it and the leaving work have
+    there: speed on the faster model over speed on the slower one."""
+
+    workload: Workload
+    faster: str
+    slower: str
+    gain: float
+    own_gain: float
+
+
+class Gains:
+    """The pending work of a cycle that accepts several GPU models with a known speed on each,
+    ranked per region and pair of models by its gain, the largest first. Work decided this
+    cycle (`decided`) is no longer a contender."""
+
+    def __init__(self, pending: Iterable[Workload], region_of: Callable[[int], str | None]):
+        self._pending = [
+            (region_of(w.queue_id), w)
+            for w in pending
+            if len(w.accepts) > 1 and not w.fraction and None not in map(w.speed, w.models)
+        ]
+        self._ranked: dict[tuple, list[tuple[float, int, Workload]]] = {}
+        self._first: dict[tuple, int] = {}  # per ranking, where its undecided work begins
+        self.decided: set[int] = set()
+
+    def contender(
+        self,
+        workload: Workload,
+        region: str | None,
+        faster: str,
+        slower: str,
+        may_start: Callable[[Workload], bool],
+    ) -> Contender | None:
+        """The undecided waiting workload of `region` with the largest gain on `faster` over
+        `slower`, above `workload`'s by more than LEAVE_MARGIN, for which `may_start` (on
+        `faster`); None when there is none, or `workload`'s speeds are not all known."""
+        if None in map(workload.speed, workload.models):
+            return None
+        own = workload.speed(faster) / workload.speed(slower)
+        key = (region, faster, slower)
+        ranked = self._ranked.get(key)
+        if ranked is None:
+            ranked = self._ranked[key] = sorted(
+                (-w.speed(faster) / w.speed(slower), w.id, w)
+                for r, w in self._pending
+                if r == region and faster in w.accepts and slower in w.accepts
+            )
+        first = self._first.get(key, 0)
+        while first < len(ranked) and ranked[first][1] in self.decided:
+            first += 1
+        self._first[key] = first
+        for negative, workload_id, other in ranked[first:]:
+            if -negative <= own * LEAVE_MARGIN:
+                return None
+            if workload_id not in self.decided and may_start(other.on(faster)):
+                return Contender(other, faster, slower, -negative, own)
+        return None
