@@ -296,11 +296,12 @@ class Cycle(Resizing):
         fits in its queue's nominal quota). A workload that accepts several GPU models is
         decided on the one it is best placed on now (`_choose_model`), or waits for a faster
         one (`_worth_waiting`); a share of a GPU runs on its one model."""
-        free = left = None
+        free, left = None, []
         self.gains.decided.add(workload.id)
         if len(workload.accepts) > 1 and not workload.fraction:
             workload, within, free, left = self._choose_model(queue, workload)
-            if free and (awaited := self._worth_waiting(queue, workload)) is not None:
+            given = {contender.faster for contender in left}
+            if free and (awaited := self._worth_waiting(queue, workload, given)) is not None:
                 model, start_in_s = awaited
                 self._awaited[queue.region, model] += workload.gpus
                 reason = awaited_reason(workload, model, workload.gpu_model, start_in_s)
@@ -311,19 +312,19 @@ class Cycle(Resizing):
         if outcome == Outcome.NO_FIT and not workload.fraction:  # ahead of later ones that may
             self._awaited[queue.region, workload.gpu_model] += workload.gpus  # wait for them
         if free is not None:
-            self._say_model(workload, outcome, free, left)
+            self._say_model(workload, outcome, free, left[0] if left else None)
         return outcome
 
     def _choose_model(
         self, queue: Queue, workload: Workload
-    ) -> tuple[Workload, bool, bool, Contender | None]:
+    ) -> tuple[Workload, bool, bool, list[Contender]]:
         """For a workload that accepts several GPU models: the best of them (`Workload.models`:
         the fastest where its speeds are known, else its submitter's order) that its quota and
         budgets allow and free GPUs hold now, but for one it leaves to waiting work that gains
         more there (`Gains`: the cluster's effective throughput, as Gavel's and Sia's); else
         the best it leaves to none, to make room or reserve for, or wait. With whether it fits
-        in its queue's nominal quota there, whether it was free, and the first work it left a
-        faster model to."""
+        in its queue's nominal quota there, whether it was free, and the work it left faster
+        models to, the fastest model first."""
         models = workload.models
         left: list[Contender] = []
         for model, slower in zip(models, models[1:] + (None,), strict=True):
@@ -338,11 +339,11 @@ class Cycle(Resizing):
                     left.append(contender)
                     continue
             within = self.ledger.within_nominal(queue, model, workload.gpus)
-            return candidate, within, True, left[0] if left else None
+            return candidate, within, True, left
         given = {contender.faster for contender in left}
         best = workload.on(next(model for model in models if model not in given))
         within = self.ledger.within_nominal(queue, best.gpu_model, best.gpus)
-        return best, within, False, left[0] if left else None
+        return best, within, False, left
 
     def _region_of(self, queue_id: int) -> str | None:
         queue = self.ledger.queue_or_none(queue_id)
@@ -352,15 +353,18 @@ class Cycle(Resizing):
         """Whether the workload's quota and budgets allow it to start now, and its pool has as
         many GPUs free as it needs (its shape aside)."""
         queue = self.ledger.queue_or_none(workload.queue_id)
-        if queue is None:
+        if queue is None or self.waits(workload):  # not in the snapshot, or behind a FIFO head
             return False
         pool = self.capacity.pool(queue.region, workload.gpu_model)
         return workload.gpus <= pool.free_gpus() and self._allowed(queue, workload)
 
-    def _worth_waiting(self, queue: Queue, workload: Workload) -> tuple[str, float] | None:
-        """A faster model than the one the workload could start on now (`gpu_model`), and when
-        it is expected to start there, where it would still end sooner there: judged from its
-        time limit (`Workload.run_s`) and when the running work of that model ends by its own
+    def _worth_waiting(
+        self, queue: Queue, workload: Workload, given: set[str]
+    ) -> tuple[str, float] | None:
+        """A faster model than the one the workload could start on now (`gpu_model`), other
+        than those it left to work that gains more there (`given`), and when it is expected to
+        start there, where it would still end sooner there: judged from its time limit
+        (`Workload.run_s`) and when the running work of that model ends by its own
         (`_expected_start`). None when starting now ends soonest, or nothing is known."""
         here = workload.run_s(workload.gpu_model)
         if here is None:
@@ -368,6 +372,8 @@ class Cycle(Resizing):
         for model in workload.models:
             if model == workload.gpu_model:
                 return None  # the faster ones are behind us
+            if model in given:
+                continue
             if queue.quota(model).nominal < workload.gpus and queue.cohort is None:
                 continue  # its queue can never hold it there
             start_in_s = self._expected_start(queue.region, model, workload.gpus)

@@ -10,7 +10,7 @@ Each job still starts on the fastest model it is given; only who is given which 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.engine.model import Workload
@@ -34,16 +34,14 @@ class Contender:
 
 
 class Gains:
-    """The pending work of a cycle that accepts several GPU models with a known speed on each,
-    ranked per region and pair of models by its gain, the largest first. Work decided this
-    cycle (`decided`) is no longer a contender."""
+    """The pending work of a cycle that accepts several GPU models, ranked per region and pair
+    of models (built when first asked) by its gain there, the largest first; work without a
+    speed on both models is not ranked. Work decided this cycle (`decided`) is no longer a
+    contender."""
 
-    def __init__(self, pending: Iterable[Workload], region_of: Callable[[int], str | None]):
-        self._pending = [
-            (region_of(w.queue_id), w)
-            for w in pending
-            if len(w.accepts) > 1 and not w.fraction and None not in map(w.speed, w.models)
-        ]
+    def __init__(self, pending: list[Workload], region_of: Callable[[int], str | None]):
+        self._pending = pending
+        self._region_of = region_of
         self._ranked: dict[tuple, list[tuple[float, int, Workload]]] = {}
         self._first: dict[tuple, int] = {}  # per ranking, where its undecided work begins
         self.decided: set[int] = set()
@@ -65,11 +63,7 @@ class Gains:
         key = (region, faster, slower)
         ranked = self._ranked.get(key)
         if ranked is None:
-            ranked = self._ranked[key] = sorted(
-                (-w.speed(faster) / w.speed(slower), w.id, w)
-                for r, w in self._pending
-                if r == region and faster in w.accepts and slower in w.accepts
-            )
+            ranked = self._ranked[key] = self._rank(region, faster, slower)
         first = self._first.get(key, 0)
         while first < len(ranked) and ranked[first][1] in self.decided:
             first += 1
@@ -80,3 +74,16 @@ class Gains:
             if workload_id not in self.decided and may_start(other.on(faster)):
                 return Contender(other, faster, slower, -negative, own)
         return None
+
+    def _rank(self, region: str | None, faster: str, slower: str) -> list:
+        """(-gain, id, workload) of the pending work of `region` with a speed on both models,
+        in order."""
+        ranked = []
+        for other in self._pending:
+            if faster not in other.accepts or slower not in other.accepts or other.fraction:
+                continue
+            fast, slow = other.speed(faster), other.speed(slower)
+            if fast is not None and slow is not None and self._region_of(other.queue_id) == region:
+                ranked.append((-fast / slow, other.id, other))
+        ranked.sort()
+        return ranked
