@@ -252,7 +252,7 @@ class Cycle(Resizing):
         # taken as they are when the same workload is admitted next.
         self._found: tuple | None = None
         self._choices: dict[tuple, str] = {}  # see `_say_model`
-        self.gains = Gains(self.pending, self._region_of)
+        self.gains = Gains(self.pending, self.ledger)
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -344,10 +344,6 @@ class Cycle(Resizing):
         best = workload.on(next(model for model in models if model not in given))
         within = self.ledger.within_nominal(queue, best.gpu_model, best.gpus)
         return best, within, False, left
-
-    def _region_of(self, queue_id: int) -> str | None:
-        queue = self.ledger.queue_or_none(queue_id)
-        return None if queue is None else queue.region
 
     def _may_take_free(self, workload: Workload) -> bool:
         """Whether the workload's quota and budgets allow it to start now, and its pool has as

@@ -2,18 +2,20 @@
 
 Gavel's effective throughput and Sia's goodput are the cluster's, not one job's: a fast model
 does the most good running the work that runs the most times faster there than on the slower
-model it would take instead. So a workload that would start on a faster model, or wait for
-one, leaves it to waiting work that gains more there: whose speed on the faster model over its
-speed on the workload's next one is larger than the workload's own by more than LEAVE_MARGIN.
-Each job still starts on the fastest model it is given; only who is given which changes.
+model it would take instead. So a workload that could start on a faster model leaves it to
+waiting work that gains more there: whose speed on the faster model over its speed on the
+workload's next one is larger than the workload's own by more than LEAVE_MARGIN. The workload
+starts on its next model with room, or waits, never for a model it left.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from scheduler.engine.model import Workload
+from scheduler.engine.quota import QuotaLedger
 from scheduler.parallelism import PREDICTION_ERROR
 
 # A waiting workload's gain must exceed the other's by more than the planner's error: within
@@ -39,9 +41,9 @@ class Gains:
     speed on both models is not ranked. Work decided this cycle (`decided`) is no longer a
     contender."""
 
-    def __init__(self, pending: list[Workload], region_of: Callable[[int], str | None]):
+    def __init__(self, pending: list[Workload], ledger: QuotaLedger):
         self._pending = pending
-        self._region_of = region_of
+        self._ledger = ledger  # its queues' regions (no method of the cycle: no reference cycle)
         self._ranked: dict[tuple, list[tuple[float, int, Workload]]] = {}
         self._first: dict[tuple, int] = {}  # per ranking, where its undecided work begins
         self.decided: set[int] = set()
@@ -49,7 +51,7 @@ class Gains:
     def contender(
         self,
         workload: Workload,
-        region: str | None,
+        region: str,
         faster: str,
         slower: str,
         may_start: Callable[[Workload], bool],
@@ -68,14 +70,14 @@ class Gains:
         while first < len(ranked) and ranked[first][1] in self.decided:
             first += 1
         self._first[key] = first
-        for negative, workload_id, other in ranked[first:]:
+        for negative, workload_id, other in islice(ranked, first, None):
             if -negative <= own * LEAVE_MARGIN:
                 return None
             if workload_id not in self.decided and may_start(other.on(faster)):
                 return Contender(other, faster, slower, -negative, own)
         return None
 
-    def _rank(self, region: str | None, faster: str, slower: str) -> list:
+    def _rank(self, region: str, faster: str, slower: str) -> list:
         """(-gain, id, workload) of the pending work of `region` with a speed on both models,
         in order."""
         ranked = []
@@ -83,7 +85,10 @@ class Gains:
             if faster not in other.accepts or slower not in other.accepts or other.fraction:
                 continue
             fast, slow = other.speed(faster), other.speed(slower)
-            if fast is not None and slow is not None and self._region_of(other.queue_id) == region:
+            if fast is None or slow is None:
+                continue
+            queue = self._ledger.queue_or_none(other.queue_id)
+            if queue is not None and queue.region == region:
                 ranked.append((-fast / slow, other.id, other))
         ranked.sort()
         return ranked
