@@ -10,7 +10,8 @@ each job accepting T4, RTX 2080 Ti and A100 with its profiled speed on each, on 
 3 of 8 RTX 2080 Ti and 2 of 8 A100. Each trace runs on the production engine twice:
 
 - `wanka`: the engine is told each job's speeds and starts it on the fastest model with room
-  (`Workload.models`, Gavel's effective throughput);
+  (`Workload.models`), unless it leaves that model to a waiting job that gains more there
+  (`scheduler.engine.gains`: Gavel's effective throughput, summed over the cluster's jobs);
 - `blind`: the same engine not told them (`scheduler.sim.policies.blind`): the first model with
   room in the job's order (T4, RTX 2080 Ti, A100, the paper's listing of the cluster).
 

@@ -27,11 +27,13 @@ from scheduler.engine.explain import (
     awaited_reason,
     claim_reason,
     kept_off_reason,
+    left_reason,
     model_reason,
     none_free_reason,
     preemption_reason,
     shrink_reason,
 )
+from scheduler.engine.gains import Contender, Gains
 from scheduler.engine.mig import MigInstances
 from scheduler.engine.model import (
     Admission,
@@ -250,6 +252,7 @@ class Cycle(Resizing):
         # taken as they are when the same workload is admitted next.
         self._found: tuple | None = None
         self._choices: dict[tuple, str] = {}  # see `_say_model`
+        self.gains = Gains(self.pending, self.ledger)
         self.holds: dict[int, Hold] = {}
         self.claims: Counter[tuple[int, str]] = Counter()  # quota charged for claimants
         self.touched_queues: set[int] = set()
@@ -293,10 +296,12 @@ class Cycle(Resizing):
         fits in its queue's nominal quota). A workload that accepts several GPU models is
         decided on the one it is best placed on now (`_choose_model`), or waits for a faster
         one (`_worth_waiting`); a share of a GPU runs on its one model."""
-        free = None
+        free, left = None, []
+        self.gains.decided.add(workload.id)
         if len(workload.accepts) > 1 and not workload.fraction:
-            workload, within, free = self._choose_model(queue, workload)
-            if free and (awaited := self._worth_waiting(queue, workload)) is not None:
+            workload, within, free, left = self._choose_model(queue, workload)
+            given = {contender.faster for contender in left}
+            if free and (awaited := self._worth_waiting(queue, workload, given)) is not None:
                 model, start_in_s = awaited
                 self._awaited[queue.region, model] += workload.gpus
                 reason = awaited_reason(workload, model, workload.gpu_model, start_in_s)
@@ -307,26 +312,55 @@ class Cycle(Resizing):
         if outcome == Outcome.NO_FIT and not workload.fraction:  # ahead of later ones that may
             self._awaited[queue.region, workload.gpu_model] += workload.gpus  # wait for them
         if free is not None:
-            self._say_model(workload, outcome, free)
+            self._say_model(workload, outcome, free, left[0] if left else None)
         return outcome
 
-    def _choose_model(self, queue: Queue, workload: Workload) -> tuple[Workload, bool, bool]:
+    def _choose_model(
+        self, queue: Queue, workload: Workload
+    ) -> tuple[Workload, bool, bool, list[Contender]]:
         """For a workload that accepts several GPU models: the best of them (`Workload.models`:
-        the fastest where its speeds are known, Gavel's and Sia's effective throughput, else
-        its submitter's order) that its quota and budgets allow and free GPUs hold now; else
-        the best, to make room or reserve for, or wait. With whether it fits in its queue's
-        nominal quota there and whether it was free."""
-        for model in workload.models:
+        the fastest where its speeds are known, else its submitter's order) that its quota and
+        budgets allow and free GPUs hold now, but for one it leaves to waiting work that gains
+        more there (`Gains`: the cluster's effective throughput, as Gavel's and Sia's); else
+        the best it leaves to none, to make room or reserve for, or wait. With whether it fits
+        in its queue's nominal quota there, whether it was free, and the work it left faster
+        models to, the fastest model first."""
+        models = workload.models
+        left: list[Contender] = []
+        for model, slower in zip(models, models[1:] + (None,), strict=True):
             candidate = workload.on(model)
-            if self._free_now(queue, candidate):
-                return candidate, self.ledger.within_nominal(queue, model, workload.gpus), True
-        best = workload.on(workload.models[0])
-        return best, self.ledger.within_nominal(queue, best.gpu_model, best.gpus), False
+            if not self._free_now(queue, candidate):
+                continue
+            if slower is not None:
+                contender = self.gains.contender(
+                    workload, queue.region, model, slower, self._may_take_free
+                )
+                if contender is not None:
+                    left.append(contender)
+                    continue
+            within = self.ledger.within_nominal(queue, model, workload.gpus)
+            return candidate, within, True, left
+        given = {contender.faster for contender in left}
+        best = workload.on(next(model for model in models if model not in given))
+        within = self.ledger.within_nominal(queue, best.gpu_model, best.gpus)
+        return best, within, False, left
 
-    def _worth_waiting(self, queue: Queue, workload: Workload) -> tuple[str, float] | None:
-        """A faster model than the one the workload could start on now (`gpu_model`), and when
-        it is expected to start there, where it would still end sooner there: judged from its
-        time limit (`Workload.run_s`) and when the running work of that model ends by its own
+    def _may_take_free(self, workload: Workload) -> bool:
+        """Whether the workload's quota and budgets allow it to start now, and its pool has as
+        many GPUs free as it needs (its shape aside)."""
+        queue = self.ledger.queue_or_none(workload.queue_id)
+        if queue is None or self.waits(workload):  # not in the snapshot, or behind a FIFO head
+            return False
+        pool = self.capacity.pool(queue.region, workload.gpu_model)
+        return workload.gpus <= pool.free_gpus() and self._allowed(queue, workload)
+
+    def _worth_waiting(
+        self, queue: Queue, workload: Workload, given: set[str]
+    ) -> tuple[str, float] | None:
+        """A faster model than the one the workload could start on now (`gpu_model`), other
+        than those it left to work that gains more there (`given`), and when it is expected to
+        start there, where it would still end sooner there: judged from its time limit
+        (`Workload.run_s`) and when the running work of that model ends by its own
         (`_expected_start`). None when starting now ends soonest, or nothing is known."""
         here = workload.run_s(workload.gpu_model)
         if here is None:
@@ -334,6 +368,8 @@ class Cycle(Resizing):
         for model in workload.models:
             if model == workload.gpu_model:
                 return None  # the faster ones are behind us
+            if model in given:
+                continue
             if queue.quota(model).nominal < workload.gpus and queue.cohort is None:
                 continue  # its queue can never hold it there
             start_in_s = self._expected_start(queue.region, model, workload.gpus)
@@ -394,21 +430,30 @@ class Cycle(Resizing):
                 return False
         return True
 
-    def _say_model(self, workload: Workload, outcome: Outcome, free: bool) -> None:
+    def _say_model(
+        self, workload: Workload, outcome: Outcome, free: bool, left: Contender | None
+    ) -> None:
         """Say which GPU model a workload that accepts several starts on and why, or why none
-        of them would do now."""
+        of them would do now: none has room, or it left one to work that gains more there."""
         if outcome == Outcome.FIT:
             admission = self.admissions[-1]
-            # Worded once per kind of choice: many workloads accept the same models at the
-            # same speeds.
-            key = (workload.models, workload.speeds, workload.measured, workload.gpu_model)
-            choice = self._choices.get(key)
-            if choice is None:
-                choice = self._choices[key] = model_reason(workload, workload.gpu_model)
+            if left is not None:
+                choice = left_reason(left, workload.gpu_model)
+            else:
+                # Worded once per kind of choice: many workloads accept the same models at
+                # the same speeds.
+                key = (workload.models, workload.speeds, workload.measured, workload.gpu_model)
+                choice = self._choices.get(key)
+                if choice is None:
+                    choice = self._choices[key] = model_reason(workload, workload.gpu_model)
             self.admissions[-1] = Admission(admission.workload_id, admission.placements, choice)
         elif not free and self.waits(workload):
             reason = self._waiting[workload.id][1]
-            self._waiting[workload.id] = (workload, none_free_reason(workload, reason))
+            if left is not None:
+                reason = left_reason(left, workload.gpu_model, reason)
+            else:
+                reason = none_free_reason(workload, reason)
+            self._waiting[workload.id] = (workload, reason)
 
     def _decide(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """Kueue's processEntry, as early returns: a shape no placement could ever give waits

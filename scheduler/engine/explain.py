@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from scheduler.engine.gains import Contender
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
@@ -368,6 +369,16 @@ MODEL_AWAITED = phrase(
     "still end sooner there"
 )
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
+# A faster model left to waiting work that gains more there (`gains`): it starts on another,
+# or waits.
+MODEL_LEFT = phrase(
+    "{model}: {faster} has room but is left to workload {other}, {gain}x faster there than on "
+    "{slower} (this one {own}x)"
+)
+MODEL_LEFT_WAITS = phrase(
+    "{faster} has room but is left to workload {other}, {gain}x faster there than on {slower} "
+    "(this one {own}x); {cause}"
+)
 # Speeds measured by the job's own earlier runs, not predicted by the planner.
 MODEL_MEASURED = phrase("{choice}, as measured over {runs} earlier runs")
 MODEL_MEASURED_ONE = phrase("{choice}, as measured over one earlier run")
@@ -401,6 +412,21 @@ def none_free_reason(workload: Workload, cause: str) -> str:
     """Why a workload that accepts several GPU models waits: none has room, and what waiting
     for the best of them (`cause`) is about."""
     return MODEL_NONE_FREE.format(models=", ".join(workload.models), cause=cause)
+
+
+def left_reason(left: Contender, chosen: str, cause: str | None = None) -> str:
+    """Why a workload starts on `chosen`, or waits for it (`cause`: why it waits), having left
+    a faster model to waiting work that gains more there."""
+    fields = {
+        "faster": left.faster,
+        "other": left.workload.id,
+        "gain": f"{left.gain:.1f}",
+        "slower": left.slower,
+        "own": f"{left.own_gain:.1f}",
+    }
+    if cause is None:
+        return MODEL_LEFT.format(model=chosen, **fields)
+    return MODEL_LEFT_WAITS.format(cause=cause, **fields)
 
 
 def move_reason(workload: Workload, model: str) -> str:

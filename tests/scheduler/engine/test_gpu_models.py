@@ -19,6 +19,7 @@ from scheduler.engine.testing import (
     outcome,
 )
 from scheduler.engine.testing import make_workload as workload
+from scheduler.parallelism import PREDICTION_ERROR
 
 NOW = 10_000.0
 H800 = make_cluster("H800", nodes=2)  # ids 1, 2
@@ -149,6 +150,85 @@ def test_waiting_for_the_best_reserves_there():
     assert [r.workload_id for r in result.reservations] == [1]
     models = {node.id: node.gpu_model for node in snapshot.nodes}
     assert {models[n] for n in result.reservations[0].nodes} == {"H800"}
+
+
+SLIGHT = (("H800", 1.1), ("H20", 1.0))  # hardly faster on an H800
+WITHIN_ERROR = (("H800", 1.1 * (1 + PREDICTION_ERROR / 2)), ("H20", 1.0))  # a hair more gain
+BUSY = [  # one node of each model free
+    make_running(8, team, on(H800[0])),
+    make_running(9, team, on(H20[0]), gpu_model="H20"),
+]
+LEFT = "H20: H800 has room but is left to workload 2, 2.6x faster there than on H20 (this one 1.1x)"
+
+
+@pytest.mark.parametrize(
+    "second, models",
+    [
+        pytest.param(None, {1: "H800"}, id="alone: the fastest"),
+        pytest.param(
+            accepting(2, team, 8, "H20", "H800", speeds=FAST),
+            {1: "H20", 2: "H800"},
+            id="work behind gains more on the H800: it is left to that work",
+        ),
+        pytest.param(
+            accepting(2, team, 8, "H20", "H800", speeds=SLIGHT),
+            {1: "H800", 2: "H20"},
+            id="the same gain: first come, first served",
+        ),
+        pytest.param(
+            accepting(2, team, 8, "H20", "H800", speeds=WITHIN_ERROR),
+            {1: "H800", 2: "H20"},
+            id="a larger gain, but within the planner's error: first come, first served",
+        ),
+        pytest.param(
+            accepting(2, team, 16, "H20", "H800", speeds=FAST),
+            {1: "H800"},
+            id="work that gains more but needs more GPUs than are free there",
+        ),
+        pytest.param(
+            accepting(2, only_h20, 8, "H20", "H800", speeds=FAST),
+            {1: "H800", 2: "H20"},
+            id="work that gains more but has no quota there",
+        ),
+        pytest.param(
+            accepting(2, team, 8, "H20", "H800"),
+            {1: "H800", 2: "H20"},
+            id="work whose speeds are unknown",
+        ),
+    ],
+)
+def test_a_faster_model_goes_to_the_work_that_gains_most_there(second, models):
+    """Gavel's effective throughput is the cluster's: of two jobs that could each start on the
+    free H800 or the free H20 node, the one that gains more on an H800 gets it."""
+    job = accepting(1, team, 8, "H800", "H20", speeds=SLIGHT)
+    snapshot = make_snapshot(
+        H800 + H20, [team, only_h20], [*BUSY, job] + ([second] if second else [])
+    )
+    result = plan(snapshot, NOW)
+    on_model = {node.id: node.gpu_model for node in snapshot.nodes}
+    placed = {a.workload_id: on_model[a.placements[0].node_id] for a in result.admissions}
+    assert placed == models
+    choice = next(a.choice for a in result.admissions if a.workload_id == 1)
+    assert choice == LEFT if models[1] == "H20" else "left to" not in choice
+
+
+def test_left_with_no_other_room_it_waits_for_its_next_model():
+    """The H20s are all busy: the job that hardly gains on an H800 leaves the free one to the
+    job that gains more there and waits for an H20, saying so."""
+    busy = [
+        make_running(8, team, on(H800[0])),
+        make_running(9, team, on(H20[0]), on(H20[1]), gpu_model="H20"),
+    ]
+    job = accepting(1, team, 8, "H800", "H20", speeds=SLIGHT)
+    gains = accepting(2, team, 8, "H20", "H800", speeds=FAST)
+    snapshot = make_snapshot(H800 + H20, [team], [*busy, job, gains])
+    result = plan(snapshot, NOW)
+    decided = outcome(result, snapshot)
+    assert decided[2] == "dc1-p1-l1-n2"
+    assert decided[1].startswith(
+        "H800 has room but is left to workload 2, 2.6x faster there than on H20 (this one 1.1x); "
+    )
+    assert [p.workload_id for p in result.pending] == [1]
 
 
 def test_fair_sharing_weighs_borrowed_gpus_by_their_worth():
