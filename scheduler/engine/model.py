@@ -339,7 +339,7 @@ class Workload:
     mig: str = ""
     mig_charge: float = 0.0
 
-    @property
+    @lazy  # read several times for each workload a cycle decides
     def fraction(self) -> bool:
         """Whether it takes part of one GPU: a share or a MIG instance."""
         return bool(self.slices or self.mig)
@@ -348,7 +348,7 @@ class Workload:
     def is_running(self) -> bool:
         return bool(self.placements)
 
-    @property
+    @lazy  # read several times for each workload a cycle decides
     def share(self) -> float:
         """What it is charged for, in GPUs: its share, or its whole GPUs."""
         if self.mig:
