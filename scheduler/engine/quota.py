@@ -397,8 +397,12 @@ class QuotaLedger:
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether `gpus` more GPUs keep the queue (one of the ledger's) within its nominal
-        quota (and its family's)."""
-        return gpus <= self.nominal_room(queue, gpu_model)
+        quota (and its family's). `nominal_room`, worked out here for a queue without family
+        quotas (the common case): the cycle asks this for nearly every head it keys."""
+        if queue.families:
+            return gpus <= self.nominal_room(queue, gpu_model)
+        key = (queue.id, gpu_model)
+        return gpus <= self._nominal.get(key, 0) - self.usage.get(key, 0)
 
     def nominal_room(self, queue: Queue, gpu_model: str) -> int:
         """GPUs of `gpu_model` the queue may still start within its nominal quota and its
