@@ -11,25 +11,27 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from scheduler.mig import Profile
 
+T = TypeVar("T")
 
-class lazy:
+
+class lazy(Generic[T]):
     """`functools.cached_property` without its lock: in Python 3.11 every first read takes a
     lock (3.12 dropped it), a cost each of a cycle's thousands of fresh workloads pays. The
     value goes into the instance's `__dict__` (a frozen dataclass's too), where later reads
     find it without calling this."""
 
-    def __init__(self, func: Callable) -> None:
+    def __init__(self, func: Callable[[Any], T]) -> None:
         self.func = func
         self.name = func.__name__
         self.__doc__ = func.__doc__
 
-    def __get__(self, instance: object, owner: type | None = None) -> Any:
+    def __get__(self, instance: object, owner: type | None = None) -> T:
         if instance is None:
-            return self
+            return self  # type: ignore[return-value]  # read on the class: the descriptor
         value = instance.__dict__[self.name] = self.func(instance)
         return value
 
