@@ -126,7 +126,7 @@ def _nodes(pool: Pool, occupancy: Occupancy, domain, count: int) -> tuple[int, .
     """The nodes to reserve, by name: whole free ones, then those with a known end, soonest
     first, then any other busy ones a gang may have (`Occupancy.no_gangs`)."""
     closed = occupancy.no_gangs
-    whole = [n for n in pool.domain_nodes(domain) if pool.is_whole(n) and n.id not in closed]
+    whole = [n for n in pool.whole_nodes(domain) if n.id not in closed]  # leaves with some only
     picked = whole[:count]
     chosen = {n.id for n in picked}
     for _, node in occupancy.soonest_free(pool):

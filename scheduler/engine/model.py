@@ -8,12 +8,33 @@ Every field added after the first engine has a default, so older callers keep wo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from functools import cached_property
+from typing import Any, Generic, TypeVar
 
 from scheduler.mig import Profile
+
+T = TypeVar("T")
+
+
+class lazy(Generic[T]):
+    """`functools.cached_property` without its lock: in Python 3.11 every first read takes a
+    lock (3.12 dropped it), a cost each of a cycle's thousands of fresh workloads pays. The
+    value goes into the instance's `__dict__` (a frozen dataclass's too), where later reads
+    find it without calling this."""
+
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __get__(self, instance: object, owner: type | None = None) -> T:
+        if instance is None:
+            return self  # type: ignore[return-value]  # read on the class: the descriptor
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value
+
 
 # A share of a GPU is counted in eighths: 0.125 GPU and 10 GB of an 80 GB GPU at the finest.
 # Every multiple of 1/8 is exact in binary floating point, so quota and budget sums of shares
@@ -205,7 +226,7 @@ class Queue:
         """The family quota above `gpu_model`'s, or None."""
         return self._family_of.get(gpu_model)
 
-    @cached_property
+    @lazy
     def model_quotas(self) -> tuple[Quota, ...]:
         """Its quotas per GPU model, and those its family quotas imply: a model of a family
         with no quota of its own may use all the family's."""
@@ -218,12 +239,12 @@ class Queue:
         )
         return self.quotas + implied
 
-    @cached_property
+    @lazy
     def _by_model(self) -> dict[str, Quota]:
         """Its quotas by GPU model (the first of a model, should one be listed twice)."""
         return {quota.gpu_model: quota for quota in reversed(self.model_quotas)}
 
-    @cached_property
+    @lazy
     def _family_of(self) -> dict[str, FamilyQuota]:
         return {model: family for family in reversed(self.families) for model in family.models}
 
@@ -320,7 +341,7 @@ class Workload:
     mig: str = ""
     mig_charge: float = 0.0
 
-    @property
+    @lazy  # read several times for each workload a cycle decides
     def fraction(self) -> bool:
         """Whether it takes part of one GPU: a share or a MIG instance."""
         return bool(self.slices or self.mig)
@@ -329,14 +350,14 @@ class Workload:
     def is_running(self) -> bool:
         return bool(self.placements)
 
-    @property
+    @lazy  # read several times for each workload a cycle decides
     def share(self) -> float:
         """What it is charged for, in GPUs: its share, or its whole GPUs."""
         if self.mig:
             return self.mig_charge
         return self.slices / SLICES if self.slices else self.gpus
 
-    @cached_property
+    @lazy
     def held(self) -> float:
         """GPUs it holds now, counted from its placements (a share job: its share)."""
         if self.fraction:
@@ -348,7 +369,7 @@ class Workload:
         """The fewest GPUs it can run on."""
         return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
 
-    @cached_property
+    @lazy
     def is_elastic(self) -> bool:
         most = self.gpus if self.max_gpus is None else self.max_gpus
         return self.fewest_gpus < most
@@ -357,7 +378,7 @@ class Workload:
         """Its throughput on `gpus` GPUs (tokens/s; GPUs themselves when it has no curve)."""
         return at(self._curve, gpus) if self.throughput else float(gpus)
 
-    @cached_property
+    @lazy
     def _curve(self) -> dict[int, float]:
         return dict(self.throughput)
 
@@ -368,7 +389,7 @@ class Workload:
         lost = (self.rate(before) - self.rate(after)) / (self.rate(before) / before)
         return max(0.0, lost)  # a curve that dips never makes a shrink a gain
 
-    @cached_property
+    @lazy
     def models(self) -> tuple[str, ...]:
         """The GPU models to try, best first: by speed where each has one (the listed order
         breaks ties), else in the listed order (the submitter's preference)."""

@@ -48,11 +48,9 @@ def head_key(
 
     `fits`: the caller knows the head fits in its queue's nominal quota.
     """
-    level = 0 if fits else ledger.level(queue, workload.gpu_model, workload.share)
-    if level == 0:
+    if fits:
         return (0, 0.0, *order)
-    share = ledger.share(queue, workload.gpu_model, workload.share)
-    return (level, share, *order)
+    return (*ledger.borrowing_rank(queue, workload.gpu_model, workload.share), *order)
 
 
 class Heads:

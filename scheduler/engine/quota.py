@@ -110,6 +110,7 @@ class QuotaLedger:
         # Per cohort tree, how often its usage changed, and the borrowers seen at a count.
         self._changes: dict[TreeNode, int] = {}
         self._borrowers: dict[tuple[TreeNode, str], tuple[int, list[tuple[Queue, int]]]] = {}
+        self._ranks: dict[tuple, tuple[int, tuple[int, float]]] = {}  # see `borrowing_rank`
 
     def _link_tree(self) -> None:
         for queue in sorted(self._queues.values(), key=lambda q: q.id):
@@ -365,6 +366,20 @@ class QuotaLedger:
                 return self._height(node)
         return max(1, self._height(path[-1]))
 
+    def borrowing_rank(self, queue: Queue, gpu_model: str, gpus: float) -> tuple[int, float]:
+        """(`level`, `share`) of the queue with `gpus` more GPUs of `gpu_model`; (0, 0.0) when
+        they fit in its nominal quota. Worked out again only once the usage of the queue's
+        cohort tree changed (both depend on nothing else): a queue's head is keyed after each
+        of its decisions, and a head that waits changes no usage."""
+        key = (queue.id, gpu_model, gpus)
+        changes = self._changes.get(self.root(queue), 0)
+        found = self._ranks.get(key)
+        if found is None or found[0] != changes:
+            level = self.level(queue, gpu_model, gpus)
+            rank = (level, self.share(queue, gpu_model, gpus)) if level else (0, 0.0)
+            found = self._ranks[key] = (changes, rank)
+        return found[1]
+
     def _height(self, node: TreeNode) -> int:
         """A tree node's distance to its furthest leaf: 0 for a queue, 1 for a cohort of
         queues only."""
@@ -382,8 +397,12 @@ class QuotaLedger:
 
     def within_nominal(self, queue: Queue, gpu_model: str, gpus: int) -> bool:
         """Whether `gpus` more GPUs keep the queue (one of the ledger's) within its nominal
-        quota (and its family's)."""
-        return gpus <= self.nominal_room(queue, gpu_model)
+        quota (and its family's). `nominal_room`, worked out here for a queue without family
+        quotas (the common case): the cycle asks this for nearly every head it keys."""
+        if queue.families:
+            return gpus <= self.nominal_room(queue, gpu_model)
+        key = (queue.id, gpu_model)
+        return gpus <= self._nominal.get(key, 0) - self.usage.get(key, 0)
 
     def nominal_room(self, queue: Queue, gpu_model: str) -> int:
         """GPUs of `gpu_model` the queue may still start within its nominal quota and its

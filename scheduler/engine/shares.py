@@ -162,18 +162,20 @@ class Shares:
         return found
 
     def _small(self, pool: Pool, workload: Workload, breakable: list[Node]) -> tuple:
-        count = workload.gpus
-        nodes = [n for n in breakable if len(pool.free(n.id)) >= count]
-        if not nodes:
-            return ()
-        model = workload.gpu_model
+        """`find_small`'s GPUs: one pass over the breakable nodes, each one's free GPUs
+        counted once (it runs for most small jobs, as each admission changes the pool)."""
+        count, model = workload.gpus, workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
-        *_, first = min(
-            (self._whole_gradient(pool, n, count, model), len(pool.free(n.id)), n.name, i)
-            for i, n in enumerate(nodes)
-        )
-        best = nodes[first].id
-        return (Placement(best, tuple(sorted(pool.free(best))[:count])),)
+        best = None
+        for i, node in enumerate(breakable):
+            free = len(pool.free(node.id))
+            if free >= count:
+                key = (self._whole_gradient(pool, node, free, count, model), free, node.name, i)
+                if best is None or key < best[0]:
+                    best = (key, node.id)
+        if best is None:
+            return ()
+        return (Placement(best[1], tuple(sorted(pool.free(best[1]))[:count])),)
 
     def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
         """Book the share job's eighths on its GPU (taking the GPU from the free ones if it was
@@ -279,11 +281,11 @@ class Shares:
             after = self._state(pool, node, gpus)
         return self._score(after, model) - self._score(before, model)
 
-    def _whole_gradient(self, pool: Pool, node: Node, count: int, model: str) -> float:
-        """How much taking `count` free GPUs of the node grows its fragmentation: the same for
-        nodes alike in size, free GPUs and partly used ones (worked out once)."""
+    def _whole_gradient(self, pool: Pool, node: Node, free: int, count: int, model: str) -> float:
+        """How much taking `count` of the node's `free` free GPUs grows its fragmentation: the
+        same for nodes alike in size, free GPUs and partly used ones (worked out once)."""
         partly = self.free.get(node.id, {})
-        key = (model, len(pool.free(node.id)), node.gpus, tuple(partly.values()), count)
+        key = (model, free, node.gpus, tuple(partly.values()), count)
         gradient = self._gradients.get(key)
         if gradient is None:
             before = self._state(pool, node, partly)
