@@ -507,7 +507,7 @@ class Cycle(Resizing):
             return self._no_fit(workload, str(why))
         placer = self.mig if workload.mig else self.shares
         try:
-            placement = placer.find(pool, workload)
+            placement = self._share_apart(pool, workload) or placer.find(pool, workload)
         except Inadmissible as why:
             # No room: a GPU's room is made as for a one-GPU job (reclaim, or within its
             # queue), held for it, and it takes its share there next cycle.
@@ -518,6 +518,8 @@ class Cycle(Resizing):
             self.apply_claim(pool, queue, whole, claim)
             return Outcome.PREEMPT
         placer.take(pool, placement, workload)
+        if workload.spread:
+            self.spread[workload.spread].add(placement.node_id)
         self.ledger.charge(queue.id, workload.gpu_model, share)
         self.budgets.charge(queue.id, workload.gpu_model, share, seconds)
         self.admissions.append(Admission(workload.id, (placement,)))
@@ -578,6 +580,12 @@ class Cycle(Resizing):
         """Room away from the other members of its spread group, or none."""
         used = self.spread.get(workload.spread) if workload.spread else None
         return pool.find_apart(workload, used) if used else ()
+
+    def _share_apart(self, pool: Pool, workload: Workload) -> Placement | None:
+        """A share's GPU away from the other members of its spread group (replicas of one
+        service), or None."""
+        used = self.spread.get(workload.spread) if workload.spread and workload.slices else None
+        return self.shares.find_apart(pool, workload, used) if used else None
 
     def _backfill(self, pool: Pool, queue: Queue, workload: Workload, no_room: str) -> str | None:
         """Place the workload on GPUs held for reservations it may use, lent for the moment

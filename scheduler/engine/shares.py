@@ -17,8 +17,8 @@ alternative.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from scheduler.engine.capacity import Pool
@@ -144,6 +144,23 @@ class Shares:
             for f, node, i in shared + fresh
         )
         return Placement(node_id, (index,))
+
+    def find_apart(self, pool: Pool, workload: Workload, used: Collection[int]) -> Placement | None:
+        """The share job's GPU on a node none of `used` is (where the other members of its
+        spread group run): the partly used GPU with the least room that fits, else a free GPU
+        placed as a one-GPU job away from them (`Pool.find_apart`); None where no such node has
+        room. Takes nothing."""
+        slices, held = workload.slices, pool.held_by
+        rooms = [
+            r
+            for r in self._rooms_in(pool, workload)
+            if r[0] >= slices and r[1].id not in used and r[1].id not in held
+        ]
+        if rooms:
+            _, node, index = min(rooms, key=lambda r: (r[0], r[1].name, r[2]))
+            return Placement(node.id, (index,))
+        whole = pool.find_apart(replace(workload, slices=0, gpus=1), used)
+        return Placement(whole[0].node_id, whole[0].gpu_indices[:1]) if whole else None
 
     def find_small(self, pool: Pool, workload: Workload) -> tuple[Placement, ...]:
         """GPUs of one node for a small whole-GPU job, by FGD as for shares, where the snapshot

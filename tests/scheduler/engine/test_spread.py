@@ -1,5 +1,6 @@
 """Spread groups: the replicas of one service are placed apart where free room allows (another
-node, then another leaf), and still start where only their group's nodes have room."""
+node, then another leaf), and still start where only their group's nodes have room; replicas of
+a share of a GPU too."""
 
 from __future__ import annotations
 
@@ -69,4 +70,53 @@ def placed(snapshot) -> dict[int, tuple[int, ...]]:
     ],
 )
 def test_spread(running, pending, expected):
+    assert placed(make_snapshot(NODES, [infer], [*running, *pending])) == expected
+
+
+def share(workload_id: int, spread: str = "chat"):
+    return workload(workload_id, infer, 1, slices=2, spread=spread)
+
+
+@pytest.mark.parametrize(
+    "running, pending, expected",
+    [
+        pytest.param(
+            [],
+            [share(1), share(2)],
+            {1: (1,), 2: (3,)},
+            id="two quarter-GPU replicas go to nodes of different leaves",
+        ),
+        pytest.param(
+            [],
+            [share(1, ""), share(2, "")],
+            {1: (1,), 2: (1,)},
+            id="without a group two quarters share a GPU, as ever",
+        ),
+        pytest.param(
+            [make_running(9, infer, on(NODES[0], 0), slices=2, spread="chat")],
+            [share(1), share(2, "other")],
+            {1: (3,), 2: (1,)},
+            id="a replica leaves its service's GPU to others' shares",
+        ),
+        pytest.param(
+            [
+                make_running(9, infer, on(NODES[0], 0), slices=2, spread="chat"),
+                make_running(8, infer, on(NODES[2], 0), slices=6),
+            ],
+            [share(1)],
+            {1: (3,)},
+            id="a partly used GPU away from its service before a free one",
+        ),
+        pytest.param(
+            [
+                make_running(9, infer, on(NODES[0], 0), slices=2, spread="chat"),
+                *(make_running(10 + i, infer, on(n)) for i, n in enumerate(NODES[1:])),
+            ],
+            [share(1)],
+            {1: (1,)},
+            id="only its own replica's node has room: it still starts there",
+        ),
+    ],
+)
+def test_spread_shares(running, pending, expected):
     assert placed(make_snapshot(NODES, [infer], [*running, *pending])) == expected
