@@ -74,7 +74,7 @@ def load_sia(
     name: str, directory: str | Path = DEFAULT_DIR, elastic: bool = False
 ) -> tuple[list[list[TraceJob]], ClusterSpec]:
     """The traces of workload set `name` (one per file, by file number) and the cluster; with
-    `elastic`, each job elastic (`elastic_job`)."""
+    `elastic`, each job elastic (see the module docstring)."""
     if name not in SETS:
         raise ValueError(f"unknown Sia workload set {name!r}; known: {', '.join(SETS)}")
     directory = Path(directory)
