@@ -122,22 +122,23 @@ def measure(name: str, short: bool, elastic: bool = False) -> dict:
     """Both policies on every trace of the set (the first two with `short`), and with
     `elastic` Wanka's policy on the set's jobs made elastic."""
     traces, spec = load_sia(name)
-    runs = [(label, make, traces, CONFIG) for label, make in POLICIES.items()]
+    traces = traces[:2] if short else traces
+    policies = [(label, make, traces, CONFIG) for label, make in POLICIES.items()]
     if elastic:
-        runs.append(("wanka-elastic", wanka, load_sia(name, elastic=True)[0], ELASTIC))
+        resizable = load_sia(name, elastic=True)[0][: len(traces)]
+        policies.append(("wanka-elastic", wanka, resizable, ELASTIC))
     result = {}
-    for label, make, loaded, config in runs:
-        traces = loaded[:2] if short else loaded
-        done = []
-        for number, trace in enumerate(traces, start=1):
-            done.append(replay(trace, spec, make(spec), config))
+    for label, make, jobs, config in policies:
+        runs = []
+        for number, trace in enumerate(jobs, start=1):
+            runs.append(replay(trace, spec, make(spec), config))
             print(
                 f"{LABELS[name]} trace {number}/{len(traces)} {label}: "
-                f"avg JCT {statistics.mean(done[-1]['jcts']):.2f} h, "
-                f"makespan {done[-1]['makespan']:.1f} h",
+                f"avg JCT {statistics.mean(runs[-1]['jcts']):.2f} h, "
+                f"makespan {runs[-1]['makespan']:.1f} h",
                 flush=True,
             )
-        result[label] = figures(done)
+        result[label] = figures(runs)
     published = PUBLISHED[name]
     result["published"] = published
     result["vs_blind"] = round(result["wanka"]["avg_jct_h"] / result["blind"]["avg_jct_h"], 3)
