@@ -266,7 +266,7 @@ def test_a_job_with_measured_curves_runs_at_its_throughput_on_the_model_and_coun
     assert job.throughput == dict(CURVES)[gpu_model]  # what the engine weighs resizes by
 
 
-def test_a_shrunk_measured_job_waits_small_then_grows_into_freed_gpus() -> None:
+def test_an_elastic_job_starts_on_the_free_gpus_and_grows_when_more_free() -> None:
     """One node of 8 A100, 4 of them busy for an hour: the elastic job starts on the other 4,
     grows to 8 once they free and finishes at its measured throughput on each count."""
     leaves = [{"name": "l1", "nodes": 1, "gpu_model": "A100"}]
@@ -309,7 +309,7 @@ def test_elastic_sia_jobs_run_from_one_gpu_to_the_most_their_profile_makes_worth
 
 def test_an_elastic_jobs_most_is_the_largest_count_each_gpu_still_pays_for() -> None:
     """Per GPU, 1, 0.9, 0.8, 0.6 and 0.4 of one GPU's throughput on 1, 2, 4, 8 and 16 on one
-    type, and 1, 0.9, 0.6 ... on another: the most is the largest count above EFFICIENCY on
+    type, and 1, 0.9, 0.6 ... on another: the most is the largest count at EFFICIENCY or more on
     both."""
     one = tuple(
         (gpus, gpus * share) for gpus, share in [(1, 1), (2, 0.9), (4, 0.8), (8, 0.6), (16, 0.4)]
