@@ -70,10 +70,10 @@ class TraceJob:
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
     # Its measured throughput (any unit, the same on every model) by GPU count on each model it
-    # accepts, `(model, ((gpus, throughput), ...))`, as a job reports it while it runs: its
-    # speed on a model and count, for one each of them (not a column of the CSV: loaders such
-    # as `sia` give it). (): none measured (`speeds`, and a shrunk job's speed in proportion
-    # to its GPUs or by the planner's curve).
+    # accepts, `(model, ((gpus, throughput), ...))`, one curve for each model, as a job reports
+    # it while it runs: what its speed on a model and count follows (not a column of the CSV:
+    # loaders such as `sia` give it). (): none measured (`speeds`, and a shrunk job's speed in
+    # proportion to its GPUs or by the planner's curve).
     curves: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
     slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
     movable: bool = True  # False: marked not to move while it runs (`Workload.movable`)
