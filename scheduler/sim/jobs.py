@@ -5,8 +5,10 @@ model it accepts it progresses at that model's speed (`TraceJob.speeds`); on few
 elastic job that was shrunk) in proportion, `held / gpus` seconds of work per second, or, for a
 job that names its model, at the planner's throughput for `held` GPUs over that for `gpus` (the
 curve the engine weighs its shrinks by, `scheduler.parallelism.curve`, corrected by the fleet's
-calibration when `SimConfig.calibration` gives one). While it holds GPUs it is in one phase at
-a time:
+calibration when `SimConfig.calibration` gives one). A job that carries its measured throughput
+by GPU count on each model (`TraceJob.curves`) runs at that, over its throughput at `gpus` on
+its trace's model, and the engine weighs its resizes by the curve of the model it runs on.
+While it holds GPUs it is in one phase at a time:
 
 - COMPUTE: work advances; after `interval_s` seconds of compute a routine checkpoint is due;
 - STALL: a routine checkpoint's stall (a periodic stop-the-world save, or an async copy to host
@@ -134,7 +136,7 @@ class Job:
         self.preemptions = 0
         self.shrinks = 0
         self.resized_at: float | None = None
-        self.throughput = throughput_curve(spec, factors or {})
+        self.planned = throughput_curve(spec, factors or {})
         self.slowdown = 1.0  # a hang (0) or a straggler (below 1) until the job restarts
         # What happened to it, as the portal's workload states name it: "running",
         # "preempting", "pending", "recovering (spare)" and so on, "succeeded".
@@ -145,6 +147,12 @@ class Job:
     @property
     def work(self) -> float:
         return self.spec.duration_s
+
+    @property
+    def throughput(self) -> tuple:
+        """The curve the engine weighs its resizes by: its measured one on the model it runs
+        on, else the planner's (or none)."""
+        return self.spec.curve_on(self.gpu_model) or self.planned
 
     @property
     def running(self) -> bool:
@@ -385,8 +393,7 @@ class Job:
             self.rate = self.slowdown if placements else 0.0
             return
         self.held = sum(len(p.gpu_indices) for p in placements)
-        speed = self.speed(self.held) * self.spec.speed_on(self.gpu_model)
-        self.rate = speed * self.slowdown if self.held else 0.0
+        self.rate = self.speed(self.held) * self.slowdown if self.held else 0.0
 
     def _stop(self, now: float) -> None:
         self._hold(())
@@ -400,11 +407,16 @@ class Job:
         return math.floor(self.progress / step + EPS) * step
 
     def speed(self, gpus: int) -> float:
-        """Seconds of work per second on `gpus` GPUs: 1 at its requested size."""
-        if not self.throughput:
-            return gpus / self.spec.gpus
-        curve = dict(self.throughput)
-        return at(curve, gpus) / at(curve, self.spec.gpus)
+        """Seconds of work per second on `gpus` GPUs of the model it runs on: 1 at its
+        requested size on its trace's model."""
+        spec = self.spec
+        measured = spec.curve_on(self.gpu_model)
+        if measured:
+            return at(dict(measured), gpus) / at(dict(spec.curve_on(spec.gpu_model)), spec.gpus)
+        if self.planned:
+            curve = dict(self.planned)
+            return at(curve, gpus) / at(curve, spec.gpus) * spec.speed_on(self.gpu_model)
+        return gpus / spec.gpus * spec.speed_on(self.gpu_model)
 
     def _enter(self, phase: Phase, ends: float | None) -> None:
         self.phase = phase

@@ -21,6 +21,12 @@ file and the paper's 64-GPU cluster:
   above the largest profiled is split into accumulation steps, one below the smallest takes
   the smallest's time), slowed by the artifact's calibration to real runs (`SLOWDOWNS`);
 - submit times are the files' `time`; jobs are numbered 1, 2, ... in file order.
+
+With `elastic`, each job instead runs from 1 GPU up to the most its profile makes worthwhile
+(`most_gpus`), its work and speeds as above at that most, and carries its throughput at its
+batch by GPU count on each type (`TraceJob.curves`, `Profiles.curves`): the simulator runs it
+at that on whatever count and type the engine gives it. Its batch stays the trace's, spread
+over however many GPUs it holds (Sia also changes the batch; Wanka does not).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from scheduler.sim.trace import TraceError, TraceJob
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "data" / "sia"
 SETS = ("philly", "saturn", "newtrace")
 QUEUE = "sia"
+MOST_GPUS = 16  # the most an elastic job's profile is read for: two nodes of 8
+# An elastic job grows only to counts where each GPU still adds this much of what one GPU does
+# alone (`most_gpus`).
+EFFICIENCY = 0.7
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,10 @@ SLOWDOWNS = {"cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deeps
 
 
 def load_sia(
-    name: str, directory: str | Path = DEFAULT_DIR
+    name: str, directory: str | Path = DEFAULT_DIR, elastic: bool = False
 ) -> tuple[list[list[TraceJob]], ClusterSpec]:
-    """The traces of workload set `name` (one per file, by file number) and the cluster."""
+    """The traces of workload set `name` (one per file, by file number) and the cluster; with
+    `elastic`, each job elastic (see the module docstring)."""
     if name not in SETS:
         raise ValueError(f"unknown Sia workload set {name!r}; known: {', '.join(SETS)}")
     directory = Path(directory)
@@ -72,7 +83,7 @@ def load_sia(
         (directory / "workloads" / name).glob("workload-*.csv"),
         key=lambda path: int(path.stem.split("-")[1]),
     )
-    return [read_workload(path, profiles) for path in files], sia_cluster()
+    return [read_workload(path, profiles, elastic) for path in files], sia_cluster()
 
 
 def sia_cluster() -> ClusterSpec:
@@ -109,11 +120,11 @@ def sia_cluster() -> ClusterSpec:
     )
 
 
-def read_workload(path: Path, profiles: Profiles) -> list[TraceJob]:
+def read_workload(path: Path, profiles: Profiles, elastic: bool = False) -> list[TraceJob]:
     """One workload file as trace jobs (see the module docstring)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    return [_job(number, row, profiles, path) for number, row in enumerate(rows, start=1)]
+    return [_job(number, row, profiles, path, elastic) for number, row in enumerate(rows, start=1)]
 
 
 def placeable(gpus: int) -> int:
@@ -121,13 +132,18 @@ def placeable(gpus: int) -> int:
     return gpus if gpus <= 4 else math.ceil(gpus / 8) * 8
 
 
-def _job(number: int, row: dict[str, str], profiles: Profiles, path: Path) -> TraceJob:
+def _job(
+    number: int, row: dict[str, str], profiles: Profiles, path: Path, elastic: bool
+) -> TraceJob:
     try:
         app, gpus, batch = row["application"], int(row["num_replicas"]), int(row["batch_size"])
         submit = float(row["time"])
     except (KeyError, ValueError):
         raise TraceError(f"{path.name}, job {number}: bad row {row}") from None
     gpus = placeable(gpus)
+    curves = profiles.curves(app, batch) if elastic else {}
+    if curves:
+        gpus = most_gpus(curves)
     times = {
         gpu.model: seconds
         for gpu in CLUSTER
@@ -145,6 +161,20 @@ def _job(number: int, row: dict[str, str], profiles: Profiles, path: Path) -> Tr
         QUEUE,
         accepts=tuple(times),
         speeds=tuple((model, times[first] / seconds) for model, seconds in times.items()),
+        min_gpus=1 if elastic and gpus > 1 else None,
+        curves=tuple((model, curves[model]) for model in times) if curves else (),
+    )
+
+
+def most_gpus(curves: dict[str, tuple[tuple[int, float], ...]]) -> int:
+    """An elastic job's most GPUs: the largest of 1, 2, 4, 8 and 16 (counts every type's nodes
+    hold, profiled on each) at which its throughput per GPU is still at least EFFICIENCY of its
+    throughput on one GPU, on every type it accepts."""
+    counts = [gpus for gpus in (1, 2, 4, 8, 16) if all(gpus in dict(c) for c in curves.values())]
+    return max(
+        gpus
+        for gpus in counts
+        if all(dict(c)[gpus] >= EFFICIENCY * gpus * dict(c)[1] for c in curves.values())
     )
 
 
@@ -165,6 +195,22 @@ class Profiles:
         when the profile lacks that shape."""
         step = self.step_s(app, gpu, gpus, batch)
         return None if step is None else self.iterations(app, batch) * step * SLOWDOWNS[app]
+
+    def curves(self, app: str, batch: int) -> dict[str, tuple[tuple[int, float], ...]]:
+        """Steps per second of `app` at global batch `batch` by GPU count (up to two 8-GPU
+        nodes, on counts the engine places on the type's nodes) on each GPU type profiled."""
+        found = {}
+        for gpu in CLUSTER:
+            points = []
+            for gpus in range(1, MOST_GPUS + 1):
+                if gpus > gpu.gpus_per_node and gpus % gpu.gpus_per_node:
+                    continue
+                step = self.step_s(app, gpu, gpus, batch)
+                if step is not None:
+                    points.append((gpus, 1 / step))
+            if points:
+                found[gpu.model] = tuple(points)
+        return found
 
     def step_s(self, app: str, gpu: GpuType, gpus: int, batch: int) -> float | None:
         """One step's seconds, with accumulation when the local batch does not fit (as the

@@ -69,6 +69,12 @@ class TraceJob:
     # Its throughput per GPU on each accepted model relative to `gpu_model` (1 there): what
     # its run time on a model is divided by. (): the same on every model.
     speeds: tuple[tuple[str, float], ...] = ()
+    # Its measured throughput (any unit, the same on every model) by GPU count on each model it
+    # accepts, `(model, ((gpus, throughput), ...))`, one curve for each model, as a job reports
+    # it while it runs: what its speed on a model and count follows (not a column of the CSV:
+    # loaders such as `sia` give it). (): none measured (`speeds`, and a shrunk job's speed in
+    # proportion to its GPUs or by the planner's curve).
+    curves: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
     slices: int = 0  # a share of one GPU in eighths (1-7), with `gpus` 1; 0: whole GPUs
     movable: bool = True  # False: marked not to move while it runs (`Workload.movable`)
     mig: Profile | None = None  # a MIG instance of one GPU of `gpu_model`, with `gpus` 1
@@ -88,6 +94,10 @@ class TraceJob:
     @property
     def fewest_gpus(self) -> int:
         return self.gpus if self.min_gpus is None else min(self.min_gpus, self.gpus)
+
+    def curve_on(self, gpu_model: str) -> tuple[tuple[int, float], ...]:
+        """Its measured throughput by GPU count on `gpu_model`; () when not measured there."""
+        return dict(self.curves).get(gpu_model, ())
 
     def speed_on(self, gpu_model: str) -> float:
         """Its work per second on `gpu_model` relative to `gpu_model` of the trace."""

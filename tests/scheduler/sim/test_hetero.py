@@ -11,7 +11,17 @@ from scheduler.checkpointing import Costs, Policy, PolicyKind
 from scheduler.engine import Placement
 from scheduler.sim.jobs import Checkpointing, Job
 from scheduler.sim.policies import blind, wanka
-from scheduler.sim.sia import CLUSTER, DEFAULT_DIR, SLOWDOWNS, Profiles, load_sia, placeable
+from scheduler.sim.sia import (
+    CLUSTER,
+    DEFAULT_DIR,
+    EFFICIENCY,
+    MOST_GPUS,
+    SLOWDOWNS,
+    Profiles,
+    load_sia,
+    most_gpus,
+    placeable,
+)
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.spec import ClusterSpec, SpecError, parse_spec
 from scheduler.sim.trace import TraceError, TraceJob, read_csv, write_csv
@@ -219,3 +229,94 @@ def test_a_bad_family_quota_names_its_place() -> None:
     }
     with pytest.raises(SpecError, match=r"queues\[0\].families.hopper.models: must list"):
         parse_spec(spec)
+
+
+# Measured per GPU count: 1, 1.5 and 2 on 1, 2 and 4 T4; 3, 6 and 9 on as many A100.
+CURVES = (("T4", ((1, 1.0), (2, 1.5), (4, 2.0))), ("A100", ((1, 3.0), (2, 6.0), (4, 9.0))))
+MEASURED = TraceJob(
+    1,
+    0.0,
+    4,
+    "T4",
+    3600.0,
+    "q",
+    min_gpus=1,
+    accepts=("T4", "A100"),
+    speeds=(("T4", 1.0), ("A100", 4.5)),
+    curves=CURVES,
+)
+
+
+@pytest.mark.parametrize(
+    ("gpu_model", "gpus", "finishes_at"),
+    [("T4", 4, 3600.0), ("T4", 1, 7200.0), ("A100", 2, 1200.0), ("A100", 3, 960.0)],
+    ids=[
+        "at its size on its trace's model, its duration",
+        "on 1 T4, at half the throughput of 4",
+        "on 2 A100, at 3 times that of 4 T4",
+        "on 3 A100, between the measured 2 and 4",
+    ],
+)
+def test_a_job_with_measured_curves_runs_at_its_throughput_on_the_model_and_count(
+    gpu_model: str, gpus: int, finishes_at: float
+) -> None:
+    job = Job(MEASURED, Checkpointing(PolicyKind.NONE, None, 0.0, 0.0), Costs())
+    job.start(0.0, (Placement(1, tuple(range(gpus))),), gpu_model)
+    assert job.next_phase_at() == pytest.approx(finishes_at)
+    assert job.throughput == dict(CURVES)[gpu_model]  # what the engine weighs resizes by
+
+
+def test_an_elastic_job_starts_on_the_free_gpus_and_grows_when_more_free() -> None:
+    """One node of 8 A100, 4 of them busy for an hour: the elastic job starts on the other 4,
+    grows to 8 once they free and finishes at its measured throughput on each count."""
+    leaves = [{"name": "l1", "nodes": 1, "gpu_model": "A100"}]
+    spec = parse_spec(
+        {
+            "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+            "queues": [{"name": "q", "quotas": {"A100": 8}}],
+        }
+    )
+    busy = TraceJob(1, 0.0, 4, "A100", 3600.0, "q")
+    curve = ((1, 1.0), (4, 3.0), (8, 4.0))
+    grower = TraceJob(2, 1.0, 8, "A100", 4 * 3600.0, "q", min_gpus=1, curves=(("A100", curve),))
+    config = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.TRIGGERED))
+    simulator = Simulator([busy, grower], spec, wanka(spec), config)
+    simulator.run()
+    job = simulator.jobs[2]
+    assert "recovering (grown)" in job.history and job.held == 0
+    # 3/4 of its pace for an hour (less a second), then a restart and the rest at full pace.
+    left = 4 * 3600.0 - 0.75 * (3600.0 - 1.0)
+    restart = Costs().restart_s
+    assert 3600.0 + restart + left <= job.finished_at < 3600.0 + restart + left + 60.0
+
+
+def test_elastic_sia_jobs_run_from_one_gpu_to_the_most_their_profile_makes_worthwhile() -> None:
+    traces, _ = load_sia("philly", elastic=True)
+    rigid, _ = load_sia("philly")
+    profiles = Profiles(DEFAULT_DIR / "profiles")
+    first = traces[0][0]  # cifar10-0,107,cifar10,6,2048
+    curves = profiles.curves("cifar10", 2048)
+    assert first.curves == tuple(curves.items())
+    assert first.min_gpus == 1 and first.gpus == most_gpus(curves)
+    assert first.duration_s == pytest.approx(
+        profiles.run_s("cifar10", CLUSTER[0], first.gpus, 2048)
+    )
+    assert [job.submit_s for job in traces[0]] == [job.submit_s for job in rigid[0]]
+    for job in (job for trace in traces for job in trace):
+        assert {model for model, _ in job.curves} == set(job.accepts)
+        assert 1 <= job.gpus <= MOST_GPUS
+
+
+def test_an_elastic_jobs_most_is_the_largest_count_each_gpu_still_pays_for() -> None:
+    """Per GPU, 1, 0.9, 0.8, 0.6 and 0.4 of one GPU's throughput on 1, 2, 4, 8 and 16 on one
+    type, and 1, 0.9, 0.6 ... on another: the most is the largest count at EFFICIENCY or more on
+    both."""
+    one = tuple(
+        (gpus, gpus * share) for gpus, share in [(1, 1), (2, 0.9), (4, 0.8), (8, 0.6), (16, 0.4)]
+    )
+    other = tuple(
+        (gpus, gpus * share) for gpus, share in [(1, 1), (2, 0.9), (4, 0.6), (8, 0.5), (16, 0.4)]
+    )
+    assert EFFICIENCY == 0.7
+    assert most_gpus({"T4": one}) == 4
+    assert most_gpus({"T4": one, "A100": other}) == 2
