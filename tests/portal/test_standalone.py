@@ -19,6 +19,14 @@ def _mode(path) -> int:
     return path.stat().st_mode & 0o777
 
 
+def _as_a_terminal_starts_it() -> None:
+    """A umask that would let everyone read what it writes, and Ctrl-C not ignored: a test
+    run in the background of a shell without job control (`./.ci/run &`) inherits SIGINT
+    ignored, and Python then installs no KeyboardInterrupt for it."""
+    os.umask(0o022)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     """A standalone portal with its simulated fleet on a data directory of its own, started
@@ -36,7 +44,7 @@ def standalone(tmp_path_factory):
         stdout=output.open("wb"),
         stderr=subprocess.STDOUT,
         process_group=0,
-        preexec_fn=lambda: os.umask(0o022),
+        preexec_fn=_as_a_terminal_starts_it,
     )
     try:
         wait_until(
