@@ -226,8 +226,6 @@ class Cycle(Resizing):
         # Share and MIG jobs are never preempted: stopping one frees part of a GPU, no whole one.
         self.occupancy.add_running(w for w in running if not w.fraction)
         self.shares = Shares(running, snapshot)
-        self.mig = MigInstances(running, self.pending, snapshot)
-        self.capacity.take(Placement(node_id, (index,)) for node_id, index in self.mig.spare)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
         charges: dict[tuple[int, str], int] = {}
         for workload in running:
@@ -239,6 +237,9 @@ class Cycle(Resizing):
         # Charged once per queue and model: the sum is what charging each workload gives.
         for (queue_id, gpu_model), gpus in charges.items():
             self.ledger.charge(queue_id, gpu_model, gpus)
+        # Free GPUs in MIG mode are kept for the MIG jobs whose quota lets them start now.
+        self.mig = MigInstances(running, filter(self._may_slice, self.pending), snapshot)
+        self.capacity.take(Placement(node_id, (index,)) for node_id, index in self.mig.spare)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.shrinks: list[Shrink] = []
@@ -259,6 +260,13 @@ class Cycle(Resizing):
         self._waiting: dict[int, tuple[Workload, str]] = {}
         self.rooms = RoomMemo()
         self.reserving = ReserveMemo()
+
+    def _may_slice(self, workload: Workload) -> bool:
+        """Whether the pending workload is a MIG job its queue's quota lets start now."""
+        if not workload.mig:
+            return False
+        queue = self.ledger.queue_or_none(workload.queue_id)
+        return queue is not None and self.ledger.allows(queue, workload.gpu_model, workload.share)
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -517,6 +525,8 @@ class Cycle(Resizing):
                 return self._no_fit(workload, str(why))
             self.apply_claim(pool, queue, whole, claim)
             return Outcome.PREEMPT
+        if not workload.mig:
+            [placement] = self.mig.sliced_last(pool, (placement,))
         placer.take(pool, placement, workload)
         if workload.spread:
             self.spread[workload.spread].add(placement.node_id)
@@ -644,6 +654,7 @@ class Cycle(Resizing):
     def _book(
         self, pool: Pool, queue: Queue, workload: Workload, placements: tuple[Placement, ...]
     ) -> None:
+        placements = self.mig.sliced_last(pool, placements)
         for placement in placements:
             pool.take(placement, workload.tenant)
         self.ledger.charge(queue.id, workload.gpu_model, workload.gpus)

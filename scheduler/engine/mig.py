@@ -3,10 +3,13 @@
 A MIG job (`Workload.mig`) takes one MIG instance of one GPU of a model with MIG. The snapshot
 holds each GPU's MIG instances now (`Snapshot.mig_layouts`); running MIG jobs hold some of them.
 A GPU holding MIG jobs is not free to other work (the snapshot lists it as taken, like any held
-GPU). A free GPU in MIG mode (`spare`) is kept for MIG jobs alone while one of its model waits:
-the cycle takes it out of its pool. Where none waits it is free to any work, and the agent turns
-MIG off on it when a whole-GPU job or a share starts there (`Machine.mig_off`), so a GPU once
-sliced does not stay lost to whole-GPU work. A MIG job goes, in this order of preference, to:
+GPU). A free GPU in MIG mode (`spare`) is kept for MIG jobs alone while one of its model waits
+that its quota lets start: the cycle takes it out of its pool. Where none waits it is free to
+any work, and the agent turns MIG off on it when a whole-GPU job or a share starts there
+(`Machine.mig_off`), so a GPU once sliced does not stay lost to whole-GPU work; such work takes
+a GPU not in MIG mode of the same node first (`sliced_last`).
+
+A MIG job goes, in this order of preference, to:
 
 1. an idle instance of its profile (the layout stays as it is);
 2. a GPU holding MIG jobs whose free slots can take one more instance of its profile (one is
@@ -58,8 +61,8 @@ class MigInstances:
                 gpu = (placement.node_id, placement.gpu_indices[0])
                 self.held[gpu].append(workload.mig)
                 models[gpu] = workload.gpu_model
-        # The free GPUs in MIG mode of the models MIG jobs wait for, kept for them (the cycle
-        # takes them from its pools); the others are free to any work.
+        # The free GPUs in MIG mode of the models `waiting` MIG jobs want, kept for them (the
+        # cycle takes them from its pools); the others are free to any work.
         wanted = {workload.gpu_model for workload in waiting if workload.mig}
         model_of = {node.id: node.gpu_model for node in snapshot.nodes} if wanted else {}
         self.spare: set[Gpu] = {
@@ -108,6 +111,30 @@ class MigInstances:
         except Inadmissible:
             raise Inadmissible(NO_MIG_ROOM.format(model=model, profile=name)) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
+
+    def sliced_last(self, pool: Pool, placements: tuple[Placement, ...]) -> tuple[Placement, ...]:
+        """The placements of whole-GPU work or a share, each GPU in MIG mode swapped for a free
+        GPU of its node that is not, where the node has one: a sliced GPU is turned back (its
+        instances destroyed, MIG off) only where no other GPU of its node will do, so that MIG
+        jobs find it sliced later."""
+        if not self.layouts:
+            return placements
+        return tuple(self._sliced_last(pool, placement) for placement in placements)
+
+    def _sliced_last(self, pool: Pool, placement: Placement) -> Placement:
+        node_id, chosen = placement.node_id, placement.gpu_indices
+        sliced = [index for index in chosen if (node_id, index) in self.layouts]
+        if not sliced:
+            return placement
+        whole = sorted(
+            index
+            for index in pool.free(node_id)
+            if index not in chosen and (node_id, index) not in self.layouts
+        )
+        swapped = dict(zip(sliced, whole, strict=False))
+        if not swapped:
+            return placement
+        return Placement(node_id, tuple(sorted(swapped.get(index, index) for index in chosen)))
 
     def take(self, pool: Pool, placement: Placement, workload: Workload) -> None:
         """Hold an instance for the MIG job on its GPU: an idle one of its profile, else one

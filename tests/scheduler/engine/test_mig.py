@@ -138,6 +138,18 @@ def test_a_free_gpu_in_mig_mode_is_kept_for_mig_jobs_while_one_waits() -> None:
     assert [a.workload_id for a in placed] == [3]
 
 
+def test_a_mig_job_its_quota_keeps_waiting_keeps_no_gpu_in_mig_mode() -> None:
+    """The MIG job's queue has used its quota: it waits, and the GPU in MIG mode is free to a
+    two-GPU job of another queue."""
+    full, other = make_queue("full", h800=1), make_queue("other", h800=8)
+    [node, busy] = make_cluster(nodes=2, gpus=2)
+    jobs = [make_running(1, full, on(busy, 0)), mig(2, full, "3g.40gb"), workload(3, other, 2)]
+    snapshot = snapshot_with([node, busy], [full, other], jobs, {(1, 0): ("3g.40gb",)})
+    result = plan(snapshot, NOW)
+    assert [(a.workload_id, a.placements) for a in result.admissions] == [(3, (on(node, 0, 1),))]
+    assert "quota" in outcome(result, snapshot)[2]
+
+
 def test_a_free_gpu_in_mig_mode_is_free_to_any_work_while_no_mig_job_waits() -> None:
     """No MIG job waits: the GPU in MIG mode is free like any other (its agent turns MIG off
     when the job starts), so a two-GPU job runs on the node; a GPU whose instances are in use
@@ -150,6 +162,19 @@ def test_a_free_gpu_in_mig_mode_is_free_to_any_work_while_no_mig_job_waits() -> 
     assert admission.placements == (on(node, 0, 1),)
     busy = [mig(2, queue, "3g.40gb", on(node, 0)), workload(1, queue, 2)]
     assert not plan(snapshot_with([node], [queue], busy, {(1, 0): ("3g.40gb",)}), NOW).admissions
+
+
+@pytest.mark.parametrize("slices", [0, 2], ids=["a whole-GPU job", "a share"])
+def test_work_takes_a_gpu_in_mig_mode_only_where_its_node_has_no_other(slices) -> None:
+    """No MIG job waits, GPU 0 is in MIG mode and GPU 1 is not: the one-GPU job or share takes
+    GPU 1, which best-fit alone would not prefer; with GPU 1 held, GPU 0."""
+    queue = make_queue("acme", h800=8)
+    [node] = make_cluster(nodes=1, gpus=2)
+    layouts = {(1, 0): ("3g.40gb", "3g.40gb")}
+    for held, gpu in (([], 1), ([make_running(2, queue, on(node, 1))], 0)):
+        jobs = [workload(1, queue, 1, slices=slices), *held]
+        [admission] = plan(snapshot_with([node], [queue], jobs, layouts), NOW).admissions
+        assert admission.placements == (on(node, gpu),)
 
 
 def test_a_profile_the_model_lacks_waits_and_takes_nothing() -> None:
