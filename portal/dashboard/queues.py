@@ -117,13 +117,27 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
         since: {(row["queue_id"], row["gpu_model"]): row["gpu_hours"] for row in rows}
         for since, rows in windows.items()
     }
-    waiting = {
-        (row["queue_id"], row["gpu_model__name"]): row
-        for row in workloads.filter(state=State.PENDING)
-        .values("queue_id", "gpu_model__name")
+    # Waiting work per queue and the model it was submitted for; and per queue, (that model,
+    # the models it accepts, GPUs, jobs) of the work that accepts several, named as also
+    # fitting the rows of the others.
+    waiting: dict[tuple, dict] = {}
+    several = defaultdict(list)
+    for row in (
+        workloads.filter(state=State.PENDING)
+        .values("queue_id", "gpu_model__name", "accepts")
         .annotate(gpus=Sum("gpus"), jobs=Count("id"), oldest=Min("submitted_at"))
         .order_by()
-    }
+    ):
+        key = (row["queue_id"], row["gpu_model__name"])
+        if key in waiting:
+            sums = waiting[key]
+            sums["gpus"] += row["gpus"]
+            sums["jobs"] += row["jobs"]
+            sums["oldest"] = min(sums["oldest"], row["oldest"])
+        else:
+            waiting[key] = row
+        if len(row["accepts"]) > 1:
+            several[key[0]].append((key[1], set(row["accepts"]), row["gpus"], row["jobs"]))
     lent = tree.lent()
     families = engine.family_models(queues)
 
@@ -131,6 +145,10 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
         used = sum(tree.used(*key) for key in keys)
         pending = [waiting[key] for key in keys if key in waiting]
         demand = sum(p["gpus"] or 0 for p in pending)
+        models = {model for _, model in keys}
+        also = [
+            (g, n) for m, accepts, g, n in several[queue.pk] if m not in models and accepts & models
+        ]
         guarantee = getattr(quota, "guarantee", 0)
         scale = max(used + lends + demand, quota.nominal, 1) * 1.1
         guaranteed = min(used, guarantee)
@@ -152,6 +170,8 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
             "pending_gpus": demand,
             "pending_jobs": sum(p["jobs"] for p in pending),
             "oldest": min((p["oldest"] for p in pending), default=None),
+            "also_jobs": sum(n for _, n in also),
+            "also_gpus": sum(g for g, _ in also),
             "week_hours": sum(used_since.get(week, {}).get(key, 0.0) for key in keys),
             "month_hours": sum(used_since.get(month, {}).get(key, 0.0) for key in keys),
             "segments": [(kind, 100 * n / scale) for kind, n in segments if n],

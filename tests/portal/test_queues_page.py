@@ -57,6 +57,22 @@ def test_a_member_sees_borrowed_lent_waiting_and_gpu_hours_of_their_queues_only(
     assert 'id="cohort-tree"' not in page  # the tree is the operators'
 
 
+def test_a_job_that_accepts_several_models_is_named_on_the_rows_of_the_others(
+    cluster, acme, victor, client
+):
+    """Counted as waiting under the model it was submitted for, and named on the row of each
+    other model it accepts, so that neither row hides it nor the queue counts it twice."""
+    llm = make_queue(acme, "llm", h800=0, h20=0)
+    make_workload(llm, "either", gpus=64, accepts=["H800", "H20"])
+    make_workload(llm, "only", gpus=8, model="H20")
+    client.force_login(victor)
+    page = client.get("/queues/").content.decode()
+    h800, h20 = (_row(page, "data-queue", f"{llm.pk}/{model}") for model in ("H800", "H20"))
+    assert "1 job, 64 GPUs" in h800 and "also run here" not in h800
+    assert "1 job, 8 GPUs" in h20
+    assert "and 1 job of 64 GPUs submitted for another model that would also run here" in h20
+
+
 def test_operators_see_every_queue_and_the_cohort_tree_with_fair_shares(research, operator, client):
     client.force_login(operator)
     page = client.get("/queues/").content.decode()
