@@ -184,10 +184,10 @@ class Shares:
         count, model = workload.gpus, workload.gpu_model
         # Ties, as best-fit breaks them: the node with the fewest free GPUs, then by name.
         best = None
-        for i, node in enumerate(breakable):
+        for node in breakable:
             free = len(pool.free(node.id))
             if free >= count:
-                key = (self._whole_gradient(pool, node, free, count, model), free, node.name, i)
+                key = (self._whole_gradient(pool, node, free, count, model), free, node.name)
                 if best is None or key < best[0]:
                     best = (key, node.id)
         if best is None:
@@ -232,15 +232,16 @@ class Shares:
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
         of a count look alike to FGD), and every node that holds shares already (on a
-        single-tenant one, only beside its own tenant's work)."""
-        nodes = {node.id: node for node in pool.one_of_each_count(workload.tenant)}
+        single-tenant one, only beside its own tenant's work). In no order: the choices
+        among them break ties by name. A node may be listed twice."""
+        nodes = pool.one_of_each_count(workload.tenant)
         for node_id in pool.with_free(self._nodes_in(pool)):
             if node_id in pool.held_by:
                 continue
             node = pool.node(node_id)
             if not node.single_tenant or node.tenant in (None, workload.tenant):
-                nodes[node_id] = node
-        return sorted(nodes.values(), key=attrgetter("name"))
+                nodes.append(node)
+        return nodes
 
     def _seen_in(self, pool: Pool, workload: Workload) -> Seen:
         """What was worked out for the pool and the workload's tenant, afresh where the pool's
