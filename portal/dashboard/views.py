@@ -41,7 +41,7 @@ from portal.dashboard.usage import budget_bars, budget_notes
 from portal.quotas.api.serializers import QuotaRequestSerializer
 from portal.quotas.models import QuotaRequest
 from portal.tenancy.models import ApiToken, membership_allowing, membership_of
-from portal.workloads import actions, cycle, lifecycle, logs
+from portal.workloads import actions, cycle, eta, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.serializers import WorkloadSerializer
 from portal.workloads.charts import SPAN_NAMES, SPANS, day_charts
@@ -204,6 +204,18 @@ def _speeds(workload: Workload) -> dict | None:
     return {"models": [(model, times.get(model)) for model in workload.accepts], "runs": runs}
 
 
+def _preview(draft: Workload, user) -> dict:
+    """`eta.preview` of a job not yet submitted, its reason read by the page (`readable`),
+    with its speed on each GPU model it accepts."""
+    preview = eta.preview(draft, user.pk, None)
+    speeds = _speeds(draft) if preview["models"] else None
+    times = dict(speeds["models"]) if speeds else {}
+    for start in preview["models"]:
+        start["times"] = times.get(start["gpu_model"])
+    preview["speeds"] = speeds
+    return preview
+
+
 @login_required
 def workload_log_text(request, pk):
     """The whole output kept of a workload, of one attempt and node when asked, as text."""
@@ -282,9 +294,8 @@ def workload_new(request):
         serializer = WorkloadSerializer(data=posted, context={"request": request})
         if serializer.is_valid() and "preview" in request.POST:
             draft = Workload(tenant=membership.tenant, **serializer.validated_data)
-            preview = cycle.preview(draft, None)  # its reason read by the page (`readable`)
+            preview = _preview(draft, request.user)
             preview["budgets"] = budget_notes(membership.tenant_id, draft.queue_id)
-            preview["speeds"] = _speeds(draft) if len(draft.accepts or ()) > 1 else None
         elif serializer.is_valid():
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})

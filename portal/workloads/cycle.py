@@ -284,17 +284,41 @@ def speeds_of(workload: Workload) -> tuple[tuple, int]:
     return _speeds(w, parallel.Budget(), fleet.factors(), _earlier_runs(w))
 
 
-def preview(workload: Workload, reader: Reader | None) -> dict:
+def preview(
+    workload: Workload, reader: Reader | None, snapshot: engine.Snapshot | None = None, now=None
+) -> dict:
     """What the next cycle would do with `workload`, not yet saved: the engine's plan of the
-    current snapshot with it added as the newest of its queue, nothing written. `starts`, on
-    how many nodes and, for a job that accepts several GPU models, on which and why (as
-    `reason`); or why it would wait and its place in its queue. Reasons are read by `reader`
-    (None: as the engine says them, for a page to read)."""
-    now = timezone.now()
-    snapshot = build_snapshot(now)
+    current snapshot (or `snapshot`, taken at `now`) with it added as the newest of its queue
+    (`as_draft`), nothing written. `starts`, on how many nodes and, for a job that accepts
+    several GPU models, on which and why (as `reason`); or why it would wait and its place in
+    its queue. Reasons are read by `reader` (None: as the engine says them, for a page to
+    read)."""
+    if snapshot is None:
+        now = timezone.now()
+        snapshot = build_snapshot(now)
+    added = as_draft(workload, snapshot, now)
+    plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
+    for admission in plan.admissions:
+        if admission.workload_id == DRAFT:
+            nodes = len({p.node_id for p in admission.placements})
+            said = reader.read(admission.choice) if reader is not None else admission.choice
+            return {"starts": True, "nodes": nodes, "reason": said, "position": None}
+    waiting = next((p for p in plan.pending if p.workload_id == DRAFT), None)
+    reason = waiting.reason.replace(f"workload {DRAFT}", "this job") if waiting else ""
+    position = waiting.position if waiting else None
+    said = reader.read(reason) if reader is not None else reason
+    return {"starts": False, "nodes": 0, "reason": said, "position": position}
+
+
+DRAFT = -1  # the engine's id of a workload previewed, not yet saved
+
+
+def as_draft(workload: Workload, snapshot: engine.Snapshot, now) -> engine.Workload:
+    """`workload`, not yet saved, as the engine would see it pending in `snapshot`: the newest
+    of its queue, id `DRAFT`."""
     fields = {
         **{column: getattr(workload, column, None) for column in COLUMNS},
-        "id": -1,
+        "id": DRAFT,
         "queue_id": workload.queue_id,
         "gpu_model__name": workload.gpu_model.name,
         "state": State.PENDING,
@@ -303,18 +327,7 @@ def preview(workload: Workload, reader: Reader | None) -> dict:
     }
     runs = _earlier_runs(fields)
     profiles = snapshot.mig_profiles
-    added = _engine_workload(fields, {}, parallel.Budget(), None, None, {}, profiles, runs)
-    plan = engine.plan(replace(snapshot, workloads=(*snapshot.workloads, added)), now.timestamp())
-    for admission in plan.admissions:
-        if admission.workload_id == -1:
-            nodes = len({p.node_id for p in admission.placements})
-            said = reader.read(admission.choice) if reader is not None else admission.choice
-            return {"starts": True, "nodes": nodes, "reason": said, "position": None}
-    waiting = next((p for p in plan.pending if p.workload_id == -1), None)
-    reason = waiting.reason.replace("workload -1", "this job") if waiting else ""
-    position = waiting.position if waiting else None
-    said = reader.read(reason) if reader is not None else reason
-    return {"starts": False, "nodes": 0, "reason": said, "position": position}
+    return _engine_workload(fields, {}, parallel.Budget(), None, None, {}, profiles, runs)
 
 
 def _leaving(placements: dict) -> tuple[engine.Workload, ...]:

@@ -709,8 +709,23 @@ class OperateSerializer(KnownFields, serializers.Serializer):
         return data
 
 
+class ModelStartSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    now = serializers.BooleanField(help_text="Whether the next cycle would start it there")
+    start = serializers.DateTimeField(
+        allow_null=True, help_text="When it would start there; null: later than `until`"
+    )
+    start_p90 = serializers.DateTimeField(allow_null=True, help_text="By when, 9 times in 10")
+    until = serializers.DateTimeField(help_text="How far ahead the estimate looked")
+
+
 class PreviewSerializer(serializers.Serializer):
     starts = serializers.BooleanField(help_text="Whether the next cycle would start it")
     nodes = serializers.IntegerField(help_text="The nodes it would start on; 0 when it waits")
     reason = serializers.CharField(help_text="Why it would wait; empty when it starts")
     position = serializers.IntegerField(allow_null=True, help_text="Its place in its queue")
+    models = ModelStartSerializer(
+        many=True,
+        help_text="For a job that accepts several GPU models: on each, in its order, when it "
+        "would start there were it its only one (estimated as for pending work)",
+    )

@@ -16,7 +16,7 @@ from portal.core.api import (
 )
 from portal.core.idempotency import IdempotentCreateModelMixin
 from portal.tenancy.models import membership_of
-from portal.workloads import actions, cycle, lifecycle, logs
+from portal.workloads import actions, eta, lifecycle, logs
 from portal.workloads.advice import advice_report
 from portal.workloads.api.renderers import UsageCsvRenderer
 from portal.workloads.api.serializers import (
@@ -95,14 +95,15 @@ class WorkloadViewSet(
     def preview(self, request):
         """What the next scheduling cycle would do with this workload, submitted as it is
         (the same body as a submission; nothing is saved): whether it starts, on how many
-        nodes, or why it would wait and its place in its queue."""
+        nodes, or why it would wait and its place in its queue; for a job that accepts several
+        GPU models, when it would start on each were it its only one (`models`)."""
         membership = membership_of(request.user)
         if membership is None:
             raise PermissionDenied("Only a tenant's members preview their jobs.")
         serializer = WorkloadSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         draft = Workload(tenant=membership.tenant, **serializer.validated_data)
-        return Response(cycle.preview(draft, Reader.for_request(request)))
+        return Response(eta.preview(draft, request.user.pk, Reader.for_request(request)))
 
     @extend_schema(request=OperateSerializer, responses=WorkloadSerializer)
     @action(

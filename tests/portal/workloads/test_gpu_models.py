@@ -134,6 +134,25 @@ def test_the_form_offers_other_models_and_previews_the_choice(llm, alice, client
     assert 'value="H20" checked' in again
 
 
+def test_the_preview_says_when_the_job_would_start_on_each_model(llm, alice, client):
+    """H800 nodes are all down: on H20 it would start in the next cycle; on H800 no estimate
+    reaches a start (nothing there ever frees), so the page says it is later than the run
+    looked. The API answers the same, per model in the submitter's order."""
+    Node.objects.filter(gpu_model__name="H800").update(connected=False)
+    fields = {"name": "either", "queue": "llm", "gpus": 8, "gpu_models": ["H800", "H20"]}
+    models = api_client(alice).post("/api/v1/workloads/preview/", fields, format="json").json()
+    models = models["models"]
+    assert [(m["gpu_model"], m["now"]) for m in models] == [("H800", False), ("H20", True)]
+    assert models[0]["start"] is None and models[0]["until"] and models[1]["start"]
+    client.force_login(alice)
+    asked = {**FORM, "gpu_model": "H800", "also": ["H800", "H20"], "checkpoint_policy": "none"}
+    page = client.post("/workloads/new/", {**asked, "preview": "1"}).content.decode()
+    rows = dict(re.findall(r'<tr data-model="(\w+)">(.*?)</tr>', page, re.S))
+    assert list(rows) == ["H800", "H20"]
+    assert "later than" in rows["H800"] and "in the next cycle" in rows["H20"]
+    assert not Workload.objects.exists()
+
+
 def test_the_choice_reads_in_chinese():
     from django.utils import translation
 

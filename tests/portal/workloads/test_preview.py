@@ -9,7 +9,9 @@ JOB = {"name": "preview-me", "queue": "llm", "gpu_model": "H800", "gpus": 16}
 def test_a_job_that_fits_would_start_and_nothing_is_saved(acme_llm, bob):
     answer = api_client(bob).post("/api/v1/workloads/preview/", JOB, format="json")
     assert answer.status_code == 200
-    assert answer.json() == {"starts": True, "nodes": 2, "reason": "", "position": None}
+    assert answer.json() == {
+        "starts": True, "nodes": 2, "reason": "", "position": None, "models": []
+    }  # fmt: skip
     assert not Workload.objects.exists()
 
 
