@@ -2,7 +2,10 @@
 
 A share job (`Workload.slices`) takes eighths of one GPU of one node. A GPU that holds shares
 is not free to whole-GPU work (the snapshot lists it as taken, like any held GPU); this keeps,
-per node, the free eighths of each such GPU.
+per node, the free eighths of each such GPU, and whose shares it holds: a GPU's shares are one
+tenant's. Jobs run as their tenants' users, and an MPS server serves one user at a time (a
+second user's clients wait until the first's exit), nor would MPS keep one tenant's memory
+faults and SMs apart from another's.
 
 The default placement is fragmentation gradient descent (FGD; Weng et al., "Beware of
 Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent", USENIX
@@ -27,8 +30,8 @@ from scheduler.engine.model import SLICES, Node, Placement, SharePlacement, Snap
 from scheduler.words import phrase
 
 NO_SHARE_ROOM = phrase(
-    "no {model} GPU has {share} of a GPU free (the roomiest partly used one has {most}) and "
-    "no {model} GPU is free"
+    "no {model} GPU holding its tenant's shares has {share} of a GPU free (the roomiest has "
+    "{most}), and no {model} GPU is free"
 )
 
 # Kinds of request, as eighths of a GPU asked for (a whole GPU is `SLICES`), with their weights.
@@ -88,11 +91,13 @@ class Shares:
         self._workloads = snapshot.workloads
         self._mixes: dict[str, Mix] = {}  # per GPU model (`mixes`), when first asked
         self.free: dict[int, dict[int, int]] = {}  # node id -> GPU index -> free eighths
+        self.tenants: dict[tuple[int, int], int | None] = {}  # (node id, index) -> whose shares
         for workload in running:
             for placement in workload.placements if workload.slices else ():
                 gpus = self.free.setdefault(placement.node_id, {})
                 for index in placement.gpu_indices:
                     gpus[index] = gpus.get(index, SLICES) - workload.slices
+                    self.tenants[placement.node_id, index] = workload.tenant
         self._scores: dict[tuple, float] = {}  # (state, GPU model) -> fragmentation
         # (GPU model, what tells the node's state apart, what is taken) -> a gradient
         self._gradients: dict[tuple, float] = {}
@@ -100,7 +105,6 @@ class Shares:
         self._in_pool: dict[Pool, list[int]] = {}  # pool -> its nodes in `free`, when asked
         self._seen: dict[tuple[Pool, int | None], Seen] = {}  # per pool and tenant
         self._rooms: dict[tuple[Pool, int | None], dict[int, list]] = {}  # see `_rooms_in`
-        self._most: int | None = None  # see `_most_room`
 
     def mix(self, gpu_model: str) -> Mix:
         """The expected mix of requests for a GPU model: its pending and running work."""
@@ -201,20 +205,20 @@ class Shares:
         if index in pool.free(placement.node_id):
             pool.take(placement, workload.tenant)
         self._seen.clear()
-        self._most = None
         if placement.node_id not in self.free and pool in self._in_pool:
             self._in_pool[pool].append(placement.node_id)
         gpus = self.free.setdefault(placement.node_id, {})
         gpus[index] = gpus.get(index, SLICES) - workload.slices
+        self.tenants[placement.node_id, index] = workload.tenant
         for (of_pool, tenant), rooms in self._rooms.items():
             if of_pool is pool:  # a node new to shares goes last, as in `_nodes_in`
                 rooms[placement.node_id] = self._node_rooms(pool, placement.node_id, tenant)
 
     def _rooms_in(self, pool: Pool, workload: Workload) -> list[tuple[int, Node, int]]:
         """(free eighths, node, GPU index) of the partly used GPUs with room of the pool that
-        the workload's tenant may use: of a schedulable node, and on a single-tenant node only
-        beside its own tenant's work. Kept per node, and worked out again for a node only when
-        `take` changes its shares."""
+        the workload's tenant may use: those holding its own tenant's shares, of a schedulable
+        node, and on a single-tenant node only beside its own tenant's work. Kept per node, and
+        worked out again for a node only when `take` changes its shares."""
         key, tenant = (pool, workload.tenant), workload.tenant
         rooms = self._rooms.get(key)
         if rooms is None:
@@ -227,7 +231,12 @@ class Shares:
         node = pool.node(node_id)
         if not node.schedulable or (node.single_tenant and node.tenant not in (None, tenant)):
             return []
-        return [(f, node, i) for i, f in self.free[node_id].items() if 0 < f < SLICES]
+        tenants = self.tenants
+        return [
+            (f, node, i)
+            for i, f in self.free[node_id].items()
+            if 0 < f < SLICES and tenants.get((node_id, i)) == tenant
+        ]
 
     def _breakable(self, pool: Pool, workload: Workload) -> list[Node]:
         """Nodes with free GPUs the job may take: one of each count of free GPUs (the others
@@ -264,18 +273,12 @@ class Shares:
         try:
             [placement] = pool.find(workload, 1)
         except Inadmissible:
-            share, most = f"{workload.slices}/{SLICES}", self._most_room()
+            share = f"{workload.slices}/{SLICES}"
+            most = max((room[0] for room in self._rooms_in(pool, workload)), default=0)
             raise Inadmissible(
                 NO_SHARE_ROOM.format(model=workload.gpu_model, share=share, most=f"{most}/8")
             ) from None
         return Placement(placement.node_id, placement.gpu_indices[:1])
-
-    def _most_room(self) -> int:
-        """The most eighths free on a partly used GPU (worked out again once `take` changed
-        the shares)."""
-        if self._most is None:
-            self._most = max((f for gpus in self.free.values() for f in gpus.values()), default=0)
-        return self._most
 
     def _gradient(self, pool: Pool, node: Node, index: int, slices: int, model: str) -> float:
         """How much taking `slices` eighths of GPU `index` grows the node's fragmentation: the

@@ -57,7 +57,7 @@ def test_four_quarters_share_one_gpu_and_charge_one_gpu_of_quota() -> None:
         ),
         pytest.param(
             lambda q: share(2, q, 6),
-            "no H800 GPU has 6/8",
+            "no H800 GPU holding its tenant's shares has 6/8",
             id="a share too big for the room left waits",
         ),
         pytest.param(
@@ -71,6 +71,24 @@ def test_a_partly_used_gpu_takes_only_shares_that_fit(pending, expected) -> None
     running = share(1, queue, 3, on(node, 0))
     snapshot = make_snapshot([node], [queue], [running, pending(queue)])
     assert expected in outcome(plan(snapshot, NOW), snapshot)[2]
+
+
+def test_a_gpu_holds_one_tenants_shares() -> None:
+    """Acme's share runs on GPU 0: Globex's share takes GPU 1, Acme's second joins GPU 0; with
+    GPU 1 held, Globex's waits, saying so."""
+    acme, globex = make_queue("acme", h800=8), make_queue("globex", h800=8)
+    [node] = make_cluster(nodes=1, gpus=2)
+    running = share(1, acme, 2, on(node, 0), tenant=1)
+    jobs = [running, share(2, globex, 2, tenant=2), share(3, acme, 2, tenant=1)]
+    placed = plan(make_snapshot([node], [acme, globex], jobs), NOW).admissions
+    assert {a.workload_id: a.placements for a in placed} == {2: (on(node, 1),), 3: (on(node, 0),)}
+    held = make_running(4, acme, on(node, 1), tenant=1)
+    snapshot = make_snapshot([node], [acme, globex], [running, held, share(2, globex, 2, tenant=2)])
+    reason = outcome(plan(snapshot, NOW), snapshot)[2]
+    assert (
+        "no H800 GPU holding its tenant's shares has 2/8 of a GPU free (the roomiest has 0/8)"
+        in reason
+    )
 
 
 def test_a_share_is_never_preempted_to_free_a_whole_gpu() -> None:
