@@ -88,7 +88,13 @@ def add(workload: Workload, added) -> set[int]:
         if node_id not in ranks:
             ranks[node_id], after = after, after + 1
         rows += [
-            Allocation(workload=workload, node_id=node_id, gpu_index=i, node_rank=ranks[node_id])
+            Allocation(
+                workload=workload,
+                node_id=node_id,
+                gpu_index=i,
+                node_rank=ranks[node_id],
+                slices=slices_of(workload),
+            )
             for i in indices
         ]
     create(rows)

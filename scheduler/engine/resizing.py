@@ -156,7 +156,7 @@ class Resizing:
         gangs = []
         for workload, _ in self._waiting.values():
             queue = self.ledger.queue_or_none(workload.queue_id)
-            if queue is None or workload.slices or workload.id in claimed:
+            if queue is None or workload.fraction or workload.id in claimed:
                 continue
             try:
                 pool = self.capacity.pool(queue.region, workload.gpu_model)
@@ -172,7 +172,7 @@ class Resizing:
         changed |= {g.workload_id for g in self.grows} | {m.workload_id for m in self.moves}
         found: dict[int, list[Workload]] = defaultdict(list)
         for workload in self.running:
-            if workload.slices or len(workload.placements) != 1 or workload.id in changed:
+            if workload.fraction or len(workload.placements) != 1 or workload.id in changed:
                 continue
             if self._may_move(workload):
                 found[workload.placements[0].node_id].append(workload)

@@ -6,7 +6,7 @@ import time
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from portal.workloads.allocations import release
+from portal.workloads.allocations import add, release
 from portal.workloads.choices import State
 from portal.workloads.cycle import apply, build_snapshot
 from portal.workloads.models import Allocation, UsageRecord, Workload
@@ -37,6 +37,16 @@ def test_four_quarters_book_one_gpu_and_count_as_one(acme_llm, cluster):
     [seen] = [n for n in snapshot.nodes if n.id == node.id]
     assert 0 not in seen.free
     assert {w.slices for w in snapshot.workloads} == {2}
+
+
+@pytest.mark.django_db
+def test_gpus_added_to_a_share_job_are_booked_as_its_share(acme_llm, cluster):
+    """A GPU booked to a share job later (as a move books its new GPU) is booked as its
+    eighths, as its admission was, not as a whole GPU that no other share could join."""
+    quarter = share(acme_llm, "moved", 2)
+    admit(cluster[0], quarter)
+    add(quarter, [(cluster[0].id, (1,))])
+    assert list(quarter.allocations.values_list("gpu_index", "slices")) == [(0, 2), (1, 2)]
 
 
 @pytest.mark.django_db

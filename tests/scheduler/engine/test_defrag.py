@@ -92,6 +92,12 @@ FULL_3 = running(3, on(N3))
             id="both marked not to move: nothing moves",
         ),
         pytest.param(
+            [running(1, on(N1, 0), mig="1g.10gb", mig_charge=1 / 7), HALF_2, FULL_3, gang()],
+            (("p1", 4),),
+            {2: "dc1-p1-l1-n1[1, 2, 3, 4]"},
+            id="a MIG job is not moved (a whole GPU for its instance): the node beside it is",
+        ),
+        pytest.param(
             [replace(HALF_1, saves=False), replace(HALF_2, saves=False), FULL_3, gang()],
             (("p1", 4),),
             {},
