@@ -352,14 +352,12 @@ MODEL_FIRST_FULL = phrase("{model}: {first}, listed before it, has no room now")
 MODEL_UNSURE = phrase(
     "{choice} (a difference within the planner's error of {error}, so either would do)"
 )
+# The waiting gang may be another tenant's, the moved jobs too: no figure of theirs is given.
 DEFRAGMENTED = phrase(
     "moved within pod {pod} to node {node}, so that whole {model} nodes free up there for "
-    "workload {gang} ({gpus} GPUs), which waits with enough GPUs free but scattered"
+    "workload {workload}, which waits with enough GPUs free but scattered"
 )
-DEFRAGGING = (
-    phrase("{count} job moves within pod {pod} to free whole nodes for it"),
-    phrase("{count} jobs move within pod {pod} to free whole nodes for it"),
-)
+DEFRAGGING = phrase("running work within pod {pod} moves to free whole nodes for it")
 MOVED = phrase(
     "moved from {old} to {model} GPUs, {times}x faster there: they were free and no work waits "
     "for them"
@@ -370,14 +368,14 @@ MODEL_AWAITED = phrase(
 )
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
 # A faster model left to waiting work that gains more there (`gains`): it starts on another,
-# or waits.
+# or waits. The other work may be another tenant's: its own gain is not given.
 MODEL_LEFT = phrase(
-    "{model}: {faster} has room but is left to workload {other}, {gain}x faster there than on "
-    "{slower} (this one {own}x)"
+    "{model}: {faster} has room but is left to workload {workload}, which gains more there "
+    "than this one ({own}x faster than on {slower})"
 )
 MODEL_LEFT_WAITS = phrase(
-    "{faster} has room but is left to workload {other}, {gain}x faster there than on {slower} "
-    "(this one {own}x); {cause}"
+    "{faster} has room but is left to workload {workload}, which gains more there than this one "
+    "({own}x faster than on {slower}); {cause}"
 )
 # Speeds measured by the job's own earlier runs, not predicted by the planner.
 MODEL_MEASURED = phrase("{choice}, as measured over {runs} earlier runs")
@@ -419,8 +417,7 @@ def left_reason(left: Contender, chosen: str, cause: str | None = None) -> str:
     a faster model to waiting work that gains more there."""
     fields = {
         "faster": left.faster,
-        "other": left.workload.id,
-        "gain": f"{left.gain:.1f}",
+        "workload": left.workload.id,
         "slower": left.slower,
         "own": f"{left.own_gain:.1f}",
     }
@@ -444,11 +441,9 @@ def awaited_reason(workload: Workload, model: str, free: str, start_in_s: float)
 
 def defrag_reason(node: str, pod: str, gang: Workload) -> str:
     """Why a running workload moves to `node` within `pod`: so that `gang` finds whole nodes."""
-    model, gpus = gang.gpu_model, gang.gpus
-    return DEFRAGMENTED.format(pod=pod, node=node, model=model, gang=gang.id, gpus=gpus)
+    return DEFRAGMENTED.format(pod=pod, node=node, model=gang.gpu_model, workload=gang.id)
 
 
-def defragged_reason(reason: str, count: int, pod: str) -> str:
-    """A waiting gang's reason, and the jobs that move to free whole nodes for it."""
-    then = DEFRAGGING[count > 1].format(count=count, pod=pod)
-    return AND_SO.format(reason=reason, then=then)
+def defragged_reason(reason: str, pod: str) -> str:
+    """A waiting gang's reason, and that running work moves to free whole nodes for it."""
+    return AND_SO.format(reason=reason, then=DEFRAGGING.format(pod=pod))

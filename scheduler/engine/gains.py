@@ -25,13 +25,12 @@ LEAVE_MARGIN = 1 + PREDICTION_ERROR
 
 @dataclass(frozen=True)
 class Contender:
-    """Waiting work a faster model is left to, and the gains it and the leaving work have
-    there: speed on the faster model over speed on the slower one."""
+    """Waiting work a faster model is left to, and the gain the leaving work has there: its
+    speed on the faster model over its speed on the slower one (the contender's is larger)."""
 
     workload: Workload
     faster: str
     slower: str
-    gain: float
     own_gain: float
 
 
@@ -74,7 +73,7 @@ class Gains:
             if -negative <= own * LEAVE_MARGIN:
                 return None
             if workload_id not in self.decided and may_start(other.on(faster)):
-                return Contender(other, faster, slower, -negative, own)
+                return Contender(other, faster, slower, own)
         return None
 
     def _rank(self, region: str, faster: str, slower: str) -> list:

@@ -147,7 +147,7 @@ class Resizing:
                     self.moves.append(Move(job.id, job.gpu_model, (placement,), reason, pod))
                 budget -= len(moves)
                 waiting, why = self._waiting[gang.id]
-                self._waiting[gang.id] = (waiting, defragged_reason(why, len(moves), pod))
+                self._waiting[gang.id] = (waiting, defragged_reason(why, pod))
 
     def _waiting_gangs(self) -> list[tuple[Pool, Workload]]:
         """Waiting work of whole nodes, with its pool, that its quota and budgets allow and

@@ -13,6 +13,8 @@ from portal.workloads.reasons import Reader
 from scheduler import checkpointing
 from scheduler.autoscale import Autoscaler, Settings
 from scheduler.engine import plan
+from scheduler.engine.explain import defrag_reason, left_reason
+from scheduler.engine.gains import Contender
 from scheduler.engine.testing import make_snapshot, make_workload
 from tests.builders import make_queue
 from tests.builders import make_workload as make_job
@@ -116,6 +118,26 @@ def test_a_tenant_reads_other_tenants_work_hidden_in_chinese(cluster, acme, glob
     assert "globex/train" in zh(shrunk, Reader(None)) and "271/400" in zh(shrunk)
     with translation.override("en"):
         assert translate(shrunk, reader) == reader.read(shrunk)
+
+
+def test_the_work_a_job_moves_or_gives_way_for_is_hidden_when_another_tenants(
+    cluster, acme, globex
+):
+    """Defragmentation moves Acme's job for Globex's gang, and Acme's job leaves the faster
+    model to Globex's: in English and in Chinese, Acme reads neither id nor figure of Globex's
+    work."""
+    theirs = make_job(make_queue(globex, "train", h800=32), "theirs", gpus=8)
+    moved = defrag_reason("dc1-p1-l1-n2", "p1", make_workload(theirs.pk, nlp, 8))
+    left = left_reason(Contender(make_workload(theirs.pk, nlp, 1), "H800", "H20", 1.1), "H20")
+    reader = Reader(acme)
+    for text in (moved, left):
+        assert f"workload {theirs.pk}," in text  # the operator's
+        for read in (reader.read(text), zh(text, reader)):
+            assert f"workload {theirs.pk}" not in read and f"作业 {theirs.pk}" not in read, read
+            assert "GPUs)" not in read and "GPU）" not in read, read
+    assert "a workload of another tenant, which waits" in reader.read(moved)
+    assert "left to a workload of another tenant, which gains more" in reader.read(left)
+    assert "（其他租户的）" in zh(left, reader) and english_left(zh(left, reader)) <= {"H20"}
 
 
 @pytest.mark.django_db

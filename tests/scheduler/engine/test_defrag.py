@@ -169,10 +169,10 @@ def test_the_gang_starts_at_the_next_cycle_on_the_node_freed():
     assert first.moves[0].pod == "p1"
     assert first.moves[0].reason == (
         "moved within pod p1 to node dc1-p1-l1-n2, so that whole H800 nodes free up there for "
-        "workload 9 (8 GPUs), which waits with enough GPUs free but scattered"
+        "workload 9, which waits with enough GPUs free but scattered"
     )
     assert outcome(first, snapshot)[9].endswith(
-        "; 1 job moves within pod p1 to free whole nodes for it"
+        "; running work within pod p1 moves to free whole nodes for it"
     )
     second = plan(apply_plan(snapshot, first, NOW), NOW + 30)
     assert outcome(second, snapshot)[9] == "dc1-p1-l1-n1"

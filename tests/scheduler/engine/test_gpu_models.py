@@ -158,7 +158,10 @@ BUSY = [  # one node of each model free
     make_running(8, team, on(H800[0])),
     make_running(9, team, on(H20[0]), gpu_model="H20"),
 ]
-LEFT = "H20: H800 has room but is left to workload 2, 2.6x faster there than on H20 (this one 1.1x)"
+LEFT = (
+    "H20: H800 has room but is left to workload 2, which gains more there than this one (1.1x "
+    "faster than on H20)"
+)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +229,8 @@ def test_left_with_no_other_room_it_waits_for_its_next_model():
     decided = outcome(result, snapshot)
     assert decided[2] == "dc1-p1-l1-n2"
     assert decided[1].startswith(
-        "H800 has room but is left to workload 2, 2.6x faster there than on H20 (this one 1.1x); "
+        "H800 has room but is left to workload 2, which gains more there than this one "
+        "(1.1x faster than on H20); "
     )
     assert [p.workload_id for p in result.pending] == [1]
 
