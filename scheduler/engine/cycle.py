@@ -259,6 +259,10 @@ class Cycle(Resizing):
         self._waiting: dict[int, tuple[Workload, str]] = {}
         self.rooms = RoomMemo()
         self.reserving = ReserveMemo()
+        # For `shrink_for`: the elastic work it may shrink (made when first asked), and the
+        # kinds of waiting work it found no shrink for.
+        self._shrinkable: dict[tuple[int, str, int], list[Workload]] | None = None
+        self._no_yield: set[tuple] = set()
 
     # -- outcomes ----------------------------------------------------------------------------
 
@@ -483,6 +487,8 @@ class Cycle(Resizing):
             return Outcome.PREEMPT
         if self._start_smaller(pool, queue, workload):
             return Outcome.FIT
+        if self.shrink_for(pool, queue, workload):
+            return Outcome.PREEMPT
         if quota is not None:
             return self._no_fit(workload, quota)
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
