@@ -218,8 +218,10 @@ class Resizing:
         node_size = pool.node_size
         if workload.is_elastic:
             sizes = range(min(workload.gpus, node_size), workload.fewest_gpus - 1, -1)
+        elif workload.gpus <= node_size:
+            sizes = range(workload.gpus, workload.gpus - 1, -1)
         else:
-            sizes = range(workload.gpus, workload.gpus - 1 if workload.gpus <= node_size else 0, -1)
+            return False  # a gang of whole nodes: no shrink on one node makes its room
         kind = (queue.id, workload.gpu_model, workload.priority, sizes, workload.tenant)
         kind += (workload.throughput, workload.speeds)
         if not sizes or kind in self._no_yield:

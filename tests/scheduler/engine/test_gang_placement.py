@@ -357,6 +357,12 @@ BUSY = [held(10, N2), held(11, N3), held(12, N4)]
             id="a job of several nodes gives back its last node",
         ),
         pytest.param(
+            [elastic(1, on(N1), on(N2), most=16, throughput=(*FLAT, (16, 180.0))),
+             held(11, N3), held(12, N4), job(2, 16)],
+            [nlp], {},
+            id="not for a rigid gang of several nodes: one node given back is no room for it",
+        ),
+        pytest.param(
             [elastic(1, on(N1), most=8, throughput=FLAT, queue=full),
              *(make_running(10 + i, full, on(n)) for i, n in enumerate((N2, N3, N4))),
              job(2, 8, queue=full, min_gpus=1)],
