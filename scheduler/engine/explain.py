@@ -84,7 +84,7 @@ PLANNER_ERROR = f"{PREDICTION_ERROR * 100:g}%"
 SHRUNK_FOR_GAIN = phrase(
     "shrunk from {held} to {keep} GPUs (its minimum is {fewest}) for workload {workload} of the "
     "same queue {queue} and priority {priority}: its {gpus} GPUs there do {gained} GPUs' work "
-    "for it, the {freed} given back did {lost} here, more apart than the planner's error of "
+    "for it, the {freed} given back did {lost} here, a gain beyond the planner's error of "
     "{error}"
 )
 GROWN_UNSURE = phrase(

@@ -395,7 +395,7 @@ def test_a_shrink_for_a_newcomer_says_why() -> None:
     assert shrink.reason == (
         "shrunk from 8 to 2 GPUs (its minimum is 2) for workload 2 of the same queue nlp and "
         "priority 0: its 6 GPUs there do 6 GPUs' work for it, the 6 given back did 1.2 here, "
-        f"more apart than the planner's error of {PLANNER_ERROR}"
+        f"a gain beyond the planner's error of {PLANNER_ERROR}"
     )
     (waiting,) = result.pending
     assert waiting.reason == (
