@@ -2,9 +2,11 @@
 
 `plan()` reads top to bottom in numbered steps. The per-workload decision (`Cycle.decide`) tries,
 in order: admit on free GPUs (or backfill GPUs held for a reservation that allows it); make room
-by shrinking elastic work and preempting (`preemption`); reserve a domain for a gang head that
-must wait (`backfill`); otherwise wait, with a reason a person can act on. Step 5, what changes
-for the running work (grows, moves, defragmentation), is `resizing.Resizing`.
+by shrinking elastic work and preempting (`preemption`); start an elastic workload smaller on
+free GPUs; make room by shrinking elastic work of its own queue and priority where the GPUs do
+more for it (`Resizing.shrink_for`); reserve a domain for a gang head that must wait
+(`backfill`); otherwise wait, with a reason a person can act on. Step 5, what changes for the
+running work (grows, moves, defragmentation), is `resizing.Resizing`.
 """
 
 from __future__ import annotations
@@ -260,6 +262,10 @@ class Cycle(Resizing):
         self._waiting: dict[int, tuple[Workload, str]] = {}
         self.rooms = RoomMemo()
         self.reserving = ReserveMemo()
+        # For `shrink_for`: the elastic work it may shrink (made when first asked), and the
+        # kinds of waiting work it found no shrink for.
+        self._shrinkable: dict[tuple[int, str, int], list[Workload]] | None = None
+        self._no_yield: set[tuple] = set()
 
     def _may_slice(self, workload: Workload) -> bool:
         """Whether the pending workload is a MIG job its queue's quota lets start now."""
@@ -467,7 +473,9 @@ class Cycle(Resizing):
         """Kueue's processEntry, as early returns: a shape no placement could ever give waits
         with that reason (not a passing quota one), and so does work a budget does not allow
         (no preemption makes budget); work its quota allows that fits on free GPUs starts;
-        else room is made by preemption where the rules allow; else it waits, a gang head
+        else room is made by preemption where the rules allow; else an elastic one starts
+        smaller on free GPUs; else room is made by shrinking elastic work of its queue and
+        priority that gains less from the GPUs (`shrink_for`); else it waits, a gang head
         perhaps with a reservation. `within`: whether it fits in its queue's nominal quota."""
         if workload.fraction:
             return self._decide_share(queue, workload, within)
@@ -491,6 +499,8 @@ class Cycle(Resizing):
             return Outcome.PREEMPT
         if self._start_smaller(pool, queue, workload):
             return Outcome.FIT
+        if self.shrink_for(pool, queue, workload):
+            return Outcome.PREEMPT
         if quota is not None:
             return self._no_fit(workload, quota)
         return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))

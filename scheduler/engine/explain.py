@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from scheduler.engine.gains import Contender
+from scheduler.engine.gains import Contender, worth
 from scheduler.engine.model import Budget, Queue, Workload
 from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
@@ -35,6 +35,10 @@ BORROW_FAIR = phrase(
 )
 BORROW_BELOW = phrase(
     "queue {queue} may borrow over work below priority {ceiling} and it has priority {priority}"
+)
+GAINS = phrase(
+    "the GPUs do more for it than for the elastic work of its queue {queue} and priority "
+    "{priority} that gives them back"
 )
 STOPPING = phrase("the work there is already stopping")
 BORROWS = phrase("queue {queue} borrows {borrowed} {model} GPUs beyond its nominal {nominal}")
@@ -75,6 +79,14 @@ GROWN_MORE_IN = phrase(
 )
 # A gain smaller than the planner's error (`parallelism.PREDICTION_ERROR`): said so.
 PLANNER_ERROR = f"{PREDICTION_ERROR * 100:g}%"
+# A shrink for waiting work of the same queue and priority (`Rule.GAIN`), with both jobs'
+# throughput in what one GPU does for each alone (`gains.worth`).
+SHRUNK_FOR_GAIN = phrase(
+    "shrunk from {held} to {keep} GPUs (its minimum is {fewest}) for workload {workload} of the "
+    "same queue {queue} and priority {priority}: its {gpus} GPUs there do {gained} GPUs' work "
+    "for it, the {freed} given back did {lost} here, a gain beyond the planner's error of "
+    "{error}"
+)
 GROWN_UNSURE = phrase(
     "grown from {held} to {gpus} GPUs, {more} more throughput, less than the planner's error of "
     "{error}: they were free and no work waits for {model} GPUs"
@@ -144,6 +156,8 @@ def cause(ledger: QuotaLedger, rule: Rule, queue: Queue, workload: Workload) -> 
         return PRIORITY.format(priority=workload.priority, queue=queue.name)
     if rule == Rule.NEWER:
         return NEWER.format(priority=workload.priority, queue=queue.name)
+    if rule == Rule.GAIN:
+        return GAINS.format(priority=workload.priority, queue=queue.name)
     if rule == Rule.BORROW:
         ceiling = queue.preemption.borrow_ceiling(workload.priority)
         if ceiling == math.inf:
@@ -196,6 +210,22 @@ def shrink_reason(
 ) -> str:
     """Why an elastic workload shrinks to `keep` GPUs for `workload`."""
     victim = move.workload
+    if move.rule == Rule.GAIN:
+        model, freed = victim.gpu_model, victim.held - keep
+        lost = worth(victim, model, victim.held) - worth(victim, model, keep)
+        return SHRUNK_FOR_GAIN.format(
+            held=victim.held,
+            keep=keep,
+            fewest=victim.fewest_gpus,
+            workload=workload.id,
+            queue=queue.name,
+            priority=workload.priority,
+            gpus=workload.gpus,
+            gained=_amount(worth(workload, model, workload.gpus)),
+            freed=freed,
+            lost=_amount(lost),
+            error=PLANNER_ERROR,
+        )
     fields = {
         "held": victim.held,
         "keep": keep,
@@ -207,6 +237,11 @@ def shrink_reason(
         share = victim.rate(keep) / victim.rate(victim.held)
         return SHRUNK_KEEPING.format(share=f"{share:.0%}", **fields)
     return SHRUNK.format(**fields)
+
+
+def _amount(gpus: float) -> str:
+    """GPUs' work to two decimals, without trailing zeros: 7, 0.43, 12.5."""
+    return f"{gpus:.2f}".rstrip("0").rstrip(".")
 
 
 def grow_reason(workload: Workload, gpus: int, region: str) -> str:

@@ -91,3 +91,18 @@ class Gains:
                 ranked.append((-fast / slow, other.id, other))
         ranked.sort()
         return ranked
+
+
+def worth(workload: Workload, gpu_model: str, gpus: int) -> float:
+    """Its throughput on `gpus` GPUs of `gpu_model`, in what one GPU of its slowest model does
+    for it alone: its curve's (`Workload.rate`; GPU count without one) over its rate on one GPU,
+    times its speed on `gpu_model` over that on its slowest model where all are known. Sia's
+    goodput is normalised the same way, so that one job's first GPU and another's sixteenth
+    compare: the first does a whole GPU's work, the sixteenth what it adds."""
+    alone = workload.rate(1)
+    value = workload.rate(gpus) / alone if alone > 0 else float(gpus)
+    speeds = [workload.speed(model) for model in workload.models]
+    speed = workload.speed(gpu_model)
+    if speed is not None and None not in speeds and min(speeds) > 0:
+        value *= speed / min(speeds)
+    return value

@@ -26,6 +26,7 @@ class Rule(IntEnum):
     PRIORITY = 2  # lower priority within the claimant's own queue
     BORROW = 3  # borrowed work below the claimant's priority threshold
     NEWER = 4  # work of the claimant's queue and priority submitted after it
+    GAIN = 5  # elastic work of its queue and priority whose GPUs do more for the claimant
 
 
 @dataclass(slots=True)

@@ -1,8 +1,10 @@
-"""Step 5 of a scheduling cycle, once every waiting workload was decided: what changes for the
-running ones (`Resizing`, a part of `cycle.Cycle`). Elastic work grows into free GPUs no waiting
-work could use, work that accepts several GPU models moves to a faster one whose GPUs are free,
-and in pods due for defragmentation small work moves so that whole nodes free up for waiting
-gangs. Never by preempting, each change restarting its workload from a save.
+"""What changes for the running work (`Resizing`, a part of `cycle.Cycle`). In step 5, once every
+waiting workload was decided: elastic work grows into free GPUs no waiting work could use, work
+that accepts several GPU models moves to a faster one whose GPUs are free, and in pods due for
+defragmentation small work moves so that whole nodes free up for waiting gangs. In step 4, for
+a waiting workload that can start nowhere: elastic work of its queue and priority shrinks where
+its GPUs do more for the newcomer (`shrink_for`). Never by preempting, each change restarting
+its workload from a save.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from scheduler.engine.capacity import Pool
 from scheduler.engine.defrag import MOVES_PER_CYCLE, empty_nodes
 from scheduler.engine.errors import Inadmissible, refusal
 from scheduler.engine.explain import defrag_reason, defragged_reason, grow_reason, move_reason
-from scheduler.engine.model import Grow, Move, Queue, Workload
+from scheduler.engine.gains import LEAVE_MARGIN, worth
+from scheduler.engine.model import Grow, Move, Queue, TopologyLevel, Workload
+from scheduler.engine.moves import Claim, MoveKind, Rule
+from scheduler.engine.moves import Move as Step
 from scheduler.engine.topology import Domain, widest_level
 
 # A running workload moves to another GPU model only where it runs at least this much faster:
@@ -181,13 +186,121 @@ class Resizing:
     def _may_grow(self, workload: Workload) -> bool:
         """Whether a running elastic workload may grow now."""
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus
-        if workload.preempting or workload.held >= most:
+        return workload.held < most and self._may_resize(workload)
+
+    def _may_resize(self, workload: Workload) -> bool:
+        """Whether a running workload may be resized now: not stopping, not within
+        `Snapshot.grow_every_s` of its start or last resize, and only one that saves (a resize
+        restarts it from a save it is asked for first)."""
+        if workload.preempting:
             return False
         times = [t for t in (workload.started_at, workload.resized_at) if t is not None]
         if not times or self.now - max(times) < self.grow_every_s:
             return False
-        # A grow restarts it from a save it is asked for first: only a job that saves grows.
         return workload.saves
+
+    def shrink_for(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
+        """Make room for a waiting workload that can start on no free GPUs, nor have room made
+        by preemption, by shrinking one running elastic workload of its queue, GPU model and
+        priority on one node, where the GPUs do more for the newcomer than for it: the
+        newcomer's throughput there (`gains.worth`: in what one GPU does for a job alone, so
+        one job's first GPU and another's sixteenth compare, as Sia's goodput) above what the
+        shrunk one loses by more than the planner's error (LEAVE_MARGIN). Sizes that fit on
+        one node only: an elastic newcomer from the most of its size a node holds down to
+        its fewest, another at its size. The shrunk one keeps its fewest GPUs at least, saves
+        first and is resized at most every `Snapshot.grow_every_s` (`_may_resize`), by one
+        shrink a cycle; the shrink that gains most wins (then the lower id, the larger size).
+        The newcomer waits for the GPUs as for any room made (`apply_claim`). True if room
+        was made."""
+        victims = self._yielders().get((queue.id, workload.gpu_model, workload.priority))
+        if not victims or workload.fraction:
+            return False
+        node_size = pool.node_size
+        if workload.is_elastic:
+            sizes = range(min(workload.gpus, node_size), workload.fewest_gpus - 1, -1)
+        elif workload.gpus <= node_size:
+            sizes = range(workload.gpus, workload.gpus - 1, -1)
+        else:
+            return False  # a gang of whole nodes: no shrink on one node makes its room
+        kind = (queue.id, workload.gpu_model, workload.priority, sizes, workload.tenant)
+        kind += (workload.throughput, workload.speeds)
+        if not sizes or kind in self._no_yield:
+            return False
+        spoken = {p.workload_id for p in self.preemptions} | {s.workload_id for s in self.shrinks}
+        best = None
+        for victim in victims:
+            if victim.id in spoken:
+                continue
+            found = self._yield(pool, queue, workload, victim, sizes)
+            if found is not None and (best is None or found < best):
+                best = found
+        if best is None:
+            self._no_yield.add(kind)
+            return False
+        _, _, gpus, node_id, freed, victim = best
+        gpus = -gpus
+        if self.budgets and not self._budget_allows(queue, workload, gpus, workload.time_limit_s):
+            return False
+        step = Step(MoveKind.SHRINK, Rule.GAIN, victim, {node_id: freed})
+        claim = Claim([step], TopologyLevel.LEAF, pool.domains_of(node_id)[-1], (node_id,))
+        self.apply_claim(pool, queue, replace(workload, gpus=gpus), claim)
+        return True
+
+    def _yield(
+        self, pool: Pool, queue: Queue, workload: Workload, victim: Workload, sizes: range
+    ) -> tuple | None:
+        """The victim's best shrink for the workload, as (lost less gained, victim id, the
+        workload's GPUs negated, node, GPUs given back, victim), or None: a one-node victim
+        gives back GPUs of its node, a multi-node one its last node."""
+        held, last = victim.held, victim.placements[-1]
+        node_id = last.node_id
+        if len(victim.placements) == 1:
+            spare = held - victim.fewest_gpus
+            whole = None
+        else:
+            spare = whole = len(last.gpu_indices)
+            if held - whole < victim.fewest_gpus:
+                return None
+        if (
+            pool.node(node_id) is None
+            or node_id in pool.held_by
+            or not pool.offered(node_id, workload.tenant)
+        ):
+            return None
+        free = len(pool.free(node_id))
+        model = workload.gpu_model
+        before = worth(victim, model, held)
+        best = None
+        for gpus in sizes:
+            need = gpus - free
+            if need <= 0 or need > spare:
+                continue
+            freed = need if whole is None else whole
+            lost = before - worth(victim, model, held - freed)
+            gained = worth(workload, model, gpus)
+            if gained <= lost * LEAVE_MARGIN or not self.ledger.allows(queue, model, gpus - freed):
+                continue
+            found = (lost - gained, victim.id, -gpus, node_id, freed, victim)
+            if best is None or found < best:
+                best = found
+        return best
+
+    def _yielders(self) -> dict[tuple[int, str, int], list[Workload]]:
+        """Per (queue id, GPU model, priority), the running elastic work above its fewest GPUs
+        that may be resized now (`_may_resize`), by id: what `shrink_for` may shrink. Made
+        when first asked, once a cycle."""
+        if self._shrinkable is None:
+            self._shrinkable = defaultdict(list)
+            for workload in self.running:
+                if (
+                    workload.min_gpus is not None  # else its fewest is its size
+                    and not workload.fraction
+                    and workload.held > workload.fewest_gpus
+                    and self._may_resize(workload)
+                ):
+                    key = (workload.queue_id, workload.gpu_model, workload.priority)
+                    self._shrinkable[key].append(workload)
+        return self._shrinkable
 
     def _grow(self, pool: Pool, queue: Queue, workload: Workload) -> None:
         most = workload.gpus if workload.max_gpus is None else workload.max_gpus

@@ -278,3 +278,128 @@ def test_a_domains_whole_nodes_are_its_entirely_free_nodes_by_name() -> None:
     for domain in [(), ("dc1",), ("dc1", "p2"), ("dc1", "p1", "l1")]:
         scanned = [node for node in pool.domain_nodes(domain) if pool.is_whole(node)]
         assert pool.whole_nodes(domain) == scanned
+
+
+# Throughput by GPU count of a job whose GPUs past two add little: 8 GPUs do 3.2 GPUs' work of
+# what one does alone, 2 do 2.
+FLAT = ((2, 100.0), (8, 160.0))
+cv = make_queue("cv", h800=1000)
+full = make_queue("full", h800=32)  # all four nodes
+
+
+def shrunk_for(snapshot: Snapshot, now: float = 1000.0) -> dict[int, tuple[int, int]]:
+    """Per shrunk workload: the GPUs it keeps and the workload it gives them to."""
+    return {s.workload_id: (s.gpus, s.for_workload_id) for s in plan(snapshot, now).shrinks}
+
+
+BUSY = [held(10, N2), held(11, N3), held(12, N4)]
+
+
+@pytest.mark.parametrize(
+    ("workloads", "queues", "expected"),
+    [
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 8, min_gpus=1)],
+            [nlp], {1: (2, 2)},
+            id="a job whose last GPUs add little shrinks for a newcomer of its queue and priority",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8), *BUSY, job(2, 8, min_gpus=1)], [nlp], {},
+            id="not where both scale alike: the gain is within the planner's error",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 8)], [nlp], {},
+            id="never below its fewest: a rigid newcomer of 8 would need all its GPUs",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 6)], [nlp], {1: (2, 2)},
+            id="a rigid newcomer of 6 gets the 6 above its fewest",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT, resized_at=900.0), *BUSY,
+             job(2, 8, min_gpus=1)],
+            [nlp], {},
+            id="not within five minutes of its last resize",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT, started_at=800.0), *BUSY,
+             job(2, 8, min_gpus=1)],
+            [nlp], {},
+            id="not within five minutes of its start",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT, saves=False), *BUSY,
+             job(2, 8, min_gpus=1)],
+            [nlp], {},
+            id="not a job that never saves: it would start over",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT, priority=1), *BUSY,
+             job(2, 8, min_gpus=1)],
+            [nlp], {},
+            id="not for a newcomer of a lower priority",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 8, queue=cv, min_gpus=1)],
+            [nlp, cv], {},
+            id="not for a newcomer of another queue",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 8, min_gpus=1),
+             job(3, 8, min_gpus=1)],
+            [nlp], {1: (2, 2)},
+            id="once a cycle: the second newcomer waits",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=16, throughput=(*FLAT, (16, 180.0))),
+             held(11, N3), held(12, N4), job(2, 8, min_gpus=1)],
+            [nlp], {1: (8, 2)},
+            id="a job of several nodes gives back its last node",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), on(N2), most=16, throughput=(*FLAT, (16, 180.0))),
+             held(11, N3), held(12, N4), job(2, 16)],
+            [nlp], {},
+            id="not for a rigid gang of several nodes: one node given back is no room for it",
+        ),
+        pytest.param(
+            [elastic(1, on(N1), most=8, throughput=FLAT, queue=full),
+             *(make_running(10 + i, full, on(n)) for i, n in enumerate((N2, N3, N4))),
+             job(2, 8, queue=full, min_gpus=1)],
+            [full], {1: (2, 2)},
+            id="in a queue at its quota: the GPUs given back are its own",
+        ),
+    ],
+)  # fmt: skip
+def test_elastic_work_shrinks_where_its_gpus_do_more_for_a_newcomer(workloads, queues, expected):
+    assert shrunk_for(make_snapshot(LEAF, queues, workloads)) == expected
+
+
+def test_the_newcomer_starts_on_the_gpus_given_back_and_the_job_is_not_shrunk_again() -> None:
+    """The cycle after the shrink: the newcomer starts on the 6 GPUs given back (it waited
+    for them), and the shrunk job, resized that cycle, is left alone however much a later
+    newcomer would gain."""
+    shrunk = elastic(1, on(N1, 0, 1), most=8, throughput=FLAT, resized_at=1000.0)
+    workloads = [shrunk, *BUSY, job(2, 8, min_gpus=1), job(3, 8, min_gpus=1)]
+    result = plan(make_snapshot(LEAF, [nlp], workloads), now=1010.0)
+    assert {
+        a.workload_id: sum(len(p.gpu_indices) for p in a.placements) for a in result.admissions
+    } == {2: 6}
+    assert result.shrinks == []
+
+
+def test_a_shrink_for_a_newcomer_says_why() -> None:
+    workloads = [elastic(1, on(N1), most=8, throughput=FLAT), *BUSY, job(2, 8, min_gpus=1)]
+    result = plan(make_snapshot(LEAF, [nlp], workloads), now=1000.0)
+    (shrink,) = result.shrinks
+    assert shrink.reason == (
+        "shrunk from 8 to 2 GPUs (its minimum is 2) for workload 2 of the same queue nlp and "
+        "priority 0: its 6 GPUs there do 6 GPUs' work for it, the 6 given back did 1.2 here, "
+        f"a gain beyond the planner's error of {PLANNER_ERROR}"
+    )
+    (waiting,) = result.pending
+    assert waiting.reason == (
+        "shrinking 1 elastic workload to make room in leaf dc1/p1/l1 (the GPUs do more for it "
+        "than for the elastic work of its queue nlp and priority 0 that gives them back); it "
+        "starts once they have stopped"
+    )

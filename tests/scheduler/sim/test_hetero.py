@@ -320,3 +320,26 @@ def test_an_elastic_jobs_most_is_the_largest_count_each_gpu_still_pays_for() -> 
     assert EFFICIENCY == 0.7
     assert most_gpus({"T4": one}) == 4
     assert most_gpus({"T4": one, "A100": other}) == 2
+
+
+def test_a_job_grown_past_where_its_gpus_pay_shrinks_for_a_newcomer_of_its_queue() -> None:
+    """One node of 8 A100 held by a 10-hour elastic job whose GPUs past the first add little:
+    a newcomer of its queue and priority, whose 4 GPUs do more for it than for the old job,
+    starts one cycle after it came, on the 4 GPUs the old job gave back, not 10 hours later."""
+    leaves = [{"name": "l1", "nodes": 1, "gpu_model": "A100"}]
+    spec = parse_spec(
+        {
+            "datacenters": [{"name": "dc1", "pods": [{"name": "p1", "leaves": leaves}]}],
+            "queues": [{"name": "q", "quotas": {"A100": 8}}],
+        }
+    )
+    flat = (("A100", ((1, 1.0), (8, 4.0))),)
+    hog = TraceJob(1, 0.0, 8, "A100", 10 * 3600.0, "q", min_gpus=1, curves=flat)
+    newcomer = TraceJob(
+        2, 600.0, 4, "A100", 3600.0, "q", min_gpus=1, curves=(("A100", ((1, 1.0), (4, 3.5))),)
+    )
+    config = SimConfig(failures_per_gpu_hour=0.0, checkpoint=Policy(PolicyKind.TRIGGERED))
+    simulator = Simulator([hog, newcomer], spec, wanka(spec), config)
+    simulator.run()
+    assert "recovering (shrunk)" in simulator.jobs[1].history
+    assert simulator.jobs[2].first_start <= 600.0 + 60.0
