@@ -26,7 +26,9 @@ from portal.tenancy.models import membership_of
 from portal.workloads.choices import State
 from portal.workloads.models import Allocation, Workload
 from portal.workloads.usage import CHARGED, as_gpus, held, usage_windows
+from scheduler.engine.model import SLICES
 from scheduler.engine.quota import QuotaLedger
+from scheduler.mig import profiles
 
 
 def gpus_held() -> Counter:
@@ -124,10 +126,11 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
     several = defaultdict(list)
     for row in (
         workloads.filter(state=State.PENDING)
-        .values("queue_id", "gpu_model__name", "accepts")
+        .values("queue_id", "gpu_model__name", "gpu_model__memory_gb", "accepts", "slices", "mig")
         .annotate(gpus=Sum("gpus"), jobs=Count("id"), oldest=Min("submitted_at"))
         .order_by()
     ):
+        row["gpus"] = _asked(row)
         key = (row["queue_id"], row["gpu_model__name"])
         if key in waiting:
             sums = waiting[key]
@@ -140,6 +143,8 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
             several[key[0]].append((key[1], set(row["accepts"]), row["gpus"], row["jobs"]))
     lent = tree.lent()
     families = engine.family_models(queues)
+    for sums in waiting.values():
+        sums["gpus"] = as_gpus(sums["gpus"])
 
     def row(queue, name, quota, keys, lends=0, **extra):
         used = sum(tree.used(*key) for key in keys)
@@ -171,7 +176,7 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
             "pending_jobs": sum(p["jobs"] for p in pending),
             "oldest": min((p["oldest"] for p in pending), default=None),
             "also_jobs": sum(n for _, n in also),
-            "also_gpus": sum(g for g, _ in also),
+            "also_gpus": as_gpus(sum(g for g, _ in also)),
             "week_hours": sum(used_since.get(week, {}).get(key, 0.0) for key in keys),
             "month_hours": sum(used_since.get(month, {}).get(key, 0.0) for key in keys),
             "segments": [(kind, 100 * n / scale) for kind, n in segments if n],
@@ -197,6 +202,17 @@ def queue_rows(queues, tree: Tree, holding=None, now=None) -> list[dict]:
             family["tree"] = {**alone, "borrowed": max(0, family["borrowed"] - borrowed_there)}
             rows.append(family)
     return rows
+
+
+def _asked(row: dict) -> float:
+    """The GPUs a group of waiting jobs asks for, as quota charges them: a share its eighths,
+    a MIG job its profile's charge (`scheduler.mig.Profile.charge`), else its whole GPUs."""
+    if row["mig"]:
+        found = profiles(row["gpu_model__name"], row["gpu_model__memory_gb"]).get(row["mig"])
+        return row["jobs"] * (found.charge if found else 1.0)
+    if row["slices"]:
+        return row["jobs"] * row["slices"] / SLICES
+    return row["gpus"]
 
 
 def cohort_tree(tree: Tree, rows: list[dict]) -> list[dict]:

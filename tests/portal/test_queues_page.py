@@ -73,6 +73,18 @@ def test_a_job_that_accepts_several_models_is_named_on_the_rows_of_the_others(
     assert "and 1 job of 64 GPUs submitted for another model that would also run here" in h20
 
 
+def test_waiting_shares_and_mig_jobs_ask_for_their_share_of_a_gpu(cluster, acme, victor, client):
+    """Two quarter-GPU jobs and a 1g.10gb MIG job wait: 0.5 and 0.14 of a GPU (the MIG
+    profile's charge: a seventh of the compute), not three GPUs."""
+    llm = make_queue(acme, "llm", h800=0)
+    for name in ("a", "b"):
+        make_workload(llm, name, gpus=1, slices=2)
+    make_workload(llm, "mig", gpus=1, mig="1g.10gb")
+    client.force_login(victor)
+    row = _row(client.get("/queues/").content.decode(), "data-queue", f"{llm.pk}/H800")
+    assert "3 jobs, 0.64 GPUs" in row
+
+
 def test_operators_see_every_queue_and_the_cohort_tree_with_fair_shares(research, operator, client):
     client.force_login(operator)
     page = client.get("/queues/").content.decode()
