@@ -272,17 +272,32 @@ def quota(args: argparse.Namespace) -> int:
     usage = api.get("/api/v1/usage/")
     if args.json:
         return _print_json({"queues": queues, "usage": usage})
+    _table(
+        ("QUEUE", "GPU MODEL", "GUARANTEE", "NOMINAL", "IN USE", "GPU-H 30D"),
+        _quota_rows(queues, usage),
+    )
+    return EXIT_OK
+
+
+def _quota_rows(queues: list[dict], usage: dict) -> list[tuple]:
+    """A row per queue and GPU model of its quota, then per GPU family of its family quotas
+    (in use: its models' GPUs together; a family quota has no guarantee)."""
     used = {(r["queue"], r["gpu_model"]): r for r in usage["rows"]}
     rows = []
     for queue in queues:
+        name = queue["name"]
         for q in queue["quotas"]:
-            row = used.get((queue["name"], q["gpu_model"]), {"in_use": 0, "gpu_hours": 0.0})
+            row = used.get((name, q["gpu_model"]), {"in_use": 0, "gpu_hours": 0.0})
             rows.append(
-                (queue["name"], q["gpu_model"], q["guarantee"], q["nominal"], row["in_use"],
+                (name, q["gpu_model"], q["guarantee"], q["nominal"], row["in_use"],
                  f"{row['gpu_hours']:.1f}")
             )  # fmt: skip
-    _table(("QUEUE", "GPU MODEL", "GUARANTEE", "NOMINAL", "IN USE", "GPU-H 30D"), rows)
-    return EXIT_OK
+        for q in queue.get("family_quotas", ()):  # an older portal's queues have none
+            models = [used[name, m] for m in q.get("gpu_models", ()) if (name, m) in used]
+            in_use = sum(r["in_use"] for r in models)
+            hours = sum(r["gpu_hours"] for r in models)
+            rows.append((name, f"{q['family']} family", "—", q["nominal"], in_use, f"{hours:.1f}"))
+    return rows
 
 
 def usage(args: argparse.Namespace) -> int:

@@ -1,3 +1,5 @@
+from collections import defaultdict
+
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Region
@@ -22,9 +24,21 @@ class QueueQuotaSerializer(serializers.ModelSerializer):
 
 
 class FamilyQuotaSerializer(serializers.ModelSerializer):
+    gpu_models = serializers.SerializerMethodField(help_text="The GPU models of the family")
+
     class Meta:
         model = FamilyQuota
-        fields = ["family", "nominal", "borrowing_limit"]
+        fields = ["family", "gpu_models", "nominal", "borrowing_limit"]
+
+    def get_gpu_models(self, quota: FamilyQuota) -> list[str]:
+        families = self.context.get("families")  # read once for a whole page of queues
+        if families is None:
+            families = self.context["families"] = defaultdict(list)
+            for name, family in (
+                GpuModel.objects.exclude(family="").order_by("name").values_list("name", "family")
+            ):
+                families[family].append(name)
+        return families.get(quota.family, [])
 
 
 # What operators may change, here and on the queue's console page.

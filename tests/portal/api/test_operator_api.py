@@ -169,6 +169,10 @@ def test_a_tenant_asks_for_a_familys_quota_and_an_approval_lets_its_jobs_run_on_
     scheduling_cycle()
     job.refresh_from_db()
     assert job.state == State.ADMITTED
+    [queue] = tenant.get("/api/v1/queues/").json()["results"]
+    assert queue["family_quotas"] == [
+        {"family": "hopper", "gpu_models": ["H20", "H800"], "nominal": 16, "borrowing_limit": None}
+    ]  # what `wanka quota` sums the family's use over
     client.force_login(alice)
     page = client.get("/quota/").content.decode()
     assert "16 × hopper family" in page
