@@ -359,7 +359,14 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
 
     def _share(self, attrs) -> None:
         """Whole GPUs, or a share of one of its one GPU model (`as_share`): a share's eighths
-        depend on the model's memory, so a job that accepts several takes whole GPUs."""
+        depend on the model's memory, so a job that accepts several takes whole GPUs. A list
+        of one model (`gpu_models: ["H800"]`) is that model."""
+        names = attrs.get("accepts")
+        if names is not None and len(names) == 1 and (one := self._one_model(names[0])):
+            if attrs.setdefault("gpu_model", one) != one:
+                why = "Give gpu_model as the first of gpu_models, or leave it out."
+                raise serializers.ValidationError({"gpu_model": why})
+            del attrs["accepts"]
         if "accepts" not in attrs:
             if "gpu_model" not in attrs:
                 raise serializers.ValidationError({"gpu_model": "This field is required."})
@@ -377,6 +384,11 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             raise serializers.ValidationError({"gpu_models": why})
         attrs.pop("gpu_memory_gb", None)
         attrs["gpus"], attrs["slices"] = int(asked), 0
+
+    @staticmethod
+    def _one_model(name: str) -> GpuModel | None:
+        """The GPU model of this name, not a family's; else None."""
+        return GpuModel.objects.filter(name=name).first()
 
     def _validate_models(self, attrs, fewest: int) -> None:
         """The GPU models the job accepts, each one it can run on (`_validate_on`):

@@ -42,6 +42,21 @@ def test_one_model_keeps_nothing_extra(llm, alice):
     assert Workload.objects.get().accepts == []
 
 
+def test_a_list_of_one_model_is_that_model_for_a_share_or_a_mig_instance(llm, alice):
+    share = submit(alice, gpu_models=["H800"], gpus=0.25, gpu_memory_gb=20)
+    assert share.status_code == 201, share.json()
+    assert (share.json()["gpus"], share.json()["gpu_model"]) == (0.25, "H800")
+    mig = submit(alice, name="mig", gpu_models=["H800"], gpus=1, mig="1g.10gb")
+    assert mig.status_code == 201, mig.json()
+    other = submit(alice, gpu_models=["H800"], gpu_model="H20", gpus=0.25)
+    assert other.json()["errors"] == [
+        {
+            "field": "gpu_model",
+            "reason": "Give gpu_model as the first of gpu_models, or leave it out.",
+        }
+    ]
+
+
 @pytest.mark.parametrize(
     ("fields", "field", "reason"),
     [
