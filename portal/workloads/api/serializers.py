@@ -9,11 +9,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Node
+from portal.cluster.summary import heartbeats, reported_share
 from portal.core.api import FieldsOnce, KnownFields, NameField, QuickRows
 from portal.quotas import engine as quota_engine
 from portal.quotas.api.serializers import TenantQueueField
 from portal.workloads import actions, parallel
-from portal.workloads.choices import Kind, PriorityClass, Topology
+from portal.workloads.choices import Kind, PriorityClass, State, Topology
 from portal.workloads.desired import MAX_ASSIGNMENT_BYTES
 from portal.workloads.models import (
     Checkpoint,
@@ -489,6 +490,14 @@ class PlanAnswerSerializer(serializers.Serializer):
     alternatives = serializers.ListField(child=serializers.JSONField(), help_text="Next fastest")
 
 
+class ShareSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(
+        ["mps", "time_slicing"], help_text="MPS, or time slicing (which isolates nothing)"
+    )
+    sm_percent = serializers.IntegerField(help_text="Of the GPU's SMs it may use (MPS only)")
+    memory_mb = serializers.IntegerField(help_text="Device memory pinned for it (MPS only)")
+
+
 class WorkloadDetailSerializer(WorkloadSerializer):
     """A workload with its history: every event, and each parallelism plan it ran with."""
 
@@ -497,12 +506,23 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         many=True, read_only=True, help_text="Oldest first; the last is the current plan"
     )
     gpu_hours = serializers.SerializerMethodField(help_text="Booked plus used so far")
+    share = serializers.SerializerMethodField(
+        help_text="A running share of a GPU: how its node holds it to its share, as its agent "
+        "last reported (null otherwise)"
+    )
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*WorkloadSerializer.Meta.fields, "gpu_hours", "parallel_plans", "events"]
+        fields = [*WorkloadSerializer.Meta.fields, "gpu_hours", "share", "parallel_plans", "events"]
 
     def get_gpu_hours(self, workload) -> float:
         return round(gpu_hours(workload.usage, [workload]), 4)
+
+    @extend_schema_field(ShareSerializer(allow_null=True))
+    def get_share(self, workload) -> dict | None:
+        if not workload.slices or workload.state != State.RUNNING:
+            return None
+        nodes = workload.allocations.values_list("node_id", flat=True)
+        return reported_share(heartbeats(nodes), workload.pk, workload.attempt)
 
 
 class CheckpointSerializer(serializers.ModelSerializer):

@@ -68,6 +68,8 @@ def test_two_quarter_gpu_jobs_run_side_by_side_on_one_gpu(
         assert "0.25 × H800" in page
         client.cookies["django_language"] = "zh-hans"
         assert "时间片轮转：未隔离" in client.get(f"/workloads/{jobs[0].pk}/").content.decode()
+        detail = api_client(alice).get(f"/api/v1/workloads/{jobs[0].pk}/").json()
+        assert detail["share"] == {"mode": "time_slicing", "sm_percent": 0, "memory_mb": 0}
     finally:
         agent.stop()
 
