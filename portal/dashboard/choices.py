@@ -43,14 +43,15 @@ def free_now() -> Counter:
     return free
 
 
-def queue_choices(queues, quota_request: bool = False) -> dict:
+def queue_choices(queues, quota_request: bool = False, families: bool = False) -> dict:
     """Per queue name: its region and its GPU models as (name, label) pairs, the default first.
     A job or a service asks for a model of the queue's quota (left of it, free now); a quota
     request for any model its region has, or any family of them (the quota now, the region's
-    GPUs)."""
+    GPUs). With `families`, also the families a job may accept (`_families`)."""
     free, held = free_now(), gpus_held()
     region_gpus = _gpus(Node.objects.exclude(health=Health.DOWN)) if quota_request else None
-    family_of = dict(GpuModel.objects.values_list("name", "family")) if quota_request else {}
+    named = quota_request or families
+    family_of = dict(GpuModel.objects.values_list("name", "family")) if named else {}
     queues = list(queues)
     families, found = family_models(queues), {}
     for queue in queues:
@@ -104,8 +105,23 @@ def queue_choices(queues, quota_request: bool = False) -> dict:
             "region": queue.region.name,
             "spans": queue.spans_datacenters,
             "models": list(zip(models, labels, strict=True)),
+            "families": [] if quota_request else _families(models, family_of),
         }
     return found
+
+
+def _families(models: list[str], family_of: dict[str, str]) -> list[tuple[str, str]]:
+    """The GPU families of which a queue offers two models or more, as (name, label) pairs:
+    a job may accept a family (`gpu_models: ["hopper"]`), its models the fastest first."""
+    members = defaultdict(list)
+    for model in models:
+        if family_of.get(model):
+            members[family_of[model]].append(model)
+    return [
+        (family, _("%(family)s family (%(models)s)") % {"family": family, "models": ", ".join(of)})
+        for family, of in sorted(members.items())
+        if len(of) > 1
+    ]
 
 
 def with_defaults(data, choices: dict, fill: bool = True) -> tuple[dict, list]:

@@ -252,14 +252,14 @@ def workload_cancel(request, pk):
     return redirect("workload-detail", pk=pk)
 
 
-def _form_context(membership, data, serializer=None, quota_request=False):
+def _form_context(membership, data, serializer=None, quota_request=False, families=False):
     """A form whose queue drives the GPU model and the region (`dashboard.choices`)."""
     queues = list(
         membership.tenant.queues.select_related("region", "cohort")
         .prefetch_related("quotas__gpu_model", "family_quotas")
         .order_by("name")
     )
-    choices = queue_choices(queues, quota_request)
+    choices = queue_choices(queues, quota_request, families)
     data, offered = with_defaults(data, choices, fill=serializer is None)
     return {
         "data": data,
@@ -300,8 +300,10 @@ def workload_new(request):
             workload = lifecycle.submit(serializer, request.user)
             messages.success(request, _("%(workload)s submitted.") % {"workload": workload})
             return redirect("workload-detail", pk=workload.pk)
-    context = _form_context(membership, data, serializer)
+    context = _form_context(membership, data, serializer, families=True)
     context["also"] = also
+    chosen = context["choices"].get(context["data"].get("queue"), {})
+    context["also_choices"] = [*context["gpu_choices"], *chosen.get("families", ())]
     context["preview"] = preview
     context["budget_notes"] = [] if preview else budget_notes(membership.tenant_id)
     context.update(

@@ -157,6 +157,24 @@ def test_the_submit_form_advises_the_triggered_policy_for_a_huge_job(portal_serv
     assert ettrs == sorted(ettrs, reverse=True) and len(ettrs) == 4
 
 
+def test_the_submit_form_offers_the_chosen_queues_models_and_families(
+    portal_server, page, cluster, acme, bob
+):
+    """The first queue (by name) holds H800 only; the second H800 and H20, both hopper: chosen,
+    the form offers them, and the hopper family, as models to run on also."""
+    make_queue(acme, "a-small", h800=8)
+    make_queue(acme, "b-mixed", h800=8, h20=8)
+    base = f"http://127.0.0.1:{portal_server}"
+    sign_in(page, base, bob)
+    page.goto(f"{base}/workloads/new/")
+    boxes = page.locator(".also-choices input[name=also]")
+    expect(boxes).to_have_count(1, timeout=LOAD_MS)
+    page.select_option("select[name=queue]", "b-mixed")
+    expect(boxes).to_have_count(3)
+    assert [box.get_attribute("value") for box in boxes.all()] == ["H20", "H800", "hopper"]
+    expect(page.locator(".also-choices")).to_contain_text("hopper family (H20, H800)")
+
+
 def _state(workload):
     workload.refresh_from_db()
     return workload.state

@@ -149,6 +149,15 @@ def test_the_form_offers_other_models_and_previews_the_choice(llm, alice, client
     assert 'value="H20" checked' in again
 
 
+def test_the_form_offers_a_family_and_a_job_that_accepts_it_runs_on_its_models(llm, alice, client):
+    client.force_login(alice)
+    page = client.get("/workloads/new/").content.decode()
+    assert 'name="also" value="hopper"' in page and "hopper family (H800, H20)" in page
+    asked = {**FORM, "gpu_model": "H20", "also": ["hopper"], "checkpoint_policy": "none"}
+    client.post("/workloads/new/", asked)
+    assert Workload.objects.get().accepts == ["H20", "H800"]  # the one chosen first
+
+
 def test_the_preview_says_when_the_job_would_start_on_each_model(llm, alice, client):
     """H800 nodes are all down: on H20 it would start in the next cycle; on H800 no estimate
     reaches a start (nothing there ever frees), so the page says it is later than the run
