@@ -101,11 +101,13 @@ class ClusterSpec:
 
     @cached_property
     def model_worth(self) -> tuple[tuple[str, float], ...]:
-        """What one GPU of each model is worth to fair sharing (`Snapshot.worth`): the spec's
-        worth, else the model's dense BF16 TFLOPS in the planner's catalogue, as the portal
-        counts it (`GpuModel.weight`); a model with neither is left out, for the engine to count
-        1 a GPU."""
-        found = {m: float(GPUS[m].bf16_tflops) for m in self.capacity if m in GPUS}
+        """What one GPU of each model it has nodes or quota of is worth to fair sharing
+        (`Snapshot.worth`): the spec's worth, else the model's dense BF16 TFLOPS in the
+        planner's catalogue, as the portal counts it (`GpuModel.weight`); a model with neither
+        is left out, for the engine to count 1 a GPU."""
+        quotas = [q.model_quotas for q in self.queues] + [c.quotas for c in self.cohorts]
+        models = {*self.capacity, *(quota.gpu_model for each in quotas for quota in each)}
+        found = {m: float(GPUS[m].bf16_tflops) for m in models if m in GPUS}
         return tuple(sorted({**found, **dict(self.worth)}.items()))
 
     @cached_property

@@ -3,8 +3,11 @@ worth, as in the portal: the cluster spec's `worth`, else the planner's dense BF
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from scheduler.engine.testing import make_queue
 from scheduler.sim.runner import simulate
 from scheduler.sim.spec import SpecError, parse_spec
 from scheduler.sim.trace import TraceJob
@@ -84,7 +87,9 @@ def test_a_spec_weighs_its_models_by_its_worth_else_the_planners():
             "queues": [{"name": "q", "quotas": {"T4": 8}}],
         }
     )
-    assert one_unknown.model_worth == ()  # no figure: the engine counts it 1 a GPU
+    assert one_unknown.model_worth == ()  # no figure: the engine counts each model apart
+    quota_only = replace(one_unknown, queues=(make_queue("q", t4=8, a100=8),))
+    assert quota_only.model_worth == (("A100", 312.0),)  # a model of quota, with no node
 
 
 @pytest.mark.parametrize("value", [0, -1, "989", True, None])
