@@ -34,7 +34,8 @@ class GpuModel(models.Model):
         blank=True,
         validators=[MinValueValidator(0.001)],
         help_text="What one GPU counts for when fair sharing weighs borrowing across models; "
-        "empty: its dense BF16 TFLOPS from the planner's table",
+        "empty: its dense BF16 TFLOPS from the planner's table, else 1 (next to hundreds for "
+        "the models the planner knows)",
     )
 
     class Meta:
@@ -46,7 +47,8 @@ class GpuModel(models.Model):
 
     @property
     def weight(self) -> float | None:
-        """Its `worth`, else its dense BF16 TFLOPS where the planner knows it, else None."""
+        """Its `worth`, else its dense BF16 TFLOPS where the planner knows it, else None (fair
+        sharing then counts it 1 a GPU: `portal.quotas.engine.worth`)."""
         if self.worth is not None:
             return self.worth
         gpu = parallelism.GPUS.get(self.name)

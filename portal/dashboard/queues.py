@@ -51,8 +51,12 @@ class Tree:
         `shares`: the caller shows fair shares, weighed by the GPU models' worth."""
         self.queues = {queue.id: queue for queue in engine.queues(queues)}
         self.cohorts = {cohort.name: cohort for cohort in engine.cohorts()}
-        worth = engine.worth() if shares else ()
+        weights = engine.weights() if shares else {}
+        worth = engine.worth(weights)
         self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values(), worth)
+        # GPU models the ledger counts 1 a GPU beside those with a worth (none when no model
+        # has a worth: then every model counts apart).
+        self.without_worth = sorted(n for n, w in weights.items() if not w) if worth else []
         for (queue_id, gpu_model), n in gpus.items():
             self.ledger.charge(queue_id, gpu_model, n)
 
@@ -308,6 +312,7 @@ def queues_page(request):
     }
     if membership is None:
         context["tree"] = cohort_tree(tree, rows)
+        context["without_worth"] = ", ".join(tree.without_worth)
         cohort_ids = dict(Cohort.objects.values_list("name", "pk"))  # for the links to edit them
         for row in context["tree"]:
             row.setdefault("pk", cohort_ids.get(row["name"]))

@@ -85,11 +85,19 @@ def cohorts() -> tuple[engine.Cohort, ...]:
     )
 
 
-def worth() -> tuple[tuple[str, float], ...]:
-    """What one GPU of each model is worth to fair sharing (`GpuModel.weight`); empty, each
-    model counted apart, unless every model has a worth."""
-    found = tuple((model.name, model.weight) for model in GpuModel.objects.all())
-    return found if all(weight for _, weight in found) else ()
+def weights() -> dict[str, float | None]:
+    """Each GPU model's worth to fair sharing (`GpuModel.weight`) by name, None where it has
+    none: neither an operator's nor the planner's."""
+    return {model.name: model.weight for model in GpuModel.objects.all()}
+
+
+def worth(found: dict[str, float | None] | None = None) -> tuple[tuple[str, float], ...]:
+    """What one GPU of each model is worth to fair sharing, for the models of `found` (by
+    default `weights()`) that have a worth. The engine counts a model left out 1 a GPU beside
+    the others (`QuotaLedger`), so one model without a worth never turns weighing off for the
+    rest; only when no model has one does it count each model apart."""
+    found = weights() if found is None else found
+    return tuple((name, weight) for name, weight in found.items() if weight)
 
 
 def ledger() -> QuotaLedger:

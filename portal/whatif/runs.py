@@ -43,8 +43,8 @@ PROGRESS_EVERY_S = 0.5
 
 def current_cluster() -> ClusterSpec:
     """This cluster as the simulator sees it: its nodes, all free, its queues and cohorts, its
-    budgets with what their windows have used so far, and its GPU models' memory (which names
-    their MIG profiles)."""
+    budgets with what their windows have used so far, its GPU models' memory (which names
+    their MIG profiles) and their worth to fair sharing, as the engine counts it here."""
     from portal.workloads.budgets import replayed
     from portal.workloads.cycle import build_snapshot
 
@@ -71,6 +71,7 @@ def current_cluster() -> ClusterSpec:
         cohorts=snapshot.cohorts,
         budgets=replayed(now),
         memory_gb=tuple(GpuModel.objects.order_by("name").values_list("name", "memory_gb")),
+        worth=snapshot.worth,
     )
 
 

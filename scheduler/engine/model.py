@@ -479,8 +479,9 @@ class Snapshot:
     cohorts: tuple[Cohort, ...] = ()
     grow_every_s: float = 300.0  # an elastic workload grows at most this often (it restarts)
     budgets: tuple[Budget, ...] = ()
-    # (GPU model, what one GPU of it is worth): fair sharing weighs borrowed GPUs by it where
-    # given (`quota`); empty: each model's GPUs count apart (Kueue's dominant resource share).
+    # (GPU model, what one GPU of it is worth): fair sharing weighs borrowed GPUs by it
+    # (`quota`), a model left out at 1 a GPU; empty: each model's GPUs count apart (Kueue's
+    # dominant resource share).
     worth: tuple[tuple[str, float], ...] = ()
     move_every_s: float = 3600.0  # a workload moves to a faster GPU model at most this often
     share_placement: SharePlacement = SharePlacement.FGD

@@ -19,7 +19,10 @@ capacity, as in Kueue: the largest, over GPU models, of GPUs borrowed over GPUs 
 can lend, divided by the queue's weight. Where the snapshot says what a GPU of each model is
 worth (`Snapshot.worth`), the share is of value instead: the worth of the GPUs the queue
 borrows over the worth of all its root cohort can lend, so that borrowing 20 GPUs of a model
-worth a fifth of another's counts a fifth as much, and borrowing on several models adds up.
+worth a fifth of another's counts a fifth as much, and borrowing on several models adds up. A
+model the snapshot gives no worth counts 1 a GPU beside the others (the portal leaves out the
+models that have none, so one such model never turns weighing off for the rest); only an empty
+`worth` counts each model apart.
 
 A family quota (`FamilyQuota`: Hopper, over H800 and H20) sits above its models' quotas as a
 cohort above its queues: the queue's GPUs of the family's models, in all, are within its nominal

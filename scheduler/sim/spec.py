@@ -25,7 +25,8 @@
         {"name": "tenant acme", "queues": ["nlp", "cv"], "gpu_hours": 100000, "hard": true,
          "window_days": 30, "rolling": false, "used": 0, "weights": {"H800": 1.0}}
       ],
-      "memory_gb": {"H800": 80}
+      "memory_gb": {"H800": 80},
+      "worth": {"H20": 200}
     }
 
 A pod with `count` n stands for n pods named `<name>1` ... `<name>n`. Leaves are given as a
@@ -38,13 +39,18 @@ the nominal quota; a family quota (`families`) lists its models and sits above t
 windows one after the other unless `rolling`, `used` what the window had used at the start, a
 GPU model's weight 1 unless given; a hard one defaults to false. `memory_gb` gives a GPU model's
 memory, which names its MIG profiles (`scheduler.mig`); a model not given has its memory in the
-planner's catalogue (`scheduler.parallelism.GPUS`: A100 80, H200 141), else no MIG. A bad spec
-raises `SpecError` naming the place, e.g. `queues[2].quotas.H800.nominal: must be a whole number`.
+planner's catalogue (`scheduler.parallelism.GPUS`: A100 80, H200 141), else no MIG. `worth`
+gives what one GPU of a model counts for when fair sharing weighs borrowing across models
+(`scheduler.engine.quota`), as an operator's worth does in the portal; a model not given has its
+dense BF16 TFLOPS in the planner's catalogue (H800 989, A100 312, H20 148), as in the portal,
+else it counts 1 a GPU. A bad spec raises `SpecError` naming the place, e.g.
+`queues[2].quotas.H800.nominal: must be a whole number`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,11 +92,23 @@ class ClusterSpec:
     spares: tuple[int, ...] = ()  # hot spares among `nodes`: no work, only scripted recoveries
     budgets: tuple[BudgetSpec, ...] = ()
     memory_gb: tuple[tuple[str, int], ...] = ()  # GPU models' memory as the spec gives it
+    worth: tuple[tuple[str, float], ...] = ()  # GPU models' worth as the spec gives it
 
     @cached_property
     def mig_profiles(self) -> dict[str, dict[str, Profile]]:
         """The MIG profiles of each of its GPU models that has them."""
         return mig_profiles(self.capacity, dict(self.memory_gb))
+
+    @cached_property
+    def model_worth(self) -> tuple[tuple[str, float], ...]:
+        """What one GPU of each model it has nodes or quota of is worth to fair sharing
+        (`Snapshot.worth`): the spec's worth, else the model's dense BF16 TFLOPS in the
+        planner's catalogue, as the portal counts it (`GpuModel.weight`); a model with neither
+        is left out, for the engine to count 1 a GPU."""
+        quotas = [q.model_quotas for q in self.queues] + [c.quotas for c in self.cohorts]
+        models = {*self.capacity, *(quota.gpu_model for each in quotas for quota in each)}
+        found = {m: float(GPUS[m].bf16_tflops) for m in models if m in GPUS}
+        return tuple(sorted({**found, **dict(self.worth)}.items()))
 
     @cached_property
     def capacity(self) -> dict[str, int]:
@@ -139,6 +157,9 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
     memory = data.get("memory_gb", {})
     if not isinstance(memory, dict):
         raise SpecError("memory_gb: must map GPU models to their memory in GB")
+    worth = data.get("worth", {})
+    if not isinstance(worth, dict):
+        raise SpecError("worth: must map GPU models to what one GPU of each is worth")
     return ClusterSpec(
         str(data.get("name", "cluster")),
         tuple(nodes),
@@ -146,7 +167,14 @@ def parse_spec(data: dict[str, Any]) -> ClusterSpec:
         cohorts,
         budgets=budgets,
         memory_gb=tuple((str(m), _whole(gb, f"memory_gb.{m}", 1)) for m, gb in memory.items()),
+        worth=tuple((str(m), _worth(value, f"worth.{m}")) for m, value in worth.items()),
     )
+
+
+def _worth(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise SpecError(f"{where}: must be a number above 0, not {value!r}")
+    return float(value)
 
 
 def mig_profiles(

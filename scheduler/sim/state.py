@@ -231,6 +231,7 @@ class Workloads:
             mig_profiles=self.spec.mig_profiles,
             mig_layouts=dict(allocations.layouts),
             defrag=defrag,
+            worth=self.spec.model_worth,
         )
 
     def workload(self, job: Job) -> Workload:

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from portal.cluster.models import GpuModel
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import UsageRecord
@@ -97,6 +98,22 @@ def test_operators_see_every_queue_and_the_cohort_tree_with_fair_shares(research
     assert cv.endswith("<td>0.235</td></tr>")
     vision = _row(page, "data-tree", "globex/vision")
     assert vision.endswith("<td>0.000</td></tr>")
+
+
+def test_operators_are_told_which_gpu_models_count_1_a_gpu_for_want_of_a_worth(
+    research, operator, victor, client
+):
+    client.force_login(operator)
+    assert "GPU models without a worth" not in client.get("/queues/").content.decode()
+    GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
+    page = client.get("/queues/").content.decode()
+    assert "GPU models without a worth: MLU590. Each of their GPUs counts 1" in page
+    assert "a model with neither counts 1 a GPU" in page
+    client.force_login(victor)
+    assert "MLU590" not in client.get("/queues/").content.decode()  # the tree is the operators'
+    GpuModel.objects.update(worth=1.0)
+    client.force_login(operator)
+    assert "GPU models without a worth" not in client.get("/queues/").content.decode()
 
 
 def test_the_page_costs_the_same_queries_for_more_queues_and_refuses_outsiders(

@@ -8,6 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from portal.cluster.models import GpuModel
 from portal.quotas.models import Budget
 from portal.whatif.choices import RunState
 from portal.whatif.models import WhatIfRun
@@ -262,6 +263,16 @@ def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
     assert spec.gpus == 16 * 8 and [q.name for q in spec.queues] == ["llm"]
     assert all(node.free == tuple(range(node.gpus)) for node in spec.nodes)
     assert spec.budgets == ()
+
+
+def test_this_clusters_gpu_models_go_to_the_simulator_with_their_worth(cluster, acme):
+    """An operator's worth, else the planner's figure; a model with neither is left out, for
+    the engine to count 1 a GPU there as here."""
+    GpuModel.objects.filter(name="H20").update(worth=200)
+    GpuModel.objects.create(name="MLU590", memory_gb=64)
+    spec = current_cluster()
+    assert spec.worth == (("H20", 200.0), ("H800", 989.0))
+    assert spec.model_worth == (("H20", 200.0), ("H800", 989.0))
 
 
 @pytest.mark.servers

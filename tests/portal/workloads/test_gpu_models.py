@@ -10,7 +10,7 @@ from portal.cluster.models import GpuModel, Node
 from portal.workloads.choices import State
 from portal.workloads.cycle import scheduling_cycle
 from portal.workloads.models import Workload
-from tests.builders import api_client, make_cluster, make_queue
+from tests.builders import api_client, make_cluster, make_queue, make_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -188,7 +188,7 @@ def test_the_choice_reads_in_chinese():
     assert said == "已放置到 1 个节点（GPU 型号 H20：排在它前面的 H800 现在没有空位）"
 
 
-def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
+def test_fair_sharing_weighs_each_model_that_has_a_worth(llm):
     from portal.quotas.engine import worth
     from portal.workloads.cycle import build_snapshot
 
@@ -196,7 +196,29 @@ def test_fair_sharing_weighs_models_by_worth_only_when_every_model_has_one(llm):
     GpuModel.objects.filter(name="H20").update(worth=200)
     assert dict(build_snapshot().worth) == {"H800": 989.0, "H20": 200.0}
     GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
-    assert worth() == ()
+    assert dict(worth()) == {"H800": 989.0, "H20": 200.0}  # left out: the engine counts it 1
+
+
+def test_a_model_without_a_worth_leaves_the_others_weighed(acme, alice):
+    """Two queues borrow from a lender: `big` 16 H800s, `small` all 32 H20s; both want the last
+    free H800 node. Counted per model, `small` has borrowed all the H20s the cohort lends, more
+    than `big` will have of H800s, so `big` would go first. Weighed by worth, `small` has
+    borrowed less (32 x 148 + 8 x 989 against 24 x 989) and goes first, though the fleet also
+    has MLU590s, a model with no worth."""
+    make_cluster({"dc1": {"h800": ("H800", 1), "h20": ("H20", 1), "mlu": ("MLU590", 1)}})
+    lender = make_queue(acme, "lender", cohort="lab", h800=32, h20=32, mlu590=32)
+    big = make_queue(acme, "big", cohort="lab", h800=0, h20=0)
+    small = make_queue(acme, "small", cohort="lab", h800=0, h20=0)
+    make_workload(lender, "own", gpus=8)
+    make_workload(big, "borrowed", gpus=16)
+    make_workload(small, "borrowed", gpus=32, model="H20")
+    scheduling_cycle()
+    assert set(Workload.objects.values_list("state", flat=True)) == {State.ADMITTED}
+    make_workload(big, "more", gpus=8)
+    make_workload(small, "more", gpus=8)
+    scheduling_cycle()
+    admitted = Workload.objects.filter(name="more", state=State.ADMITTED)
+    assert [w.queue.name for w in admitted] == ["small"]
 
 
 def test_pages_show_the_models_it_accepts(llm, alice, client):

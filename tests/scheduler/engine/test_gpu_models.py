@@ -257,6 +257,9 @@ def test_fair_sharing_weighs_borrowed_gpus_by_their_worth():
     assert [a.workload_id for a in blind.admissions] == [1]
     weighed = plan(replace(snapshot, worth=(("A100", 312.0), ("T4", 65.0))), NOW)
     assert [a.workload_id for a in weighed.admissions] == [2]
+    # A model left out of `worth` counts 1 a GPU beside the others, not per model for all.
+    t4_unknown = plan(replace(snapshot, worth=(("A100", 312.0),)), NOW)
+    assert [a.workload_id for a in t4_unknown.admissions] == [2]
 
 
 def moving(snapshot_workloads, queue=team, **snapshot):
