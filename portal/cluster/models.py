@@ -34,8 +34,8 @@ class GpuModel(models.Model):
         blank=True,
         validators=[MinValueValidator(0.001)],
         help_text="What one GPU counts for when fair sharing weighs borrowing across models; "
-        "empty: its dense BF16 TFLOPS from the planner's table, else 1 (next to hundreds for "
-        "the models the planner knows)",
+        "empty: its dense BF16 TFLOPS from the planner's table, else the median of the other "
+        "models' worth",
     )
 
     class Meta:
@@ -48,7 +48,7 @@ class GpuModel(models.Model):
     @property
     def weight(self) -> float | None:
         """Its `worth`, else its dense BF16 TFLOPS where the planner knows it, else None (fair
-        sharing then counts it 1 a GPU: `portal.quotas.engine.worth`)."""
+        sharing then counts it as the median of the others: `portal.quotas.engine.worth`)."""
         if self.worth is not None:
             return self.worth
         gpu = parallelism.GPUS.get(self.name)

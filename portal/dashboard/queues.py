@@ -54,7 +54,7 @@ class Tree:
         weights = engine.weights() if shares else {}
         worth = engine.worth(weights)
         self.ledger = QuotaLedger(self.queues.values(), self.cohorts.values(), worth)
-        # GPU models the ledger counts 1 a GPU beside those with a worth (none when no model
+        # GPU models the ledger counts as the median of those with a worth (none when no model
         # has a worth: then every model counts apart).
         self.without_worth = sorted(n for n, w in weights.items() if not w) if worth else []
         for (queue_id, gpu_model), n in gpus.items():

@@ -20,9 +20,9 @@ can lend, divided by the queue's weight. Where the snapshot says what a GPU of e
 worth (`Snapshot.worth`), the share is of value instead: the worth of the GPUs the queue
 borrows over the worth of all its root cohort can lend, so that borrowing 20 GPUs of a model
 worth a fifth of another's counts a fifth as much, and borrowing on several models adds up. A
-model the snapshot gives no worth counts 1 a GPU beside the others (the portal leaves out the
-models that have none, so one such model never turns weighing off for the rest); only an empty
-`worth` counts each model apart.
+model the snapshot gives no worth counts as a typical one, the median of the models that have
+one (the portal leaves out the models that have none, so one such model never turns weighing
+off for the rest); only an empty `worth` counts each model apart.
 
 A family quota (`FamilyQuota`: Hopper, over H800 and H20) sits above its models' quotas as a
 cohort above its queues: the queue's GPUs of the family's models, in all, are within its nominal
@@ -34,6 +34,7 @@ back; fair sharing counts that excess once, at the worth of the family's cheapes
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class QuotaLedger:
     ) -> None:
         self._queues = {queue.id: queue for queue in queues}
         self._worth = dict(worth)
+        # What a GPU of a model without a worth counts for: a typical one's (see the docstring).
+        self._unknown_worth = statistics.median(self._worth.values()) if self._worth else 1.0
         self._lendable_worth: dict[TreeNode, float] = {}
         # Nominal quota per (queue id, GPU model) the queue has a quota for (asked most often).
         self._nominal = {
@@ -554,7 +557,7 @@ class QuotaLedger:
 
     def _worth_share(self, queue: Queue, gpu_model: str | None, gpus: int) -> float:
         """The worth of what the queue borrows over the worth of what its root cohort can lend,
-        over its weight (a model without a worth counts 1 a GPU)."""
+        over its weight (a model without a worth counts `_unknown_worth` a GPU)."""
         models = {quota.gpu_model for quota in queue.model_quotas} | {gpu_model} - {None}
         borrowed = 0.0
         over_model: dict[str, int] = {}
@@ -562,12 +565,14 @@ class QuotaLedger:
             extra = gpus if model == gpu_model else 0
             over = self.usage.get((queue.id, model), 0) + extra - queue.quota(model).nominal
             over_model[model] = max(0, over)
-            borrowed += over_model[model] * self._worth.get(model, 1.0)
+            borrowed += over_model[model] * self._worth.get(model, self._unknown_worth)
         for family in queue.families:
             held = self._family_used(queue, family) + (gpus if gpu_model in family.models else 0)
             rest = held - family.nominal - sum(over_model.get(m, 0) for m in family.models)
             if rest > 0:
-                borrowed += rest * min(self._worth.get(m, 1.0) for m in family.models)
+                borrowed += rest * min(
+                    self._worth.get(m, self._unknown_worth) for m in family.models
+                )
         if borrowed == 0:
             return 0.0
         if queue.weight <= 0:
@@ -582,7 +587,8 @@ class QuotaLedger:
             models = set()
             for node in (root, *self._descendants(root)):
                 models |= {quota.gpu_model for quota in self._quotas_of(node)}
-            value = sum(self._static(root, m)[0] * self._worth.get(m, 1.0) for m in models)
+            unknown = self._unknown_worth
+            value = sum(self._static(root, m)[0] * self._worth.get(m, unknown) for m in models)
             found = self._lendable_worth[root] = max(1.0, value) if root[0] == "c" else 1.0
         return found
 

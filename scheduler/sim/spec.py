@@ -43,7 +43,7 @@ planner's catalogue (`scheduler.parallelism.GPUS`: A100 80, H200 141), else no M
 gives what one GPU of a model counts for when fair sharing weighs borrowing across models
 (`scheduler.engine.quota`), as an operator's worth does in the portal; a model not given has its
 dense BF16 TFLOPS in the planner's catalogue (H800 989, A100 312, H20 148), as in the portal,
-else it counts 1 a GPU. A bad spec raises `SpecError` naming the place, e.g.
+else it counts as the median of the others. A bad spec raises `SpecError` naming the place, e.g.
 `queues[2].quotas.H800.nominal: must be a whole number`.
 """
 
@@ -104,7 +104,7 @@ class ClusterSpec:
         """What one GPU of each model it has nodes or quota of is worth to fair sharing
         (`Snapshot.worth`): the spec's worth, else the model's dense BF16 TFLOPS in the
         planner's catalogue, as the portal counts it (`GpuModel.weight`); a model with neither
-        is left out, for the engine to count 1 a GPU."""
+        is left out, for the engine to count as the median of the others."""
         quotas = [q.model_quotas for q in self.queues] + [c.quotas for c in self.cohorts]
         models = {*self.capacity, *(quota.gpu_model for each in quotas for quota in each)}
         found = {m: float(GPUS[m].bf16_tflops) for m in models if m in GPUS}

@@ -107,8 +107,8 @@ def test_operators_are_told_which_gpu_models_count_1_a_gpu_for_want_of_a_worth(
     assert "GPU models without a worth" not in client.get("/queues/").content.decode()
     GpuModel.objects.create(name="MLU590", memory_gb=64)  # unknown to the planner, no worth
     page = client.get("/queues/").content.decode()
-    assert "GPU models without a worth: MLU590. Each of their GPUs counts 1" in page
-    assert "a model with neither counts 1 a GPU" in page
+    assert "GPU models without a worth: MLU590. In fair shares each of their GPUs counts as" in page
+    assert "a model with neither counts as the median of the others" in page
     client.force_login(victor)
     assert "MLU590" not in client.get("/queues/").content.decode()  # the tree is the operators'
     GpuModel.objects.update(worth=1.0)

@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='gpumodel',
             name='worth',
-            field=models.FloatField(blank=True, help_text="What one GPU counts for when fair sharing weighs borrowing across models; empty: its dense BF16 TFLOPS from the planner's table, else 1 (next to hundreds for the models the planner knows)", null=True, validators=[django.core.validators.MinValueValidator(0.001)]),
+            field=models.FloatField(blank=True, help_text="What one GPU counts for when fair sharing weighs borrowing across models; empty: its dense BF16 TFLOPS from the planner's table, else the median of the other models' worth", null=True, validators=[django.core.validators.MinValueValidator(0.001)]),
         ),
     ]

@@ -267,7 +267,7 @@ def test_this_cluster_as_the_simulator_sees_it(cluster, acme):
 
 def test_this_clusters_gpu_models_go_to_the_simulator_with_their_worth(cluster, acme):
     """An operator's worth, else the planner's figure; a model with neither is left out, for
-    the engine to count 1 a GPU there as here."""
+    the engine to count as the median of the others there as here."""
     GpuModel.objects.filter(name="H20").update(worth=200)
     GpuModel.objects.create(name="MLU590", memory_gb=64)
     spec = current_cluster()

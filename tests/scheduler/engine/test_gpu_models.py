@@ -257,8 +257,12 @@ def test_fair_sharing_weighs_borrowed_gpus_by_their_worth():
     assert [a.workload_id for a in blind.admissions] == [1]
     weighed = plan(replace(snapshot, worth=(("A100", 312.0), ("T4", 65.0))), NOW)
     assert [a.workload_id for a in weighed.admissions] == [2]
-    # A model left out of `worth` counts 1 a GPU beside the others, not per model for all.
+    # A model left out of `worth` counts as the median of the others (here the A100's), not per
+    # model for all: small's four T4s weigh twice big's two A100s, so big borrows first.
     t4_unknown = plan(replace(snapshot, worth=(("A100", 312.0),)), NOW)
+    assert [a.workload_id for a in t4_unknown.admissions] == [1]
+    cheap = (("A100", 312.0), ("H800", 50.0), ("H20", 50.0))  # the median is 50 now
+    t4_unknown = plan(replace(snapshot, worth=cheap), NOW)
     assert [a.workload_id for a in t4_unknown.admissions] == [2]
 
 
