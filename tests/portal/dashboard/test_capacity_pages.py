@@ -390,5 +390,7 @@ def test_an_operator_gives_a_queue_a_family_quota_and_its_jobs_run_on_any_of_its
     assert cells[2:5] == ["16", "0", "8"]  # held (its H20 counted once), borrowed, waiting
     client.force_login(bob)
     answer = api_client(bob).get(f"/api/v1/queues/{small.pk}/").json()
-    assert answer["family_quotas"] == [{"family": "hopper", "nominal": 16, "borrowing_limit": None}]
+    assert answer["family_quotas"] == [
+        {"family": "hopper", "gpu_models": ["H20", "H800"], "nominal": 16, "borrowing_limit": None}
+    ]
     assert "hopper family: 16 / ∞" in client.get("/quota/").content.decode()
