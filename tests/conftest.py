@@ -52,6 +52,17 @@ def fresh_caches(request):
             client.delete(*keys)
 
 
+@pytest.fixture(autouse=True)
+def english_after():
+    """Every test ends in the default language: a test client's request in Chinese leaves
+    Chinese active in the test's thread (Django's middleware activates a request's language
+    and leaves it), where the next test's code outside a request would speak it."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
 def _member(username, tenant, role):
     user = User.objects.create_user(username, password="pw-" + username)
     Membership.objects.create(user=user, tenant=tenant, role=role)
