@@ -33,7 +33,7 @@ KEPT = {
     "ECC", "PCIe", "GSP", "RPC", "NIC", "XID", "xid", "FIFO", "SFT", "CSV", "JSON", "USD", "UTC",
     "HMAC", "SHA", "sha", "POST", "GET", "URL", "Webhook", "Knative", "Bearer", "Authorization",
     "Young", "Daly", "English", "token", "Pod", "Goodput", "Microsoft", "Philly", "rank", "Kueue",
-    "stdout", "stderr", "Llama", "MIG", "MPS",
+    "stdout", "stderr", "Llama", "MIG", "MPS", "TFLOPS",
     *(w for name in MODELS for w in re.findall(r"[A-Za-z]+", name)),
     # Kueue's names for a queue's preemption policy, its values in the API as in the console
     *(name for kind in (ReclaimWithinCohort, WithinClusterQueue, FairSharing)
