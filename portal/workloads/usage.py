@@ -108,8 +108,14 @@ def as_gpus(gpus: float) -> int | float:
     return whole if abs(gpus - whole) < 1e-9 else gpus
 
 
-def _paths(keys) -> list[str]:
-    return [f"workload__{KEYS[key]}" for key in keys]
+def _paths(keys, booked: bool = False) -> list[str]:
+    """Paths to `keys` from an allocation, or from a UsageRecord (`booked`): a booked stretch
+    is of the GPU model it ran on, which a workload that moved to another model no longer
+    names."""
+    return [
+        "gpu_model__name" if booked and key == "gpu_model" else f"workload__{KEYS[key]}"
+        for key in keys
+    ]
 
 
 def _records(workloads, since, until):
@@ -123,7 +129,7 @@ def _stretches(workloads, since, until, keys, holding=None):
     """(key values, start, end, GPU-hours, GPUs held now) of each booked stretch of the
     `workloads` that overlaps [since, until], and of the GPUs they hold now (or `holding`,
     `held`'s rows for them)."""
-    paths = _paths(keys)
+    paths = _paths(keys, booked=True)
     booked = _records(workloads, since, until)
     for *values, start, end, hours in booked.values_list(
         *paths, "started_at", "ended_at", "gpu_hours"
@@ -157,7 +163,7 @@ def usage_windows(workloads, sinces, until, keys=BY_QUEUE, now=None, holding=Non
     of `held` for these `workloads` and `keys`)."""
     if not sinces:
         return {}
-    paths = _paths(keys)
+    paths = _paths(keys, booked=True)
     if holding is None:
         holding = list(held(Allocation.objects.filter(workload__in=workloads), keys, now))
     windows = {}

@@ -132,6 +132,22 @@ def test_the_engine_gets_each_budget_weighted_and_a_tenants_over_all_its_queues(
     assert tenant.window == "in the last 30 days" and tenant.weight("H20") == 0.4
 
 
+def test_a_budget_weighs_a_stretch_by_the_model_it_ran_on(acme_llm):
+    """A job that moved from H20 to H800 spent its H20 hours at H20's weight."""
+    GpuRate.objects.create(gpu_model=GpuModel.objects.get(name="H20"), weight=0.4)
+    Budget.objects.create(tenant=acme_llm.tenant, gpu_hours=1000, window="rolling")
+    job = make_workload(acme_llm, "moved", gpus=8, model="H20")
+    UsageRecord.objects.create(
+        tenant=job.tenant, workload=job, gpu_model=job.gpu_model, gpus=8,
+        started_at=timezone.now() - timedelta(hours=3),
+        ended_at=timezone.now() - timedelta(hours=1), gpu_hours=16,
+    )  # fmt: skip
+    job.gpu_model = GpuModel.objects.get(name="H800")
+    job.save()
+    [tenant] = budgets.engine_budgets(timezone.now())
+    assert tenant.used == pytest.approx(0.4 * 16, rel=1e-6)
+
+
 def test_a_month_budget_tells_the_engine_when_the_month_ends_a_rolling_one_does_not(acme_llm):
     acme = acme_llm.tenant
     Budget.objects.create(tenant=acme, queue=acme_llm, gpu_hours=10, hard=True)

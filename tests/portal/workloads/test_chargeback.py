@@ -146,3 +146,15 @@ def test_the_invariant_catches_a_stretch_booked_twice_over(billed, acme):
         f"stretch its {record.gpus} GPUs held for {record.gpu_hours:.3f}"
     ]
     assert found[0] in invariants.violations()
+
+
+def test_a_stretch_is_billed_at_the_model_it_ran_on_after_its_job_moved(billed, acme, bob):
+    llm = make_queue(acme, "mixed", h800=8, h20=8)
+    job = make_workload(llm, "moved", gpus=8, model="H20", submitted_by=bob)
+    book(job, 8, 2)  # two hours on H20 ...
+    job.gpu_model = GpuModel.objects.get(name="H800")  # ... then it moved to H800
+    job.save()
+    _, by_model = rows(api_client(bob), group_by="gpu_model,queue")
+    assert by_model["H20", "mixed"]["gpu_hours"] == 16.0
+    assert by_model["H20", "mixed"]["cost"] == 16.0  # at H20's 1.00, not H800's 2.50
+    assert ("H800", "mixed") not in by_model
