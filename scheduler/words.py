@@ -23,3 +23,9 @@ AND_SO = phrase("{reason}; {then}")
 
 # Durations, shared by every sentence that says one.
 SECONDS, MINUTES, HOURS = phrase("{n} s"), phrase("{n} min"), phrase("{hours} h")
+
+
+def amount(gpus: float) -> str:
+    """GPUs (or their work) to three decimals, without trailing zeros: 7, 0.875 (eighths are
+    exact), 0.429 (three sevenths of a GPU, not 0.42857142857142855), 12.5."""
+    return f"{gpus:.3f}".rstrip("0").rstrip(".")

@@ -44,6 +44,7 @@ import yaml
 
 from scheduler.agent.protocol import printable
 from scheduler.client.api import ApiError, Client, Unreachable
+from scheduler.words import amount
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_TIMEOUT = range(6)
 EXIT_PIPE = 128 + 13  # SIGPIPE's, as the shell reports a command it killed
@@ -289,14 +290,15 @@ def _quota_rows(queues: list[dict], usage: dict) -> list[tuple]:
         for q in queue["quotas"]:
             row = used.get((name, q["gpu_model"]), {"in_use": 0, "gpu_hours": 0.0})
             rows.append(
-                (name, q["gpu_model"], q["guarantee"], q["nominal"], row["in_use"],
+                (name, q["gpu_model"], q["guarantee"], q["nominal"], amount(row["in_use"]),
                  f"{row['gpu_hours']:.1f}")
             )  # fmt: skip
         for q in queue.get("family_quotas", ()):  # an older portal's queues have none
             models = [used[name, m] for m in q.get("gpu_models", ()) if (name, m) in used]
             in_use = sum(r["in_use"] for r in models)
             hours = sum(r["gpu_hours"] for r in models)
-            rows.append((name, f"{q['family']} family", "—", q["nominal"], in_use, f"{hours:.1f}"))
+            family = f"{q['family']} family"
+            rows.append((name, family, "—", q["nominal"], amount(in_use), f"{hours:.1f}"))
     return rows
 
 
@@ -309,7 +311,7 @@ def usage(args: argparse.Namespace) -> int:
         return _print_json(report)
     keys = report["group_by"]
     rows = [
-        (*(r.get(key) or "—" for key in keys), r["in_use"], f"{r['gpu_hours']:.1f}",
+        (*(r.get(key) or "—" for key in keys), amount(r["in_use"]), f"{r['gpu_hours']:.1f}",
          f"{r['cost']:.2f}")
         for r in report["rows"]
     ]  # fmt: skip

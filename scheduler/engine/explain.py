@@ -11,7 +11,7 @@ from scheduler.engine.moves import Claim, Move, MoveKind, Rule
 from scheduler.engine.quota import NOT_IN_SNAPSHOT, QuotaLedger
 from scheduler.engine.topology import describe, plural
 from scheduler.parallelism import PREDICTION_ERROR
-from scheduler.words import AND_SO, HOURS, phrase
+from scheduler.words import AND_SO, HOURS, amount, phrase
 
 COHORT_ROOM = phrase(
     "cohort {cohort} of queue {queue} has room in its {model} quota ({used}/{quota} in use, "
@@ -221,9 +221,9 @@ def shrink_reason(
             queue=queue.name,
             priority=workload.priority,
             gpus=workload.gpus,
-            gained=_amount(worth(workload, model, workload.gpus)),
+            gained=amount(worth(workload, model, workload.gpus)),
             freed=freed,
-            lost=_amount(lost),
+            lost=amount(lost),
             error=PLANNER_ERROR,
         )
     fields = {
@@ -237,11 +237,6 @@ def shrink_reason(
         share = victim.rate(keep) / victim.rate(victim.held)
         return SHRUNK_KEEPING.format(share=f"{share:.0%}", **fields)
     return SHRUNK.format(**fields)
-
-
-def _amount(gpus: float) -> str:
-    """GPUs' work to two decimals, without trailing zeros: 7, 0.43, 12.5."""
-    return f"{gpus:.2f}".rstrip("0").rstrip(".")
 
 
 def grow_reason(workload: Workload, gpus: int, region: str) -> str:

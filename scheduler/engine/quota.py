@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from scheduler.engine.errors import Inadmissible
 from scheduler.engine.model import Cohort, FamilyQuota, Queue, Quota
-from scheduler.words import phrase
+from scheduler.words import amount, phrase
 
 # A node of the quota tree: ("q", queue id) or ("c", cohort name).
 TreeNode = tuple[str, int | str]
@@ -476,19 +476,19 @@ class QuotaLedger:
         if over is None:
             return None
         used, available, nominal = over.used, over.available, over.quota.nominal
-        fields = {"queue": queue.name, "model": over.name, "used": used, "nominal": nominal}
+        fields = {"queue": queue.name, "model": over.name, "nominal": nominal}
+        fields.update(used=amount(used), gpus=amount(gpus))  # shares: 0.43 of a GPU
         if queue.cohort is None:
-            return NO_COHORT.format(gpus=gpus, **fields)
+            return NO_COHORT.format(**fields)
         if available is None:
             return AT_BORROWING_LIMIT.format(
-                borrowed=max(0, used - nominal),
+                borrowed=amount(max(0, used - nominal)),
                 limit=over.quota.borrowing_limit,
-                gpus=gpus,
-                would=used + gpus - nominal,
+                would=amount(used + gpus - nominal),
                 **fields,
             )
-        idle = max(0, available - max(0, nominal - used))
-        return COHORT_IDLE.format(gpus=gpus, cohort=queue.cohort, idle=idle, **fields)
+        idle = amount(max(0, available - max(0, nominal - used)))
+        return COHORT_IDLE.format(cohort=queue.cohort, idle=idle, **fields)
 
     def _over(self, queue: Queue, gpu_model: str, gpus: int) -> _Over | None:
         """None when the queue may use `gpus` more GPUs of `gpu_model`; else what refuses: the

@@ -710,7 +710,7 @@ class UsageRowSerializer(serializers.Serializer):
     queue = serializers.CharField(required=False)
     gpu_model = serializers.CharField(required=False)
     user = serializers.CharField(required=False, help_text="Who submitted; empty when gone")
-    in_use = serializers.IntegerField(help_text="GPUs held now")
+    in_use = GpusField(help_text="GPUs held now, a share or MIG instance as its charge")
     gpu_hours = serializers.FloatField(help_text="GPU-hours used within the window")
     cost = serializers.DecimalField(
         **MONEY, help_text="GPU-hours x the GPU model's price x the priority class's factor"

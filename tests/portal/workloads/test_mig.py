@@ -3,6 +3,7 @@ eight; the cycle sees each GPU's MIG instances; GPU-hours are charged at the pro
 
 import pytest
 from django.db import IntegrityError
+from django.test import Client
 
 from portal.cluster.models import Gpu, GpuModel
 from portal.dashboard.queues import gpus_held
@@ -12,7 +13,7 @@ from portal.workloads.invariants import unreconciled_usage
 from portal.workloads.models import Allocation, UsageRecord, Workload
 from portal.workloads.usage import held_now
 from scheduler import engine
-from tests.builders import make_workload
+from tests.builders import api_client, make_workload
 
 
 @pytest.fixture
@@ -45,6 +46,22 @@ def test_a_mig_booking_holds_its_memory_slots_and_is_charged_its_share(
     [record] = UsageRecord.objects.all()
     assert record.gpus == pytest.approx(1 / 7)
     assert unreconciled_usage() == []
+
+
+@pytest.mark.django_db
+def test_mig_charges_read_as_gpus_in_the_api_the_pages_and_the_command(
+    acme_llm, cluster, h800_80gb, bob
+):
+    """Three 1g.10gb hold three sevenths of a GPU: the usage API says so (it said 0), the
+    queues and quota pages round it to 0.429 (`wanka quota`: `test_cli_rows`)."""
+    admit(cluster[0], *(mig(acme_llm, name, "1g.10gb") for name in "abc"))
+    [row] = api_client(bob).get("/api/v1/usage/").json()["rows"]
+    assert row["in_use"] == pytest.approx(3 / 7)
+    client = Client()
+    client.force_login(bob)
+    for page in ("/queues/", "/quota/"):
+        html = client.get(page).content.decode()
+        assert "0.429 in use" in html and "0.42857" not in html
 
 
 @pytest.mark.django_db

@@ -29,11 +29,11 @@ def test_a_family_quota_is_a_row_of_its_models_use_together():
     usage = {
         "rows": [
             {"queue": "llm", "gpu_model": "H800", "in_use": 16, "gpu_hours": 10.0},
-            {"queue": "llm", "gpu_model": "H20", "in_use": 4.5, "gpu_hours": 2.5},
+            {"queue": "llm", "gpu_model": "H20", "in_use": 4 + 3 / 7, "gpu_hours": 2.5},
             {"queue": "other", "gpu_model": "H20", "in_use": 8, "gpu_hours": 1.0},
         ]
     }
     assert _quota_rows(queues, usage) == [
-        ("llm", "H800", 8, 32, 16, "10.0"),
-        ("llm", "hopper family", "—", 48, 20.5, "12.5"),
+        ("llm", "H800", 8, 32, "16", "10.0"),
+        ("llm", "hopper family", "—", 48, "20.429", "12.5"),  # three sevenths
     ]

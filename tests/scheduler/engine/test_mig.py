@@ -217,6 +217,17 @@ def test_quota_counts_mig_jobs_by_their_charge() -> None:
     assert "job needs 0.57" in outcome(result, snapshot)[2]
 
 
+def test_a_quota_reason_says_mig_charges_to_three_decimals() -> None:
+    """Three 1g.10gb (a seventh of a GPU each) read 0.429 in use, not 0.42857142857142855."""
+    queue = make_queue("acme", h800=1)
+    [node] = make_cluster(nodes=1, gpus=2)
+    running = [mig(i, queue, "1g.10gb", on(node, 0)) for i in (1, 2, 3)]
+    jobs = [*running, mig(4, queue, "7g.80gb")]
+    snapshot = snapshot_with([node], [queue], jobs, {(node.id, 0): ("1g.10gb",) * 3})
+    reason = outcome(plan(snapshot, NOW), snapshot)[4]
+    assert "(0.429/1 in use, job needs 1;" in reason
+
+
 @pytest.mark.parametrize(
     "reported, pending, gpu",
     [

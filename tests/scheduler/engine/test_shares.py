@@ -44,7 +44,7 @@ def test_four_quarters_share_one_gpu_and_charge_one_gpu_of_quota() -> None:
     assert result.usage == {(queue.id, "H800"): 1.0}
     [waiting] = result.pending
     assert waiting.workload_id == 5
-    assert "(1.0/1 in use, job needs 0.25" in waiting.reason
+    assert "(1/1 in use, job needs 0.25" in waiting.reason
 
 
 @pytest.mark.parametrize(
