@@ -58,7 +58,9 @@ since torchrun takes its defaults from the ``PET_*`` variables):
                              ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, its share of the SMs,
                              and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``0=<N>MB``), its
                              share of the GPU's memory (`ShareLimits`); without MPS, none:
-                             its GPU is time-sliced with its neighbours, not isolated
+                             its GPU is time-sliced with its neighbours, not isolated; a
+                             job's own ``CUDA_MPS_*`` variables are ignored, as they would
+                             take it out of the node's MPS daemon and its limits
 ==========================  ==========================================================
 
 Checkpoints follow `scheduler.agent.contract`: the backend follows each workload's manifest and
@@ -629,6 +631,9 @@ INHERITED = (
 )  # fmt: skip
 
 
+MPS_PREFIX = "CUDA_MPS_"  # the node's to set (`ShareLimits`), never a job's
+
+
 def inherited(name: str) -> bool:
     return any(name.startswith(i) if i.endswith("_") else name == i for i in INHERITED)
 
@@ -640,7 +645,12 @@ def launch_env(
     env = {k: v for k, v in base.items() if inherited(k)}
     # Python output straight to the log, in the order it was written, unless told otherwise.
     env["PYTHONUNBUFFERED"] = "1"
-    env.update(assignment.env)
+    own = {k: v for k, v in assignment.env.items() if not k.startswith(MPS_PREFIX)}
+    if len(own) < len(assignment.env):
+        # Its own pipe directory or limits would take a share job out of the node's MPS
+        # daemon, and with it out of its limits: the node's own hold.
+        logger.warning("workload %s: its CUDA_MPS_* variables ignored", assignment.workload_id)
+    env.update(own)
     nproc = max(1, len(assignment.gpu_indices))
     master_addr = assignment.master_addr or "127.0.0.1"
     launch = {

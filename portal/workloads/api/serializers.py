@@ -334,6 +334,11 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
                     f"{name[:40]!r} is not a variable name (letters, digits and _, not first a "
                     "digit, up to 128)."
                 )
+            if name.startswith("CUDA_MPS_") or name == "CUDA_VISIBLE_DEVICES":
+                raise serializers.ValidationError(
+                    f"{name} is set by the node's agent (the GPUs assigned, a share's MPS "
+                    "limits), not by a job."
+                )
             if not isinstance(value, str | int | float | bool):
                 raise serializers.ValidationError(f"{name}: a value is a string or a number.")
         size = sum(len(name) + len(str(value)) for name, value in env.items())

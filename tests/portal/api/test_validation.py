@@ -121,6 +121,12 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         ),
         ({"env": {"A": {"b": 1}}}, "env", "A: a value is a string or a number."),
         (
+            {"env": {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/elsewhere"}},
+            "env",
+            "CUDA_MPS_PIPE_DIRECTORY is set by the node's agent (the GPUs assigned, a share's MPS "
+            "limits), not by a job.",
+        ),
+        (
             {"command": "x" * 60_000, "env": {"NOTE": "中" * 30_000}},  # 6 bytes each, escaped
             "env",
             "The command and environment take 240,032 bytes as sent to the node (a character "
@@ -146,6 +152,7 @@ WORKLOAD_OK = {"name": "pretrain", "queue": "llm", "gpu_model": "H800", "gpus": 
         "an environment too large",
         "a variable name that is not one",
         "a variable whose value is an object",
+        "a variable the node's agent sets",
         "a command and environment that would not fit in an assignment",
     ],
 )

@@ -83,10 +83,11 @@ def test_a_workload_gets_the_launch_environment_in_its_own_directory(tmp_path: P
     async def scenario() -> None:
         backend, _ = make_backend(
             tmp_path, WANKA_AGENT_TOKEN="secret", HOME="/root", AWS_SECRET_ACCESS_KEY="k",
-            NCCL_SOCKET_IFNAME="eth0", LC_ALL="C.UTF-8",
+            NCCL_SOCKET_IFNAME="eth0", LC_ALL="C.UTF-8", CUDA_MPS_PIPE_DIRECTORY="/run/mps",
         )  # fmt: skip
         assignment = Assignment(
-            7, (1, 3), DUMP_ENV, {"NCCL_DEBUG": "WARN", "WORLD_SIZE": "999"},
+            7, (1, 3), DUMP_ENV,
+            {"NCCL_DEBUG": "WARN", "WORLD_SIZE": "999", "CUDA_MPS_PIPE_DIRECTORY": "/elsewhere"},
             nnodes=2, node_rank=1, master_addr="node-a", master_port=29500,
         )  # fmt: skip
         await backend.start(assignment)
@@ -101,6 +102,8 @@ def test_a_workload_gets_the_launch_environment_in_its_own_directory(tmp_path: P
         assert env["NCCL_DEBUG"] == "WARN" and env["HOME"] == str(workdir)
         # What a program needs of the machine, nothing else of the agent's: not its secrets.
         assert (env["NCCL_SOCKET_IFNAME"], env["LC_ALL"]) == ("eth0", "C.UTF-8")
+        # The node's MPS daemon, not one the job names (it would leave its share's limits).
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps"
         assert "WANKA_AGENT_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
 
     asyncio.run(scenario())
