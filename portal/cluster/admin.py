@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from portal.cluster import checks
@@ -17,6 +17,7 @@ from portal.cluster.models import (
     Pod,
     Region,
 )
+from portal.cluster.summary import from_eighths, held_eighths
 from portal.core.admin import ReadOnlyAdmin
 from portal.core.errors import Conflict
 from portal.core.models import audit
@@ -89,12 +90,12 @@ class NodeAdmin(admin.ModelAdmin):
             super()
             .get_queryset(request)
             .select_related("gpu_model", "leaf__pod__datacenter")
-            .annotate(allocated=Count("allocations"))
+            .annotate(allocated_eighths=Sum(held_eighths("allocations__")))
         )
 
-    @admin.display(ordering="allocated")
+    @admin.display(ordering="allocated_eighths")
     def allocated(self, obj):
-        return obj.allocated
+        return from_eighths(obj.allocated_eighths or 0)
 
     def _set_health(self, request, queryset, health):
         moved, checking, refused = 0, 0, 0

@@ -114,14 +114,9 @@ def cluster_summary() -> dict:
         )
         .order_by("leaf__pod__datacenter__name", "gpu_model__name")
     )
-    # A booking is a GPU, or a share of one (`slices`): counted as what it holds.
-    eighths = Case(
-        When(allocations__slices=0, then=Value(SLICES)),
-        default=F("allocations__slices"),
-        output_field=IntegerField(),
-    )
+    eighths = held_eighths("allocations__")
     allocated = {
-        (r["leaf__pod__datacenter__name"], r["gpu_model__name"]): _gpus(r["n"] or 0)
+        (r["leaf__pod__datacenter__name"], r["gpu_model__name"]): from_eighths(r["n"] or 0)
         for r in Node.objects.values("leaf__pod__datacenter__name", "gpu_model__name").annotate(
             n=Sum(eighths)
         )
@@ -148,7 +143,17 @@ def cluster_summary() -> dict:
     return {"ts": time.time(), "total": total, "groups": groups}
 
 
-def _gpus(eighths: int) -> int | float:
+def held_eighths(path: str = "") -> Case:
+    """What an allocation (at `path`, e.g. "allocations__") holds of its GPU, in eighths: a
+    whole GPU, or a share's (a MIG instance's memory slots)."""
+    return Case(
+        When(**{f"{path}slices": 0}, then=Value(SLICES)),
+        default=F(f"{path}slices"),
+        output_field=IntegerField(),
+    )
+
+
+def from_eighths(eighths: int) -> int | float:
     """GPUs from eighths: whole ones stay an int, as they always were."""
     return eighths // SLICES if eighths % SLICES == 0 else eighths / SLICES
 

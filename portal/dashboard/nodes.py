@@ -6,7 +6,7 @@ the node's lifecycle); `cluster.checks.move` makes it, as the API's does."""
 from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Sum
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from portal.cluster import checks
 from portal.cluster.choices import HEALTH_MOVES, Health
 from portal.cluster.models import Node
+from portal.cluster.summary import from_eighths, held_eighths
 from portal.core.access import operator_page
 from portal.core.errors import Conflict
 from portal.workloads.checkpoints import work_lost
@@ -37,14 +38,18 @@ def allowed(node: Node) -> list[tuple[str, str]]:
     return [(move, name) for move, (to, name) in MOVES.items() if to in possible]
 
 
-def jobs_here(node: Node):
-    """The jobs holding GPUs on the node, each with how many (`here`) and its tenant."""
-    return (
+def jobs_here(node: Node) -> list[Workload]:
+    """The jobs holding GPUs on the node, each with how many (`here`: a share as its part of a
+    GPU) and its tenant."""
+    jobs = list(
         Workload.objects.filter(allocations__node=node)
-        .annotate(here=Count("allocations"))
+        .annotate(eighths=Sum(held_eighths("allocations__")))
         .select_related("tenant", "queue")
         .order_by("tenant__name", "name", "pk")
     )
+    for job in jobs:
+        job.here = from_eighths(job.eighths)
+    return jobs
 
 
 def impact(node: Node, move: str, now=None) -> tuple[str, list[str]]:
@@ -87,7 +92,7 @@ def impact(node: Node, move: str, now=None) -> tuple[str, list[str]]:
 
 
 def _job_line(job: Workload, now, saves_first: bool) -> str:
-    where = _("%(job)s of %(tenant)s, %(gpus)d GPU(s) here") % {
+    where = _("%(job)s of %(tenant)s, %(gpus)s GPU(s) here") % {
         "job": job.name,
         "tenant": job.tenant.name,
         "gpus": job.here,

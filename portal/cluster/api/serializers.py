@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from portal.cluster.choices import Health
 from portal.cluster.models import FaultEvent, Node
-from portal.cluster.summary import node_live
+from portal.cluster.summary import from_eighths, node_live
 from portal.core.api import KnownFields
 
 
@@ -11,7 +11,9 @@ class NodeSerializer(serializers.ModelSerializer):
     datacenter = serializers.CharField(source="leaf.pod.datacenter.name")
     pod = serializers.CharField(source="leaf.pod.name")
     leaf = serializers.CharField(source="leaf.name")
-    gpus_allocated = serializers.IntegerField(read_only=True)
+    gpus_allocated = serializers.SerializerMethodField(
+        help_text="GPUs its jobs hold, a share or MIG instance as its part of a GPU"
+    )
     health_reason = serializers.SerializerMethodField(
         help_text="Why the node is in its health state (since `health_changed_at`): for "
         "operators, as it may name a job or a person; null for tenants"
@@ -36,6 +38,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen_at",
             "agent_version",
         ]
+
+    def get_gpus_allocated(self, node) -> float:
+        return from_eighths(node.eighths_allocated)
 
     def get_health_reason(self, node) -> str | None:
         return node.health_reason if self.context.get("operator") else None

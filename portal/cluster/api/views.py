@@ -19,7 +19,7 @@ from portal.cluster.api.serializers import (
 from portal.cluster.enrolment import enrol
 from portal.cluster.filtersets import FaultFilterSet, NodeFilterSet
 from portal.cluster.models import FaultEvent, Node
-from portal.cluster.summary import cluster_summary
+from portal.cluster.summary import cluster_summary, held_eighths
 from portal.core.api import OperatorPermission, TenantViewSet, is_operator
 from portal.core.models import counted
 from portal.core.throttles import EnrolThrottle
@@ -34,7 +34,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         allocations = Node._meta.get_field("allocations").related_model.objects.all()
-        return super().get_queryset().annotate(gpus_allocated=counted(allocations, "node"))
+        eighths = counted(allocations, "node", held_eighths())
+        return super().get_queryset().annotate(eighths_allocated=eighths)
 
     def get_serializer_class(self):
         return NodeDetailSerializer if self.action == "retrieve" else NodeSerializer
