@@ -88,6 +88,7 @@ import json
 import logging
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -138,6 +139,7 @@ from scheduler.agent.contract import (
     write_request,
 )
 from scheduler.agent.host import mps_running
+from scheduler.mig import COMPUTE_SLICES
 
 logger = logging.getLogger(__name__)
 
@@ -531,9 +533,13 @@ class ProcessBackend:
 
     def _bounds(self, assignment: Assignment) -> Bounds:
         """The job's share of the node's memory and CPUs: its GPUs of the node's (one GPU's
-        share for a job of none)."""
+        share for a job of none), a share or MIG job its part of its GPU's (`gpu_part`)."""
         inventory = self.inventory()
-        share = max(1, len(assignment.gpu_indices)) / max(1, len(inventory.gpus))
+        gpus = max(1, len(assignment.gpu_indices))
+        if assignment.slices or assignment.mig:
+            [index] = assignment.gpu_indices
+            gpus = gpu_part(assignment, inventory.gpus[index].memory_mb)
+        share = gpus / max(1, len(inventory.gpus))
         return Bounds(inventory.facts.memory_mb * share, inventory.facts.cpu_count * share)
 
     async def _follow(self, proc: _Proc) -> None:
@@ -629,6 +635,16 @@ INHERITED = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "LANG", "LANGUAGE", "LC_", "TZ", "TMPDIR",
     "CUDA_HOME", "CUDA_PATH", "NCCL_", "NVIDIA_", "CUDA_MPS_PIPE_DIRECTORY",
 )  # fmt: skip
+
+
+def gpu_part(assignment: Assignment, gpu_memory_mb: int) -> float:
+    """What a share or MIG job takes of its GPU, as the engine charges it: a share its eighths,
+    a MIG instance the larger of its compute (slices of seven) and its memory ("3g.40gb":
+    three sevenths, or 40 GB of the GPU's)."""
+    if assignment.slices:
+        return assignment.slices / 8  # eighths, as `ShareLimits`
+    compute, memory_gb = re.fullmatch(r"(\d)g\.(\d+)gb", assignment.mig).groups()
+    return min(1.0, max(int(compute) / COMPUTE_SLICES, int(memory_gb) * 1024 / gpu_memory_mb))
 
 
 MPS_PREFIX = "CUDA_MPS_"  # the node's to set (`ShareLimits`), never a job's

@@ -24,6 +24,7 @@ from scheduler.agent.processes import (
     OUTPUT_BEHIND_BYTES,
     ProcessBackend,
     cgroup_home,
+    gpu_part,
     log_tail,
     read_output,
     recorded_group,
@@ -816,3 +817,30 @@ def test_a_runs_cgroup_bounds_memory_and_cpu_to_the_jobs_share_of_the_node(tmp_p
         await backend.wait(1)
 
     run(scenario())
+
+
+def test_a_share_jobs_cgroup_is_bounded_to_its_part_of_its_gpus_share(tmp_path: Path) -> None:
+    """A quarter of one of the node's 4 GPUs may use a sixteenth of its memory and CPUs (eight
+    quarter shares and a whole-GPU job each held to one GPU's share overran the node)."""
+    backend, _ = make_backend(tmp_path)
+    home = tmp_path / "cgroup"
+    home.mkdir()
+    backend._cgroups = str(home)
+    facts = backend.inventory().facts
+
+    async def scenario() -> None:
+        await backend.start(Assignment(1, (0,), SLEEP, slices=2))
+        group = home / "workload-1"
+        assert (group / "memory.max").read_text() == str(int(facts.memory_mb / 16 * 2**20))
+        await backend.stop(1)
+        await backend.wait(1)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("profile", "part"), [("1g.10gb", 1 / 7), ("3g.40gb", 0.5), ("7g.80gb", 1.0)]
+)
+def test_a_mig_jobs_part_of_its_gpu_is_its_charge(profile: str, part: float) -> None:
+    assignment = Assignment(1, (0,), SLEEP, mig=profile)
+    assert gpu_part(assignment, 80 * 1024) == pytest.approx(part)
