@@ -65,10 +65,13 @@ def _active(workloads, since: datetime, until: datetime) -> list[Workload]:
     )
     return list(
         workloads.select_related(None)
+        .select_related("gpu_model")  # its name and memory: a MIG job's charge
         .filter(submitted_at__lt=until)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
         .filter(Exists(left_the_queue))
-        .only("pk", "gpus", "submitted_at")
+        .only(
+            "pk", "gpus", "slices", "mig", "submitted_at", "gpu_model__name", "gpu_model__memory_gb"
+        )
     )
 
 
@@ -83,8 +86,8 @@ def _aggregate(jobs: list[Workload], spans: dict[int, list[Span]], lo: float, hi
         counted += 1
         for phase, value in mine.items():
             seconds[phase] += value
-        useful += job.gpus * mine[Phase.PRODUCTIVE]
-        held += job.gpus * (sum(mine.values()) - mine[Phase.QUEUED])
+        useful += job.charged * mine[Phase.PRODUCTIVE]
+        held += job.charged * (sum(mine.values()) - mine[Phase.QUEUED])
     return {
         "jobs": counted,
         "ettr": ratio(seconds),
@@ -119,9 +122,9 @@ def series(workloads, since: datetime, until: datetime, buckets: int = 24) -> li
             touched.add(i)
             seconds[i][phase] += part
             if phase == Phase.PRODUCTIVE:
-                useful[i] += job.gpus * part
+                useful[i] += job.charged * part
             if phase != Phase.QUEUED:
-                held[i] += job.gpus * part
+                held[i] += job.charged * part
         for i in touched:
             counted[i] += 1
     return [

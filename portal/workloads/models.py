@@ -134,6 +134,12 @@ class Workload(models.Model):
         return self.slices / SLICES if self.slices else self.gpus
 
     @property
+    def charged(self) -> int | float:
+        """GPUs it counts for in quota, budgets and reports: a MIG job its profile's charge,
+        else `gpu_share`."""
+        return self.mig_profile.charge if self.mig else self.gpu_share
+
+    @property
     def mig_profile(self) -> Profile:
         """Its MIG profile (a MIG job only): what it holds of its GPU, and is charged."""
         return profiles(self.gpu_model.name, self.gpu_model.memory_gb)[self.mig]

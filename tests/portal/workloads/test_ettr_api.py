@@ -7,10 +7,10 @@ from django.utils import timezone
 
 from portal.agents.intake import record_fault
 from portal.cluster.models import NodeCommand
-from portal.workloads import recovery
-from portal.workloads.models import Recovery, WorkloadEvent
+from portal.workloads import ettr, recovery
+from portal.workloads.models import Recovery, Workload, WorkloadEvent
 from scheduler import faults
-from tests.builders import api_client
+from tests.builders import api_client, make_workload
 from tests.portal.workloads.test_recovery import running_job, saved, spare_in_pod_of
 
 
@@ -132,3 +132,18 @@ def test_the_dashboards_series_is_each_slices_window_report(recovered, acme_llm)
         assert point["jobs"] == report["jobs"]
         assert point["ettr"] == pytest.approx(report["ettr"])
         assert point["goodput"] == pytest.approx(report["goodput"])
+
+
+def test_goodput_weighs_a_share_as_its_part_of_a_gpu(acme_llm):
+    """A whole GPU productive for the hour beside a share of an eighth that only started:
+    productive GPU-hours are 1 of the 1.125 held (a share weighed as a whole GPU made it 1 of
+    2)."""
+    since = timezone.now()
+    until = since + timedelta(hours=1)
+    for name, fields, state in [("whole", {}, "running"), ("share", {"slices": 1}, "starting")]:
+        job = make_workload(acme_llm, name, gpus=1, **fields)
+        Workload.objects.filter(pk=job.pk).update(submitted_at=since)
+        event = WorkloadEvent.objects.create(workload=job, from_state="pending", to_state=state)
+        WorkloadEvent.objects.filter(pk=event.pk).update(at=since)
+    report = ettr.window_report(Workload.objects.all(), since, until)
+    assert report["goodput"] == pytest.approx(1 / 1.125)
