@@ -53,7 +53,8 @@ from scheduler.engine.model import (
     TopologyLevel,
     Workload,
 )
-from scheduler.engine.moves import Claim, Claimant, MoveKind
+from scheduler.engine.moves import Claim, Claimant, MoveKind, Rule
+from scheduler.engine.moves import Move as Step
 from scheduler.engine.occupancy import Occupancy
 from scheduler.engine.ordering import Heads
 from scheduler.engine.preemption import SEARCHES_PER_QUEUE, VictimSearch
@@ -193,6 +194,10 @@ class RoomMemo:
     # Why claimants wait that only wait for stopping work (most claims of a cycle that evicts:
     # `stopping_room`), worded once per count of stopping workloads, level and domain.
     stopping_reasons: dict[tuple, str] = field(default_factory=dict)
+    # GPUs of share and MIG jobs taken back this cycle, and (queue, GPU model) that found none
+    # (`reclaim_shares`).
+    reclaimed_gpus: set[tuple[int, int]] = field(default_factory=set)
+    no_share_gpu: set[tuple[int, str]] = field(default_factory=set)
 
 
 @dataclass
@@ -225,7 +230,8 @@ class Cycle(Resizing):
         running.sort(key=attrgetter("id"))
         self.running = running
         self.capacity.take(chain.from_iterable(w.placements for w in running))
-        # Share and MIG jobs are never preempted: stopping one frees part of a GPU, no whole one.
+        # Share and MIG jobs are no victims of the search: stopping one frees part of a GPU, no
+        # whole one (a GPU of them is taken back whole: `reclaim_shares`).
         self.occupancy.add_running(w for w in running if not w.fraction)
         self.shares = Shares(running, snapshot)
         self.spread: defaultdict[str, set[int]] = defaultdict(set)  # group -> nodes it is on
@@ -266,6 +272,7 @@ class Cycle(Resizing):
         # kinds of waiting work it found no shrink for.
         self._shrinkable: dict[tuple[int, str, int], list[Workload]] | None = None
         self._no_yield: set[tuple] = set()
+        self._fractions: dict[Pool, dict[tuple[int, int], list[Workload]]] = {}  # see its use
 
     def _may_slice(self, workload: Workload) -> bool:
         """Whether the pending workload is a MIG job its queue's quota lets start now."""
@@ -497,6 +504,8 @@ class Cycle(Resizing):
         if claim is not None:
             self.apply_claim(pool, queue, workload, claim)
             return Outcome.PREEMPT
+        if quota is None and self.reclaim_shares(pool, queue, workload, within):
+            return Outcome.PREEMPT
         if self._start_smaller(pool, queue, workload):
             return Outcome.FIT
         if self.shrink_for(pool, queue, workload):
@@ -532,6 +541,8 @@ class Cycle(Resizing):
             whole = replace(workload, slices=0, mig="")
             claim = self.find_room(pool, queue, whole, within, False)
             if claim is None:
+                if self.reclaim_shares(pool, queue, workload, within):
+                    return Outcome.PREEMPT
                 return self._no_fit(workload, str(why))
             self.apply_claim(pool, queue, whole, claim)
             return Outcome.PREEMPT
@@ -747,6 +758,78 @@ class Cycle(Resizing):
             if spare >= workload.gpus:
                 return True
         return False
+
+    def reclaim_shares(self, pool: Pool, queue: Queue, workload: Workload, within: bool) -> bool:
+        """Take back a GPU that share and MIG jobs of borrowing queues hold, for a workload of
+        one GPU or less that fits in its queue's nominal quota, which may reclaim (the victim
+        search leaves such jobs out: stopping one frees part of a GPU, no whole one). Every
+        job on the GPU goes, each of a queue of its cohort that borrows that model at the time
+        and stays within its guarantee without it (so a lender's quota lent to a notebook
+        comes back, as any lent quota), saving first as any preemption; a GPU whose jobs all
+        stop already is waited for. The GPU with the fewest jobs to stop wins, then by node
+        name and index. The workload waits while they stop, its quota charged; True if a GPU
+        was found."""
+        if not within or not queue.preemption.reclaim or queue.cohort is None:
+            return False
+        model = workload.gpu_model
+        if workload.gpus > 1 or (queue.id, model) in self.rooms.no_share_gpu:
+            return False
+        root, best = self.ledger.root(queue), None
+        for (node_id, index), jobs in self._fraction_gpus(pool).items():
+            if (node_id, index) in self.rooms.reclaimed_gpus:
+                continue
+            moves, used = [], Counter()
+            for job in jobs:
+                if job.preempting:
+                    moves.append(Step(MoveKind.RELEASING, Rule.RELEASING, job, {node_id: 1}))
+                    continue
+                other = self.ledger.queue_or_none(job.queue_id)
+                if other is None or other.id == queue.id or self.ledger.root(other) != root:
+                    break
+                if self.ledger.borrowing(other, model, used[other.id]) <= 0:
+                    break  # no longer borrowing: what it holds is its own
+                used[other.id] += job.held
+                staying = self.ledger.staying(other.id, model) - used[other.id]
+                if staying < other.quota(model).guarantee:
+                    break  # never below its guarantee, as `preemption`'s victims
+                moves.append(Step(MoveKind.EVICT, Rule.RECLAIM, job, {node_id: 1}))
+            else:
+                key = (sum(m.kind == MoveKind.EVICT for m in moves), pool.node(node_id).name)
+                if best is None or (key, index) < best[0]:
+                    best = ((key, index), node_id, index, moves)
+        if best is None:
+            self.rooms.no_share_gpu.add((queue.id, model))
+            return False
+        _, node_id, index, moves = best
+        self.rooms.reclaimed_gpus.add((node_id, index))
+        claim = Claim(moves, TopologyLevel.LEAF, pool.domains_of(node_id)[-1], (node_id,))
+        reason = self._claim_reason(queue, workload, claim)
+        self.touched_queues = set()
+        for move in moves:
+            victim = move.workload
+            if move.kind == MoveKind.EVICT:
+                why = preemption_reason(self.ledger, move, queue, workload)
+                self.preemptions.append(Preemption(victim.id, why, workload.id))
+                self.ledger.stop(victim.queue_id, victim.gpu_model, victim.held)
+                self.touched_queues.add(victim.queue_id)
+        self.ledger.charge(queue.id, model, workload.share)
+        self.budgets.charge(queue.id, model, workload.share, workload.time_limit_s)
+        self.claims[queue.id, model] += workload.share
+        self.rooms.claimed.add(queue.id)
+        self.wait(workload, reason)
+        return True
+
+    def _fraction_gpus(self, pool: Pool) -> dict[tuple[int, int], list[Workload]]:
+        """The pool's GPUs that share and MIG jobs hold, with those jobs (worked out once)."""
+        found = self._fractions.get(pool)
+        if found is None:
+            found = self._fractions[pool] = defaultdict(list)
+            for job in self.running:
+                if job.fraction and job.gpu_model == pool.gpu_model:
+                    [placement] = job.placements
+                    if pool.node(placement.node_id) is not None:
+                        found[placement.node_id, placement.gpu_indices[0]].append(job)
+        return found
 
     def _claim(self, pool: Pool, claimant: Claimant, over_quota: bool) -> Claim | None:
         """The claimant's cheapest room under its queue's fair-sharing strategies, in turn."""

@@ -104,3 +104,39 @@ def test_a_service_of_quarter_gpu_replicas_runs_two_on_one_gpu(
         assert sorted(Allocation.objects.values_list("gpu_index", "slices")) == [(0, 2), (0, 2)]
     finally:
         agent.stop()
+
+
+def test_a_lender_takes_its_gpu_back_from_a_borrowers_share(
+    portal_server, celery_worker, clean_redis, tmp_path, acme, globex
+):
+    """Quota lent to a share job comes back as any lent quota: Globex's half-GPU job borrows
+    Acme's one GPU, Acme's job asks for it, the share is stopped on the node and requeued, and
+    Acme's job runs there."""
+    [node] = make_cluster({"dc1": {"p1": ("H800", 1)}}, nodes_per_leaf=1, connected=False)
+    agent = start_agent(portal_server, node, tmp_path / "agent")
+    try:
+        lender = make_queue(acme, "llm", cohort="research", h800=1)
+        borrower = make_queue(globex, "nb", cohort="research", h800=0)
+        notebook = make_workload(
+            borrower, "nb", gpus=1, slices=4, command=SAYS_ENV, checkpoint_policy="none"
+        )
+        scheduling_cycle()
+        running = lambda job: Workload.objects.get(pk=job.pk).state == State.RUNNING  # noqa: E731
+        wait_until(lambda: running(notebook), 30, "the share to run", check=agent)
+        train = make_workload(lender, "train", gpus=1, command=SAYS_ENV, checkpoint_policy="none")
+        scheduling_cycle()
+        notebook.refresh_from_db()
+        assert notebook.state == State.PREEMPTING
+        train.refresh_from_db()
+        assert train.state == State.PENDING and "preempting 1 workload" in train.pending_reason
+
+        def train_runs() -> bool:
+            scheduling_cycle()
+            return running(train)
+
+        wait_until(train_runs, 40, "the lender's job to run", check=agent)
+        notebook.refresh_from_db()
+        assert notebook.state == State.PENDING  # requeued, to run again when room comes back
+        assert list(Allocation.objects.values_list("workload_id", "slices")) == [(train.pk, 0)]
+    finally:
+        agent.stop()

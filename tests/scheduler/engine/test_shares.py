@@ -91,15 +91,60 @@ def test_a_gpu_holds_one_tenants_shares() -> None:
     )
 
 
-def test_a_share_is_never_preempted_to_free_a_whole_gpu() -> None:
-    """Stopping a share frees part of a GPU, no whole one: the claimant waits."""
-    lender, borrower = make_queue("a", h800=1, cohort="c"), make_queue("b", h800=0, cohort="c")
+@pytest.mark.parametrize(
+    ("borrower_nominal", "running", "pending", "preempted", "admitted"),
+    [
+        pytest.param(0, [4], 8, {1}, set(), id="a whole GPU: the borrower's half goes"),
+        pytest.param(0, [4, 4], 4, {1, 2}, set(), id="a half: every share of the GPU goes"),
+        pytest.param(1, [4], 8, set(), set(), id="within its own quota the share stays"),
+        pytest.param(0, [4, 2], 2, set(), {9}, id="room beside the shares: nothing goes"),
+    ],
+)
+def test_quota_lent_to_shares_is_reclaimed_by_stopping_every_share_of_a_gpu(
+    borrower_nominal, running, pending, preempted, admitted
+) -> None:
+    """A lender's queue takes back its GPU from a borrower's share jobs: all of the GPU's go at
+    once (stopping one frees part of a GPU, no whole one), each while its queue borrows; the
+    claimant waits while they stop, its quota charged. `pending`: eighths the claimant asks
+    (8: a whole GPU)."""
+    lender = make_queue("a", h800=1, cohort="c")
+    borrower = make_queue("b", h800=borrower_nominal, cohort="c")
     [node] = make_cluster(nodes=1, gpus=1)
-    running = share(1, borrower, 4, on(node, 0))
-    snapshot = make_snapshot([node], [lender, borrower], [running, workload(2, lender, 1)])
-    result = plan(snapshot, NOW)
+    jobs = [share(i, borrower, n, on(node, 0)) for i, n in enumerate(running, 1)]
+    jobs.append(workload(9, lender, 1) if pending == 8 else share(9, lender, pending))
+    result = plan(make_snapshot([node], [lender, borrower], jobs), NOW)
+    assert {p.workload_id for p in result.preemptions} == preempted
+    assert {p.for_workload_id for p in result.preemptions} <= {9}
+    assert {a.workload_id for a in result.admissions} == admitted
+    if preempted:
+        [waiting] = result.pending
+        assert waiting.reason.startswith(f"preempting {len(preempted)} workload")
+
+
+def test_a_gpu_whose_shares_would_take_their_queue_below_its_guarantee_is_not_taken() -> None:
+    """The borrower (1 GPU guaranteed, 1.75 held): stopping GPU 0's two halves leaves it 0.75,
+    GPU 1's quarter and half leave it 1."""
+    lender = make_queue("a", h800=1, cohort="c")
+    borrower = make_queue("b", h800=1, guarantee=1, cohort="c")
+    [node] = make_cluster(nodes=1, gpus=2)
+    running = [(1, 4, 0), (2, 4, 0), (3, 2, 1), (4, 4, 1)]
+    jobs = [share(i, borrower, n, on(node, gpu)) for i, n, gpu in running]
+    result = plan(make_snapshot([node], [lender, borrower], [*jobs, workload(9, lender, 1)]), NOW)
+    assert {p.workload_id for p in result.preemptions} == {3, 4}
+
+
+def test_a_claimant_waits_for_shares_already_stopping_and_stops_no_more() -> None:
+    lender, borrower = make_queue("a", h800=1, cohort="c"), make_queue("b", h800=0, cohort="c")
+    first, second = make_cluster(nodes=2, gpus=1)
+    jobs = [
+        share(1, borrower, 4, on(first, 0), preempting=True),
+        share(2, borrower, 4, on(second, 0)),
+        workload(9, lender, 1),
+    ]
+    result = plan(make_snapshot([first, second], [lender, borrower], jobs), NOW)
     assert not result.preemptions and not result.admissions
-    assert result.usage == {(borrower.id, "H800"): 0.5}
+    [waiting] = result.pending
+    assert "1 preempted workload" in waiting.reason
 
 
 def placements(policy: SharePlacement) -> dict[int, tuple[int, int]]:
