@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
+from django.utils.translation import gettext as _
 from django.views.defaults import page_not_found
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.exceptions import PermissionDenied
@@ -42,7 +43,7 @@ class KnownFields:
             unknown = [key for key in data if key not in self.fields and key not in FORM_KEYS]
             if unknown:
                 writable = ", ".join(n for n, f in self.fields.items() if not f.read_only)
-                reason = f"No such field. The fields are: {writable}."
+                reason = _("No such field. The fields are: %(fields)s.") % {"fields": writable}
                 raise serializers.ValidationError({key: [reason] for key in unknown})
         return super().to_internal_value(data)
 

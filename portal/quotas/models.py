@@ -8,6 +8,7 @@ from django.db.models import Case, F, OuterRef, Q, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 from portal.cluster.choices import Health
 from portal.cluster.models import GpuModel, Node, Region
@@ -51,7 +52,7 @@ class Cohort(models.Model):
             parent = parent.parent
 
 
-THRESHOLD_NEEDS_BORROWING = (
+THRESHOLD_NEEDS_BORROWING = gettext_noop(
     "A maximum priority threshold applies only when borrow_within_cohort is set."
 )
 # A queue's preemption policy as the dashboard puts it to tenants (`preemption_in_words`).
@@ -198,7 +199,7 @@ class Queue(models.Model):
 
     def clean(self):
         if self.max_priority_threshold is not None and not self.borrow_within_cohort:
-            raise ValidationError({"max_priority_threshold": THRESHOLD_NEEDS_BORROWING})
+            raise ValidationError({"max_priority_threshold": _(THRESHOLD_NEEDS_BORROWING)})
 
     def preemption_in_words(self) -> list[str]:
         """The preemption policy as a tenant reads it, a short line per setting."""
@@ -619,16 +620,18 @@ class Budget(models.Model):
 
     def clean(self):
         if self.queue_id and self.queue.tenant_id != self.tenant_id:
-            raise ValidationError({"queue": "The queue belongs to another tenant."})
+            raise ValidationError({"queue": _("The queue belongs to another tenant.")})
         if not isinstance(self.thresholds, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and 0 < t <= 1000
             for t in self.thresholds
         ):
-            raise ValidationError({"thresholds": THRESHOLDS_ARE_PERCENTAGES})
+            raise ValidationError({"thresholds": _(THRESHOLDS_ARE_PERCENTAGES)})
         self.thresholds = sorted(set(self.thresholds))
 
 
-THRESHOLDS_ARE_PERCENTAGES = "A list of whole percentages between 1 and 1000, e.g. [80, 100]."
+THRESHOLDS_ARE_PERCENTAGES = gettext_noop(
+    "A list of whole percentages between 1 and 1000, e.g. [80, 100]."
+)
 
 
 class BudgetRequest(Request):

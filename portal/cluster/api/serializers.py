@@ -1,3 +1,4 @@
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from portal.cluster.choices import Health
@@ -104,10 +105,10 @@ class EnrolSerializer(serializers.Serializer):
             if key not in facts
         ]
         if missing:
-            raise serializers.ValidationError(f"Missing {', '.join(missing)}.")
+            raise serializers.ValidationError(_("Missing %(keys)s.") % {"keys": ", ".join(missing)})
         count = facts["gpu_count"]
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
-            raise serializers.ValidationError("gpu_count must be an integer from 1 to 64.")
+            raise serializers.ValidationError(_("gpu_count must be an integer from 1 to 64."))
         return facts
 
 

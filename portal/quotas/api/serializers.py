@@ -1,5 +1,7 @@
 from collections import defaultdict
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel, Region
@@ -78,7 +80,9 @@ class QueueSerializer(KnownFields, serializers.ModelSerializer):
             for name in ("borrow_within_cohort", "max_priority_threshold")
         )
         if threshold is not None and not borrow:
-            raise serializers.ValidationError({"max_priority_threshold": THRESHOLD_NEEDS_BORROWING})
+            raise serializers.ValidationError(
+                {"max_priority_threshold": _(THRESHOLD_NEEDS_BORROWING)}
+            )
         return attrs
 
     def _as_saved(self, attrs, name):
@@ -96,7 +100,7 @@ class TenantQueueField(NameField):
     def __init__(self, **kwargs):
         super().__init__(slug_field="name", **kwargs)
 
-    default_error_messages = {"does_not_exist": "Your tenant has no queue {value}."}
+    default_error_messages = {"does_not_exist": gettext_lazy("Your tenant has no queue {value}.")}
 
     def get_queryset(self):
         return Queue.objects.visible_to(self.context["request"].user)
@@ -119,13 +123,13 @@ class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
     gpu_model = ModelOrFamilyField(
         slug_field="name",
         queryset=GpuModel.objects.all(),
-        error_messages={"does_not_exist": "Unknown GPU model or family {value}."},
+        error_messages={"does_not_exist": gettext_lazy("Unknown GPU model or family {value}.")},
         help_text="A GPU model, or a GPU family (hopper) for quota on the family's models in all",
     )
     region = NameField(
         slug_field="name",
         queryset=Region.objects.all(),
-        error_messages={"does_not_exist": "Unknown region {value}."},
+        error_messages={"does_not_exist": gettext_lazy("Unknown region {value}.")},
     )
     count = serializers.IntegerField(min_value=1)
 
@@ -149,22 +153,31 @@ class QuotaRequestSerializer(KnownFields, serializers.ModelSerializer):
     def validate(self, attrs):
         queue, model, region = attrs["queue"], attrs["gpu_model"], attrs["region"]
         if queue.region_id != region.pk:
-            raise serializers.ValidationError(
-                {"region": f"Queue {queue.name} is in region {queue.region}, not {region}."}
-            )
+            why = _("Queue %(queue)s is in region %(region)s, not %(asked)s.") % {
+                "queue": queue.name,
+                "region": queue.region,
+                "asked": region,
+            }
+            raise serializers.ValidationError({"region": why})
         if isinstance(model, str):  # a family
             attrs["gpu_model"], attrs["family"] = None, model
             capacity = region_capacity(region.pk, None, family=model)
-            model = f"{model} family"
+            model = _("%(family)s family") % {"family": model}
         else:
             capacity = region_capacity(region.pk, model.pk)
         if capacity == 0:
-            raise serializers.ValidationError(
-                {"gpu_model": f"Region {region} has no {model} GPUs."}
-            )
+            why = _("Region %(region)s has no %(model)s GPUs.") % {"region": region, "model": model}
+            raise serializers.ValidationError({"gpu_model": why})
         if attrs["count"] > capacity:
             count = attrs["count"]
-            why = f"{count} {model} GPUs exceeds the {capacity} the region {region} has."
+            why = _(
+                "%(count)s %(model)s GPUs exceeds the %(capacity)s the region %(region)s has."
+            ) % {
+                "count": count,
+                "model": model,
+                "capacity": capacity,
+                "region": region,
+            }
             raise serializers.ValidationError({"count": why})
         return attrs
 
@@ -186,7 +199,9 @@ class QueueChangeSerializer(QueueSerializer):
 
     def validate(self, attrs):
         if self.partial and "reason" not in attrs:  # a partial update skips required fields
-            raise serializers.ValidationError({"reason": "Say why: it is kept in the audit log."})
+            raise serializers.ValidationError(
+                {"reason": _("Say why: it is kept in the audit log.")}
+            )
         return super().validate(attrs)
 
     class Meta:

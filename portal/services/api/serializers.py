@@ -1,3 +1,4 @@
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from portal.cluster.models import GpuModel
@@ -72,7 +73,9 @@ class ServiceSerializer(KnownFields, serializers.ModelSerializer):
         if self.instance is not None:
             taken = taken.exclude(pk=self.instance.pk)
         if taken.exists():
-            raise serializers.ValidationError(f"Your tenant has a service {name} already.")
+            raise serializers.ValidationError(
+                _("Your tenant has a service %(name)s already.") % {"name": name}
+            )
         return name
 
     def validate(self, attrs):
@@ -80,12 +83,14 @@ class ServiceSerializer(KnownFields, serializers.ModelSerializer):
         value = lambda name: attrs.get(name, getattr(instance, name, None))  # noqa: E731
         low, high = value("min_replicas") or 0, value("max_replicas") or 10
         if low > high:
-            raise serializers.ValidationError(
-                {"min_replicas": f"Need min_replicas <= max_replicas; got {low} > {high}."}
-            )
+            why = _("Need min_replicas <= max_replicas; got %(low)s > %(high)s.") % {
+                "low": low,
+                "high": high,
+            }
+            raise serializers.ValidationError({"min_replicas": why})
         if low == 0 and not value("scale_to_zero"):
             raise serializers.ValidationError(
-                {"min_replicas": "0 replicas needs scale_to_zero; or keep at least 1."}
+                {"min_replicas": _("0 replicas needs scale_to_zero; or keep at least 1.")}
             )
         _replica_size(attrs, value("gpu_model"))
         gpus, model, queue = value("gpus_per_replica"), value("gpu_model"), value("queue")
@@ -98,7 +103,7 @@ def _replica_size(attrs, model: GpuModel) -> None:
     `gpus` are (`as_share`), its errors said of `gpus_per_replica`."""
     if "replica_share" not in attrs:
         if attrs.pop("gpu_memory_gb", None) is not None:
-            why = "gpu_memory_gb sizes a replica's share: give gpus_per_replica with it."
+            why = _("gpu_memory_gb sizes a replica's share: give gpus_per_replica with it.")
             raise serializers.ValidationError({"gpu_memory_gb": why})
         return
     asked = {

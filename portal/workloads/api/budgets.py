@@ -2,6 +2,7 @@
 tenants read their own, with where each stands: used, left, burn and when it runs out."""
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 from rest_framework import permissions, serializers, viewsets
 
 from portal.core.api import KnownFields, NameField, TenantPermission, TenantViewSet, is_operator
@@ -81,7 +82,7 @@ class BudgetSerializer(KnownFields, serializers.ModelSerializer):
             "queue" in self.initial_data and name != getattr(self.instance.queue, "name", None)
         ):
             raise serializers.ValidationError(
-                {"queue": "A budget keeps its tenant and queue; delete it and create another."}
+                {"queue": _("A budget keeps its tenant and queue; delete it and create another.")}
             )
         if "thresholds" in attrs:
             attrs["thresholds"] = sorted(set(attrs["thresholds"]))
@@ -93,12 +94,18 @@ class BudgetSerializer(KnownFields, serializers.ModelSerializer):
         if name is not None:
             queue = Queue.objects.filter(tenant=tenant, name=name).first()
             if queue is None:
-                raise serializers.ValidationError(
-                    {"queue": f"Tenant {tenant.slug} has no queue {name}."}
-                )
+                why = _("Tenant %(tenant)s has no queue %(queue)s.") % {
+                    "tenant": tenant.slug,
+                    "queue": name,
+                }
+                raise serializers.ValidationError({"queue": why})
         if Budget.objects.filter(tenant=tenant, queue=queue).exists():
-            scope = f"Queue {name}" if queue else f"Tenant {tenant.slug}"
-            raise serializers.ValidationError({"queue": f"{scope} has a budget already."})
+            why = (
+                _("Queue %(queue)s has a budget already.") % {"queue": name}
+                if queue
+                else _("Tenant %(tenant)s has a budget already.") % {"tenant": tenant.slug}
+            )
+            raise serializers.ValidationError({"queue": why})
         return queue
 
     def _standing(self, budget):

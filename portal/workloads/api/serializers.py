@@ -5,6 +5,8 @@ from datetime import timedelta
 
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -35,7 +37,7 @@ from scheduler.parallelism import SpecError
 
 GPU_MODEL_FIELD = {
     "slug_field": "name",
-    "error_messages": {"does_not_exist": "Unknown GPU model {value}."},
+    "error_messages": {"does_not_exist": gettext_lazy("Unknown GPU model {value}.")},
 }
 
 
@@ -89,14 +91,16 @@ def check_gang(gpus: int, model: GpuModel, queue, field: str) -> None:
     ever hold; else a ValidationError on `field`."""
     node_size = Node.objects.filter(gpu_model=model).aggregate(n=Max("gpu_count"))["n"] or 8
     if gpus > node_size and gpus % node_size:
-        why = f"Jobs larger than one node take whole nodes: ask for a multiple of {node_size}."
+        why = _("Jobs larger than one node take whole nodes: ask for a multiple of %(size)s.") % {
+            "size": node_size
+        }
         raise serializers.ValidationError({field: why})
     ceiling = quota_engine.ceiling(queue, model)
     if gpus > ceiling:
-        why = (
-            f"Queue {queue.name} can never hold {gpus} {model} GPUs: its quota and what "
-            f"its cohort can lend come to {ceiling}. Request more quota first."
-        )
+        why = _(
+            "Queue %(queue)s can never hold %(gpus)s %(model)s GPUs: its quota and what "
+            "its cohort can lend come to %(ceiling)s. Request more quota first."
+        ) % {"queue": queue.name, "gpus": gpus, "model": model, "ceiling": ceiling}
         raise serializers.ValidationError({field: why})
 
 
@@ -113,7 +117,9 @@ def accepted_models(names: list[str]) -> list[tuple[GpuModel, bool]]:
             continue
         members = sorted(GpuModel.objects.filter(family=name), key=_peak)
         if not members:
-            raise serializers.ValidationError(f"Unknown GPU model or family {name}.")
+            raise serializers.ValidationError(
+                _("Unknown GPU model or family %(name)s.") % {"name": name}
+            )
         for member in members:
             found.setdefault(member.name, (member, False))
     return list(found.values())
@@ -133,11 +139,13 @@ class AcceptsField(serializers.JSONField):
     def to_internal_value(self, data):
         names = super().to_internal_value(data)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise serializers.ValidationError("A list of GPU model or family names.")
+            raise serializers.ValidationError(_("A list of GPU model or family names."))
         if any("\x00" in n for n in names):
-            raise serializers.ValidationError("A name may not hold a NUL character.")
+            raise serializers.ValidationError(_("A name may not hold a NUL character."))
         if not 1 <= len(names) <= 16:
-            raise serializers.ValidationError(f"From 1 to 16 names; got {len(names)}.")
+            raise serializers.ValidationError(
+                _("From 1 to 16 names; got %(got)s.") % {"got": len(names)}
+            )
         return names
 
     def get_attribute(self, instance):
@@ -165,19 +173,23 @@ def as_share(attrs) -> None:
         attrs["gpu_model"],
     )
     if memory is not None and memory > model.memory_gb:
-        why = f"A {model} GPU has {model.memory_gb} GB; {memory:g} GB asked."
+        why = _("A %(model)s GPU has %(memory)s GB; %(asked)g GB asked.") % {
+            "model": model,
+            "memory": model.memory_gb,
+            "asked": memory,
+        }
         raise serializers.ValidationError({"gpu_memory_gb": why})
     if asked.is_integer():
         attrs["gpus"], attrs["slices"] = int(asked), 0
         return
     if asked > 1:
-        why = (
-            f"A share of a GPU is below 1, and more than one GPU is a whole number of them "
-            f"(a gang takes whole GPUs): {asked:g} is neither."
-        )
+        why = _(
+            "A share of a GPU is below 1, and more than one GPU is a whole number of them "
+            "(a gang takes whole GPUs): %(asked)g is neither."
+        ) % {"asked": asked}
         raise serializers.ValidationError({"gpus": why})
     if attrs.get("min_gpus") is not None or attrs.get("max_gpus") is not None:
-        why = "A share of a GPU runs on one GPU of one node: it has no min_gpus or max_gpus."
+        why = _("A share of a GPU runs on one GPU of one node: it has no min_gpus or max_gpus.")
         raise serializers.ValidationError({"min_gpus": why})
     share = max(asked, (memory or 0) / model.memory_gb)
     slices = math.ceil(share * SLICES - 1e-9)
@@ -192,18 +204,21 @@ def as_mig(attrs) -> None:
     known = profiles(model.name, model.memory_gb)
     if name not in known:
         why = (
-            f"{model} GPUs have MIG profiles {', '.join(known)}; not {name}."
+            _("%(model)s GPUs have MIG profiles %(profiles)s; not %(name)s.")
+            % {"model": model, "profiles": ", ".join(known), "name": name}
             if known
-            else f"{model} GPUs have no MIG."
+            else _("%(model)s GPUs have no MIG.") % {"model": model}
         )
         raise serializers.ValidationError({"mig": why})
     if attrs.pop("gpu_share", 1) != 1:
-        raise serializers.ValidationError({"gpus": "A MIG instance is of one GPU: gpus is 1."})
+        raise serializers.ValidationError({"gpus": _("A MIG instance is of one GPU: gpus is 1.")})
     if attrs.pop("gpu_memory_gb", None) is not None:
-        why = f"A MIG instance has its profile's memory: {name} has no gpu_memory_gb."
+        why = _("A MIG instance has its profile's memory: %(name)s has no gpu_memory_gb.") % {
+            "name": name
+        }
         raise serializers.ValidationError({"gpu_memory_gb": why})
     if attrs.get("min_gpus") is not None or attrs.get("max_gpus") is not None:
-        why = "A MIG instance runs on one GPU of one node: it has no min_gpus or max_gpus."
+        why = _("A MIG instance runs on one GPU of one node: it has no min_gpus or max_gpus.")
         raise serializers.ValidationError({"min_gpus": why})
     attrs["gpus"], attrs["slices"] = 1, 0
 
@@ -325,26 +340,37 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
 
     def validate_env(self, env):
         if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
-            raise serializers.ValidationError("Must be an object of variable names to values.")
+            raise serializers.ValidationError(_("Must be an object of variable names to values."))
         if len(env) > MAX_ENV:
-            raise serializers.ValidationError(f"At most {MAX_ENV} variables; got {len(env)}.")
+            raise serializers.ValidationError(
+                _("At most %(most)s variables; got %(got)s.") % {"most": MAX_ENV, "got": len(env)}
+            )
         for name, value in env.items():
             if not ENV_NAME.fullmatch(name):
                 raise serializers.ValidationError(
-                    f"{name[:40]!r} is not a variable name (letters, digits and _, not first a "
-                    "digit, up to 128)."
+                    _(
+                        "%(name)s is not a variable name (letters, digits and _, not first a "
+                        "digit, up to 128)."
+                    )
+                    % {"name": repr(name[:40])}
                 )
             if name.startswith("CUDA_MPS_") or name == "CUDA_VISIBLE_DEVICES":
                 raise serializers.ValidationError(
-                    f"{name} is set by the node's agent (the GPUs assigned, a share's MPS "
-                    "limits), not by a job."
+                    _(
+                        "%(name)s is set by the node's agent (the GPUs assigned, a share's MPS "
+                        "limits), not by a job."
+                    )
+                    % {"name": name}
                 )
             if not isinstance(value, str | int | float | bool):
-                raise serializers.ValidationError(f"{name}: a value is a string or a number.")
+                raise serializers.ValidationError(
+                    _("%(name)s: a value is a string or a number.") % {"name": name}
+                )
         size = sum(len(name) + len(str(value)) for name, value in env.items())
         if size > MAX_ENV_CHARS:
             raise serializers.ValidationError(
-                f"Names and values take {size:,} characters; at most {MAX_ENV_CHARS:,}."
+                _("Names and values take %(size)s characters; at most %(most)s.")
+                % {"size": f"{size:,}", "most": f"{MAX_ENV_CHARS:,}"}
             )
         return env
 
@@ -354,9 +380,12 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         lo, hi = attrs.get("min_gpus"), attrs.get("max_gpus")
         lo, hi = gpus if lo is None else lo, gpus if hi is None else hi  # 0 is a value, not unset
         if not 1 <= lo <= gpus <= hi:
-            raise serializers.ValidationError(
-                {"min_gpus": f"Need min_gpus <= gpus <= max_gpus; got {lo} <= {gpus} <= {hi}."}
-            )
+            why = _("Need min_gpus <= gpus <= max_gpus; got %(lo)s <= %(gpus)s <= %(hi)s.") % {
+                "lo": lo,
+                "gpus": gpus,
+                "hi": hi,
+            }
+            raise serializers.ValidationError({"min_gpus": why})
         self._validate_models(attrs, lo)
         self._validate_carried(attrs)
         if "topology" not in attrs and queue.spans_datacenters:
@@ -370,23 +399,23 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         names = attrs.get("accepts")
         if names is not None and len(names) == 1 and (one := self._one_model(names[0])):
             if attrs.setdefault("gpu_model", one) != one:
-                why = "Give gpu_model as the first of gpu_models, or leave it out."
+                why = _("Give gpu_model as the first of gpu_models, or leave it out.")
                 raise serializers.ValidationError({"gpu_model": why})
             del attrs["accepts"]
         if "accepts" not in attrs:
             if "gpu_model" not in attrs:
-                raise serializers.ValidationError({"gpu_model": "This field is required."})
+                raise serializers.ValidationError({"gpu_model": _("This field is required.")})
             if attrs.get("mig"):
                 as_mig(attrs)
             else:
                 as_share(attrs)
             return
         if attrs.get("mig"):
-            why = "A MIG instance is of one GPU model: give gpu_model, not gpu_models."
+            why = _("A MIG instance is of one GPU model: give gpu_model, not gpu_models.")
             raise serializers.ValidationError({"gpu_models": why})
         asked = attrs.pop("gpu_share")
         if not asked.is_integer():
-            why = "A share of a GPU runs on one GPU model: give gpu_model, not gpu_models."
+            why = _("A share of a GPU runs on one GPU model: give gpu_model, not gpu_models.")
             raise serializers.ValidationError({"gpu_models": why})
         attrs.pop("gpu_memory_gb", None)
         attrs["gpus"], attrs["slices"] = int(asked), 0
@@ -403,7 +432,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         names = attrs.pop("accepts", None)
         if names is None:
             if "gpu_model" not in attrs:
-                raise serializers.ValidationError({"gpu_model": "This field is required."})
+                raise serializers.ValidationError({"gpu_model": _("This field is required.")})
             self._validate_on(attrs, attrs["gpu_model"], fewest)
             return
         try:
@@ -420,7 +449,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
                 continue
             models.append(model)
         if "gpu_model" in attrs and attrs["gpu_model"] != models[0]:
-            why = "Give gpu_model as the first of gpu_models, or leave it out."
+            why = _("Give gpu_model as the first of gpu_models, or leave it out.")
             raise serializers.ValidationError({"gpu_model": why})
         attrs["gpu_model"] = models[0]
         attrs["accepts"] = [model.name for model in models] if len(models) > 1 else []
@@ -437,13 +466,11 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         carried = {"command": attrs.get("command", ""), "env": attrs.get("env", {})}
         size = len(json.dumps(carried, separators=(",", ":")))
         if size > MAX_CARRIED_BYTES:
-            raise serializers.ValidationError(
-                {
-                    "env": f"The command and environment take {size:,} bytes as sent to the node "
-                    f"(a character beyond ASCII takes up to six); at most "
-                    f"{MAX_CARRIED_BYTES:,}."
-                }  # fmt: skip
-            )
+            why = _(
+                "The command and environment take %(size)s bytes as sent to the node (a "
+                "character beyond ASCII takes up to six); at most %(most)s."
+            ) % {"size": f"{size:,}", "most": f"{MAX_CARRIED_BYTES:,}"}
+            raise serializers.ValidationError({"env": why})
 
     def _validate_model(self, attrs, gpu: str, fewest: int) -> None:
         """A model comes with its global batch, on a training job, and fits its size, its
@@ -454,9 +481,13 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             return
         if spec is None or batch is None:
             missing = "model" if spec is None else "global_batch"
-            raise serializers.ValidationError({missing: "A model and a global batch go together."})
+            raise serializers.ValidationError(
+                {missing: _("A model and a global batch go together.")}
+            )
         if attrs.get("kind", Kind.TRAINING) == Kind.INFERENCE:
-            raise serializers.ValidationError({"model": "Only training jobs get parallel plans."})
+            raise serializers.ValidationError(
+                {"model": _("Only training jobs get parallel plans.")}
+            )
         most = attrs.get("max_gpus") or attrs["gpus"]
         for field, gpus in (("gpus", attrs["gpus"]), ("min_gpus", fewest), ("max_gpus", most)):
             why = parallel.why_not(spec, gpu, gpus, batch)
@@ -485,7 +516,10 @@ class PlanQuerySerializer(KnownFields, serializers.Serializer):
     def validate(self, attrs):
         node = parallelism.GPUS[attrs["gpu_model"]].per_node
         if attrs["gpus"] > node and attrs["gpus"] % node:
-            why = f"Part of one node or whole {node}-GPU nodes: {attrs['gpus']} is neither."
+            why = _("Part of one node or whole %(node)s-GPU nodes: %(gpus)s is neither.") % {
+                "node": node,
+                "gpus": attrs["gpus"],
+            }
             raise serializers.ValidationError({"gpus": why})
         return attrs
 
@@ -620,7 +654,7 @@ class EttrQuerySerializer(serializers.Serializer):
         until = attrs.setdefault("until", timezone.now())
         since = attrs.setdefault("since", until - timedelta(hours=24))
         if since >= until:
-            raise serializers.ValidationError({"since": "Must be before until."})
+            raise serializers.ValidationError({"since": _("Must be before until.")})
         return attrs
 
 
@@ -687,7 +721,8 @@ class GroupByField(serializers.CharField):
         unknown = [key for key in keys if key not in REPORT_KEYS]
         if unknown or not keys:
             raise serializers.ValidationError(
-                f"Group by one or more of {', '.join(REPORT_KEYS)}, comma-separated."
+                _("Group by one or more of %(keys)s, comma-separated.")
+                % {"keys": ", ".join(REPORT_KEYS)}
             )
         return tuple(dict.fromkeys(keys))
 
@@ -703,7 +738,7 @@ class UsageQuerySerializer(serializers.Serializer):
         until = attrs.setdefault("until", timezone.now())
         since = attrs.setdefault("since", until - timedelta(days=30))
         if since >= until:
-            raise serializers.ValidationError({"since": "Must be before until."})
+            raise serializers.ValidationError({"since": _("Must be before until.")})
         return attrs
 
 
@@ -742,7 +777,7 @@ class OperateSerializer(KnownFields, serializers.Serializer):
 
     def validate(self, data):
         if data["action"] == "priority" and "priority" not in data:
-            raise serializers.ValidationError({"priority": "Give the new priority class."})
+            raise serializers.ValidationError({"priority": _("Give the new priority class.")})
         return data
 
 
