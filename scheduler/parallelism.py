@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from scheduler.words import phrase
+
 GIB = 1024**3
 
 
@@ -135,6 +137,16 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+# What is wrong with a model spec, in sentences the portal translates (`scheduler.words`).
+UNKNOWN_MODEL = phrase("unknown model {model}; known: {known}")
+NAME_OR_SPEC = phrase("a catalogue name or an object with {fields}")
+WHOLE_NUMBER = phrase("a positive whole number is required")
+AT_MOST = phrase("at most {most}")
+DIVIDES_HIDDEN = phrase("must divide the hidden size")
+DIVIDES_HEADS = phrase("must divide the attention heads")
+TRUE_OR_FALSE = phrase("true or false")
+
+
 class SpecError(ValueError):
     """A model spec that cannot be used; `field` names what is wrong."""
 
@@ -160,27 +172,29 @@ def model_spec(value: str | dict) -> ModelSpec:
     """A catalogue model by name, or a spec field by field; `SpecError` says what is wrong."""
     if isinstance(value, str):
         if value not in MODELS:
-            raise SpecError("model", f"unknown model {value!r}; known: {', '.join(MODELS)}")
+            raise SpecError(
+                "model", UNKNOWN_MODEL.format(model=repr(value), known=", ".join(MODELS))
+            )
         return MODELS[value]
     if not isinstance(value, dict):
-        raise SpecError("model", "a catalogue name or an object with " + ", ".join(SPEC_FIELDS))
+        raise SpecError("model", NAME_OR_SPEC.format(fields=", ".join(SPEC_FIELDS)))
     numbers = {}
     for field in (*SPEC_FIELDS, "kv_heads"):
         number = value.get(field, 0 if field == "kv_heads" else None)
         if type(number) is not int or number < 0 or (number == 0 and field != "kv_heads"):
-            raise SpecError(f"model.{field}", "a positive whole number is required")
+            raise SpecError(f"model.{field}", WHOLE_NUMBER)
         if number > SPEC_LIMITS[field]:
-            raise SpecError(f"model.{field}", f"at most {SPEC_LIMITS[field]:,}")
+            raise SpecError(f"model.{field}", AT_MOST.format(most=f"{SPEC_LIMITS[field]:,}"))
         numbers[field] = number
     if numbers["hidden"] % numbers["heads"]:
-        raise SpecError("model.heads", "must divide the hidden size")
+        raise SpecError("model.heads", DIVIDES_HIDDEN)
     if numbers["kv_heads"] and numbers["heads"] % numbers["kv_heads"]:
-        raise SpecError("model.kv_heads", "must divide the attention heads")
+        raise SpecError("model.kv_heads", DIVIDES_HEADS)
     flags = {}
     for field, default in (("gated", False), ("tied", True), ("dropout", True)):
         flags[field] = value.get(field, default)
         if type(flags[field]) is not bool:
-            raise SpecError(f"model.{field}", "true or false")
+            raise SpecError(f"model.{field}", TRUE_OR_FALSE)
     return ModelSpec(str(value.get("name") or "custom")[:64], **numbers, **flags)
 
 

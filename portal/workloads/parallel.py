@@ -5,6 +5,8 @@ fewer nodes), recorded with the reason, and handed to the job as ``WANKA_PARALLE
 import json
 from dataclasses import asdict
 
+from django.utils.translation import gettext as _
+
 from portal.workloads import calibration as fleet
 from portal.workloads import words
 from portal.workloads.choices import CheckpointPolicy
@@ -99,12 +101,15 @@ def why_not(model_spec: dict, gpu: str, gpus: int, batch: int) -> str | None:
     """Why a job of this model cannot run on `gpus` GPUs of `gpu`, or None when it can."""
     if gpu not in parallelism.GPUS:
         known = ", ".join(parallelism.GPUS)
-        return f"The planner has no figures for {gpu} GPUs (it knows {known})."
+        return _("The planner has no figures for %(gpu)s GPUs (it knows %(known)s).") % {
+            "gpu": gpu,
+            "known": known,
+        }
     if best(model_spec, gpu, gpus, batch) is None:
-        return (
-            f"{model_spec['name']} with a batch of {batch} does not fit in the memory of "
-            f"{gpus} {gpu} GPUs: ask for more GPUs or a smaller model."
-        )
+        return _(
+            "%(model)s with a batch of %(batch)s does not fit in the memory of %(gpus)s "
+            "%(gpu)s GPUs: ask for more GPUs or a smaller model."
+        ) % {"model": model_spec["name"], "batch": batch, "gpus": gpus, "gpu": gpu}
     return None
 
 

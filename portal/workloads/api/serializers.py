@@ -82,7 +82,8 @@ class ModelSpecField(serializers.JSONField):
             return parallel.spec(super().to_internal_value(data))
         except SpecError as error:
             path = error.field.removeprefix("model").lstrip(".")
-            detail = {path: error.reason} if path else error.reason
+            reason = translate(error.reason)  # a sentence of `scheduler.parallelism`
+            detail = {path: reason} if path else reason
             raise serializers.ValidationError(detail) from None
 
 

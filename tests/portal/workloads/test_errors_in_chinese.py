@@ -67,3 +67,17 @@ def test_the_api_says_why_in_the_language_asked_for(
         "/api/v1/workloads/", {**JOB, **change}, format="json", HTTP_ACCEPT_LANGUAGE="zh-hans"
     )
     assert response.json()["errors"] == [{"field": field, "reason": chinese}]
+
+
+def test_what_is_wrong_with_a_model_spec_is_said_in_chinese_too(acme_llm, bob):
+    """The planner's reasons are written in `scheduler/` (no Django there): phrases the portal
+    renders in the reader's language."""
+    spec = {"layers": 2, "hidden": 100, "heads": 3, "ffn": 400, "vocab": 1000, "seq": 128}
+    job = {**JOB, "kind": "training", "model": spec}
+    client = api_client(bob)
+    english = client.post("/api/v1/workloads/", job, format="json").json()["errors"]
+    assert english == [{"field": "model.heads", "reason": "must divide the hidden size"}]
+    chinese = client.post(
+        "/api/v1/workloads/", job, format="json", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    ).json()["errors"]
+    assert chinese == [{"field": "model.heads", "reason": "须能整除隐藏层大小"}]
