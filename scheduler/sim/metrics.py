@@ -50,7 +50,7 @@ class Outcome:
     lost_fault_gpu_s: float
     lost_preemption_gpu_s: float
     productive_gpu_s: float
-    wall_gpu_s: float  # GPUs asked x wall time since first admission
+    wall_gpu_s: float  # GPUs asked (a share as its share) x wall time since first admission
 
 
 class Series:
@@ -264,7 +264,7 @@ class Recorder:
             else 0.0
         )
         end = job.finished_at if job.finished_at is not None else now
-        wall = (end - job.first_start) * spec.gpus if job.first_start is not None else 0.0
+        wall = (end - job.first_start) * spec.share if job.first_start is not None else 0.0
         self.outcomes.append(
             Outcome(
                 spec.id,
@@ -281,7 +281,7 @@ class Recorder:
                 job.preemptions,
                 job.lost_gpu_s[Cause.FAULT],
                 job.lost_gpu_s[Cause.PREEMPTION],
-                (job.compute_s - job.lost_compute_s) * spec.gpus,
+                (job.compute_s - job.lost_compute_s) * spec.share,
                 wall,
             )
         )

@@ -49,3 +49,13 @@ def test_a_fractional_gpus_cell_is_a_share_in_eighths(gpus: str, slices: int) ->
 def test_a_bad_share_names_its_line_and_column(row: str, error: str) -> None:
     with pytest.raises(TraceError, match=error):
         read_csv([HEADER, row])
+
+
+def test_a_shares_gpu_seconds_are_its_share_of_a_gpus() -> None:
+    """ETTR and goodput weigh a share as its part of a GPU (an eighth run 100 s is 12.5 GPU
+    seconds), as the portal's do."""
+    trace = [TraceJob(1, 0.0, 1, "H800", 100.0, "a", slices=1)]
+    one = cluster(leaves=1, nodes=1, queues={"a": (8, 0)})
+    [outcome] = simulate(trace, one, "wanka", NO_FAULTS).recorder.outcomes
+    assert outcome.wall_gpu_s == pytest.approx(100.0 / 8)
+    assert outcome.productive_gpu_s == pytest.approx(100.0 / 8)
