@@ -24,6 +24,7 @@ from portal.workloads.choices import (
     State,
 )
 from portal.workloads.models import Allocation, Checkpoint, Recovery, Workload
+from portal.workloads.reasons import Reader
 from scheduler import checkpointing
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,13 @@ class Answer(StrEnum):
 
 def ask(workload: Workload, kind: str, reason: str, nodes=None) -> None:
     """Ask the job's nodes (or `nodes`) for a save of `kind`, inside the caller's transaction
-    (sent on commit). Their acks are heard through `answered`, and read with `answer`."""
+    (sent on commit). Their acks are heard through `answered`, and read with `answer`. The
+    reason reaches the job's own files (its save request), so it is read as its tenant reads
+    it: other tenants' work and queues unnamed."""
     if nodes is None:
         nodes = set(workload.allocations.values_list("node_id", flat=True))
-    send_commands(nodes, SAVE, workload.pk, kind=kind, reason=reason[:200])
+    reason = Reader(workload.tenant).read(reason)[:200]
+    send_commands(nodes, SAVE, workload.pk, kind=kind, reason=reason)
 
 
 def answer(workload_id: int, since) -> Answer:

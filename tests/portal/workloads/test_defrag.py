@@ -8,12 +8,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from portal.cluster.models import Node, Pod
+from portal.cluster.models import GpuModel, Node, NodeCommand, Pod
 from portal.core.models import AuditEvent
-from portal.workloads import defrag
-from portal.workloads.choices import RecoveryOutcome, RecoveryStep
-from portal.workloads.models import Recovery, Workload
-from tests.builders import api_client, make_workload
+from portal.workloads import defrag, lifecycle
+from portal.workloads.choices import RecoveryOutcome, RecoveryStep, State
+from portal.workloads.models import Allocation, Recovery, Workload
+from scheduler import engine
+from scheduler.engine.explain import defrag_reason
+from tests.builders import api_client, make_queue, make_workload
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +153,24 @@ def test_the_form_marks_a_job_not_to_move_and_its_page_says_so(acme_llm, bob, cl
     again = client.get(f"/workloads/new/?from={pinned.pk}").content.decode()
     assert 'name="pinned" checked' in again
     assert 'data-movable="yes"' in client.get(f"/workloads/{free.pk}/").content.decode()
+
+
+def test_the_save_a_move_asks_for_names_no_other_tenants_work(cluster, acme, globex):
+    """The reason of a save request reaches the job's own files on its node: a move made for
+    another tenant's gang names it as that tenant's reader would, not by its id."""
+    gang = make_workload(make_queue(globex, "big", h800=64), "secret-gang", gpus=16)
+    job = make_workload(
+        make_queue(acme, "llm", h800=64), "small", gpus=2, state=State.RUNNING,
+        started_at=timezone.now() - timedelta(hours=3), checkpoint_policy="async",
+    )  # fmt: skip
+    Allocation.objects.bulk_create(
+        Allocation(workload=job, node_rank=0, node=cluster[0], gpu_index=i) for i in (0, 1)
+    )
+    waiting = engine.Workload(gang.pk, gang.queue_id, "H800", 16, submitted_at=0.0)
+    reason = defrag_reason(cluster[1].name, "dc1/p1", waiting)
+    assert f"workload {gang.pk}" in reason
+    h800 = GpuModel.objects.get(name="H800").pk
+    lifecycle.move(job, h800, [(cluster[1].pk, (0, 1))], reason, RecoveryOutcome.DEFRAGMENTED)
+    [said] = [a["reason"] for a in NodeCommand.objects.filter(workload=job).values_list(
+        "args", flat=True) if "reason" in a]  # fmt: skip
+    assert "before moving" in said and f"workload {gang.pk}" not in said
