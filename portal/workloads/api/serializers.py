@@ -163,6 +163,17 @@ class GpusField(serializers.FloatField):
         return int(value) if float(value).is_integer() else float(value)
 
 
+def check_memory(model: GpuModel, memory: float | None) -> None:
+    """A ValidationError where a GPU of `model` has less memory than `memory` GB asked."""
+    if memory is not None and memory > model.memory_gb:
+        why = _("A %(model)s GPU has %(memory)s GB; %(asked)g GB asked.") % {
+            "model": model,
+            "memory": model.memory_gb,
+            "asked": memory,
+        }
+        raise serializers.ValidationError({"gpu_memory_gb": why})
+
+
 def as_share(attrs) -> None:
     """Turn the `gpus` asked for (`gpu_share`) and `gpu_memory_gb` into what the model stores:
     whole GPUs, or one GPU and a share of it in eighths, the larger of the compute and the
@@ -173,13 +184,7 @@ def as_share(attrs) -> None:
         attrs.pop("gpu_memory_gb", None),
         attrs["gpu_model"],
     )
-    if memory is not None and memory > model.memory_gb:
-        why = _("A %(model)s GPU has %(memory)s GB; %(asked)g GB asked.") % {
-            "model": model,
-            "memory": model.memory_gb,
-            "asked": memory,
-        }
-        raise serializers.ValidationError({"gpu_memory_gb": why})
+    check_memory(model, memory)
     if asked.is_integer():
         attrs["gpus"], attrs["slices"] = int(asked), 0
         return
@@ -418,8 +423,7 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         if not asked.is_integer():
             why = _("A share of a GPU runs on one GPU model: give gpu_model, not gpu_models.")
             raise serializers.ValidationError({"gpu_models": why})
-        attrs.pop("gpu_memory_gb", None)
-        attrs["gpus"], attrs["slices"] = int(asked), 0
+        attrs["gpus"], attrs["slices"] = int(asked), 0  # its memory: `_validate_models`
 
     @staticmethod
     def _one_model(name: str) -> GpuModel | None:
@@ -427,9 +431,10 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
         return GpuModel.objects.filter(name=name).first()
 
     def _validate_models(self, attrs, fewest: int) -> None:
-        """The GPU models the job accepts, each one it can run on (`_validate_on`):
-        `gpu_model`, or those of `gpu_models` (the first becomes `gpu_model`; a family's
-        models it cannot run on are left out). Kept in `accepts` only when there are several."""
+        """The GPU models the job accepts, each one it can run on (`_validate_on`) with the
+        GPU memory it asks (`gpu_memory_gb`): `gpu_model`, or those of `gpu_models` (the first
+        becomes `gpu_model`; a family's models it cannot run on are left out). Kept in
+        `accepts` only when there are several."""
         names = attrs.pop("accepts", None)
         if names is None:
             if "gpu_model" not in attrs:
@@ -440,9 +445,10 @@ class WorkloadSerializer(KnownFields, QuickRows, FieldsOnce, serializers.ModelSe
             found = accepted_models(names)
         except serializers.ValidationError as error:
             raise serializers.ValidationError({"gpu_models": error.detail}) from None
-        models = []
+        models, memory = [], attrs.pop("gpu_memory_gb", None)
         for number, (model, named) in enumerate(found, 1):
             try:
+                check_memory(model, memory)
                 self._validate_on(attrs, model, fewest)
             except serializers.ValidationError:
                 if named or (not models and number == len(found)):

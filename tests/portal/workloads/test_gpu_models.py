@@ -94,6 +94,23 @@ def test_a_named_model_the_queue_cannot_hold_is_refused_a_family_member_left_out
     assert taken.json()["gpu_models"] == ["H800"]
 
 
+def test_the_memory_asked_leaves_out_a_family_member_with_less_and_refuses_a_named_one(llm, alice):
+    """90 GB: the H20's 96 GB hold it, the H800's 80 do not (it was dropped for a job of
+    several models, which then started on the H800 first)."""
+    GpuModel.objects.filter(name="H800").update(memory_gb=80)
+    GpuModel.objects.filter(name="H20").update(memory_gb=96)
+    taken = submit(alice, gpus=1, gpu_models=["hopper"], gpu_memory_gb=90)
+    assert taken.status_code == 201, taken.json()
+    assert (taken.json()["gpu_model"], taken.json()["gpu_models"]) == ("H20", ["H20"])
+    refused = submit(alice, gpus=1, gpu_models=["H800", "H20"], gpu_memory_gb=90)
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == [
+        {"field": "gpu_memory_gb", "reason": "A H800 GPU has 80 GB; 90 GB asked."}
+    ]
+    both = submit(alice, gpus=1, gpu_models=["H800", "H20"], gpu_memory_gb=64)
+    assert both.status_code == 201 and both.json()["gpu_models"] == ["H800", "H20"]
+
+
 def test_the_cycle_starts_it_on_a_model_with_room_and_says_why(llm, alice):
     Node.objects.filter(gpu_model__name="H800").update(connected=False)  # no H800 free
     job_id = submit(alice, gpu_models=["H800", "H20"]).json()["id"]
