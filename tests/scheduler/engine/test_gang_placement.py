@@ -239,6 +239,13 @@ def elastic(workload_id: int, *placements, most: int, queue=nlp, **extra) -> Wor
     return make_running(workload_id, queue, *placements, min_gpus=2, max_gpus=most, **extra)
 
 
+# A fifth GPU adds 40 % of one alone to a job that already does half per GPU, 60 % to one that
+# does 90 %: the second gains more, though the first gains more of what it does per GPU.
+SPENT = ((1, 100.0), (4, 200.0), (5, 240.0))
+SCALING = ((1, 100.0), (4, 360.0), (5, 420.0))
+nine = make_queue("nine", h800=9)  # one GPU more than the two jobs hold
+
+
 def grown(snapshot: Snapshot) -> dict[int, int]:
     return {g.workload_id: g.gpus for g in plan(snapshot, now=1000.0).grows}
 
@@ -283,6 +290,12 @@ def grown(snapshot: Snapshot) -> dict[int, int]:
              elastic(2, on(N2), most=16), held(3, N3)],
             [nlp], {2: 16},
             id="the one free node goes where it adds the most throughput",
+        ),
+        pytest.param(
+            [elastic(1, on(N1, 0, 1, 2, 3), most=8, queue=nine, throughput=SPENT),
+             elastic(2, on(N2, 0, 1, 2, 3), most=8, queue=nine, throughput=SCALING)],
+            [nine], {2: 5},
+            id="the one GPU its quota allows goes where it does more, in what one GPU does alone",
         ),
     ],
 )  # fmt: skip
