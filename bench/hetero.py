@@ -26,16 +26,16 @@ changes them as it runs), Gavel's for the same rigid "TunedJobs" as here: Wanka 
 rigid, so Gavel+TunedJobs is the like-for-like comparison and Sia's the stretch.
 
 `--elastic` adds a third run, `wanka-elastic`: the engine told the speeds, each job elastic
-(`load_sia(elastic=True)`) from 1 GPU up to the most its profile makes worthwhile, the largest
-of 1, 2, 4, 8 and 16 GPUs at which each GPU still adds at least `sia.EFFICIENCY` of what one
-GPU does alone on every type (`sia.most_gpus`), at the throughput Sia's profiles give for each
-count on each type. The engine starts it at its most where that fits, smaller where free GPUs
-allow no more, shrinks a running one for a waiting one where the GPUs do more for the newcomer
-(`Resizing.shrink_for`), and grows it into free GPUs no waiting work could use; each resize
-saves first and restarts (the jobs save on request, `triggered`, so they also move to a faster
-type that frees). Unlike Sia, the job's batch stays its trace's (Wanka does not change batch
-sizes): a smaller count runs a larger local batch, with accumulation steps where it does not
-fit.
+(`load_sia(elastic=True)`) from 1 GPU up to the most its profile makes worthwhile, the largest of 1,
+2, 4, 8 and 16 GPUs at which each GPU still adds at least `sia.EFFICIENCY` of what one GPU does
+alone on every type (`sia.most_gpus`), at the throughput Sia's profiles give for each count on each
+type. The engine starts it at its most where that fits, smaller where free GPUs allow no more and it
+ends sooner so than by waiting for its most (`Cycle._start_smaller`), shrinks a running one for a
+waiting one where the GPUs do more for the newcomer (`Resizing.shrink_for`), and grows it into free
+GPUs no waiting work could use; each resize saves first and restarts (the jobs save on request,
+`triggered`, so they also move to a faster type that frees). Unlike Sia, the job's batch stays its
+trace's (Wanka does not change batch sizes): a smaller count runs a larger local batch, with
+accumulation steps where it does not fit.
 
 Targets (the issue's): Wanka's average JCT within 10 % of Sia's, and at least 25 % below the
 blind policy's. `--short`: Philly's first two traces (for CI); `--check`: exit 1 unless the

@@ -1,12 +1,12 @@
 """One scheduling cycle: a snapshot in, a plan out.
 
-`plan()` reads top to bottom in numbered steps. The per-workload decision (`Cycle.decide`) tries,
-in order: admit on free GPUs (or backfill GPUs held for a reservation that allows it); make room
-by shrinking elastic work and preempting (`preemption`); start an elastic workload smaller on
-free GPUs; make room by shrinking elastic work of its own queue and priority where the GPUs do
-more for it (`Resizing.shrink_for`); reserve a domain for a gang head that must wait
-(`backfill`); otherwise wait, with a reason a person can act on. Step 5, what changes for the
-running work (grows, moves, defragmentation), is `resizing.Resizing`.
+`plan()` reads top to bottom in numbered steps. The per-workload decision (`Cycle.decide`) tries, in
+order: admit on free GPUs (or backfill GPUs held for a reservation that allows it); make room by
+shrinking elastic work and preempting (`preemption`); start an elastic workload smaller on free GPUs
+where it ends sooner so than by waiting for its size; make room by shrinking elastic work of its own
+queue and priority where the GPUs do more for it (`Resizing.shrink_for`); reserve a domain for a
+gang head that must wait (`backfill`); otherwise wait, with a reason a person can act on. Step 5,
+what changes for the running work (grows, moves, defragmentation), is `resizing.Resizing`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from scheduler.engine.explain import (
     none_free_reason,
     preemption_reason,
     shrink_reason,
+    size_awaited_reason,
 )
 from scheduler.engine.gains import Contender, Gains
 from scheduler.engine.mig import MigInstances
@@ -273,6 +274,8 @@ class Cycle(Resizing):
         self._shrinkable: dict[tuple[int, str, int], list[Workload]] | None = None
         self._no_yield: set[tuple] = set()
         self._fractions: dict[Pool, dict[tuple[int, int], list[Workload]]] = {}  # see its use
+        # Elastic work that waits for its size (`_start_smaller`): when that is expected free.
+        self._sized: dict[int, float] = {}
 
     def _may_slice(self, workload: Workload) -> bool:
         """Whether the pending workload is a MIG job its queue's quota lets start now."""
@@ -510,9 +513,10 @@ class Cycle(Resizing):
             return Outcome.FIT
         if self.shrink_for(pool, queue, workload):
             return Outcome.PREEMPT
-        if quota is not None:
-            return self._no_fit(workload, quota)
-        return self._no_fit(workload, self.maybe_reserve(pool, queue, workload, room))
+        reason = quota if quota is not None else self.maybe_reserve(pool, queue, workload, room)
+        if workload.id in self._sized:
+            reason = size_awaited_reason(reason, workload, self._sized[workload.id])
+        return self._no_fit(workload, reason)
 
     def _decide_share(self, queue: Queue, workload: Workload, within: bool) -> Outcome:
         """A share or MIG job starts on a GPU with room for it (`Shares`, `MigInstances`) where
@@ -558,14 +562,23 @@ class Cycle(Resizing):
 
     def _start_smaller(self, pool: Pool, queue: Queue, workload: Workload) -> bool:
         """An elastic workload that can neither start at its size nor have room made for it
-        starts at the largest size between its minimum and its size that its quota allows and
-        free GPUs hold (never by preempting), the largest first."""
+        starts at the largest size its quota allows and free GPUs hold (never by preempting),
+        the largest first, down to the fewest on which it still ends sooner than by waiting
+        for its size (`_fewest_sooner`)."""
         if not workload.is_elastic or workload.fewest_gpus >= workload.gpus:
             return False
         node, widest = pool.node_size, max(widest_level(workload), TopologyLevel.LEAF)
         largest = max(pool.best_whole(DEPTH[widest]) * node, pool.most_free(workload.tenant))
+        largest = min(largest, workload.gpus - 1)
+        if largest < workload.fewest_gpus:
+            return False
+        start_in_s = self._expected_start(queue.region, workload.gpu_model, workload.gpus)
+        fewest = _fewest_sooner(workload, start_in_s)
+        if fewest is None or fewest > largest:
+            self._sized[workload.id] = start_in_s  # fewer are free, but it ends sooner waiting
+            return False
         tries = 3  # placing can still fail (reservations keep it off): a few sizes more
-        for gpus in _sizes_down(min(largest, workload.gpus - 1), workload.fewest_gpus, node):
+        for gpus in _sizes_down(largest, fewest, node):
             if not self.ledger.allows(queue, workload.gpu_model, gpus):
                 continue
             if self.admit(pool, queue, replace(workload, gpus=gpus)) is None:
@@ -978,6 +991,24 @@ class Cycle(Resizing):
         within = self.ledger.within_nominal(queue, workload.gpu_model, workload.gpus)
         self.holds[workload.id] = Hold(reservation, workload, queue, within)
         return AND_SO.format(reason=reason, then=reservation.reason)
+
+
+def _fewest_sooner(workload: Workload, start_in_s: float | None) -> int | None:
+    """The fewest GPUs, from its minimum, on which an elastic workload ends sooner than on its
+    size once that is free, in `start_in_s` (`Cycle._expected_start`): its run time
+    (`Workload.run_s`) stretched by its curve (`Workload.rate`). A job started on one GPU when
+    it wanted eight runs eight times as long (it grows only once nothing waits) and holds the
+    GPU all that time. Its minimum where either time is not known; None where no size below
+    its own ends sooner (it waits for its size)."""
+    run_s = workload.run_s(workload.gpu_model)
+    if run_s is None or start_in_s is None:
+        return workload.fewest_gpus
+    full = workload.rate(workload.gpus)
+    for gpus in range(workload.fewest_gpus, workload.gpus):
+        rate = workload.rate(gpus)
+        if rate > 0 and run_s * full / rate < start_in_s + run_s:
+            return gpus
+    return None
 
 
 def _sizes_down(most: int, fewest: int, node: int) -> Iterator[int]:

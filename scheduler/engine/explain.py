@@ -396,6 +396,10 @@ MODEL_AWAITED = phrase(
     "{model}: {times}x faster than the {free} free now; expected to start in {minutes} min and "
     "still end sooner there"
 )
+SIZE_AWAITED = phrase(
+    "it waits for its {gpus} GPUs, expected free in {minutes} min: it ends sooner so than on "
+    "fewer now"
+)
 MODEL_NONE_FREE = phrase("none of the GPU models it accepts ({models}) has room now; {cause}")
 # A faster model left to waiting work that gains more there (`gains`): it starts on another,
 # or waits. The other work may be another tenant's: its own gain is not given.
@@ -467,6 +471,14 @@ def awaited_reason(workload: Workload, model: str, free: str, start_in_s: float)
     times = workload.speed(model) / workload.speed(free)
     minutes = max(1, math.ceil(start_in_s / 60))
     return MODEL_AWAITED.format(model=model, times=f"{times:.1f}", free=free, minutes=minutes)
+
+
+def size_awaited_reason(reason: str, workload: Workload, start_in_s: float) -> str:
+    """Why an elastic workload waits for its size although fewer GPUs are free: `reason`, and
+    that it ends sooner once its size frees, in `start_in_s`."""
+    minutes = max(1, math.ceil(start_in_s / 60))
+    then = SIZE_AWAITED.format(gpus=workload.gpus, minutes=minutes)
+    return AND_SO.format(reason=reason, then=then)
 
 
 def defrag_reason(node: str, pod: str, gang: Workload) -> str:

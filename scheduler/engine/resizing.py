@@ -33,12 +33,13 @@ class Resizing:
     (its capacity, ledger, budgets, running and waiting work) and add to its plan."""
 
     def grow(self) -> None:
-        """Give free GPUs to running elastic workloads below their most, in pools where no
-        work waits: never by preempting, a workload at most every `Snapshot.grow_every_s` (each
-        resize restarts it) and only when it saved within that time (it resumes from that
-        save), the most throughput gained per GPU first (`Workload.rate`), then the higher
-        priority, then the lower id. A one-node workload grows within its node, a
-        multi-node one by whole nodes within the domain its topology allows."""
+        """Give free GPUs to running elastic workloads below their most, in pools where no work
+        waits: never by preempting, a workload at most every `Snapshot.grow_every_s` (each resize
+        restarts it) and only when it saved within that time (it resumes from that save), the most
+        gained per GPU first (`_gain_per_gpu`: what one more GPU does for it, in what one GPU does
+        for it alone, Sia's goodput), then the higher priority, then the lower id. A one-node
+        workload grows within its node, a multi-node one by whole nodes within the domain its
+        topology allows."""
         waiting = self.waiting_pools()
         if waiting.issuperset(self.capacity.pool_keys()):
             return  # work waits in every pool: no workload grows (the common case)
@@ -331,11 +332,12 @@ class Resizing:
 
 
 def _gain_per_gpu(workload: Workload, node: int) -> float:
-    """What one more step (a node, or a GPU within one) adds, in GPUs of its average speed."""
-    held = workload.held
+    """What one more step (a node, or a GPU within one) adds per GPU, in what one GPU of its
+    slowest model does for it alone (`gains.worth`): so one job's fifth GPU and another's
+    compare, whatever each already does per GPU."""
+    held, model = workload.held, workload.gpu_model
     step = 1 if held < node and len(workload.placements) == 1 else node
-    per_gpu = workload.rate(held) / held
-    return (workload.rate(held + step) - workload.rate(held)) / step / per_gpu
+    return (worth(workload, model, held + step) - worth(workload, model, held)) / step
 
 
 def _pod_domain(pool: Pool, pod: str) -> Domain | None:

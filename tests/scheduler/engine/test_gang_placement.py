@@ -174,6 +174,62 @@ def test_an_elastic_job_starts_at_the_largest_size_that_fits(workloads, queues, 
     assert gpus_admitted(make_snapshot(LEAF, queues, workloads)) == admitted
 
 
+# Nodes 2 and 3 busy with no time limit, 2 GPUs free on node 4, and node 1 busy with a job that
+# ends by its limit in `ends_in_s` (None: no limit) at the cycle at 1000 s.
+def ending(ends_in_s: float | None) -> list[Workload]:
+    limit = {} if ends_in_s is None else {"time_limit_s": ends_in_s, "started_at": 1000.0}
+    return [
+        make_running(9, nlp, on(N1), **limit),
+        held(10, N2),
+        held(11, N3),
+        held(12, N4, 0, 1, 2, 3, 4, 5),
+    ]
+
+
+# An hour on 8 GPUs; 2 do almost as much as 8 with CLOSE, a quarter as much without a curve.
+AN_HOUR = {"min_gpus": 1, "time_limit_s": 3600.0}
+CLOSE = ((2, 100.0), (8, 110.0))
+
+
+@pytest.mark.parametrize(
+    ("ends_in_s", "newcomer", "admitted"),
+    [
+        pytest.param(
+            600.0, job(1, 8, **AN_HOUR), {},
+            id="it waits for its 8 GPUs, free in 10 minutes: on the 2 free it would end later",
+        ),
+        pytest.param(
+            72_000.0, job(1, 8, **AN_HOUR), {1: 2},
+            id="its 8 GPUs free in 20 hours: it starts on the 2 free",
+        ),
+        pytest.param(
+            None, job(1, 8, **AN_HOUR), {1: 2},
+            id="no telling when its 8 GPUs free: it starts on the 2 free",
+        ),
+        pytest.param(
+            600.0, job(1, 8, throughput=CLOSE, **AN_HOUR), {1: 2},
+            id="one whose last GPUs add little ends sooner on the 2 free",
+        ),
+        pytest.param(
+            600.0, job(1, 8, min_gpus=1), {1: 2},
+            id="one without a time limit starts on the 2 free",
+        ),
+    ],
+)  # fmt: skip
+def test_an_elastic_job_starts_smaller_only_where_it_ends_sooner(ends_in_s, newcomer, admitted):
+    snapshot = make_snapshot(LEAF, [nlp], [*ending(ends_in_s), newcomer])
+    assert gpus_admitted(snapshot) == admitted
+
+
+def test_waiting_for_its_size_says_why() -> None:
+    result = plan(make_snapshot(LEAF, [nlp], [*ending(600.0), job(1, 8, **AN_HOUR)]), now=1000.0)
+    (waiting,) = result.pending
+    assert waiting.reason == (
+        "needs 1 whole H800 node in one data center; the best data center has 0 free; it waits "
+        "for its 8 GPUs, expected free in 10 min: it ends sooner so than on fewer now"
+    )
+
+
 LONG_AGO = 0.0  # started long before the cycle at 1000 s, so it may grow
 
 
@@ -181,6 +237,13 @@ def elastic(workload_id: int, *placements, most: int, queue=nlp, **extra) -> Wor
     extra.setdefault("started_at", LONG_AGO)
     extra.setdefault("last_checkpoint_at", 900.0)  # saved 100 s before the cycle
     return make_running(workload_id, queue, *placements, min_gpus=2, max_gpus=most, **extra)
+
+
+# A fifth GPU adds 40 % of one alone to a job that already does half per GPU, 60 % to one that
+# does 90 %: the second gains more, though the first gains more of what it does per GPU.
+SPENT = ((1, 100.0), (4, 200.0), (5, 240.0))
+SCALING = ((1, 100.0), (4, 360.0), (5, 420.0))
+nine = make_queue("nine", h800=9)  # one GPU more than the two jobs hold
 
 
 def grown(snapshot: Snapshot) -> dict[int, int]:
@@ -227,6 +290,12 @@ def grown(snapshot: Snapshot) -> dict[int, int]:
              elastic(2, on(N2), most=16), held(3, N3)],
             [nlp], {2: 16},
             id="the one free node goes where it adds the most throughput",
+        ),
+        pytest.param(
+            [elastic(1, on(N1, 0, 1, 2, 3), most=8, queue=nine, throughput=SPENT),
+             elastic(2, on(N2, 0, 1, 2, 3), most=8, queue=nine, throughput=SCALING)],
+            [nine], {2: 5},
+            id="the one GPU its quota allows goes where it does more, in what one GPU does alone",
         ),
     ],
 )  # fmt: skip
