@@ -46,12 +46,16 @@ class Standing:
 
     @property
     def runs_out_at(self) -> datetime | None:
-        """When the budget is spent at the current burn: now if it is; None at no burn."""
+        """When the budget is spent at the current burn: now if it is; None at no burn, or at
+        one so small that it never is (past any date: a few stray GPU-seconds an hour)."""
         if self.left <= 0:
             return self.now
-        if not self.burn:
+        if not self.burn or self.burn < 0:
             return None
-        return self.now + timedelta(hours=self.left / self.burn)
+        try:
+            return self.now + timedelta(hours=self.left / self.burn)
+        except OverflowError:
+            return None
 
     @property
     def lasts(self) -> bool:

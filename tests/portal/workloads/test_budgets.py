@@ -238,3 +238,12 @@ def test_a_rolling_budget_is_said_only_when_a_windows_worth_of_its_burn_overruns
     said = client.get("/").content.decode()
     assert "Budget of queue llm: 22 % used in the last 7 days" in said
     assert "At the last day&#x27;s rate it runs out in" in said
+
+
+def test_a_burn_too_small_to_spend_a_budget_before_any_date_never_runs_it_out(acme_llm):
+    """A share started seconds ago burns a few GPU-seconds an hour: the budget would run out
+    tens of thousands of years on, past any date (the dashboard failed on it)."""
+    budget = Budget.objects.create(tenant=acme_llm.tenant, gpu_hours=100_000, window="month")
+    now = timezone.now()
+    standing = budgets.Standing(budget, now, now, now + timedelta(days=30), 1.0, burn=1e-6)
+    assert standing.runs_out_at is None and standing.lasts
