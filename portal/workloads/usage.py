@@ -8,16 +8,17 @@ from math import ceil
 from django.db.models import (
     Case,
     DateTimeField,
+    ExpressionWrapper,
     F,
     FloatField,
     Q,
     Sum,
-    Value,
     When,
 )
 from django.db.models.functions import Cast, Coalesce, Greatest, Substr
 from django.utils import timezone
 
+from portal.cluster.summary import held_eighths
 from portal.quotas.models import GpuRate, PriorityFactor
 from portal.workloads.models import Allocation, UsageRecord
 from scheduler.engine.model import SLICES
@@ -36,11 +37,7 @@ KEYS = {
 }
 # What an allocation takes of its GPU, in GPUs: a whole GPU, a share's eighths, a MIG
 # instance's memory slots (of eight), so that a GPU's bookings never pass one.
-OCCUPIED = Case(
-    When(slices=0, then=Value(1.0)),
-    default=Cast("slices", FloatField()) / SLICES,
-    output_field=FloatField(),
-)
+OCCUPIED = ExpressionWrapper(Cast(held_eighths(), FloatField()) / SLICES, output_field=FloatField())
 # What an allocation is charged, in GPUs, as quota, budgets and bills count it: what it
 # occupies, but a MIG instance its profile's charge (`scheduler.mig.Profile.charge`: the
 # larger of its compute sevenths, the first digit of "3g.40gb", and its memory slots).
